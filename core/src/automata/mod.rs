@@ -1,0 +1,350 @@
+//! Byte-level automata: the grammar IR turned into one minimized DFA per rule.
+//!
+//! ```text
+//! Grammar IR ──optimize──▶ IR (inlined, trimmed) ──Thompson──▶ NFA per rule
+//!            ──subset construction──▶ DFA per rule ──trim, minimize──▶ Automata
+//! ```
+//!
+//! Edges of a rule's DFA read either a byte or a whole rule (a reference). All DFAs live in
+//! one arena of [`StateId`]s so the matcher can index them directly. Bytes are first
+//! mapped to equivalence classes (bytes that no edge distinguishes share a class), so the
+//! transition table is `states × classes` rather than `states × 256`.
+//!
+//! Alongside the DFAs, three analyses feed the compiler and the matcher:
+//! - `nullable[rule]`: the rule can match the empty string (Earley needs this to complete
+//!   empty rules at prediction time, the Aycock–Horspool fix);
+//! - `follow[rule]`: bytes that can come right after the rule completes, anywhere it is used
+//!   (context expansion, paper §3.2: a token that straddles the end of the rule is rejected
+//!   at compile time when its next byte cannot follow the rule);
+//! - `scannable[state]`: the state has byte edges, so it can be on top during matching and
+//!   owns a token-mask cache entry.
+
+mod dfa;
+mod nfa;
+pub mod optimize;
+
+use crate::error::Error;
+use crate::grammar::Grammar;
+use dfa::Dfa;
+use nfa::Nfa;
+
+/// "No transition".
+pub(crate) const DEAD: u32 = u32::MAX;
+
+/// Index of a DFA state in the [`Automata`] arena.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StateId(pub u32);
+
+/// Size limits for automata construction.
+#[derive(Debug, Clone)]
+pub struct AutomataLimits {
+    /// Most NFA states per rule (default 1,000,000; about 80 bytes each while compiling).
+    pub max_nfa_states: usize,
+    /// Most DFA states over all rules (default 200,000). The transition table costs
+    /// `4 × byte classes` bytes per state.
+    pub max_dfa_states: usize,
+}
+
+impl Default for AutomataLimits {
+    fn default() -> Self {
+        Self { max_nfa_states: 1_000_000, max_dfa_states: 200_000 }
+    }
+}
+
+/// Per-state facts, packed for the matcher's inner loop.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NodeInfo {
+    pub rule: u32,
+    pub is_final: bool,
+    pub scannable: bool,
+    /// `rule_edges[edges.0..edges.1]`.
+    pub edges: (u32, u32),
+}
+
+/// 256-bit byte set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ByteSet(pub [u64; 4]);
+
+impl ByteSet {
+    pub fn insert(&mut self, b: u8) {
+        self.0[(b >> 6) as usize] |= 1 << (b & 63);
+    }
+    pub fn contains(&self, b: u8) -> bool {
+        self.0[(b >> 6) as usize] >> (b & 63) & 1 == 1
+    }
+    /// Adds `other`; true if something was new.
+    pub fn union(&mut self, other: &ByteSet) -> bool {
+        let mut changed = false;
+        for i in 0..4 {
+            let n = self.0[i] | other.0[i];
+            changed |= n != self.0[i];
+            self.0[i] = n;
+        }
+        changed
+    }
+    pub fn len(&self) -> u32 {
+        self.0.iter().map(|w| w.count_ones()).sum()
+    }
+}
+
+/// The compiled automata of a grammar. Immutable.
+#[derive(Debug)]
+pub struct Automata {
+    pub(crate) grammar: Grammar,
+    pub(crate) rule_start: Vec<u32>,
+    pub(crate) nullable: Vec<bool>,
+    pub(crate) follow: Vec<ByteSet>,
+    pub(crate) nodes: Vec<NodeInfo>,
+    pub(crate) byte_class: [u8; 256],
+    pub(crate) n_classes: usize,
+    /// Bytes of each class.
+    pub(crate) class_bytes: Vec<Vec<u8>>,
+    pub(crate) trans: Vec<u32>,
+    /// `(rule, target)`.
+    pub(crate) rule_edges: Vec<(u32, u32)>,
+}
+
+impl Automata {
+    /// Optimizes `grammar` and builds its automata.
+    pub fn build(grammar: &Grammar, limits: &AutomataLimits) -> Result<Automata, Error> {
+        let g = optimize::optimize(grammar).map_err(Error::Grammar)?;
+        let nfas = g
+            .rules
+            .iter()
+            .map(|r| Nfa::build(&r.body, limits.max_nfa_states))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (byte_class, n_classes) = byte_classes(&nfas);
+        let mut class_bytes = vec![Vec::new(); n_classes];
+        for b in 0..=255u8 {
+            class_bytes[byte_class[b as usize] as usize].push(b);
+        }
+        let class_rep: Vec<u8> = class_bytes.iter().map(|v| v[0]).collect();
+        let mut dfas = Vec::with_capacity(nfas.len());
+        let mut total = 0;
+        for nfa in &nfas {
+            let mut d = Dfa::determinize(nfa, &class_rep, limits.max_dfa_states)?;
+            d.trim();
+            d.minimize();
+            total += d.len();
+            if total > limits.max_dfa_states {
+                return Err(Error::Limit { what: "automaton size (DFA states)", given: total, limit: limits.max_dfa_states });
+            }
+            dfas.push(d);
+        }
+        Ok(Self::assemble(g, dfas, byte_class, n_classes, class_bytes))
+    }
+
+    fn assemble(g: Grammar, dfas: Vec<Dfa>, byte_class: [u8; 256], n_classes: usize, class_bytes: Vec<Vec<u8>>) -> Automata {
+        let mut rule_start = Vec::with_capacity(dfas.len());
+        let mut nodes = Vec::new();
+        let mut trans = Vec::new();
+        let mut rule_edges = Vec::new();
+        for (r, d) in dfas.iter().enumerate() {
+            let base = nodes.len() as u32;
+            rule_start.push(base);
+            for s in 0..d.len() {
+                let row = &d.trans[s * n_classes..(s + 1) * n_classes];
+                trans.extend(row.iter().map(|&t| if t == DEAD { DEAD } else { t + base }));
+                let e0 = rule_edges.len() as u32;
+                rule_edges.extend(d.rules[s].iter().map(|&(rule, t)| (rule, t + base)));
+                nodes.push(NodeInfo {
+                    rule: r as u32,
+                    is_final: d.finals[s],
+                    scannable: row.iter().any(|&t| t != DEAD),
+                    edges: (e0, rule_edges.len() as u32),
+                });
+            }
+        }
+        let mut a = Automata {
+            grammar: g,
+            rule_start,
+            nullable: Vec::new(),
+            follow: Vec::new(),
+            nodes,
+            byte_class,
+            n_classes,
+            class_bytes,
+            trans,
+            rule_edges,
+        };
+        a.nullable = a.compute_nullable();
+        a.follow = a.compute_follow();
+        a
+    }
+
+    /// The optimized grammar these automata were built from.
+    pub fn grammar(&self) -> &Grammar {
+        &self.grammar
+    }
+
+    /// Number of DFA states over all rules.
+    pub fn num_states(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Number of byte equivalence classes.
+    pub fn num_byte_classes(&self) -> usize {
+        self.n_classes
+    }
+
+    /// The start state of the root rule.
+    pub fn root_start(&self) -> StateId {
+        StateId(self.rule_start[self.grammar.root.index()])
+    }
+
+    #[inline]
+    pub(crate) fn edges(&self, state: u32) -> &[(u32, u32)] {
+        let (a, b) = self.nodes[state as usize].edges;
+        &self.rule_edges[a as usize..b as usize]
+    }
+
+    /// Bytes with a transition out of `state`.
+    pub(crate) fn out_bytes(&self, state: u32) -> ByteSet {
+        let mut set = ByteSet::default();
+        let row = &self.trans[state as usize * self.n_classes..(state as usize + 1) * self.n_classes];
+        for (c, &t) in row.iter().enumerate() {
+            if t != DEAD {
+                self.class_bytes[c].iter().for_each(|&b| set.insert(b));
+            }
+        }
+        set
+    }
+
+    /// `nullable_from[s]`: a final state is reachable from `s` through nullable rule edges only.
+    fn nullable_from(&self, nullable: &[bool]) -> Vec<bool> {
+        let n = self.nodes.len();
+        let mut nf: Vec<bool> = self.nodes.iter().map(|x| x.is_final).collect();
+        loop {
+            let mut changed = false;
+            for s in (0..n).rev() {
+                if !nf[s] && self.edges(s as u32).iter().any(|&(r, t)| nullable[r as usize] && nf[t as usize]) {
+                    nf[s] = true;
+                    changed = true;
+                }
+            }
+            if !changed {
+                return nf;
+            }
+        }
+    }
+
+    fn compute_nullable(&self) -> Vec<bool> {
+        let mut nullable = vec![false; self.rule_start.len()];
+        loop {
+            let nf = self.nullable_from(&nullable);
+            let next: Vec<bool> = self.rule_start.iter().map(|&s| nf[s as usize]).collect();
+            if next == nullable {
+                return nullable;
+            }
+            nullable = next;
+        }
+    }
+
+    /// FIRST bytes of each state (bytes it can scan, directly or through predicted rules),
+    /// then FOLLOW bytes of each rule.
+    fn compute_follow(&self) -> Vec<ByteSet> {
+        let n = self.nodes.len();
+        let nf = self.nullable_from(&self.nullable);
+        let mut first: Vec<ByteSet> = (0..n as u32).map(|s| self.out_bytes(s)).collect();
+        loop {
+            let mut changed = false;
+            for s in 0..n {
+                let mut acc = first[s];
+                for &(r, t) in self.edges(s as u32) {
+                    acc.union(&first[self.rule_start[r as usize] as usize]);
+                    if self.nullable[r as usize] {
+                        acc.union(&first[t as usize]);
+                    }
+                }
+                changed |= first[s].union(&acc);
+            }
+            if !changed {
+                break;
+            }
+        }
+        let mut follow = vec![ByteSet::default(); self.rule_start.len()];
+        loop {
+            let mut changed = false;
+            for s in 0..n {
+                let parent = self.nodes[s].rule as usize;
+                for &(r, t) in self.edges(s as u32) {
+                    let mut acc = first[t as usize];
+                    if nf[t as usize] {
+                        acc.union(&follow[parent]);
+                    }
+                    changed |= follow[r as usize].union(&acc);
+                }
+            }
+            if !changed {
+                return follow;
+            }
+        }
+    }
+
+    /// Approximate heap bytes.
+    pub fn memory_bytes(&self) -> usize {
+        self.trans.len() * 4 + self.nodes.len() * std::mem::size_of::<NodeInfo>() + self.rule_edges.len() * 8
+    }
+
+    /// A human-readable dump of every rule's DFA (for `grammask inspect`).
+    pub fn dump(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        for (r, rule) in self.grammar.rules.iter().enumerate() {
+            let start = self.rule_start[r];
+            let end = self.rule_start.get(r + 1).copied().unwrap_or(self.nodes.len() as u32);
+            let _ = writeln!(out, "rule {} (states {}..{}{})", rule.name, start, end, if self.nullable[r] { ", nullable" } else { "" });
+            for s in start..end {
+                let node = self.nodes[s as usize];
+                let _ = write!(out, "  {s}{}:", if node.is_final { " (final)" } else { "" });
+                for (c, bytes) in self.class_bytes.iter().enumerate() {
+                    let t = self.trans[s as usize * self.n_classes + c];
+                    if t != DEAD {
+                        let _ = write!(out, " {}→{t}", show_bytes(bytes));
+                    }
+                }
+                for &(rr, t) in self.edges(s) {
+                    let _ = write!(out, " <{}>→{t}", self.grammar.rules[rr as usize].name);
+                }
+                out.push('\n');
+            }
+        }
+        out
+    }
+}
+
+fn show_bytes(bytes: &[u8]) -> String {
+    let lo = bytes[0];
+    let hi = bytes[bytes.len() - 1];
+    let one = |b: u8| if b.is_ascii_graphic() { (b as char).to_string() } else { format!("\\x{b:02x}") };
+    if lo == hi {
+        one(lo)
+    } else if bytes.len() == (hi - lo) as usize + 1 {
+        format!("[{}-{}]", one(lo), one(hi))
+    } else {
+        format!("{{{} bytes}}", bytes.len())
+    }
+}
+
+/// Byte equivalence classes: two bytes share a class when every edge of every rule treats
+/// them alike.
+fn byte_classes(nfas: &[Nfa]) -> ([u8; 256], usize) {
+    let mut boundary = [false; 257];
+    for nfa in nfas {
+        for edges in &nfa.bytes {
+            for &(lo, hi, _) in edges {
+                boundary[lo as usize] = true;
+                boundary[hi as usize + 1] = true;
+            }
+        }
+    }
+    let mut class = [0u8; 256];
+    let mut c = 0usize;
+    for b in 0..256 {
+        if b > 0 && boundary[b] {
+            c += 1;
+        }
+        class[b] = c as u8;
+    }
+    (class, c + 1)
+}

@@ -1,0 +1,185 @@
+//! IR passes that run before automata construction, in this order (see [`optimize`]):
+//!
+//! 1. [`remove_unproductive`] — rules that can never finish (`a ::= "x" a`) become the
+//!    empty set. AFTER THIS: every remaining path through a rule can complete, which the
+//!    matcher relies on so that every prefix it accepts can still be finished.
+//! 2. [`inline_fragments`] — small non-recursive rules are substituted into their callers,
+//!    so lexical pieces (`ws`, `string`, `number`) become part of one automaton instead of
+//!    separate Earley items. Growth is bounded. AFTER THIS: references remain only to
+//!    recursive or large rules.
+//! 3. [`drop_unreachable`] — rules not reachable from the root are removed and rules are
+//!    renumbered. AFTER THIS: every rule is reachable from the root.
+
+use crate::error::{GrammarError, GrammarErrorKind};
+use crate::grammar::{Expr, Grammar, Rule, RuleId};
+
+/// Largest rule body (in [`Expr::size`] nodes) that is inlined into its callers.
+pub const INLINE_MAX_SIZE: usize = 100;
+
+/// Runs all IR passes in order.
+pub fn optimize(g: &Grammar) -> Result<Grammar, GrammarError> {
+    let mut g = g.clone();
+    remove_unproductive(&mut g)?;
+    inline_fragments(&mut g);
+    Ok(drop_unreachable(&g))
+}
+
+fn productive(e: &Expr, p: &[bool]) -> bool {
+    match e {
+        Expr::Empty | Expr::Literal(_) => true,
+        Expr::Class(r) => !r.is_empty(),
+        Expr::Rule(r) => p[r.index()],
+        Expr::Seq(v) => v.iter().all(|x| productive(x, p)),
+        Expr::Alt(v) => v.iter().any(|x| productive(x, p)),
+        Expr::Repeat { expr, min, .. } => *min == 0 || productive(expr, p),
+    }
+}
+
+/// Replaces references to rules that derive no finite string with the empty set.
+pub fn remove_unproductive(g: &mut Grammar) -> Result<(), GrammarError> {
+    let mut p = vec![false; g.rules.len()];
+    loop {
+        let mut changed = false;
+        for (i, r) in g.rules.iter().enumerate() {
+            if !p[i] && productive(&r.body, &p) {
+                p[i] = true;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    if !p[g.root.index()] {
+        return Err(GrammarError::global(GrammarErrorKind::EmptyLanguage));
+    }
+    for r in &mut g.rules {
+        r.body.map_rules(&mut |id| if p[id.index()] { Expr::Rule(id) } else { Expr::Alt(vec![]) });
+    }
+    Ok(())
+}
+
+/// `reach[i][j]`: rule j is referenced (transitively) from rule i's body.
+fn reachability(g: &Grammar) -> Vec<Vec<bool>> {
+    let n = g.rules.len();
+    let mut reach = vec![vec![false; n]; n];
+    for (i, r) in g.rules.iter().enumerate() {
+        r.body.for_each_rule(&mut |j| reach[i][j.index()] = true);
+    }
+    // Floyd–Warshall style closure; grammars have at most a few thousand rules.
+    for k in 0..n {
+        for i in 0..n {
+            if reach[i][k] {
+                let (rk, ri) = if i < k {
+                    let (a, b) = reach.split_at_mut(k);
+                    (&b[0], &mut a[i])
+                } else if i > k {
+                    let (a, b) = reach.split_at_mut(i);
+                    (&a[k], &mut b[0])
+                } else {
+                    continue;
+                };
+                for j in 0..n {
+                    ri[j] |= rk[j];
+                }
+            }
+        }
+    }
+    reach
+}
+
+/// Inlines small non-recursive rules into their callers, leaves first.
+pub fn inline_fragments(g: &mut Grammar) {
+    let n = g.rules.len();
+    if n > 4096 {
+        return; // the reachability matrix would be too large; inlining is only an optimization
+    }
+    let reach = reachability(g);
+    let total: usize = g.rules.iter().map(|r| r.body.size()).sum();
+    let budget = total * 4 + 10_000;
+    // Inline in an order where a rule's own references are already inlined: repeat until
+    // nothing changes (terminates because inlinable rules are not recursive).
+    for _ in 0..n + 1 {
+        let inlinable: Vec<bool> = (0..n)
+            .map(|i| {
+                i != g.root.index() && !reach[i][i] && g.rules[i].body.size() <= INLINE_MAX_SIZE
+            })
+            .collect();
+        let mut changed = false;
+        let snapshot: Vec<Expr> = g.rules.iter().map(|r| r.body.clone()).collect();
+        let mut size: usize = g.rules.iter().map(|r| r.body.size()).sum();
+        for rule in g.rules.iter_mut() {
+            let before = rule.body.size();
+            let mut body = rule.body.clone();
+            body.map_rules(&mut |id| {
+                if inlinable[id.index()] {
+                    changed = true;
+                    snapshot[id.index()].clone()
+                } else {
+                    Expr::Rule(id)
+                }
+            });
+            let after = body.size();
+            if size + after - before.min(after) > budget {
+                continue;
+            }
+            size = size + after - before.min(after);
+            rule.body = body;
+        }
+        if !changed {
+            break;
+        }
+    }
+}
+
+/// Removes rules unreachable from the root and renumbers the rest (root first).
+pub fn drop_unreachable(g: &Grammar) -> Grammar {
+    let n = g.rules.len();
+    let mut seen = vec![false; n];
+    let mut stack = vec![g.root];
+    seen[g.root.index()] = true;
+    while let Some(r) = stack.pop() {
+        g.rule(r).body.for_each_rule(&mut |j| {
+            if !seen[j.index()] {
+                seen[j.index()] = true;
+                stack.push(j);
+            }
+        });
+    }
+    let mut new_id = vec![RuleId(u32::MAX); n];
+    let mut order = vec![g.root.index()];
+    order.extend((0..n).filter(|&i| seen[i] && i != g.root.index()));
+    for (k, &i) in order.iter().enumerate() {
+        new_id[i] = RuleId(k as u32);
+    }
+    let rules = order
+        .iter()
+        .map(|&i| {
+            let mut body = g.rules[i].body.clone();
+            body.map_rules(&mut |r| Expr::Rule(new_id[r.index()]));
+            Rule { name: g.rules[i].name.clone(), body }
+        })
+        .collect();
+    Grammar { rules, root: RuleId(0) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inlines_fragments_and_keeps_recursion() {
+        let g = Grammar::from_ebnf("root ::= a b\na ::= \"x\" ws\nb ::= \"(\" b \")\" | ws\nws ::= \" \"*\nunused ::= \"q\"").unwrap();
+        let o = optimize(&g).unwrap();
+        assert_eq!(o.to_string(), "root ::= \"x\" \" \"* b\nb ::= \"(\" b \")\" | \" \"*\n");
+    }
+
+    #[test]
+    fn unproductive_rules_become_empty_sets() {
+        let g = Grammar::from_ebnf("root ::= \"a\" | x\nx ::= \"b\" x").unwrap();
+        let o = optimize(&g).unwrap();
+        assert_eq!(o.to_string(), "root ::= \"a\" | []\n");
+        let g = Grammar::from_ebnf("root ::= \"b\" root").unwrap();
+        assert!(optimize(&g).is_err());
+    }
+}

@@ -1,0 +1,113 @@
+//! The adaptive token mask of one automaton state, and how it is computed.
+//!
+//! For a scannable DFA state `s` of rule `R`, every producible token falls in one class:
+//! - **accepted**: its bytes can be consumed starting at `s` without `R` having to end
+//!   (sub-rules `R` calls are parsed normally). True in any context.
+//! - **rejected**: its bytes cannot be consumed from `s` even if `R` ends somewhere inside
+//!   the token — either `R` never ends on the way, or the byte after every place it could
+//!   end is not in `FOLLOW(R)` (context expansion, paper §3.2).
+//! - **uncertain**: `R` can end inside the token and the rest might fit what follows `R`.
+//!   Only the full parse state can tell; the matcher checks these at run time.
+//!
+//! The classification walks the vocabulary trie with an Earley parser seeded at `s`
+//! (see `matcher::earley`): one push per trie node, popping back to the common prefix,
+//! and skipping a whole subtree when a prefix dies.
+//!
+//! # Storage
+//! Accepted sets are stored in whichever form is smallest (XGrammar's adaptive store):
+//! a list of accepted ids (`4·|A|` bytes), the complement as a list of excluded ids
+//! (`4·(|R|+|U|)` bytes; masks like "any string character" that allow almost everything),
+//! or a bitset over the vocabulary (`V/8` bytes). Uncertain tokens are kept as trie ranks
+//! (positions in byte-sorted order) so the run-time check walks them in sorted order and
+//! shares prefixes between neighbours.
+
+use crate::automata::Automata;
+use crate::matcher::earley::Earley;
+use crate::tokenizer::TokenizerInfo;
+
+/// The accepted part of a [`StateMask`].
+#[derive(Debug, Clone)]
+pub(crate) enum Accepted {
+    /// Exactly these token ids (sorted).
+    List(Vec<u32>),
+    /// Every producible token except these ids (sorted).
+    AllExcept(Vec<u32>),
+    /// A bitset in mask layout.
+    Bitset(Vec<u32>),
+}
+
+/// Token classification for one DFA state.
+#[derive(Debug, Clone)]
+pub(crate) struct StateMask {
+    pub accepted: Accepted,
+    /// Trie ranks (indices into the trie's byte-sorted token list) of uncertain tokens.
+    pub uncertain: Vec<u32>,
+}
+
+impl StateMask {
+    pub fn memory_bytes(&self) -> usize {
+        let acc = match &self.accepted {
+            Accepted::List(v) | Accepted::AllExcept(v) | Accepted::Bitset(v) => v.len() * 4,
+        };
+        acc + self.uncertain.len() * 4 + std::mem::size_of::<Self>()
+    }
+
+    /// Classifies every producible token for DFA state `state`.
+    pub fn compute(a: &Automata, tok: &TokenizerInfo, state: u32) -> StateMask {
+        let trie = tok.trie();
+        let follow = &a.follow[a.nodes[state as usize].rule as usize];
+        let mut parser = Earley::new(a, state);
+        let mut path: Vec<u8> = vec![0; trie.max_depth + 1];
+        let mut accepted: Vec<u32> = Vec::new();
+        let mut excluded_ranks: Vec<(u32, u32)> = Vec::new();
+        let mut uncertain: Vec<u32> = Vec::new();
+        let nodes = &trie.nodes;
+        let mut k = 0usize;
+        while k < nodes.len() {
+            let node = nodes[k];
+            let d = node.depth as usize - 1;
+            parser.truncate(d);
+            path[d] = node.byte;
+            if parser.push(a, node.byte) {
+                accepted.extend_from_slice(trie.tokens_at(k));
+                k += 1;
+                continue;
+            }
+            // Every token below `k` dies at byte `d`. It is uncertain if the rule could end
+            // after `i` bytes (1 ≤ i ≤ d) and byte `i` could follow the rule.
+            let straddles = (1..=d).any(|i| parser.can_end_at(i) && follow.contains(path[i]));
+            let first = node.tokens.0;
+            let end = node.subtree_end as usize;
+            let last = if end < nodes.len() { nodes[end].tokens.0 } else { trie.token_ids.len() as u32 };
+            if straddles {
+                uncertain.extend(first..last);
+            } else {
+                excluded_ranks.push((first, last));
+            }
+            k = end;
+        }
+        accepted.sort_unstable();
+        let n_rejected: usize = excluded_ranks.iter().map(|&(a, b)| (b - a) as usize).sum();
+        let list_bytes = accepted.len() * 4;
+        let except_bytes = (n_rejected + uncertain.len()) * 4;
+        let bitset_bytes = tok.vocab_size().div_ceil(32) * 4;
+        let accepted = if list_bytes <= except_bytes && list_bytes <= bitset_bytes {
+            Accepted::List(accepted)
+        } else if except_bytes <= bitset_bytes {
+            let mut ex: Vec<u32> = excluded_ranks
+                .iter()
+                .flat_map(|&(a, b)| (a..b).map(|r| trie.token_ids[r as usize]))
+                .chain(uncertain.iter().map(|&r| trie.token_ids[r as usize]))
+                .collect();
+            ex.sort_unstable();
+            Accepted::AllExcept(ex)
+        } else {
+            let mut words = vec![0u32; tok.vocab_size().div_ceil(32)];
+            for &id in &accepted {
+                words[id as usize / 32] |= 1 << (id % 32);
+            }
+            Accepted::Bitset(words)
+        };
+        StateMask { accepted, uncertain }
+    }
+}

@@ -1,0 +1,210 @@
+//! The compiler: grammar → automata → compiled grammar with a lazily filled token-mask cache.
+//!
+//! ```text
+//! GrammarSpec ──parse──▶ Grammar ──Automata::build──▶ Automata ──▶ CompiledGrammar
+//!                                                        (masks: one lazy slot per state)
+//! ```
+//!
+//! # Time to first mask
+//! Compiling builds only the automata (microseconds to a few milliseconds); no token mask
+//! is computed up front. A state's [`StateMask`] is computed the first time a matcher
+//! needs it, then cached in the shared [`CompiledGrammar`] for every matcher and every
+//! later step (`OnceLock`: concurrent matchers never compute the same state twice, and
+//! readers take no lock afterwards). The first mask therefore costs only the states live
+//! at the start, like llguidance's lazy approach, while later masks approach XGrammar's
+//! precomputed speed. Engines that want no lazy work on the decode path call
+//! [`CompiledGrammar::precompute`] (parallel, rayon) — for example from a background task
+//! while the prompt is prefilled.
+
+mod cache;
+pub(crate) mod mask;
+
+use crate::automata::{Automata, AutomataLimits};
+use crate::error::Result;
+use crate::grammar::{parse_ebnf, Grammar, ParseLimits};
+use crate::tokenizer::TokenizerInfo;
+use cache::CompileCache;
+pub(crate) use mask::{Accepted, StateMask};
+use rayon::prelude::*;
+use std::sync::{Arc, OnceLock};
+
+/// What to compile.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum GrammarSpec {
+    /// EBNF text and the name of its root rule.
+    Ebnf {
+        /// The grammar text.
+        text: String,
+        /// The start rule (usually `root`).
+        root: String,
+    },
+    /// The builtin JSON grammar (ECMA-404).
+    BuiltinJson,
+    /// An already-built grammar IR.
+    Grammar(Grammar),
+}
+
+impl GrammarSpec {
+    /// EBNF text with root rule `root`.
+    pub fn ebnf(text: impl Into<String>) -> Self {
+        GrammarSpec::Ebnf { text: text.into(), root: "root".into() }
+    }
+
+    fn cache_key(&self) -> String {
+        match self {
+            GrammarSpec::Ebnf { text, root } => format!("ebnf\0{root}\0{text}"),
+            GrammarSpec::BuiltinJson => "builtin-json".into(),
+            GrammarSpec::Grammar(g) => format!("ir\0{g}"),
+        }
+    }
+
+    /// Parses the spec to grammar IR.
+    pub fn to_grammar(&self, limits: &ParseLimits) -> Result<Grammar> {
+        Ok(match self {
+            GrammarSpec::Ebnf { text, root } => parse_ebnf(text, root, limits)?,
+            GrammarSpec::BuiltinJson => crate::grammar::json_grammar(),
+            GrammarSpec::Grammar(g) => g.clone(),
+        })
+    }
+}
+
+/// Compilation options.
+#[derive(Debug, Clone, Default)]
+pub struct CompileOptions {
+    /// Limits on grammar text.
+    pub parse: ParseLimits,
+    /// Limits on automata size.
+    pub automata: AutomataLimits,
+}
+
+/// Compiles specs against one tokenizer, with a shared compile cache.
+///
+/// ```
+/// use std::sync::Arc;
+/// use grammask::{GrammarCompiler, TokenizerInfo, TokenizerOptions};
+/// let vocab: Vec<Vec<u8>> = ["a", "b", "ab", "</s>"].iter().map(|s| s.as_bytes().to_vec()).collect();
+/// let opts = TokenizerOptions { stop_tokens: Some(vec![3]), ..Default::default() };
+/// let compiler = GrammarCompiler::new(Arc::new(TokenizerInfo::from_byte_tokens(vocab, &opts)?));
+/// let g1 = compiler.compile_ebnf("root ::= \"a\"+ \"b\"")?;
+/// let g2 = compiler.compile_ebnf("root ::= \"a\"+ \"b\"")?;
+/// assert!(Arc::ptr_eq(&g1, &g2)); // second compile is a cache hit
+/// # Ok::<(), grammask::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct GrammarCompiler {
+    tokenizer: Arc<TokenizerInfo>,
+    options: CompileOptions,
+    cache: CompileCache,
+}
+
+/// Default compile-cache budget: 512 MiB.
+pub const DEFAULT_CACHE_BYTES: usize = 512 << 20;
+
+impl GrammarCompiler {
+    /// A compiler with default options and a [`DEFAULT_CACHE_BYTES`] cache.
+    pub fn new(tokenizer: Arc<TokenizerInfo>) -> Self {
+        Self::with_options(tokenizer, CompileOptions::default(), DEFAULT_CACHE_BYTES)
+    }
+
+    /// A compiler with explicit options and cache budget (0 disables the cache).
+    pub fn with_options(tokenizer: Arc<TokenizerInfo>, options: CompileOptions, cache_bytes: usize) -> Self {
+        Self { tokenizer, options, cache: CompileCache::new(cache_bytes) }
+    }
+
+    /// The tokenizer this compiler targets.
+    pub fn tokenizer(&self) -> &Arc<TokenizerInfo> {
+        &self.tokenizer
+    }
+
+    /// Compiles `spec`, or returns the cached result for the same spec and options.
+    pub fn compile(&self, spec: &GrammarSpec) -> Result<Arc<CompiledGrammar>> {
+        let key = format!("{}\0{:?}\0{}", spec.cache_key(), self.options, self.tokenizer.fingerprint());
+        if let Some(hit) = self.cache.get(&key) {
+            return Ok(hit);
+        }
+        let grammar = spec.to_grammar(&self.options.parse)?;
+        let compiled = Arc::new(CompiledGrammar::new(&grammar, self.tokenizer.clone(), &self.options)?);
+        self.cache.insert(key, compiled.clone());
+        Ok(compiled)
+    }
+
+    /// Compiles EBNF text with root rule `root`.
+    pub fn compile_ebnf(&self, text: &str) -> Result<Arc<CompiledGrammar>> {
+        self.compile(&GrammarSpec::ebnf(text))
+    }
+
+    /// Compiles the builtin JSON grammar.
+    pub fn compile_builtin_json(&self) -> Result<Arc<CompiledGrammar>> {
+        self.compile(&GrammarSpec::BuiltinJson)
+    }
+
+    /// `(entries, hits, misses)` of the compile cache.
+    pub fn cache_stats(&self) -> (usize, u64, u64) {
+        self.cache.stats()
+    }
+}
+
+/// A grammar compiled against a tokenizer: automata plus the per-state token-mask cache.
+/// `Send + Sync`; share it with `Arc` across matchers and threads.
+#[derive(Debug)]
+pub struct CompiledGrammar {
+    automata: Automata,
+    tokenizer: Arc<TokenizerInfo>,
+    masks: Vec<OnceLock<StateMask>>,
+}
+
+impl CompiledGrammar {
+    /// Builds the automata for `grammar`; masks are computed on first use.
+    pub fn new(grammar: &Grammar, tokenizer: Arc<TokenizerInfo>, options: &CompileOptions) -> Result<Self> {
+        let automata = Automata::build(grammar, &options.automata)?;
+        let masks = (0..automata.num_states()).map(|_| OnceLock::new()).collect();
+        Ok(Self { automata, tokenizer, masks })
+    }
+
+    /// The automata.
+    pub fn automata(&self) -> &Automata {
+        &self.automata
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Arc<TokenizerInfo> {
+        &self.tokenizer
+    }
+
+    /// The token mask of a scannable state, computed now if this is its first use.
+    #[inline]
+    pub(crate) fn mask(&self, state: u32) -> &StateMask {
+        self.masks[state as usize].get_or_init(|| StateMask::compute(&self.automata, &self.tokenizer, state))
+    }
+
+    /// Computes every state's mask now, in parallel on the current rayon pool.
+    pub fn precompute(&self) {
+        (0..self.masks.len() as u32)
+            .into_par_iter()
+            .filter(|&s| self.automata.nodes[s as usize].scannable)
+            .for_each(|s| {
+                self.mask(s);
+            });
+    }
+
+    /// Spawns a thread that runs [`Self::precompute`] (e.g. during prompt prefill).
+    pub fn precompute_in_background(self: &Arc<Self>) -> std::thread::JoinHandle<()> {
+        let me = self.clone();
+        std::thread::spawn(move || me.precompute())
+    }
+
+    /// `(computed, total)` scannable states with a mask.
+    pub fn mask_stats(&self) -> (usize, usize) {
+        let total = self.automata.nodes.iter().filter(|n| n.scannable).count();
+        let done = self.masks.iter().filter(|m| m.get().is_some()).count();
+        (done, total)
+    }
+
+    /// Heap bytes held: automata plus the masks computed so far (not the shared tokenizer).
+    pub fn memory_bytes(&self) -> usize {
+        let masks: usize = self.masks.iter().filter_map(|m| m.get()).map(StateMask::memory_bytes).sum();
+        self.automata.memory_bytes() + masks + self.masks.len() * std::mem::size_of::<OnceLock<StateMask>>()
+    }
+}
+

@@ -1,0 +1,127 @@
+//! Grammar IR: the first stage after a spec.
+//!
+//! ```text
+//! spec (EBNF text, builtin JSON, …) ──parse──▶ Grammar (this module) ──▶ automata ──▶ mask cache
+//! ```
+//!
+//! A [`Grammar`] is a list of named rules, each an [`Expr`] tree over Unicode text:
+//! literal strings, character classes, rule references, sequences, alternations and bounded
+//! or unbounded repetition. Nothing is byte-level yet; the automata stage turns characters
+//! into UTF-8 byte ranges. The IR prints back as EBNF ([`Grammar`]'s `Display`), and the
+//! printed text parses to the same IR.
+
+mod builtin;
+mod ebnf;
+mod print;
+
+pub use builtin::{json_grammar, JSON_EBNF};
+pub use ebnf::{parse_ebnf, parse_ebnf_bytes, ParseLimits};
+
+/// Index of a rule in [`Grammar::rules`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RuleId(pub u32);
+
+impl RuleId {
+    /// The index as `usize`.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// One named rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    /// The rule's name as written.
+    pub name: String,
+    /// Its body.
+    pub body: Expr,
+}
+
+/// A grammar expression over Unicode scalar values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expr {
+    /// Matches the empty string.
+    Empty,
+    /// A literal string (UTF-8 text; escapes already decoded).
+    Literal(String),
+    /// A set of Unicode scalar values: sorted, non-overlapping, non-adjacent inclusive ranges.
+    /// An empty set matches nothing.
+    Class(Vec<(u32, u32)>),
+    /// A reference to another rule.
+    Rule(RuleId),
+    /// Each element in turn.
+    Seq(Vec<Expr>),
+    /// Any one of the alternatives.
+    Alt(Vec<Expr>),
+    /// `min..=max` repetitions (`max == None`: unbounded).
+    Repeat {
+        /// The repeated expression.
+        expr: Box<Expr>,
+        /// Minimum count.
+        min: u32,
+        /// Maximum count, if bounded.
+        max: Option<u32>,
+    },
+}
+
+impl Expr {
+    /// Number of nodes in the tree (a size measure for inlining and limits).
+    pub fn size(&self) -> usize {
+        match self {
+            Expr::Empty | Expr::Literal(_) | Expr::Class(_) | Expr::Rule(_) => 1,
+            Expr::Seq(v) | Expr::Alt(v) => 1 + v.iter().map(Expr::size).sum::<usize>(),
+            Expr::Repeat { expr, .. } => 1 + expr.size(),
+        }
+    }
+
+    /// Calls `f` on every rule this expression references.
+    pub fn for_each_rule(&self, f: &mut impl FnMut(RuleId)) {
+        match self {
+            Expr::Empty | Expr::Literal(_) | Expr::Class(_) => {}
+            Expr::Rule(r) => f(*r),
+            Expr::Seq(v) | Expr::Alt(v) => v.iter().for_each(|e| e.for_each_rule(f)),
+            Expr::Repeat { expr, .. } => expr.for_each_rule(f),
+        }
+    }
+
+    /// Rewrites every rule reference with `f`.
+    pub fn map_rules(&mut self, f: &mut impl FnMut(RuleId) -> Expr) {
+        match self {
+            Expr::Empty | Expr::Literal(_) | Expr::Class(_) => {}
+            Expr::Rule(r) => *self = f(*r),
+            Expr::Seq(v) | Expr::Alt(v) => v.iter_mut().for_each(|e| e.map_rules(f)),
+            Expr::Repeat { expr, .. } => expr.map_rules(f),
+        }
+    }
+}
+
+/// A context-free grammar: rules plus the root rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grammar {
+    /// All rules; [`RuleId`] indexes this list.
+    pub rules: Vec<Rule>,
+    /// The rule a complete output must match.
+    pub root: RuleId,
+}
+
+impl Grammar {
+    /// The rule with this id.
+    pub fn rule(&self, id: RuleId) -> &Rule {
+        &self.rules[id.index()]
+    }
+
+    /// Looks a rule up by name.
+    pub fn rule_id(&self, name: &str) -> Option<RuleId> {
+        self.rules.iter().position(|r| r.name == name).map(|i| RuleId(i as u32))
+    }
+
+    /// Parses EBNF text with root rule `root`; see [`parse_ebnf`].
+    pub fn from_ebnf(text: &str) -> Result<Grammar, crate::GrammarError> {
+        parse_ebnf(text, "root", &ParseLimits::default())
+    }
+
+    /// The builtin ECMA-404 JSON grammar; see [`json_grammar`].
+    pub fn builtin_json() -> Grammar {
+        json_grammar()
+    }
+}

@@ -1,0 +1,58 @@
+//! grammask: structured generation for LLM inference.
+//!
+//! A constraint (an EBNF grammar or the builtin JSON grammar) is compiled against a
+//! model's tokenizer; at every decoding step grammask answers "which token ids are legal
+//! next?" as a packed bitmask that the engine applies to the logits before sampling.
+//!
+//! # The pipeline
+//! Data flows one way; each stage is a module with one job:
+//!
+//! ```text
+//! spec ──▶ grammar (IR, EBNF parser/printer) ──▶ automata (byte-level DFA per rule)
+//!      ──▶ compiler (CompiledGrammar: lazy per-state token-mask cache)
+//!      ──▶ matcher (Earley parse state, fill/accept/rollback/fork/jump-forward)
+//!      ──▶ bitmask (packed rows, CPU apply) ──▶ adapters / GPU kernel
+//! ```
+//!
+//! - [`tokenizer`]: token bytes, special/stop tokens, the vocabulary trie.
+//! - [`grammar`]: the IR, the EBNF dialect, the builtin JSON grammar.
+//! - [`automata`]: optimization passes and per-rule DFAs.
+//! - [`compiler`]: [`GrammarCompiler`], [`CompiledGrammar`] and the adaptive mask cache.
+//! - [`matcher`]: [`GrammarMatcher`].
+//! - [`bitmask`]: [`TokenBitmask`] and applying masks to logits.
+//! - [`LogitsConstraint`]: the trait engines program against (with a decode-loop example).
+//!
+//! # Quick start
+//! ```
+//! use std::sync::Arc;
+//! use grammask::{GrammarCompiler, GrammarMatcher, TokenizerInfo, TokenizerOptions, TokenBitmask};
+//! let vocab: Vec<Vec<u8>> = ["true", "false", "tr", "ue", "<eos>"].iter().map(|s| s.as_bytes().to_vec()).collect();
+//! let tok = TokenizerInfo::from_byte_tokens(vocab, &TokenizerOptions { stop_tokens: Some(vec![4]), ..Default::default() })?;
+//! let compiled = GrammarCompiler::new(Arc::new(tok)).compile_ebnf(r#"root ::= "true" | "false""#)?;
+//! let mut m = GrammarMatcher::new(compiled);
+//! let mut mask = TokenBitmask::new(1, m.vocab_size());
+//! m.fill_next_token_bitmask(mask.row_mut(0))?;
+//! assert_eq!(mask.allowed_ids(0), vec![0, 1, 2]);
+//! m.accept_token(2)?; // "tr"
+//! m.fill_next_token_bitmask(mask.row_mut(0))?;
+//! assert_eq!(mask.allowed_ids(0), vec![3]);
+//! # Ok::<(), grammask::Error>(())
+//! ```
+#![deny(missing_docs)]
+
+pub mod automata;
+pub mod bitmask;
+pub mod compiler;
+mod constraint;
+mod error;
+pub mod grammar;
+pub mod matcher;
+pub mod tokenizer;
+
+pub use bitmask::TokenBitmask;
+pub use compiler::{CompileOptions, CompiledGrammar, GrammarCompiler, GrammarSpec};
+pub use constraint::LogitsConstraint;
+pub use error::{Error, GrammarError, GrammarErrorKind, Result};
+pub use grammar::Grammar;
+pub use matcher::GrammarMatcher;
+pub use tokenizer::{TokenizerInfo, TokenizerOptions, VocabKind};

@@ -1,0 +1,116 @@
+//! Fast masks equal the brute-force oracle's, bit for bit, at random reachable states of
+//! several grammars, on all three real tokenizers.
+//!
+//! Set `GRAMMASK_ORACLE_CHECKS=N` to check N states per grammar and tokenizer (default 3).
+
+mod common;
+
+use common::oracle::{oracle_mask, Bnf, Recognizer};
+use common::{allowed, grammar_text, tokenizer, Rng};
+use grammask::{Grammar, GrammarCompiler, GrammarMatcher, TokenBitmask};
+
+const TOKENIZERS: [&str; 3] = ["llama3_1", "llama2", "qwen3"];
+
+fn checks() -> usize {
+    std::env::var("GRAMMASK_ORACLE_CHECKS").ok().and_then(|s| s.parse().ok()).unwrap_or(3)
+}
+
+/// Walks randomly through `ebnf` and compares fast and oracle masks at a few steps.
+fn check_grammar(name: &str, ebnf: &str, seed: u64) {
+    let grammar = Grammar::from_ebnf(ebnf).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let bnf = Bnf::new(&grammar);
+    for (ti, tname) in TOKENIZERS.iter().enumerate() {
+        let tok = tokenizer(tname);
+        let compiler = GrammarCompiler::new(tok.clone());
+        let compiled = compiler.compile_ebnf(ebnf).unwrap();
+        let tokens: Vec<Option<Vec<u8>>> = (0..tok.tokenizer_size() as u32)
+            .map(|id| (!tok.is_special(id)).then(|| tok.token_bytes(id).to_vec()))
+            .collect();
+        let mut m = GrammarMatcher::new(compiled);
+        let mut oracle = Recognizer::new(&bnf);
+        let mut mask = TokenBitmask::new(1, tok.vocab_size());
+        let mut rng = Rng(seed ^ (ti as u64 + 1) * 0x9E3779B97F4A7C15);
+        let n_checks = checks();
+        let check_at: Vec<usize> = (0..n_checks).map(|i| i * i * 4).collect();
+        let mut text = Vec::new();
+        for step in 0..=*check_at.last().unwrap_or(&0) {
+            m.fill_next_token_bitmask(mask.row_mut(0)).unwrap();
+            if check_at.contains(&step) {
+                let want = oracle_mask(&mut oracle, &tokens, tok.stop_tokens(), tok.vocab_size());
+                if want != mask.row(0) {
+                    let got = allowed(mask.row(0));
+                    let exp = allowed(&want);
+                    let extra: Vec<_> = got.iter().filter(|i| !exp.contains(i)).take(10).map(|&i| (i, String::from_utf8_lossy(tok.token_bytes(i)).to_string())).collect();
+                    let missing: Vec<_> = exp.iter().filter(|i| !got.contains(i)).take(10).map(|&i| (i, String::from_utf8_lossy(tok.token_bytes(i)).to_string())).collect();
+                    panic!(
+                        "{name} on {tname} after {:?}: {} allowed, oracle {}; extra {extra:?}; missing {missing:?}",
+                        String::from_utf8_lossy(&text), got.len(), exp.len()
+                    );
+                }
+            }
+            // Continue with a random allowed non-stop token.
+            let ids: Vec<u32> = allowed(mask.row(0)).into_iter().filter(|&i| !tok.stop_tokens().contains(&i)).collect();
+            if ids.is_empty() {
+                break;
+            }
+            let id = ids[rng.below(ids.len())];
+            m.accept_token(id).unwrap();
+            for &b in tok.token_bytes(id) {
+                assert!(oracle.push(b), "{name}: oracle rejects token {id} that the matcher accepted");
+            }
+            text.extend_from_slice(tok.token_bytes(id));
+        }
+    }
+}
+
+#[test]
+fn builtin_json() {
+    check_grammar("builtin json", grammask::grammar::JSON_EBNF, 1);
+}
+
+macro_rules! llama_cpp {
+    ($($name:ident),*) => {$(
+        #[test]
+        fn $name() {
+            let text = grammar_text(concat!("llama.cpp/", stringify!($name), ".gbnf"));
+            check_grammar(stringify!($name), &text, 7);
+        }
+    )*};
+}
+llama_cpp!(json, json_arr, c, chess, list, arithmetic, english, japanese);
+
+#[test]
+fn left_recursive() {
+    check_grammar(
+        "left-recursive",
+        r#"root ::= expr
+expr ::= expr "+" term | expr "-" term | term
+term ::= term "*" factor | factor
+factor ::= [0-9]+ | "(" expr ")" | "-" factor"#,
+        3,
+    );
+}
+
+#[test]
+fn ambiguous() {
+    check_grammar(
+        "ambiguous",
+        r#"root ::= (x | x x | y)* "!"?
+x ::= "ab" | "a" "b" | "a" b
+b ::= "b" | "bb"
+y ::= [a-c]+ | "abc" y"#,
+        4,
+    );
+}
+
+#[test]
+fn nullable_and_root_recursion() {
+    check_grammar(
+        "nullable",
+        r#"root ::= "(" root ")" | a b c
+a ::= "" | "a"
+b ::= a a
+c ::= b "c" | """#,
+        5,
+    );
+}

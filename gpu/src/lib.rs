@@ -1,0 +1,341 @@
+//! Apply a packed token bitmask to logits in place: the one step of structured
+//! generation that touches the model's output tensor.
+//!
+//! After a grammar matcher fills a bitmask (grammask's
+//! `fill_next_token_bitmask`, or XGrammar's), every token the grammar does not
+//! allow must get logit −∞ before sampling. This crate does that for a whole batch,
+//! on the CPU or on a CUDA device, with one function and identical results.
+//!
+//! # Layout and semantics
+//!
+//! The conventions are XGrammar's (`xgrammar.apply_token_bitmask_inplace`), so
+//! masks produced for XGrammar work unchanged:
+//!
+//! * **logits**: `[batch, vocab]`, f32, f16 or bf16; row `r` starts at element
+//!   `r * row_stride` with `row_stride >= vocab` (see [`LogitsLayout`]).
+//! * **bitmask**: `[rows, words]` 32-bit words (`u32`, or `i32` as PyTorch stores
+//!   them), dense. Bit `k` of word `w` is token `32 * w + k`; a **set bit means
+//!   allowed**. Normally `words = ceil(vocab / 32)` (see [`MaskLayout`]).
+//! * **indices** (optional): the rows to mask in a mixed batch, as `i32`. Entry `r`
+//!   masks logits row `r` with bitmask row `r`: the *same* row of both, exactly as
+//!   XGrammar's `for batch_id in indices: … bitmask[batch_id] … logits[batch_id]`.
+//!   Rows not listed are untouched, and the bitmask may then have a different
+//!   number of rows than the logits as long as every index is in range for both.
+//!   Without indices every row is masked and the bitmask must have `batch` rows.
+//! * **vocabulary padding**: the model's vocabulary may be larger or smaller than
+//!   the mask's `32 * words` bits. Tokens at or beyond `32 * words` are disallowed
+//!   (−∞): a token the grammar cannot know about is never sampled. Mask bits at or
+//!   beyond `vocab` are ignored. (XGrammar instead leaves logits beyond the mask
+//!   untouched; grammask masks them, which is the safe choice for padded heads.)
+//! * Allowed logits are left bit-for-bit unchanged (NaNs included); disallowed ones
+//!   become exactly −∞ of the element type. Duplicate indices are harmless.
+//!
+//! Every shape, stride, index and dtype problem is a typed [`BitmaskError`],
+//! reported before any memory is written. No input makes the crate panic or touch
+//! memory outside the described rows.
+//!
+//! # Devices
+//!
+//! [`apply_token_bitmask_inplace`] takes a [`Device`] and buffers wrapped in
+//! [`Logits`], [`Bitmask`] and [`Indices`], so adapters call one function whether
+//! the logits live in host memory or on a GPU:
+//!
+//! * [`Device::Cpu`] runs [`apply_token_bitmask_inplace_cpu`]: one mask word (32
+//!   logits) at a time, branch-free and auto-vectorised, skipping all-ones words,
+//!   and parallel over rows (rayon) once the batch is large. It is the default for
+//!   the router.
+//! * `Device::Cuda` (feature `cuda`, on by default) queues one kernel launch on the
+//!   caller's stream, with no host synchronisation. The CUDA C source
+//!   (`src/kernel/bitmask.cu`) is compiled at run time with NVRTC through
+//!   [`cudarc`], which also loads the driver dynamically: the crate builds and its
+//!   CPU path works on machines with no CUDA at all, and asking for a CUDA device
+//!   there gives [`BitmaskError::CudaUnavailable`]. The `cuda` module explains the
+//!   NVRTC choice and the kernel's design (vectorised 16-byte stores, a warp-level
+//!   fast path for all-ones words and rows, logits never read).
+//!
+//! # Example
+//!
+//! ```
+//! use grammask_gpu::{apply_token_bitmask_inplace, Bitmask, Device, Logits, LogitsLayout, MaskLayout};
+//! use half::bf16;
+//!
+//! // A batch of 3 rows; the model's vocab (70) is padded to a row stride of 72,
+//! // and the mask covers 64 tokens (2 words per row).
+//! let layout = LogitsLayout::strided(3, 70, 72);
+//! let mut logits = vec![bf16::from_f32(0.5); 3 * 72];
+//! let mut mask = vec![u32::MAX; 3 * 2]; // everything allowed...
+//! mask[2] = 0b1000; // ...except that row 1 allows only token 3 of its first word
+//! mask[3] = 0;
+//!
+//! // Only rows 1 and 2 are constrained in this step.
+//! apply_token_bitmask_inplace(
+//!     &Device::cpu(),
+//!     Logits::Host(&mut logits),
+//!     layout,
+//!     Bitmask::Host(&mask),
+//!     MaskLayout::new(3, 2),
+//!     Some(grammask_gpu::Indices::Host(&[1, 2])),
+//! )?;
+//!
+//! let finite = |r: usize| (0..70).filter(|&j| logits[r * 72 + j].to_f32().is_finite()).count();
+//! assert_eq!(finite(0), 70); // not listed: untouched, even beyond the mask
+//! assert_eq!(finite(1), 1); // only token 3
+//! assert_eq!(finite(2), 64); // tokens 64..70 lie beyond the mask: masked
+//! assert_eq!(logits[2 * 72 + 71], bf16::from_f32(0.5)); // padding is never touched
+//! # Ok::<(), grammask_gpu::BitmaskError>(())
+//! ```
+//!
+//! On a GPU the same call takes `Device::cuda(0)?` (or
+//! `Device::cuda_on_stream(stream)?`) and `Logits::Cuda(slice.as_view_mut())`.
+
+#![deny(missing_docs)]
+
+mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+mod error;
+mod layout;
+pub mod plan;
+
+#[cfg(feature = "cuda")]
+use std::sync::Arc;
+
+pub use cpu::{
+    apply_token_bitmask_inplace_cpu, apply_token_bitmask_inplace_cpu_bytes, apply_token_bitmask_inplace_cpu_with,
+    Parallelism, PARALLEL_MIN_ELEMENTS, PARALLEL_TILE,
+};
+#[cfg(feature = "cuda")]
+pub use cuda::{cuda_available, cuda_context, CudaBitmaskKernel, CudaIndices, KERNEL_SOURCE};
+#[cfg(feature = "cuda")]
+pub use cudarc;
+pub use error::{BitmaskError, Result};
+pub use half;
+pub use layout::{cast_logits_bytes, check_rows, DType, LogitElem, LogitsLayout, MaskLayout, MaskWord};
+
+#[cfg(feature = "cuda")]
+use cudarc::driver::{CudaStream, CudaView, CudaViewMut};
+
+/// Whether CUDA can be used here. Always `false` without the `cuda` feature.
+#[cfg(not(feature = "cuda"))]
+pub fn cuda_available() -> bool {
+    false
+}
+
+/// Where the bitmask is applied.
+#[derive(Debug, Clone)]
+pub enum Device {
+    /// The host, with the given [`Parallelism`].
+    Cpu(Parallelism),
+    /// A CUDA device: the kernels of one context and the stream to launch on.
+    #[cfg(feature = "cuda")]
+    Cuda(CudaTarget),
+}
+
+/// A CUDA launch target: compiled kernels plus the caller's stream (which must
+/// belong to the kernels' context).
+#[cfg(feature = "cuda")]
+#[derive(Debug, Clone)]
+pub struct CudaTarget {
+    /// The compiled kernels.
+    pub kernel: Arc<CudaBitmaskKernel>,
+    /// The stream every launch is queued on.
+    pub stream: Arc<CudaStream>,
+}
+
+impl Default for Device {
+    fn default() -> Self {
+        Device::cpu()
+    }
+}
+
+impl Device {
+    /// The CPU with [`Parallelism::Auto`].
+    pub fn cpu() -> Self {
+        Device::Cpu(Parallelism::Auto)
+    }
+
+    /// CUDA device `ordinal`, launching on its default stream. Compiles the kernel
+    /// on first use in the process. [`BitmaskError::CudaUnavailable`] when there is
+    /// no driver, no such device, no NVRTC, or the crate was built without the
+    /// `cuda` feature.
+    pub fn cuda(ordinal: usize) -> Result<Self> {
+        #[cfg(feature = "cuda")]
+        {
+            let ctx = cuda_context(ordinal)?;
+            let kernel = CudaBitmaskKernel::shared(&ctx)?;
+            Ok(Device::Cuda(CudaTarget {
+                kernel,
+                stream: ctx.default_stream(),
+            }))
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            Err(BitmaskError::CudaUnavailable(format!(
+                "device {ordinal} requested, but grammask-gpu was built without its `cuda` feature"
+            )))
+        }
+    }
+
+    /// The CUDA device of `stream`, launching on `stream`.
+    #[cfg(feature = "cuda")]
+    pub fn cuda_on_stream(stream: Arc<CudaStream>) -> Result<Self> {
+        let kernel = CudaBitmaskKernel::shared(stream.context())?;
+        Ok(Device::Cuda(CudaTarget { kernel, stream }))
+    }
+
+    /// Whether this is a CUDA device.
+    pub fn is_cuda(&self) -> bool {
+        !matches!(self, Device::Cpu(_))
+    }
+}
+
+/// The logits to mask: host memory or a CUDA view.
+#[derive(Debug)]
+pub enum Logits<'a, T> {
+    /// Host memory.
+    Host(&'a mut [T]),
+    /// Device memory.
+    #[cfg(feature = "cuda")]
+    Cuda(CudaViewMut<'a, T>),
+}
+
+/// The bitmask: host memory or a CUDA view.
+#[derive(Debug)]
+pub enum Bitmask<'a, W> {
+    /// Host memory (copied asynchronously when the device is CUDA).
+    Host(&'a [W]),
+    /// Device memory.
+    #[cfg(feature = "cuda")]
+    Cuda(CudaView<'a, W>),
+}
+
+/// The rows to mask: host memory or a CUDA view.
+#[derive(Debug)]
+pub enum Indices<'a> {
+    /// Host memory: validated, then (for CUDA) copied asynchronously.
+    Host(&'a [i32]),
+    /// Device memory: not validated on the host (that would need a sync); see
+    /// [`CudaBitmaskKernel::take_index_error`].
+    #[cfg(feature = "cuda")]
+    Cuda(CudaView<'a, i32>),
+}
+
+impl<'a, T> From<&'a mut [T]> for Logits<'a, T> {
+    fn from(v: &'a mut [T]) -> Self {
+        Logits::Host(v)
+    }
+}
+
+impl<'a, T> From<&'a mut Vec<T>> for Logits<'a, T> {
+    fn from(v: &'a mut Vec<T>) -> Self {
+        Logits::Host(v.as_mut_slice())
+    }
+}
+
+impl<'a, W> From<&'a [W]> for Bitmask<'a, W> {
+    fn from(v: &'a [W]) -> Self {
+        Bitmask::Host(v)
+    }
+}
+
+impl<'a, W> From<&'a Vec<W>> for Bitmask<'a, W> {
+    fn from(v: &'a Vec<W>) -> Self {
+        Bitmask::Host(v.as_slice())
+    }
+}
+
+impl<'a> From<&'a [i32]> for Indices<'a> {
+    fn from(v: &'a [i32]) -> Self {
+        Indices::Host(v)
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl<'a, T> From<CudaViewMut<'a, T>> for Logits<'a, T> {
+    fn from(v: CudaViewMut<'a, T>) -> Self {
+        Logits::Cuda(v)
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl<'a, W> From<CudaView<'a, W>> for Bitmask<'a, W> {
+    fn from(v: CudaView<'a, W>) -> Self {
+        Bitmask::Cuda(v)
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl<'a> From<CudaView<'a, i32>> for Indices<'a> {
+    fn from(v: CudaView<'a, i32>) -> Self {
+        Indices::Cuda(v)
+    }
+}
+
+/// Sets `logits[r, t] = −∞` for every row `r` to mask and every token `t` the
+/// bitmask disallows, on `device`. See the [crate docs](crate) for the layout and
+/// the meaning of `indices`, and [`apply_token_bitmask_inplace_cpu`] for an
+/// example.
+///
+/// On CUDA the call is asynchronous (the kernel is queued on the device's stream)
+/// and shapes, contexts and host indices are checked before anything is queued.
+/// Buffers on the wrong device give [`BitmaskError::DeviceMismatch`]; a host
+/// bitmask is accepted on CUDA and copied asynchronously.
+pub fn apply_token_bitmask_inplace<T: LogitElem, W: MaskWord>(
+    device: &Device,
+    logits: Logits<'_, T>,
+    layout: LogitsLayout,
+    bitmask: Bitmask<'_, W>,
+    mask_layout: MaskLayout,
+    indices: Option<Indices<'_>>,
+) -> Result<()> {
+    match device {
+        Device::Cpu(parallelism) => {
+            let Logits::Host(logits) = logits else {
+                return Err(BitmaskError::DeviceMismatch(
+                    "CUDA logits passed with Device::Cpu".into(),
+                ));
+            };
+            let Bitmask::Host(bitmask) = bitmask else {
+                return Err(BitmaskError::DeviceMismatch(
+                    "a CUDA bitmask passed with Device::Cpu".into(),
+                ));
+            };
+            let indices = match indices {
+                None => None,
+                Some(Indices::Host(idx)) => Some(idx),
+                #[cfg(feature = "cuda")]
+                Some(Indices::Cuda(_)) => {
+                    return Err(BitmaskError::DeviceMismatch(
+                        "CUDA indices passed with Device::Cpu".into(),
+                    ))
+                }
+            };
+            apply_token_bitmask_inplace_cpu_with(*parallelism, logits, layout, bitmask, mask_layout, indices)
+        }
+        #[cfg(feature = "cuda")]
+        Device::Cuda(target) => {
+            let Logits::Cuda(mut logits) = logits else {
+                return Err(BitmaskError::DeviceMismatch(
+                    "host logits passed with a CUDA device; copy them to the device or use Device::Cpu".into(),
+                ));
+            };
+            let cuda_indices = match &indices {
+                None => None,
+                Some(Indices::Host(idx)) => Some(CudaIndices::Host(idx)),
+                Some(Indices::Cuda(view)) => Some(CudaIndices::Device(view)),
+            };
+            match bitmask {
+                Bitmask::Cuda(mask) => {
+                    target
+                        .kernel
+                        .apply(&target.stream, &mut logits, layout, &mask, mask_layout, cuda_indices)
+                }
+                Bitmask::Host(mask) => {
+                    target
+                        .kernel
+                        .apply_host_mask(&target.stream, &mut logits, layout, mask, mask_layout, cuda_indices)
+                }
+            }
+        }
+    }
+}
