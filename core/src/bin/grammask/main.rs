@@ -1,1 +1,100 @@
-fn main(){}
+//! `grammask`: run, benchmark and debug grammars against real tokenizers.
+//!
+//! With no arguments it runs `demo`: the builtin JSON grammar against an embedded Qwen3
+//! tokenizer, sampling random logits under the mask.
+
+mod bench;
+mod demo;
+mod embedded;
+mod inspect;
+mod masks;
+mod stats;
+
+use clap::{Args, Parser, Subcommand};
+use grammask::{GrammarSpec, TokenizerInfo, TokenizerOptions};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "grammask", version, about = "Structured generation: grammar → per-token bitmask")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate a document under a grammar by sampling random logits (default command).
+    Demo(demo::DemoArgs),
+    /// Print one JSON line per token of a text: allowed count, mask hash and fill time.
+    Masks(masks::MasksArgs),
+    /// Time per-token mask filling along a text, time to first mask and cache memory.
+    Bench(bench::BenchArgs),
+    /// Print a grammar's IR, optimized IR and automata.
+    Inspect(inspect::InspectArgs),
+}
+
+/// Where the grammar comes from.
+#[derive(Args, Clone)]
+#[group(required = false, multiple = false)]
+pub struct GrammarArgs {
+    /// EBNF grammar file (root rule `root`).
+    #[arg(long)]
+    grammar: Option<PathBuf>,
+    /// The builtin JSON grammar (ECMA-404).
+    #[arg(long)]
+    builtin_json: bool,
+}
+
+impl GrammarArgs {
+    /// The spec; the builtin JSON grammar when nothing was given.
+    pub fn spec(&self) -> Result<GrammarSpec, String> {
+        match &self.grammar {
+            Some(p) => {
+                let bytes = std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?;
+                let text = String::from_utf8(bytes).map_err(|e| {
+                    format!("{}: grammar is not valid UTF-8 (byte offset {})", p.display(), e.utf8_error().valid_up_to())
+                })?;
+                Ok(GrammarSpec::ebnf(text))
+            }
+            None => Ok(GrammarSpec::BuiltinJson),
+        }
+    }
+
+    pub fn label(&self) -> String {
+        match &self.grammar {
+            Some(p) => p.display().to_string(),
+            None => "builtin-json".into(),
+        }
+    }
+}
+
+/// Loads a tokenizer (file or folder) for both encoding text and grammask.
+pub fn load_tokenizer(path: &std::path::Path) -> Result<(tokenizers::Tokenizer, TokenizerInfo), String> {
+    let file = grammask::tokenizer::resolve_tokenizer_path(path);
+    let info = TokenizerInfo::from_path(&file, &TokenizerOptions::default()).map_err(|e| e.to_string())?;
+    let tok = tokenizers::Tokenizer::from_file(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+    Ok((tok, info))
+}
+
+fn main() -> ExitCode {
+    let mut cli = Cli::parse();
+    if cli.command.is_none() {
+        // No subcommand: `demo` with its defaults.
+        cli = Cli::parse_from(["grammask", "demo"]);
+    }
+    let result = match cli.command {
+        None => Err("no command".into()),
+        Some(Command::Demo(a)) => demo::run(&a),
+        Some(Command::Masks(a)) => masks::run(&a),
+        Some(Command::Bench(a)) => bench::run(&a),
+        Some(Command::Inspect(a)) => inspect::run(&a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

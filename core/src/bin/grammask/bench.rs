@@ -1,0 +1,87 @@
+//! `grammask bench`: per-token fill + accept time along a text, time to first mask and
+//! cache memory, repeated on fresh compiles.
+
+use crate::stats::summary;
+use crate::{load_tokenizer, GrammarArgs};
+use clap::Args;
+use grammask::{CompileOptions, GrammarCompiler, GrammarMatcher, TokenBitmask};
+use serde_json::json;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// `tokenizer.json` or a folder holding one.
+    #[arg(long)]
+    tokenizer: PathBuf,
+    #[command(flatten)]
+    grammar: GrammarArgs,
+    /// The text to walk (tokenized without special tokens); must be accepted in full.
+    #[arg(long)]
+    text_file: PathBuf,
+    /// Fresh compiles to repeat the walk on.
+    #[arg(long, default_value_t = 5)]
+    repeats: usize,
+}
+
+pub fn run(a: &BenchArgs) -> Result<(), String> {
+    let text = std::fs::read_to_string(&a.text_file).map_err(|e| format!("{}: {e}", a.text_file.display()))?;
+    let (tok, info) = load_tokenizer(&a.tokenizer)?;
+    let ids = tok.encode(text.as_str(), false).map_err(|e| format!("tokenize: {e}"))?.get_ids().to_vec();
+    let info = Arc::new(info);
+    let spec = a.grammar.spec()?;
+    let (mut ttfm, mut cold, mut warm, mut fill_warm) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut mem_visited, mut mem_full) = (0, 0);
+    for _ in 0..a.repeats.max(1) {
+        // A fresh compiler with no cache: every repeat pays compile and lazy masks again.
+        let compiler = GrammarCompiler::with_options(info.clone(), CompileOptions::default(), 0);
+        let mut mask = TokenBitmask::new(1, info.vocab_size());
+        let t0 = Instant::now();
+        let compiled = compiler.compile(&spec).map_err(|e| e.to_string())?;
+        let mut m = GrammarMatcher::new(compiled.clone());
+        m.fill_next_token_bitmask(mask.row_mut(0)).map_err(|e| e.to_string())?;
+        ttfm.push(t0.elapsed().as_secs_f64() * 1e6);
+        m.reset();
+        // Cold pass: masks computed lazily as states are first reached.
+        walk(&mut m, &mut mask, &ids, &mut cold, None)?;
+        mem_visited = compiled.memory_bytes();
+        // Warm pass: the same compiled grammar, every visited state cached.
+        m.reset();
+        walk(&mut m, &mut mask, &ids, &mut warm, Some(&mut fill_warm))?;
+        compiled.precompute();
+        mem_full = compiled.memory_bytes();
+    }
+    println!(
+        "{}",
+        json!({
+            "engine": "grammask", "grammar": a.grammar.label(), "tokens": ids.len(), "repeats": a.repeats,
+            "ttfm_us": summary(&ttfm),
+            "per_token_us_cold": summary(&cold),
+            "per_token_us_warm": summary(&warm),
+            "fill_us_warm": summary(&fill_warm),
+            "memory_bytes_visited": mem_visited,
+            "memory_bytes_all_states": mem_full,
+        })
+    );
+    Ok(())
+}
+
+/// Fill + accept for every token; pushes per-token µs. Fails if a token is rejected.
+fn walk(m: &mut GrammarMatcher, mask: &mut TokenBitmask, ids: &[u32], out: &mut Vec<f64>, mut fills: Option<&mut Vec<f64>>) -> Result<(), String> {
+    for (i, &id) in ids.iter().enumerate() {
+        let t0 = Instant::now();
+        m.fill_next_token_bitmask(mask.row_mut(0)).map_err(|e| e.to_string())?;
+        let t1 = Instant::now();
+        m.accept_token(id).map_err(|e| format!("token {i} ({id}): {e}"))?;
+        let t2 = Instant::now();
+        out.push((t2 - t0).as_secs_f64() * 1e6);
+        if let Some(f) = fills.as_deref_mut() {
+            f.push((t1 - t0).as_secs_f64() * 1e6);
+        }
+        if !grammask::bitmask::is_allowed(mask.row(0), id) {
+            return Err(format!("token {i} ({id}) was accepted but not in the mask"));
+        }
+    }
+    Ok(())
+}
