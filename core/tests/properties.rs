@@ -1,0 +1,135 @@
+//! Property tests of the matcher on a real tokenizer: rollback, fork, jump-forward, and
+//! mask/accept agreement.
+
+mod common;
+
+use common::{allowed, grammar_text, tokenizer, Rng};
+use grammask::{GrammarCompiler, GrammarMatcher, TokenBitmask};
+use proptest::prelude::*;
+use std::sync::Arc;
+
+fn grammars() -> Vec<String> {
+    vec![
+        grammask::grammar::JSON_EBNF.to_string(),
+        grammar_text("llama.cpp/c.gbnf"),
+        grammar_text("llama.cpp/arithmetic.gbnf"),
+        "root ::= expr\nexpr ::= expr \"+\" expr | \"(\" expr \")\" | [a-c]+ | \"ab\" \"c\"?".to_string(),
+    ]
+}
+
+fn matcher(grammar: usize) -> GrammarMatcher {
+    static COMPILED: std::sync::OnceLock<Vec<Arc<grammask::CompiledGrammar>>> = std::sync::OnceLock::new();
+    let all = COMPILED.get_or_init(|| {
+        let c = GrammarCompiler::new(tokenizer("llama3_1"));
+        grammars().iter().map(|g| c.compile_ebnf(g).unwrap()).collect()
+    });
+    GrammarMatcher::new(all[grammar].clone())
+}
+
+fn fill(m: &mut GrammarMatcher) -> Vec<u32> {
+    let mut mask = TokenBitmask::new(1, m.vocab_size());
+    m.fill_next_token_bitmask(mask.row_mut(0)).unwrap();
+    mask.row(0).to_vec()
+}
+
+/// Accepts up to `n` random allowed non-stop tokens; returns how many were accepted.
+fn walk(m: &mut GrammarMatcher, rng: &mut Rng, n: usize) -> usize {
+    let stops = m.compiled().tokenizer().stop_tokens().to_vec();
+    for i in 0..n {
+        let ids: Vec<u32> = allowed(&fill(m)).into_iter().filter(|i| !stops.contains(i)).collect();
+        if ids.is_empty() {
+            return i;
+        }
+        m.accept_token(ids[rng.below(ids.len())]).unwrap();
+    }
+    n
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn rollback_restores_masks(g in 0..4usize, seed in 1..u64::MAX, pre in 0..12usize, k in 1..8usize) {
+        let mut m = matcher(g);
+        let mut rng = Rng(seed);
+        walk(&mut m, &mut rng, pre);
+        let before = fill(&mut m);
+        let steps = m.num_steps();
+        let done = walk(&mut m, &mut rng, k);
+        m.rollback(done).unwrap();
+        prop_assert_eq!(m.num_steps(), steps);
+        prop_assert_eq!(fill(&mut m), before);
+    }
+
+    #[test]
+    fn forks_are_independent(g in 0..4usize, seed in 1..u64::MAX, pre in 0..10usize) {
+        let mut m = matcher(g);
+        let mut rng = Rng(seed);
+        walk(&mut m, &mut rng, pre);
+        let before = fill(&mut m);
+        let mut f = m.fork();
+        let mut rng2 = Rng(seed ^ 0xabcdef);
+        walk(&mut f, &mut rng2, 5);
+        prop_assert_eq!(fill(&mut m), before.clone());
+        // The original can move on its own, and the fork is unaffected by it.
+        let fork_mask = fill(&mut f);
+        walk(&mut m, &mut rng, 3);
+        prop_assert_eq!(fill(&mut f), fork_mask);
+    }
+
+    #[test]
+    fn jump_forward_is_accepted(g in 0..4usize, seed in 1..u64::MAX, pre in 0..15usize) {
+        let mut m = matcher(g);
+        let mut rng = Rng(seed);
+        walk(&mut m, &mut rng, pre);
+        let before = fill(&mut m);
+        let jf = m.find_jump_forward_string();
+        prop_assert_eq!(fill(&mut m), before, "find_jump_forward_string changed the state");
+        if !jf.is_empty() {
+            prop_assert!(m.accept_bytes(&jf).is_ok(), "jump-forward {:?} rejected", String::from_utf8_lossy(&jf));
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+
+    /// Every allowed token is accepted, every forbidden token is rejected.
+    #[test]
+    fn mask_agrees_with_accept(g in 0..4usize, seed in 1..u64::MAX, pre in 0..15usize) {
+        let mut m = matcher(g);
+        let mut rng = Rng(seed);
+        walk(&mut m, &mut rng, pre);
+        let mask = fill(&mut m);
+        for id in 0..m.vocab_size() as u32 {
+            let allowed = mask[id as usize / 32] >> (id % 32) & 1 == 1;
+            let ok = m.accept_token(id).is_ok();
+            prop_assert_eq!(ok, allowed, "token {} allowed={} accepted={}", id, allowed, ok);
+            if ok {
+                m.rollback(1).unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn padding_and_special_tokens_are_never_allowed() {
+    let tok = grammask::TokenizerInfo::from_path(
+        common::data_dir().join("tokenizers/llama3_1"),
+        &grammask::TokenizerOptions { vocab_size: Some(128_256 + 100), ..Default::default() },
+    )
+    .unwrap();
+    let c = GrammarCompiler::new(Arc::new(tok));
+    let mut m = GrammarMatcher::new(c.compile_ebnf("root ::= [^\\x00]*").unwrap());
+    let mask = fill(&mut m);
+    assert_eq!(mask.len(), (128_256 + 100usize).div_ceil(32));
+    let ids = allowed(&mask);
+    assert!(ids.iter().all(|&i| i < 128_256), "padding id allowed");
+    // <|begin_of_text|> (128000) is special; <|eot_id|> (128009) is the stop token and the
+    // empty string is complete, so it is allowed.
+    assert!(!ids.contains(&128_000));
+    assert!(ids.contains(&128_009));
+    assert!(m.accept_token(128_000).is_err());
+    assert!(matches!(m.accept_token(128_300), Err(grammask::Error::TokenRejected { .. })));
+    assert!(matches!(m.accept_token(128_356), Err(grammask::Error::InvalidTokenId { .. })));
+}
