@@ -38,25 +38,55 @@ impl Dfa {
         ids.insert(start.clone(), 0);
         sets.push(start);
         let mut dfa = Dfa { n_classes: nc, trans: Vec::new(), rules: Vec::new(), finals: Vec::new() };
+        // Per-class target lists, reused across states. Byte edges are ranges, so each edge
+        // is spread over the consecutive classes it covers.
+        let class_of: Vec<usize> = {
+            let mut v = vec![0usize; 256];
+            for (c, &rep) in class_rep.iter().enumerate() {
+                v[rep as usize] = c;
+            }
+            // Fill bytes between representatives: classes are contiguous byte ranges.
+            let mut cur = 0;
+            for (b, slot) in v.iter_mut().enumerate() {
+                if class_rep.get(cur + 1).is_some_and(|&r| r as usize == b) {
+                    cur += 1;
+                }
+                *slot = cur;
+            }
+            v
+        };
+        let mut per_class: Vec<Vec<u32>> = vec![Vec::new(); nc];
         let mut i = 0;
         while i < sets.len() {
             let set = sets[i].clone();
             i += 1;
             dfa.finals.push(set.binary_search(&nfa.end).is_ok());
-            for &rep in class_rep {
-                let mut next: Vec<u32> = Vec::new();
-                for &s in &set {
-                    for &(lo, hi, t) in &nfa.bytes[s as usize] {
-                        if lo <= rep && rep <= hi {
-                            next.push(t);
-                        }
+            for &s in &set {
+                for &(lo, hi, t) in nfa.bytes.of(s) {
+                    for targets in &mut per_class[class_of[lo as usize]..=class_of[hi as usize]] {
+                        targets.push(t);
                     }
                 }
-                let id = Self::intern(nfa, &mut next, &mut seen, &mut ids, &mut sets, max_states)?;
+            }
+            let mut prev: Option<(Vec<u32>, u32)> = None;
+            for targets in per_class.iter_mut() {
+                targets.sort_unstable();
+                targets.dedup();
+                // Neighbouring classes usually lead to the same set: reuse its id.
+                let id = match &prev {
+                    Some((p, id)) if p == targets => *id,
+                    _ => {
+                        let key = targets.clone();
+                        let id = Self::intern(nfa, targets, &mut seen, &mut ids, &mut sets, max_states)?;
+                        prev = Some((key, id));
+                        id
+                    }
+                };
+                targets.clear();
                 dfa.trans.push(id);
             }
             let mut by_rule: Vec<(u32, u32)> =
-                set.iter().flat_map(|&s| nfa.rules[s as usize].iter().copied()).collect();
+                set.iter().flat_map(|&s| nfa.rules.of(s).iter().copied()).collect();
             by_rule.sort_unstable();
             let mut edges = Vec::new();
             let mut k = 0;
@@ -184,27 +214,68 @@ impl Dfa {
     }
 
     /// Moore minimization: merges states with identical futures.
+    ///
+    /// Each round gives every state a signature (its class, then its transitions' classes,
+    /// run-length encoded over byte classes, then its rule edges) in one flat buffer, and
+    /// renumbers classes by sorting states on their signatures — no per-state allocation.
     pub fn minimize(&mut self) {
         let n = self.len();
         let nc = self.n_classes;
         let mut class: Vec<u32> = self.finals.iter().map(|&f| f as u32).collect();
         let mut count = 0usize;
+        let mut buf: Vec<u32> = Vec::new();
+        let mut spans: Vec<(u32, u32)> = Vec::with_capacity(n);
+        // Transition rows run-length encoded once: `(first class, target)` per run.
+        let mut runs: Vec<(u32, u32)> = Vec::new();
+        let mut run_ends: Vec<u32> = Vec::with_capacity(n);
+        for s in 0..n {
+            let mut last = DEAD - 1;
+            for (c, &t) in self.trans[s * nc..(s + 1) * nc].iter().enumerate() {
+                if t != last {
+                    runs.push((c as u32, t));
+                    last = t;
+                }
+            }
+            run_ends.push(runs.len() as u32);
+        }
         loop {
-            let mut sig_ids: FxHashMap<Vec<u32>, u32> = FxHashMap::default();
-            let mut next = vec![0u32; n];
+            buf.clear();
+            spans.clear();
             for s in 0..n {
                 let cls = |t: u32| if t == DEAD { u32::MAX } else { class[t as usize] };
-                let mut sig = Vec::with_capacity(1 + nc + 2 * self.rules[s].len());
-                sig.push(class[s]);
-                sig.extend(self.trans[s * nc..(s + 1) * nc].iter().map(|&t| cls(t)));
-                for &(r, t) in &self.rules[s] {
-                    sig.push(r);
-                    sig.push(cls(t));
+                let start = buf.len() as u32;
+                buf.push(class[s]);
+                let mut last = u32::MAX - 1;
+                let r0 = if s == 0 { 0 } else { run_ends[s - 1] as usize };
+                for &(c, t) in &runs[r0..run_ends[s] as usize] {
+                    let k = cls(t);
+                    if k != last {
+                        buf.push(c);
+                        buf.push(k);
+                        last = k;
+                    }
                 }
-                let len = sig_ids.len() as u32;
-                next[s] = *sig_ids.entry(sig).or_insert(len);
+                buf.push(u32::MAX);
+                for &(r, t) in &self.rules[s] {
+                    buf.push(r);
+                    buf.push(cls(t));
+                }
+                spans.push((start, buf.len() as u32));
             }
-            let new_count = sig_ids.len();
+            let sig = |s: u32| {
+                let (a, b) = spans[s as usize];
+                &buf[a as usize..b as usize]
+            };
+            let mut ids: FxHashMap<&[u32], u32> = FxHashMap::default();
+            ids.reserve(n);
+            let mut next = vec![0u32; n];
+            for (st, slot) in next.iter_mut().enumerate() {
+                let len = ids.len() as u32;
+                *slot = *ids.entry(sig(st as u32)).or_insert(len);
+            }
+            let id = ids.len().saturating_sub(1) as u32;
+            let new_count = if n == 0 { 0 } else { id as usize + 1 };
+            drop(ids);
             class = next;
             if new_count == count {
                 break;

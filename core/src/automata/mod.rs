@@ -331,8 +331,8 @@ fn show_bytes(bytes: &[u8]) -> String {
 fn byte_classes(nfas: &[Nfa]) -> ([u8; 256], usize) {
     let mut boundary = [false; 257];
     for nfa in nfas {
-        for edges in &nfa.bytes {
-            for &(lo, hi, _) in edges {
+        for s in 0..nfa.len() as u32 {
+            for &(lo, hi, _) in nfa.bytes.of(s) {
                 boundary[lo as usize] = true;
                 boundary[hi as usize + 1] = true;
             }

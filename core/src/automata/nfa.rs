@@ -6,39 +6,104 @@ use crate::error::Error;
 use crate::grammar::Expr;
 use regex_syntax::utf8::Utf8Sequences;
 
+/// Edges out of each state in one flat array (compressed sparse rows): state `s`'s edges
+/// are `edges[starts[s]..starts[s + 1]]`. Built once from an unsorted edge list, so
+/// construction allocates three vectors instead of three per state.
+#[derive(Debug, Default)]
+pub(crate) struct Csr<T> {
+    starts: Vec<u32>,
+    edges: Vec<T>,
+}
+
+impl<T: Copy> Csr<T> {
+    fn build(n: usize, mut list: Vec<(u32, T)>) -> Self {
+        list.sort_by_key(|e| e.0);
+        let mut starts = vec![0u32; n + 1];
+        for &(from, _) in &list {
+            starts[from as usize + 1] += 1;
+        }
+        for i in 0..n {
+            starts[i + 1] += starts[i];
+        }
+        Csr { starts, edges: list.into_iter().map(|e| e.1).collect() }
+    }
+
+    #[inline]
+    pub fn of(&self, s: u32) -> &[T] {
+        &self.edges[self.starts[s as usize] as usize..self.starts[s as usize + 1] as usize]
+    }
+}
+
 /// An NFA for one rule. State 0 is the start; `end` is the single final state.
 #[derive(Debug, Default)]
 pub(crate) struct Nfa {
-    pub eps: Vec<Vec<u32>>,
+    pub eps: Csr<u32>,
     /// `(lo, hi, target)` byte-range edges.
-    pub bytes: Vec<Vec<(u8, u8, u32)>>,
+    pub bytes: Csr<(u8, u8, u32)>,
     /// `(rule, target)` rule-reference edges.
-    pub rules: Vec<Vec<(u32, u32)>>,
+    pub rules: Csr<(u32, u32)>,
     pub end: u32,
+    len: usize,
+}
+
+/// Edge lists while building.
+#[derive(Default)]
+struct Builder {
+    len: usize,
+    eps: Vec<(u32, u32)>,
+    bytes: Vec<(u32, (u8, u8, u32))>,
+    rules: Vec<(u32, (u32, u32))>,
 }
 
 impl Nfa {
     /// Builds the NFA for `body`, failing once it has more than `max_states` states.
     pub fn build(body: &Expr, max_states: usize) -> Result<Nfa, Error> {
-        let mut nfa = Nfa::default();
-        let start = nfa.state(max_states)?;
-        let end = nfa.expr(body, start, max_states)?;
-        nfa.end = end;
-        Ok(nfa)
+        let mut b = Builder::default();
+        let start = b.state(max_states)?;
+        let end = b.expr(body, start, max_states)?;
+        Ok(Nfa {
+            eps: Csr::build(b.len, b.eps),
+            bytes: Csr::build(b.len, b.bytes),
+            rules: Csr::build(b.len, b.rules),
+            end,
+            len: b.len,
+        })
     }
 
     pub fn len(&self) -> usize {
-        self.eps.len()
+        self.len
     }
 
-    fn state(&mut self, max: usize) -> Result<u32, Error> {
-        if self.eps.len() >= max {
-            return Err(Error::Limit { what: "automaton size (NFA states of one rule)", given: self.eps.len() + 1, limit: max });
+    /// Epsilon closure of `set` (sorted, deduplicated).
+    pub fn closure(&self, set: &mut Vec<u32>, seen: &mut [bool]) {
+        let mut i = 0;
+        for &s in set.iter() {
+            seen[s as usize] = true;
         }
-        self.eps.push(Vec::new());
-        self.bytes.push(Vec::new());
-        self.rules.push(Vec::new());
-        Ok(self.eps.len() as u32 - 1)
+        while i < set.len() {
+            let s = set[i];
+            i += 1;
+            for &t in self.eps.of(s) {
+                if !seen[t as usize] {
+                    seen[t as usize] = true;
+                    set.push(t);
+                }
+            }
+        }
+        for &s in set.iter() {
+            seen[s as usize] = false;
+        }
+        set.sort_unstable();
+    }
+}
+
+impl Builder {
+    fn state(&mut self, max: usize) -> Result<u32, Error> {
+        if self.len >= max {
+            return Err(Error::Limit { what: "automaton size (NFA states of one rule)", given: self.len + 1, limit: max });
+        }
+        self.len += 1;
+        Ok(self.len as u32 - 1)
     }
 
     /// Adds `e` starting at `from`; returns the state where it ends.
@@ -49,7 +114,7 @@ impl Nfa {
                 let mut cur = from;
                 for &b in s.as_bytes() {
                     let next = self.state(max)?;
-                    self.bytes[cur as usize].push((b, b, next));
+                    self.bytes.push((cur, (b, b, next)));
                     cur = next;
                 }
                 cur
@@ -63,7 +128,7 @@ impl Nfa {
                         let mut cur = from;
                         for (i, r) in seq.iter().enumerate() {
                             let next = if i + 1 == seq.len() { end } else { self.state(max)? };
-                            self.bytes[cur as usize].push((r.start, r.end, next));
+                            self.bytes.push((cur, (r.start, r.end, next)));
                             cur = next;
                         }
                     }
@@ -72,7 +137,7 @@ impl Nfa {
             }
             Expr::Rule(r) => {
                 let end = self.state(max)?;
-                self.rules[from as usize].push((r.0, end));
+                self.rules.push((from, (r.0, end)));
                 end
             }
             Expr::Seq(v) => {
@@ -86,9 +151,9 @@ impl Nfa {
                 let end = self.state(max)?;
                 for x in v {
                     let s = self.state(max)?;
-                    self.eps[from as usize].push(s);
+                    self.eps.push((from, s));
                     let e = self.expr(x, s, max)?;
-                    self.eps[e as usize].push(end);
+                    self.eps.push((e, end));
                 }
                 end
             }
@@ -101,48 +166,26 @@ impl Nfa {
                     None => {
                         // cur -ε-> loop; loop -body-> back -ε-> loop; loop -ε-> end
                         let lp = self.state(max)?;
-                        self.eps[cur as usize].push(lp);
+                        self.eps.push((cur, lp));
                         let s = self.state(max)?;
-                        self.eps[lp as usize].push(s);
+                        self.eps.push((lp, s));
                         let e = self.expr(expr, s, max)?;
-                        self.eps[e as usize].push(lp);
+                        self.eps.push((e, lp));
                         let end = self.state(max)?;
-                        self.eps[lp as usize].push(end);
+                        self.eps.push((lp, end));
                         end
                     }
                     Some(m) => {
                         let end = self.state(max)?;
                         for _ in *min..*m {
-                            self.eps[cur as usize].push(end);
+                            self.eps.push((cur, end));
                             cur = self.expr(expr, cur, max)?;
                         }
-                        self.eps[cur as usize].push(end);
+                        self.eps.push((cur, end));
                         end
                     }
                 }
             }
         })
-    }
-
-    /// Epsilon closure of `set` (sorted, deduplicated).
-    pub fn closure(&self, set: &mut Vec<u32>, seen: &mut [bool]) {
-        let mut i = 0;
-        for &s in set.iter() {
-            seen[s as usize] = true;
-        }
-        while i < set.len() {
-            let s = set[i] as usize;
-            i += 1;
-            for &t in &self.eps[s] {
-                if !seen[t as usize] {
-                    seen[t as usize] = true;
-                    set.push(t);
-                }
-            }
-        }
-        for &s in set.iter() {
-            seen[s as usize] = false;
-        }
-        set.sort_unstable();
     }
 }

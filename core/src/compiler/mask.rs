@@ -28,9 +28,9 @@ use crate::tokenizer::TokenizerInfo;
 /// The accepted part of a [`StateMask`].
 #[derive(Debug, Clone)]
 pub(crate) enum Accepted {
-    /// Exactly these token ids (sorted).
+    /// Exactly these token ids.
     List(Vec<u32>),
-    /// Every producible token except these ids (sorted).
+    /// Every producible token except these ids.
     AllExcept(Vec<u32>),
     /// A bitset in mask layout.
     Bitset(Vec<u32>),
@@ -86,7 +86,6 @@ impl StateMask {
             }
             k = end;
         }
-        accepted.sort_unstable();
         let n_rejected: usize = excluded_ranks.iter().map(|&(a, b)| (b - a) as usize).sum();
         let list_bytes = accepted.len() * 4;
         let except_bytes = (n_rejected + uncertain.len()) * 4;
@@ -99,7 +98,6 @@ impl StateMask {
                 .flat_map(|&(a, b)| (a..b).map(|r| trie.token_ids[r as usize]))
                 .chain(uncertain.iter().map(|&r| trie.token_ids[r as usize]))
                 .collect();
-            ex.sort_unstable();
             Accepted::AllExcept(ex)
         } else {
             let mut words = vec![0u32; tok.vocab_size().div_ceil(32)];

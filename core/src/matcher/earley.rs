@@ -27,6 +27,14 @@ pub(crate) struct Item {
     pub origin: u32,
 }
 
+/// An item of some set that waits for `rule` to complete, then moves to `target`.
+#[derive(Debug, Clone, Copy)]
+struct Wait {
+    rule: u32,
+    target: u32,
+    origin: u32,
+}
+
 /// Above this many items in one set, duplicate checks use a hash set.
 const LINEAR_DEDUP_MAX: usize = 24;
 
@@ -38,6 +46,11 @@ pub(crate) struct Earley {
     set_ends: Vec<u32>,
     /// `can_end[k]`: the seed rule completed at position `k`.
     can_end: Vec<bool>,
+    /// Items waiting on a rule, per set: `(rule, target state, origin)` for every rule edge
+    /// of every item. Completion scans only this compact list of its origin set instead of
+    /// every item and its edges. Set `k` is `waits[wait_ends[k - 1]..wait_ends[k]]`.
+    waits: Vec<Wait>,
+    wait_ends: Vec<u32>,
     seen: rustc_hash::FxHashSet<Item>,
 }
 
@@ -48,14 +61,23 @@ impl Earley {
             items: Vec::with_capacity(64),
             set_ends: vec![0],
             can_end: vec![false],
+            waits: Vec::with_capacity(64),
+            wait_ends: vec![0],
             seen: Default::default(),
         };
         let start = e.items.len();
         e.items.push(Item { state: seed, origin: 0 });
         let end = e.closure(a, start);
-        e.set_ends.push(e.items.len() as u32);
-        e.can_end.push(end);
+        e.finish_set(end);
         e
+    }
+
+    /// Seals the set being built.
+    #[inline]
+    fn finish_set(&mut self, can_end: bool) {
+        self.set_ends.push(self.items.len() as u32);
+        self.can_end.push(can_end);
+        self.wait_ends.push(self.waits.len() as u32);
     }
 
     /// Number of positions after the seed set (bytes consumed).
@@ -90,7 +112,9 @@ impl Earley {
         if sets < self.set_ends.len() {
             self.set_ends.truncate(sets);
             self.can_end.truncate(sets);
+            self.wait_ends.truncate(sets);
             self.items.truncate(self.set_ends[sets - 1] as usize);
+            self.waits.truncate(self.wait_ends[sets - 1] as usize);
         }
     }
 
@@ -111,13 +135,8 @@ impl Earley {
             }
             let node = a.nodes[t as usize];
             self.items.push(Item { state: t, origin: it.origin });
-            if node.is_final || node.edges.0 != node.edges.1 {
-                let end = self.closure(a, start);
-                self.can_end.push(end);
-            } else {
-                self.can_end.push(false);
-            }
-            self.set_ends.push(self.items.len() as u32);
+            let end = if node.is_final || node.edges.0 != node.edges.1 { self.closure(a, start) } else { false };
+            self.finish_set(end);
             return true;
         }
         for i in lo..hi {
@@ -131,8 +150,7 @@ impl Earley {
             return false;
         }
         let end = self.closure(a, start);
-        self.set_ends.push(self.items.len() as u32);
-        self.can_end.push(end);
+        self.finish_set(end);
         true
     }
 
@@ -172,18 +190,17 @@ impl Earley {
                 } else if it.origin < pos {
                     // Complete: advance every item of the origin set waiting on this rule.
                     let o = it.origin as usize;
-                    let (plo, phi) = (self.set_ends[o - 1] as usize, self.set_ends[o] as usize);
-                    for p in plo..phi {
-                        let parent = self.items[p];
-                        for &(r, t) in a.edges(parent.state) {
-                            if r == node.rule {
-                                self.add(start, Item { state: t, origin: parent.origin });
-                            }
+                    let (wlo, whi) = (self.wait_ends[o - 1] as usize, self.wait_ends[o] as usize);
+                    for w in wlo..whi {
+                        let w = self.waits[w];
+                        if w.rule == node.rule {
+                            self.add(start, Item { state: w.target, origin: w.origin });
                         }
                     }
                 }
             }
             for &(r, t) in a.edges(it.state) {
+                self.waits.push(Wait { rule: r, target: t, origin: it.origin });
                 self.add(start, Item { state: a.rule_start[r as usize], origin: pos });
                 if a.nullable[r as usize] {
                     self.add(start, Item { state: t, origin: it.origin });
@@ -195,6 +212,10 @@ impl Earley {
 
     /// Heap bytes in use.
     pub fn memory_bytes(&self) -> usize {
-        self.items.capacity() * 8 + self.set_ends.capacity() * 4 + self.can_end.capacity()
+        self.items.capacity() * 8
+            + self.set_ends.capacity() * 4
+            + self.can_end.capacity()
+            + self.waits.capacity() * 12
+            + self.wait_ends.capacity() * 4
     }
 }

@@ -31,7 +31,7 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
     let ids = tok.encode(text.as_str(), false).map_err(|e| format!("tokenize: {e}"))?.get_ids().to_vec();
     let info = Arc::new(info);
     let spec = a.grammar.spec()?;
-    let (mut ttfm, mut cold, mut warm, mut fill_warm) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut compile_us, mut ttfm, mut cold, mut warm, mut fill_warm) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut mem_visited, mut mem_full) = (0, 0);
     for _ in 0..a.repeats.max(1) {
         // A fresh compiler with no cache: every repeat pays compile and lazy masks again.
@@ -39,6 +39,7 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         let mut mask = TokenBitmask::new(1, info.vocab_size());
         let t0 = Instant::now();
         let compiled = compiler.compile(&spec).map_err(|e| e.to_string())?;
+        compile_us.push(t0.elapsed().as_secs_f64() * 1e6);
         let mut m = GrammarMatcher::new(compiled.clone());
         m.fill_next_token_bitmask(mask.row_mut(0)).map_err(|e| e.to_string())?;
         ttfm.push(t0.elapsed().as_secs_f64() * 1e6);
@@ -56,6 +57,7 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         "{}",
         json!({
             "engine": "grammask", "grammar": a.grammar.label(), "tokens": ids.len(), "repeats": a.repeats,
+            "compile_us": summary(&compile_us),
             "ttfm_us": summary(&ttfm),
             "per_token_us_cold": summary(&cold),
             "per_token_us_warm": summary(&warm),
