@@ -21,7 +21,7 @@
 //! (positions in byte-sorted order) so the run-time check walks them in sorted order and
 //! shares prefixes between neighbours.
 
-use crate::automata::Automata;
+use crate::automata::{Automata, DEAD};
 use crate::matcher::earley::Earley;
 use crate::tokenizer::TokenizerInfo;
 
@@ -57,25 +57,74 @@ impl StateMask {
         let trie = tok.trie();
         let follow = &a.follow[a.nodes[state as usize].rule as usize];
         let mut parser = Earley::new(a, state);
-        let mut path: Vec<u8> = vec![0; trie.max_depth + 1];
+        let max = trie.max_depth + 1;
+        // Per depth (bytes consumed): the byte, whether the seed rule could end there, and
+        // (in DFA mode) the single item's state.
+        let mut path: Vec<u8> = vec![0; max];
+        let mut ends: Vec<bool> = vec![false; max + 1];
+        let mut dstate: Vec<u32> = vec![0; max + 1];
         let mut accepted: Vec<u32> = Vec::new();
         let mut excluded_ranks: Vec<(u32, u32)> = Vec::new();
         let mut uncertain: Vec<u32> = Vec::new();
         let nodes = &trie.nodes;
+        let nc = a.n_classes;
+        // DFA mode: while the parse is one item whose moves reach states with no rule edges
+        // (and no completion into a parent), a move is one table lookup; the Earley parser
+        // stays at depth `e_depth` and is synced only when a move needs it.
+        let mut e_depth = 0usize;
+        // `Some(origin)` when the Earley set at `e_depth` is a single item (DFA mode usable).
+        let mut single = single_item(&parser, &mut dstate, 0);
         let mut k = 0usize;
         while k < nodes.len() {
             let node = nodes[k];
             let d = node.depth as usize - 1;
-            parser.truncate(d);
             path[d] = node.byte;
-            if parser.push(a, node.byte) {
+            if d < e_depth {
+                parser.truncate(d);
+                e_depth = d;
+                single = single_item(&parser, &mut dstate, d);
+            }
+            let ok = match single {
+                Some(origin) => {
+                    let t = a.trans[dstate[d] as usize * nc + a.byte_class[node.byte as usize] as usize];
+                    if t == DEAD {
+                        false
+                    } else {
+                        let info = a.nodes[t as usize];
+                        if info.edges.0 == info.edges.1 && (!info.is_final || origin == 0) {
+                            dstate[d + 1] = t;
+                            ends[d + 1] = info.is_final;
+                        } else {
+                            // Sync the parser along the DFA path, then take the move in Earley.
+                            for &b in &path[e_depth..=d] {
+                                parser.push(a, b);
+                            }
+                            e_depth = d + 1;
+                            ends[d + 1] = parser.can_end();
+                            single = single_item(&parser, &mut dstate, d + 1);
+                        }
+                        true
+                    }
+                }
+                None => {
+                    if parser.push(a, node.byte) {
+                        e_depth = d + 1;
+                        ends[d + 1] = parser.can_end();
+                        single = single_item(&parser, &mut dstate, d + 1);
+                        true
+                    } else {
+                        false
+                    }
+                }
+            };
+            if ok {
                 accepted.extend_from_slice(trie.tokens_at(k));
                 k += 1;
                 continue;
             }
             // Every token below `k` dies at byte `d`. It is uncertain if the rule could end
             // after `i` bytes (1 ≤ i ≤ d) and byte `i` could follow the rule.
-            let straddles = (1..=d).any(|i| parser.can_end_at(i) && follow.contains(path[i]));
+            let straddles = (1..=d).any(|i| ends[i] && follow.contains(path[i]));
             let first = node.tokens.0;
             let end = node.subtree_end as usize;
             let last = if end < nodes.len() { nodes[end].tokens.0 } else { trie.token_ids.len() as u32 };
@@ -93,7 +142,7 @@ impl StateMask {
         let accepted = if list_bytes <= except_bytes && list_bytes <= bitset_bytes {
             Accepted::List(accepted)
         } else if except_bytes <= bitset_bytes {
-            let mut ex: Vec<u32> = excluded_ranks
+            let ex: Vec<u32> = excluded_ranks
                 .iter()
                 .flat_map(|&(a, b)| (a..b).map(|r| trie.token_ids[r as usize]))
                 .chain(uncertain.iter().map(|&r| trie.token_ids[r as usize]))
@@ -107,5 +156,18 @@ impl StateMask {
             Accepted::Bitset(words)
         };
         StateMask { accepted, uncertain }
+    }
+}
+
+/// If the parser's latest set is one item, records its state at `dstate[depth]` and returns
+/// its origin.
+#[inline]
+fn single_item(parser: &Earley, dstate: &mut [u32], depth: usize) -> Option<u32> {
+    match parser.last_set() {
+        [it] => {
+            dstate[depth] = it.state;
+            Some(it.origin)
+        }
+        _ => None,
     }
 }

@@ -52,6 +52,12 @@ pub(crate) struct Earley {
     waits: Vec<Wait>,
     wait_ends: Vec<u32>,
     seen: rustc_hash::FxHashSet<Item>,
+    /// `stamp[state] == generation`: the item `(state, current position)` is already in
+    /// the set being built. Predictions (the bulk of a closure) are deduplicated with one
+    /// load instead of a scan; the generation grows with every set built, so truncation
+    /// never leaves stale stamps.
+    stamp: Vec<u32>,
+    generation: u32,
 }
 
 impl Earley {
@@ -64,6 +70,8 @@ impl Earley {
             waits: Vec::with_capacity(64),
             wait_ends: vec![0],
             seen: Default::default(),
+            stamp: vec![0; a.num_states()],
+            generation: 0,
         };
         let start = e.items.len();
         e.items.push(Item { state: seed, origin: 0 });
@@ -99,11 +107,6 @@ impl Earley {
         self.can_end[self.can_end.len() - 1]
     }
 
-    /// Whether the seed rule could complete after `k` consumed bytes (`k <= depth`).
-    #[inline]
-    pub fn can_end_at(&self, k: usize) -> bool {
-        self.can_end[k + 1]
-    }
 
     /// Drops positions until `depth()` is `depth`.
     #[inline]
@@ -155,6 +158,26 @@ impl Earley {
     }
 
     /// Adds `item` to the set being built (which starts at `start`) unless present.
+    /// Starts a new set: a fresh generation for prediction stamps.
+    #[inline]
+    fn next_generation(&mut self) {
+        self.generation = self.generation.wrapping_add(1);
+        if self.generation == 0 {
+            self.stamp.fill(0);
+            self.generation = 1;
+        }
+    }
+
+    /// Adds `(state, pos)` — an item that starts at the set being built — unless present.
+    #[inline]
+    fn add_here(&mut self, state: u32, pos: u32) {
+        let s = &mut self.stamp[state as usize];
+        if *s != self.generation {
+            *s = self.generation;
+            self.items.push(Item { state, origin: pos });
+        }
+    }
+
     #[inline]
     fn add(&mut self, start: usize, item: Item) {
         let len = self.items.len() - start;
@@ -178,6 +201,7 @@ impl Earley {
     fn closure(&mut self, a: &Automata, start: usize) -> bool {
         // The set being built is at position `pos`.
         let pos = self.set_ends.len() as u32;
+        self.next_generation();
         let mut can_end = false;
         let mut j = start;
         while j < self.items.len() {
@@ -201,9 +225,13 @@ impl Earley {
             }
             for &(r, t) in a.edges(it.state) {
                 self.waits.push(Wait { rule: r, target: t, origin: it.origin });
-                self.add(start, Item { state: a.rule_start[r as usize], origin: pos });
+                self.add_here(a.rule_start[r as usize], pos);
                 if a.nullable[r as usize] {
-                    self.add(start, Item { state: t, origin: it.origin });
+                    if it.origin == pos {
+                        self.add_here(t, pos);
+                    } else {
+                        self.add(start, Item { state: t, origin: it.origin });
+                    }
                 }
             }
         }
