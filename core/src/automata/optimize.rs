@@ -119,6 +119,7 @@ pub fn inline_fragments(g: &mut Grammar) {
                     Expr::Rule(id)
                 }
             });
+            flatten(&mut body);
             let after = body.size();
             if size + after - before.min(after) > budget {
                 continue;
@@ -129,6 +130,31 @@ pub fn inline_fragments(g: &mut Grammar) {
         if !changed {
             break;
         }
+    }
+}
+
+/// Splices nested sequences into their parent sequence and nested alternations into their
+/// parent alternation (inlining creates both).
+fn flatten(e: &mut Expr) {
+    match e {
+        Expr::Seq(v) | Expr::Alt(v) => {
+            v.iter_mut().for_each(flatten);
+            let is_seq = matches!(e, Expr::Seq(_));
+            let (Expr::Seq(v) | Expr::Alt(v)) = e else { return };
+            if v.iter().any(|x| if is_seq { matches!(x, Expr::Seq(_)) } else { matches!(x, Expr::Alt(_)) }) {
+                let mut out = Vec::with_capacity(v.len());
+                for x in v.drain(..) {
+                    match x {
+                        Expr::Seq(inner) if is_seq => out.extend(inner),
+                        Expr::Alt(inner) if !is_seq => out.extend(inner),
+                        x => out.push(x),
+                    }
+                }
+                *v = out;
+            }
+        }
+        Expr::Repeat { expr, .. } => flatten(expr),
+        Expr::Empty | Expr::Literal(_) | Expr::Class(_) | Expr::Rule(_) => {}
     }
 }
 
@@ -178,7 +204,7 @@ mod tests {
     fn unproductive_rules_become_empty_sets() {
         let g = Grammar::from_ebnf("root ::= \"a\" | x\nx ::= \"b\" x").unwrap();
         let o = optimize(&g).unwrap();
-        assert_eq!(o.to_string(), "root ::= \"a\" | []\n");
+        assert_eq!(o.to_string(), "root ::= \"a\"\n");
         let g = Grammar::from_ebnf("root ::= \"b\" root").unwrap();
         assert!(optimize(&g).is_err());
     }

@@ -35,6 +35,6 @@ mod tests {
     #[test]
     fn builtin_json_parses() {
         let g = super::json_grammar();
-        assert_eq!(g.rules.len(), 7);
+        assert_eq!(g.rules.len(), 8);
     }
 }

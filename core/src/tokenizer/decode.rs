@@ -78,15 +78,32 @@ fn parse_byte_token(t: &str) -> Option<u8> {
 }
 
 /// Inverse of GPT-2's `bytes_to_unicode`: printable Latin-1 bytes map to themselves, the
-/// other 68 bytes to U+0100.. in order.
+/// other 68 bytes to U+0100.. in order. Table-driven: this runs for every character of
+/// every token at load time.
 fn unicode_to_byte(c: char) -> Option<u8> {
-    let cp = c as u32;
-    let printable = |b: u32| (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
-    if cp < 0x100 {
-        return printable(cp).then_some(cp as u8);
+    const fn printable(b: u32) -> bool {
+        (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF)
     }
-    let k = cp - 0x100;
-    (0u32..256).filter(|&b| !printable(b)).nth(k as usize).map(|b| b as u8)
+    /// `TABLE[cp]` for code points below 0x144: the byte plus one, or 0 for none.
+    const TABLE: [u16; 0x144] = {
+        let mut t = [0u16; 0x144];
+        let mut b = 0u32;
+        let mut extra = 0u32;
+        while b < 256 {
+            if printable(b) {
+                t[b as usize] = b as u16 + 1;
+            } else {
+                t[(0x100 + extra) as usize] = b as u16 + 1;
+                extra += 1;
+            }
+            b += 1;
+        }
+        t
+    };
+    match TABLE.get(c as usize) {
+        Some(&v) if v > 0 => Some((v - 1) as u8),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
