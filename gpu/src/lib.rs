@@ -101,8 +101,8 @@ pub mod plan;
 use std::sync::Arc;
 
 pub use cpu::{
-    apply_token_bitmask_inplace_cpu, apply_token_bitmask_inplace_cpu_bytes, apply_token_bitmask_inplace_cpu_with,
-    Parallelism, PARALLEL_MIN_ELEMENTS, PARALLEL_TILE,
+    apply_token_bitmask_inplace_cpu, apply_token_bitmask_inplace_cpu_bytes,
+    apply_token_bitmask_inplace_cpu_with, Parallelism, PARALLEL_MIN_ELEMENTS, PARALLEL_TILE,
 };
 #[cfg(feature = "cuda")]
 pub use cuda::{cuda_available, cuda_context, CudaBitmaskKernel, CudaIndices, KERNEL_SOURCE};
@@ -110,7 +110,9 @@ pub use cuda::{cuda_available, cuda_context, CudaBitmaskKernel, CudaIndices, KER
 pub use cudarc;
 pub use error::{BitmaskError, Result};
 pub use half;
-pub use layout::{cast_logits_bytes, check_rows, DType, LogitElem, LogitsLayout, MaskLayout, MaskWord};
+pub use layout::{
+    cast_logits_bytes, check_rows, DType, LogitElem, LogitsLayout, MaskLayout, MaskWord,
+};
 
 #[cfg(feature = "cuda")]
 use cudarc::driver::{CudaStream, CudaView, CudaViewMut};
@@ -290,12 +292,18 @@ pub fn apply_token_bitmask_inplace<T: LogitElem, W: MaskWord>(
 ) -> Result<()> {
     match device {
         Device::Cpu(parallelism) => {
-            let Logits::Host(logits) = logits else {
+            // Irrefutable without the `cuda` feature.
+            #[allow(irrefutable_let_patterns)]
+            let Logits::Host(logits) = logits
+            else {
                 return Err(BitmaskError::DeviceMismatch(
                     "CUDA logits passed with Device::Cpu".into(),
                 ));
             };
-            let Bitmask::Host(bitmask) = bitmask else {
+            // Irrefutable without the `cuda` feature.
+            #[allow(irrefutable_let_patterns)]
+            let Bitmask::Host(bitmask) = bitmask
+            else {
                 return Err(BitmaskError::DeviceMismatch(
                     "a CUDA bitmask passed with Device::Cpu".into(),
                 ));
@@ -310,7 +318,14 @@ pub fn apply_token_bitmask_inplace<T: LogitElem, W: MaskWord>(
                     ))
                 }
             };
-            apply_token_bitmask_inplace_cpu_with(*parallelism, logits, layout, bitmask, mask_layout, indices)
+            apply_token_bitmask_inplace_cpu_with(
+                *parallelism,
+                logits,
+                layout,
+                bitmask,
+                mask_layout,
+                indices,
+            )
         }
         #[cfg(feature = "cuda")]
         Device::Cuda(target) => {
@@ -325,17 +340,38 @@ pub fn apply_token_bitmask_inplace<T: LogitElem, W: MaskWord>(
                 Some(Indices::Cuda(view)) => Some(CudaIndices::Device(view)),
             };
             match bitmask {
-                Bitmask::Cuda(mask) => {
-                    target
-                        .kernel
-                        .apply(&target.stream, &mut logits, layout, &mask, mask_layout, cuda_indices)
-                }
-                Bitmask::Host(mask) => {
-                    target
-                        .kernel
-                        .apply_host_mask(&target.stream, &mut logits, layout, mask, mask_layout, cuda_indices)
-                }
+                Bitmask::Cuda(mask) => target.kernel.apply(
+                    &target.stream,
+                    &mut logits,
+                    layout,
+                    &mask,
+                    mask_layout,
+                    cuda_indices,
+                ),
+                Bitmask::Host(mask) => target.kernel.apply_host_mask(
+                    &target.stream,
+                    &mut logits,
+                    layout,
+                    mask,
+                    mask_layout,
+                    cuda_indices,
+                ),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn handles_are_send_and_sync() {
+        send_sync::<Device>();
+        send_sync::<BitmaskError>();
+        #[cfg(feature = "cuda")]
+        send_sync::<CudaBitmaskKernel>();
     }
 }

@@ -135,7 +135,10 @@ mod tests {
     fn picks_widest_aligned_vector() {
         let l = LogitsLayout::contiguous(4, 128_256);
         let p = plan_launch(4, 0x1000, &l, 4, 132).unwrap().unwrap();
-        assert_eq!((p.vec, KERNEL_NAMES[p.kernel]), (4, "grammask_bitmask_b32_v4"));
+        assert_eq!(
+            (p.vec, KERNEL_NAMES[p.kernel]),
+            (4, "grammask_bitmask_b32_v4")
+        );
         // Stride of 3 f32 = 12 bytes: only 4-byte stores stay aligned.
         let l = LogitsLayout::strided(4, 3, 3);
         let p = plan_launch(4, 0x1000, &l, 4, 132).unwrap().unwrap();
@@ -146,7 +149,10 @@ mod tests {
         // bf16 with an 8-byte aligned base.
         let l = LogitsLayout::contiguous(2, 1024);
         let p = plan_launch(2, 0x1008, &l, 2, 132).unwrap().unwrap();
-        assert_eq!((p.vec, KERNEL_NAMES[p.kernel]), (4, "grammask_bitmask_b16_v4"));
+        assert_eq!(
+            (p.vec, KERNEL_NAMES[p.kernel]),
+            (4, "grammask_bitmask_b16_v4")
+        );
     }
 
     #[test]

@@ -5,8 +5,9 @@ mod common;
 
 use common::*;
 use grammask_gpu::{
-    apply_token_bitmask_inplace, apply_token_bitmask_inplace_cpu_bytes, apply_token_bitmask_inplace_cpu_with, Bitmask,
-    DType, Device, Indices, Logits, Parallelism, PARALLEL_TILE,
+    apply_token_bitmask_inplace, apply_token_bitmask_inplace_cpu_bytes,
+    apply_token_bitmask_inplace_cpu_with, Bitmask, DType, Device, Indices, Logits, Parallelism,
+    PARALLEL_TILE,
 };
 use proptest::prelude::*;
 
@@ -18,9 +19,23 @@ fn run_cpu(case: &Case, parallelism: Parallelism, mask_as_i32: bool) -> Vec<u32>
         ($to:ident, $from:ident) => {{
             let mut v = $to(&case.bits);
             let r = if mask_as_i32 {
-                apply_token_bitmask_inplace_cpu_with(parallelism, &mut v, case.layout, &mask_i32, case.mask_layout, idx)
+                apply_token_bitmask_inplace_cpu_with(
+                    parallelism,
+                    &mut v,
+                    case.layout,
+                    &mask_i32,
+                    case.mask_layout,
+                    idx,
+                )
             } else {
-                apply_token_bitmask_inplace_cpu_with(parallelism, &mut v, case.layout, &case.mask, case.mask_layout, idx)
+                apply_token_bitmask_inplace_cpu_with(
+                    parallelism,
+                    &mut v,
+                    case.layout,
+                    &case.mask,
+                    case.mask_layout,
+                    idx,
+                )
             };
             r.expect("valid case");
             $from(&v)
@@ -136,7 +151,8 @@ fn edge_shapes() {
                 for use_idx in [false, true] {
                     for seed in 0..4 {
                         for truncate in [false, true] {
-                            let case = make_case(dtype, batch, vocab, pad, truncate, dw, 1, use_idx, seed);
+                            let case =
+                                make_case(dtype, batch, vocab, pad, truncate, dw, 1, use_idx, seed);
                             for par in [Parallelism::Sequential, Parallelism::Parallel] {
                                 check(&case, par, seed % 2 == 0).unwrap();
                             }

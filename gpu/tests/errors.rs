@@ -1,8 +1,9 @@
 //! Bad input gives typed errors, leaves the logits untouched, and never panics.
 
 use grammask_gpu::{
-    apply_token_bitmask_inplace, apply_token_bitmask_inplace_cpu, apply_token_bitmask_inplace_cpu_bytes, Bitmask,
-    BitmaskError, DType, Device, Indices, Logits, LogitsLayout, MaskLayout, Parallelism,
+    apply_token_bitmask_inplace, apply_token_bitmask_inplace_cpu,
+    apply_token_bitmask_inplace_cpu_bytes, Bitmask, BitmaskError, DType, Device, Indices, Logits,
+    LogitsLayout, MaskLayout, Parallelism,
 };
 use proptest::prelude::*;
 
@@ -19,10 +20,30 @@ fn cpu(
 #[test]
 fn bad_stride() {
     let mut l = vec![0.0f32; 20];
-    let e = cpu(&mut l, LogitsLayout::strided(2, 10, 9), &[0; 2], MaskLayout::new(2, 1), None).unwrap_err();
-    assert_eq!(e, BitmaskError::BadStride { vocab: 10, row_stride: 9 });
+    let e = cpu(
+        &mut l,
+        LogitsLayout::strided(2, 10, 9),
+        &[0; 2],
+        MaskLayout::new(2, 1),
+        None,
+    )
+    .unwrap_err();
+    assert_eq!(
+        e,
+        BitmaskError::BadStride {
+            vocab: 10,
+            row_stride: 9
+        }
+    );
     // Also for an empty batch.
-    let e = cpu(&mut [], LogitsLayout::strided(0, 10, 9), &[], MaskLayout::new(0, 1), None).unwrap_err();
+    let e = cpu(
+        &mut [],
+        LogitsLayout::strided(0, 10, 9),
+        &[],
+        MaskLayout::new(0, 1),
+        None,
+    )
+    .unwrap_err();
     assert!(matches!(e, BitmaskError::BadStride { .. }));
 }
 
@@ -32,17 +53,49 @@ fn logits_length_mismatch() {
     // Too short: needs at least 12 + 10 = 22 for [2, 10] with stride 12.
     let mut l = vec![1.0f32; 21];
     let e = cpu(&mut l, LogitsLayout::strided(2, 10, 12), &[0; 2], ml, None).unwrap_err();
-    assert!(matches!(e, BitmaskError::LogitsLen { len: 21, min: 22, max: 24, .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            BitmaskError::LogitsLen {
+                len: 21,
+                min: 22,
+                max: 24,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
     assert!(l.iter().all(|&x| x == 1.0));
     // Too long.
     let mut l = vec![1.0f32; 25];
     let e = cpu(&mut l, LogitsLayout::strided(2, 10, 12), &[0; 2], ml, None).unwrap_err();
     assert!(matches!(e, BitmaskError::LogitsLen { len: 25, .. }));
     // Both ends are fine.
-    cpu(&mut [0.0; 22], LogitsLayout::strided(2, 10, 12), &[0; 2], ml, None).unwrap();
-    cpu(&mut [0.0; 24], LogitsLayout::strided(2, 10, 12), &[0; 2], ml, None).unwrap();
+    cpu(
+        &mut [0.0; 22],
+        LogitsLayout::strided(2, 10, 12),
+        &[0; 2],
+        ml,
+        None,
+    )
+    .unwrap();
+    cpu(
+        &mut [0.0; 24],
+        LogitsLayout::strided(2, 10, 12),
+        &[0; 2],
+        ml,
+        None,
+    )
+    .unwrap();
     // Empty batch needs an empty buffer.
-    let e = cpu(&mut [0.0; 3], LogitsLayout::contiguous(0, 3), &[], MaskLayout::new(0, 1), None).unwrap_err();
+    let e = cpu(
+        &mut [0.0; 3],
+        LogitsLayout::contiguous(0, 3),
+        &[],
+        MaskLayout::new(0, 1),
+        None,
+    )
+    .unwrap_err();
     assert!(matches!(e, BitmaskError::LogitsLen { .. }));
 }
 
@@ -61,13 +114,26 @@ fn mask_length_and_rows() {
         }
     );
     let e = cpu(&mut l, layout, &[0; 3], MaskLayout::new(3, 1), None).unwrap_err();
-    assert_eq!(e, BitmaskError::MaskRowsMismatch { batch: 2, mask_rows: 3 });
+    assert_eq!(
+        e,
+        BitmaskError::MaskRowsMismatch {
+            batch: 2,
+            mask_rows: 3
+        }
+    );
     // With indices the row counts may differ.
     cpu(&mut l, layout, &[0; 3], MaskLayout::new(3, 1), Some(&[1])).unwrap();
     cpu(&mut l, layout, &[0; 1], MaskLayout::new(1, 1), Some(&[0])).unwrap();
     assert!(l.iter().all(|&x| x == f32::NEG_INFINITY));
     // Overflowing mask layout.
-    let e = cpu(&mut l, layout, &[0; 2], MaskLayout::new(usize::MAX, 2), Some(&[])).unwrap_err();
+    let e = cpu(
+        &mut l,
+        layout,
+        &[0; 2],
+        MaskLayout::new(usize::MAX, 2),
+        Some(&[]),
+    )
+    .unwrap_err();
     assert!(matches!(e, BitmaskError::TooLarge { .. }));
 }
 
@@ -94,7 +160,14 @@ fn indices_out_of_range() {
     }
     // In range for the logits but not for a shorter mask.
     let e = cpu(&mut l, layout, &[0; 1], MaskLayout::new(1, 1), Some(&[1])).unwrap_err();
-    assert!(matches!(e, BitmaskError::IndexOutOfRange { index: 1, mask_rows: 1, .. }));
+    assert!(matches!(
+        e,
+        BitmaskError::IndexOutOfRange {
+            index: 1,
+            mask_rows: 1,
+            ..
+        }
+    ));
     assert!(l.iter().all(|&x| x == 1.0), "nothing written on error");
 }
 
@@ -103,8 +176,14 @@ fn dtype_errors() {
     assert_eq!("float16".parse::<DType>().unwrap(), DType::F16);
     assert_eq!("torch.bfloat16".parse::<DType>().unwrap(), DType::BF16);
     assert_eq!("F32".parse::<DType>().unwrap(), DType::F32);
-    assert!(matches!("float64".parse::<DType>(), Err(BitmaskError::UnsupportedDType(_))));
-    assert!(matches!("int8".parse::<DType>(), Err(BitmaskError::UnsupportedDType(_))));
+    assert!(matches!(
+        "float64".parse::<DType>(),
+        Err(BitmaskError::UnsupportedDType(_))
+    ));
+    assert!(matches!(
+        "int8".parse::<DType>(),
+        Err(BitmaskError::UnsupportedDType(_))
+    ));
     // 7 bytes are not a whole number of f32s.
     let mut bytes = vec![0u8; 7];
     let e = apply_token_bitmask_inplace_cpu_bytes(
@@ -117,7 +196,16 @@ fn dtype_errors() {
         None,
     )
     .unwrap_err();
-    assert!(matches!(e, BitmaskError::DTypeMismatch { expected: DType::F32, .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            BitmaskError::DTypeMismatch {
+                expected: DType::F32,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
     // Misaligned bf16 view.
     let mut storage = vec![0u32; 5];
     let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut storage);
@@ -131,7 +219,13 @@ fn dtype_errors() {
         None,
     )
     .unwrap_err();
-    assert!(matches!(e, BitmaskError::DTypeMismatch { expected: DType::BF16, .. }));
+    assert!(matches!(
+        e,
+        BitmaskError::DTypeMismatch {
+            expected: DType::BF16,
+            ..
+        }
+    ));
     // Right size for bf16 but declared as f32 with the wrong element count.
     let e = apply_token_bitmask_inplace_cpu_bytes(
         Parallelism::Auto,
@@ -149,7 +243,10 @@ fn dtype_errors() {
 #[test]
 fn huge_layout_is_an_error_not_an_overflow() {
     let layout = LogitsLayout::strided(usize::MAX / 2, 10, 10);
-    assert!(matches!(layout.len_bounds(), Err(BitmaskError::TooLarge { .. })));
+    assert!(matches!(
+        layout.len_bounds(),
+        Err(BitmaskError::TooLarge { .. })
+    ));
     let e = cpu(&mut [], layout, &[], MaskLayout::new(0, 0), Some(&[])).unwrap_err();
     assert!(matches!(e, BitmaskError::TooLarge { .. }));
 }

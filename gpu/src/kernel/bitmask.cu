@@ -132,7 +132,7 @@ __device__ __forceinline__ void gm_apply_bitmask(
     bits = (word < mask_words) ? mask[row * mask_words + word] : 0u;
     const int tail = static_cast<int>(vocab & 31);
     if (tail != 0 && word == logit_words - 1) {
-      bits |= 0u;
+      bits |= 0xffffffffu << tail;
     }
   }
   // Fast path: everything in this chunk is allowed (or past the end of the row).

@@ -51,7 +51,11 @@ pub fn case_strategy(max_batch: usize, max_vocab: usize) -> impl Strategy<Value 
     (
         prop_oneof![Just(DType::F32), Just(DType::F16), Just(DType::BF16)],
         0..=max_batch,
-        prop_oneof![0..=max_vocab, Just(max_vocab), (1..=max_vocab / 32 + 1).prop_map(|w| w * 32)],
+        prop_oneof![
+            0..=max_vocab,
+            Just(max_vocab),
+            (1..=max_vocab / 32 + 1).prop_map(|w| w * 32)
+        ],
         prop_oneof![Just(0usize), 0..9usize],
         any::<bool>(),
         -2i64..=2,
@@ -59,9 +63,13 @@ pub fn case_strategy(max_batch: usize, max_vocab: usize) -> impl Strategy<Value 
         any::<bool>(),
         any::<u64>(),
     )
-        .prop_map(|(dtype, batch, vocab, pad, truncate, dw, extra_rows, use_idx, seed)| {
-            make_case(dtype, batch, vocab, pad, truncate, dw, extra_rows, use_idx, seed)
-        })
+        .prop_map(
+            |(dtype, batch, vocab, pad, truncate, dw, extra_rows, use_idx, seed)| {
+                make_case(
+                    dtype, batch, vocab, pad, truncate, dw, extra_rows, use_idx, seed,
+                )
+            },
+        )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -98,8 +106,8 @@ pub fn make_case(
         .collect();
     let indices = use_indices.then(|| {
         let limit = batch.min(mask_rows);
-        let n = rng.below(batch + 2);
-        (0..n).filter_map(|_| (limit > 0).then(|| rng.below(limit) as i32)).collect()
+        let n = if limit == 0 { 0 } else { rng.below(batch + 2) };
+        (0..n).map(|_| rng.below(limit) as i32).collect()
     });
     let bits = (0..len)
         .map(|_| {
@@ -152,11 +160,15 @@ pub fn to_f32(bits: &[u32]) -> Vec<f32> {
 }
 
 pub fn to_f16(bits: &[u32]) -> Vec<half::f16> {
-    bits.iter().map(|&b| half::f16::from_bits(b as u16)).collect()
+    bits.iter()
+        .map(|&b| half::f16::from_bits(b as u16))
+        .collect()
 }
 
 pub fn to_bf16(bits: &[u32]) -> Vec<half::bf16> {
-    bits.iter().map(|&b| half::bf16::from_bits(b as u16)).collect()
+    bits.iter()
+        .map(|&b| half::bf16::from_bits(b as u16))
+        .collect()
 }
 
 pub fn from_f32(v: &[f32]) -> Vec<u32> {
@@ -177,11 +189,13 @@ pub fn first_diff(a: &[u32], b: &[u32], layout: &LogitsLayout) -> Option<String>
         return Some(format!("lengths {} vs {}", a.len(), b.len()));
     }
     a.iter().zip(b).position(|(x, y)| x != y).map(|i| {
-        let (r, c) = if layout.row_stride == 0 {
-            (0, i)
-        } else {
-            (i / layout.row_stride, i % layout.row_stride)
+        let (r, c) = match i.checked_div(layout.row_stride) {
+            Some(r) => (r, i % layout.row_stride),
+            None => (0, i),
         };
-        format!("element {i} (row {r}, col {c}): got {:#x}, want {:#x}", a[i], b[i])
+        format!(
+            "element {i} (row {r}, col {c}): got {:#x}, want {:#x}",
+            a[i], b[i]
+        )
     })
 }
