@@ -14,10 +14,11 @@
 //! and skipping a whole subtree when a prefix dies.
 //!
 //! # Storage
-//! Accepted sets are stored in whichever form is smallest (XGrammar's adaptive store):
-//! a list of accepted ids (`4·|A|` bytes), the complement as a list of excluded ids
-//! (`4·(|R|+|U|)` bytes; masks like "any string character" that allow almost everything),
-//! or a bitset over the vocabulary (`V/8` bytes). Uncertain tokens are kept as trie ranks
+//! Accepted sets are stored adaptively (XGrammar's store): a list of accepted ids when
+//! few tokens are accepted, the complement as a list of excluded ids when almost all are
+//! (masks like "any string character"), and otherwise a bitset over the vocabulary. Lists
+//! are capped at a quarter of the bitset's words, where applying them starts to cost more
+//! than OR-ing the bitset; so a state's mask costs at most `V/8` bytes. Uncertain tokens are kept as trie ranks
 //! (positions in byte-sorted order) so the run-time check walks them in sorted order and
 //! shares prefixes between neighbours.
 
@@ -136,12 +137,15 @@ impl StateMask {
             k = end;
         }
         let n_rejected: usize = excluded_ranks.iter().map(|&(a, b)| (b - a) as usize).sum();
-        let list_bytes = accepted.len() * 4;
-        let except_bytes = (n_rejected + uncertain.len()) * 4;
-        let bitset_bytes = tok.vocab_size().div_ceil(32) * 4;
-        let accepted = if list_bytes <= except_bytes && list_bytes <= bitset_bytes {
+        let n_except = n_rejected + uncertain.len();
+        // A list is applied one bit at a time; a bitset is OR-ed a word at a time, about as
+        // fast as a list of a quarter of its words. So a list is used only when it has at
+        // most `words / 4` entries (1,002 for a 128k vocabulary — XGrammar's threshold too),
+        // which also keeps it no larger than the bitset.
+        let words = tok.vocab_size().div_ceil(32);
+        let accepted = if accepted.len() <= n_except && accepted.len() * 4 <= words {
             Accepted::List(accepted)
-        } else if except_bytes <= bitset_bytes {
+        } else if n_except * 4 <= words {
             let ex: Vec<u32> = excluded_ranks
                 .iter()
                 .flat_map(|&(a, b)| (a..b).map(|r| trie.token_ids[r as usize]))
@@ -149,11 +153,11 @@ impl StateMask {
                 .collect();
             Accepted::AllExcept(ex)
         } else {
-            let mut words = vec![0u32; tok.vocab_size().div_ceil(32)];
+            let mut bits = vec![0u32; words];
             for &id in &accepted {
-                words[id as usize / 32] |= 1 << (id % 32);
+                bits[id as usize / 32] |= 1 << (id % 32);
             }
-            Accepted::Bitset(words)
+            Accepted::Bitset(bits)
         };
         StateMask { accepted, uncertain }
     }

@@ -175,8 +175,8 @@ impl GrammarMatcher {
                 tok.vocab_size()
             )));
         }
-        row.fill(0);
         if self.terminated {
+            row.fill(0);
             return Ok(false);
         }
         let compiled = self.compiled.clone();
@@ -188,30 +188,39 @@ impl GrammarMatcher {
             }
         }
         self.scratch_ranks.clear();
-        let mut first = true;
         for i in 0..self.scratch_states.len() {
             let m = compiled.mask(self.scratch_states[i]);
+            // The first state's mask overwrites the row; later ones are OR-ed in.
+            let first = i == 0;
             match &m.accepted {
-                Accepted::List(ids) => ids.iter().for_each(|&id| set_bit(row, id)),
-                Accepted::Bitset(w) => row.iter_mut().zip(w).for_each(|(r, w)| *r |= w),
-                Accepted::AllExcept(ex) => {
+                Accepted::List(ids) => {
                     if first {
-                        row.copy_from_slice(tok.normal_words());
-                        ex.iter().for_each(|&id| row[id as usize / 32] &= !(1 << (id % 32)));
-                    } else {
-                        self.scratch_words.clear();
-                        self.scratch_words.extend_from_slice(tok.normal_words());
-                        let w = &mut self.scratch_words;
-                        ex.iter().for_each(|&id| w[id as usize / 32] &= !(1 << (id % 32)));
-                        row.iter_mut().zip(w.iter()).for_each(|(r, w)| *r |= w);
+                        row.fill(0);
                     }
+                    ids.iter().for_each(|&id| set_bit(row, id));
+                }
+                Accepted::Bitset(w) if first => row.copy_from_slice(w),
+                Accepted::Bitset(w) => row.iter_mut().zip(w).for_each(|(r, w)| *r |= w),
+                Accepted::AllExcept(ex) if first => {
+                    row.copy_from_slice(tok.normal_words());
+                    ex.iter().for_each(|&id| row[id as usize / 32] &= !(1 << (id % 32)));
+                }
+                Accepted::AllExcept(ex) => {
+                    self.scratch_words.clear();
+                    self.scratch_words.extend_from_slice(tok.normal_words());
+                    let w = &mut self.scratch_words;
+                    ex.iter().for_each(|&id| w[id as usize / 32] &= !(1 << (id % 32)));
+                    row.iter_mut().zip(w.iter()).for_each(|(r, w)| *r |= w);
                 }
             }
-            first = false;
             self.scratch_ranks.extend_from_slice(&m.uncertain);
         }
+        if self.scratch_states.is_empty() {
+            row.fill(0);
+        }
         if self.scratch_states.len() > 1 {
-            self.scratch_ranks.sort_unstable();
+            // Concatenated sorted runs: the stable sort merges runs in O(n log k).
+            self.scratch_ranks.sort();
             self.scratch_ranks.dedup();
         }
         self.check_uncertain(row);
