@@ -18,7 +18,7 @@
 //! - [`grammar`]: the IR, the EBNF dialect, the builtin JSON grammar.
 //! - [`automata`]: optimization passes and per-rule DFAs.
 //! - [`compiler`]: [`GrammarCompiler`], [`CompiledGrammar`] and the adaptive mask cache.
-//! - [`matcher`]: [`GrammarMatcher`].
+//! - [`matcher`]: the [`GrammarMatcher`] parse state.
 //! - [`bitmask`]: [`TokenBitmask`] and applying masks to logits.
 //! - [`LogitsConstraint`]: the trait engines program against (with a decode-loop example).
 //!

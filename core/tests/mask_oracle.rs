@@ -29,7 +29,7 @@ fn check_grammar(name: &str, ebnf: &str, seed: u64) {
         let mut m = GrammarMatcher::new(compiled);
         let mut oracle = Recognizer::new(&bnf);
         let mut mask = TokenBitmask::new(1, tok.vocab_size());
-        let mut rng = Rng(seed ^ (ti as u64 + 1) * 0x9E3779B97F4A7C15);
+        let mut rng = Rng(seed ^ ((ti as u64 + 1) * 0x9E3779B97F4A7C15));
         let n_checks = checks();
         let check_at: Vec<usize> = (0..n_checks).map(|i| i * i * 4).collect();
         let mut text = Vec::new();

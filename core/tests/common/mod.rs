@@ -13,7 +13,8 @@ pub fn data_dir() -> PathBuf {
 }
 
 pub fn tokenizer(name: &str) -> Arc<TokenizerInfo> {
-    static CACHE: OnceLock<std::sync::Mutex<Vec<(String, Arc<TokenizerInfo>)>>> = OnceLock::new();
+    type Loaded = Vec<(String, Arc<TokenizerInfo>)>;
+    static CACHE: OnceLock<std::sync::Mutex<Loaded>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     let mut c = cache.lock().unwrap();
     if let Some((_, t)) = c.iter().find(|(n, _)| n == name) {

@@ -1,0 +1,191 @@
+//! Token bitmasks in XGrammar's layout, and applying them to logits on the CPU.
+//!
+//! [`TokenBitmask`] holds a batch of mask rows as a matcher fills them;
+//! [`apply_token_bitmask`] sets the disallowed logits to −∞. This module is the
+//! crate's one CPU implementation; `grammask-gpu` re-exports it for its
+//! `Device::Cpu` path and adds a CUDA kernel with identical results.
+//!
+//! # Layout and semantics
+//!
+//! The conventions are XGrammar's (`xgrammar.apply_token_bitmask_inplace`), so
+//! masks produced for XGrammar work unchanged:
+//!
+//! * **logits**: `[batch, vocab]`, f32, f16 or bf16 ([`Logit`]); row `r` starts at
+//!   element `r * row_stride` with `row_stride >= vocab` (see [`LogitsLayout`]).
+//! * **bitmask**: `[rows, words]` 32-bit words (`u32`, or `i32` as PyTorch stores
+//!   them: [`MaskWord`]), dense. Bit `k` of word `w` is token `32 * w + k`; a **set
+//!   bit means allowed**. Normally `words = ceil(vocab / 32)` ([`words_per_row`],
+//!   [`MaskLayout::for_vocab`]).
+//! * **indices** (optional): the rows to mask in a mixed batch, as `i32`. Entry `r`
+//!   masks logits row `r` with bitmask row `r`: the *same* row of both, exactly as
+//!   XGrammar's `for batch_id in indices: … bitmask[batch_id] … logits[batch_id]`.
+//!   Rows not listed are untouched, and the bitmask may then have a different
+//!   number of rows than the logits as long as every index is in range for both.
+//!   Without indices every row is masked and the bitmask must have `batch` rows.
+//! * **vocabulary padding**: the model's vocabulary may be larger or smaller than
+//!   the mask's `32 * words` bits. Tokens at or beyond `32 * words` are disallowed
+//!   (−∞): a token the grammar cannot know about is never sampled. Mask bits at or
+//!   beyond `vocab` are ignored. (XGrammar instead leaves logits beyond the mask
+//!   untouched; grammask masks them, which is the safe choice for padded heads.)
+//! * Allowed logits are left bit-for-bit unchanged (NaNs included); disallowed ones
+//!   become exactly −∞ of the element type. Duplicate indices are harmless.
+//!
+//! Every shape, stride, index and dtype problem is a typed [`ApplyError`], reported
+//! before any memory is written. No input makes the functions here panic or touch
+//! memory outside the described rows.
+//!
+//! # The kernel
+//!
+//! One mask word (32 logits) at a time on the bit patterns of the logits,
+//! branch-free and auto-vectorised, skipping all-ones words, and parallel over rows
+//! (rayon) once the batch is large; see [`apply_token_bitmask_with`] and
+//! [`Parallelism`].
+
+mod apply;
+mod layout;
+
+pub use apply::{
+    apply_token_bitmask, apply_token_bitmask_bytes, apply_token_bitmask_with, Parallelism,
+    PARALLEL_MIN_ELEMENTS, PARALLEL_TILE,
+};
+pub use layout::{
+    cast_logits_bytes, check_rows, ApplyError, DType, Logit, LogitsLayout, MaskLayout, MaskWord,
+};
+
+/// Words per mask row for `vocab_size` tokens.
+#[inline]
+pub fn words_per_row(vocab_size: usize) -> usize {
+    vocab_size.div_ceil(32)
+}
+
+#[inline]
+pub(crate) fn set_bit(row: &mut [u32], id: u32) {
+    row[id as usize / 32] |= 1 << (id % 32);
+}
+
+/// True if token `id` is allowed in `row`.
+#[inline]
+pub fn is_allowed(row: &[u32], id: u32) -> bool {
+    row.get(id as usize / 32).is_some_and(|w| w >> (id % 32) & 1 == 1)
+}
+
+/// A batch of token masks.
+///
+/// ```
+/// use grammask::TokenBitmask;
+/// let mut m = TokenBitmask::new(2, 40);
+/// assert_eq!(m.row(0).len(), 2);
+/// assert_eq!(m.count_allowed(0), 40);
+/// m.row_mut(1).copy_from_slice(&[0b101, 0]); // row 1 allows tokens 0 and 2
+/// assert_eq!(m.count_allowed(1), 2);
+/// assert_eq!(m.allowed_ids(1), [0, 2]);
+/// let mut logits = vec![1.0f32; 2 * 40];
+/// m.apply(&mut logits, 40, Some(&[1]))?;
+/// assert_eq!(logits[40], 1.0);
+/// assert_eq!(logits[41], f32::NEG_INFINITY);
+/// assert_eq!(logits[42], 1.0);
+/// assert_eq!(logits[40 + 39], f32::NEG_INFINITY);
+/// assert!(logits[..40].iter().all(|&x| x == 1.0)); // row 0 not listed in indices: untouched
+/// # Ok::<(), grammask::bitmask::ApplyError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenBitmask {
+    words: Vec<u32>,
+    rows: usize,
+    vocab_size: usize,
+}
+
+impl TokenBitmask {
+    /// `rows` rows for `vocab_size` tokens, all allowed.
+    pub fn new(rows: usize, vocab_size: usize) -> Self {
+        let mut m = Self { words: vec![0; rows * words_per_row(vocab_size)], rows, vocab_size };
+        for r in 0..rows {
+            m.reset_row(r);
+        }
+        m
+    }
+
+    /// Sets row `r` to "all allowed" (only the bits below `vocab_size`).
+    pub fn reset_row(&mut self, r: usize) {
+        let v = self.vocab_size;
+        let row = self.row_mut(r);
+        row.fill(u32::MAX);
+        if v % 32 != 0 {
+            if let Some(last) = row.last_mut() {
+                *last = (1u32 << (v % 32)) - 1;
+            }
+        }
+    }
+
+    /// Number of rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Vocabulary size the rows cover.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
+    /// Row `r`'s words.
+    pub fn row(&self, r: usize) -> &[u32] {
+        let w = words_per_row(self.vocab_size);
+        &self.words[r * w..(r + 1) * w]
+    }
+
+    /// Row `r`'s words, mutable.
+    pub fn row_mut(&mut self, r: usize) -> &mut [u32] {
+        let w = words_per_row(self.vocab_size);
+        &mut self.words[r * w..(r + 1) * w]
+    }
+
+    /// All words, row-major (what a GPU upload copies).
+    pub fn as_words(&self) -> &[u32] {
+        &self.words
+    }
+
+    /// Allowed tokens in row `r`.
+    pub fn count_allowed(&self, r: usize) -> usize {
+        count_allowed(self.row(r), self.vocab_size)
+    }
+
+    /// Allowed token ids in row `r`.
+    pub fn allowed_ids(&self, r: usize) -> Vec<u32> {
+        (0..self.vocab_size as u32).filter(|&i| is_allowed(self.row(r), i)).collect()
+    }
+
+    /// Masks `logits` in place with these rows: `batch × stride` values, every one
+    /// of a row's `stride` values a real logit (so tokens at or beyond this mask's
+    /// `32 * words` bits are set to −∞). Without `indices` the logits must have
+    /// [`rows`](Self::rows) rows; with them, entry `r` masks logits row `r` with mask
+    /// row `r` and other rows are untouched. See [`apply_token_bitmask`], which this
+    /// calls, for layouts with padding beyond the vocabulary.
+    pub fn apply<T: Logit>(
+        &self,
+        logits: &mut [T],
+        stride: usize,
+        indices: Option<&[i32]>,
+    ) -> Result<(), ApplyError> {
+        // A zero stride means rows of no logits: one per mask row.
+        let batch = logits.len().checked_div(stride).unwrap_or(self.rows);
+        apply_token_bitmask(
+            logits,
+            LogitsLayout::contiguous(batch, stride),
+            &self.words,
+            MaskLayout::for_vocab(self.rows, self.vocab_size),
+            indices,
+        )
+    }
+}
+
+/// Allowed tokens among the first `vocab_size` bits of `row`.
+pub fn count_allowed(row: &[u32], vocab_size: usize) -> usize {
+    let full = vocab_size / 32;
+    let mut n: usize = row[..full.min(row.len())].iter().map(|w| w.count_ones() as usize).sum();
+    if vocab_size % 32 != 0 {
+        if let Some(w) = row.get(full) {
+            n += (w & ((1u32 << (vocab_size % 32)) - 1)).count_ones() as usize;
+        }
+    }
+    n
+}
