@@ -133,3 +133,48 @@ fn padding_and_special_tokens_are_never_allowed() {
     assert!(matches!(m.accept_token(128_300), Err(grammask::Error::TokenRejected { .. })));
     assert!(matches!(m.accept_token(128_356), Err(grammask::Error::InvalidTokenId { .. })));
 }
+
+/// Histories long enough to be frozen into shared segments: forks and deep rollbacks
+/// agree with a fresh matcher replaying the same tokens.
+#[test]
+fn long_history_fork_and_rollback() {
+    let mut rng = Rng(99);
+    let mut m = matcher(0);
+    // Build a long JSON array of strings so the history spans several segments.
+    let tok = m.compiled().tokenizer().clone();
+    let text = format!("[{}\"end\"]", (0..300).map(|i| format!("\"item number {i}\", ")).collect::<String>());
+    let mut ids = Vec::new();
+    for chunk in text.as_bytes().chunks(3) {
+        // Byte chunks as tokens: find a token with exactly these bytes, else single bytes.
+        match (0..tok.tokenizer_size() as u32).find(|&i| !tok.is_special(i) && tok.token_bytes(i) == chunk) {
+            Some(id) => ids.push(id),
+            None => ids.extend(chunk.iter().map(|b| (0..tok.tokenizer_size() as u32).find(|&i| !tok.is_special(i) && tok.token_bytes(i) == [*b]).unwrap())),
+        }
+    }
+    for &id in &ids {
+        m.accept_token(id).unwrap();
+    }
+    assert!(text.len() > 2 * 512, "history too short to freeze");
+    let end_mask = fill(&mut m);
+    let mut f = m.fork();
+    assert_eq!(fill(&mut f), end_mask);
+    // Deep rollbacks on the fork, checked against a fresh replay; the original is untouched.
+    for _ in 0..6 {
+        let back = 1 + rng.below(f.num_steps().min(400));
+        f.rollback(back).unwrap();
+        let mut fresh = matcher(0);
+        for &id in &ids[..f.num_steps()] {
+            fresh.accept_token(id).unwrap();
+        }
+        assert_eq!(fill(&mut f), fill(&mut fresh), "after rolling back to step {}", f.num_steps());
+        // Re-advance a little and fork again from the middle.
+        let n = f.num_steps();
+        for &id in &ids[n..(n + 20).min(ids.len())] {
+            f.accept_token(id).unwrap();
+        }
+        f = f.fork();
+    }
+    assert_eq!(fill(&mut m), end_mask);
+    m.rollback(m.num_steps()).unwrap();
+    assert_eq!(fill(&mut m), fill(&mut matcher(0)));
+}

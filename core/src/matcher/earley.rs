@@ -2,8 +2,17 @@
 //!
 //! An item is `(state, origin)`: a DFA state of some rule, and the position (Earley set)
 //! where that rule instance started. One set per input byte; the sets are kept in a single
-//! `Vec` with end offsets, so pushing a byte appends and popping truncates. That gives
-//! unlimited, O(1)-per-byte rollback, and forking is a copy of two flat vectors.
+//! run of flat vectors with end offsets, so pushing a byte appends and popping truncates.
+//! That gives unlimited, O(1)-per-byte rollback.
+//!
+//! # Sharing history between forks
+//! Sets are never modified once built, so older ones can be shared. The newest sets live
+//! in a mutable `tail`; every [`FREEZE_SETS`] positions the tail's older sets move into an
+//! immutable, `Arc`-shared [`Segment`]. Cloning (forking) a parser copies the segment list
+//! (a pointer per segment) and the tail (at most about `2 × FREEZE_SETS` sets), never the
+//! whole history. Completion reads an origin set from the tail or, for older origins, from
+//! its segment (binary search). Rolling back below the tail copies that segment's prefix
+//! back into the tail.
 //!
 //! Position 0 is a virtual empty set; the seed item sits in set 1 with origin 0. An item
 //! with origin 0 that reaches a final state therefore has no parent to complete into: the
@@ -19,6 +28,7 @@
 //! whose origin is the current set is never completed explicitly.
 
 use crate::automata::{Automata, DEAD};
+use std::sync::Arc;
 
 /// One Earley item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -38,19 +48,90 @@ struct Wait {
 /// Above this many items in one set, duplicate checks use a hash set.
 const LINEAR_DEDUP_MAX: usize = 24;
 
-/// Earley sets for one input, with cheap push/pop of bytes.
-#[derive(Debug, Clone)]
-pub(crate) struct Earley {
+/// The tail is frozen into a shared segment once it holds twice this many sets.
+pub(crate) const FREEZE_SETS: usize = 256;
+
+/// A run of consecutive Earley sets in flat vectors.
+#[derive(Debug, Clone, Default)]
+struct Sets {
     items: Vec<Item>,
-    /// `set_ends[k]`: end of set `k` in `items` (set 0 is the virtual empty set).
-    set_ends: Vec<u32>,
-    /// `can_end[k]`: the seed rule completed at position `k`.
+    /// `item_ends[i]`: end of this run's `i`-th set in `items`.
+    item_ends: Vec<u32>,
+    /// `can_end[i]`: the seed rule completed at this run's `i`-th set.
     can_end: Vec<bool>,
-    /// Items waiting on a rule, per set: `(rule, target state, origin)` for every rule edge
-    /// of every item. Completion scans only this compact list of its origin set instead of
-    /// every item and its edges. Set `k` is `waits[wait_ends[k - 1]..wait_ends[k]]`.
+    /// Items waiting on a rule: `(rule, target state, origin)` for every rule edge of every
+    /// item. Completion scans only its origin set's compact list, not items and edges.
     waits: Vec<Wait>,
     wait_ends: Vec<u32>,
+}
+
+impl Sets {
+    #[inline]
+    fn len(&self) -> usize {
+        self.item_ends.len()
+    }
+
+    #[inline]
+    fn items_of(&self, i: usize) -> &[Item] {
+        let lo = if i == 0 { 0 } else { self.item_ends[i - 1] as usize };
+        &self.items[lo..self.item_ends[i] as usize]
+    }
+
+    #[inline]
+    fn waits_of(&self, i: usize) -> &[Wait] {
+        let lo = if i == 0 { 0 } else { self.wait_ends[i - 1] as usize };
+        &self.waits[lo..self.wait_ends[i] as usize]
+    }
+
+    /// Keeps the first `n` sets.
+    fn truncate(&mut self, n: usize) {
+        if n < self.len() {
+            self.item_ends.truncate(n);
+            self.can_end.truncate(n);
+            self.wait_ends.truncate(n);
+            self.items.truncate(self.item_ends.last().map_or(0, |&e| e as usize));
+            self.waits.truncate(self.wait_ends.last().map_or(0, |&e| e as usize));
+        }
+    }
+
+    /// A copy of sets `from..self.len()`.
+    fn suffix(&self, from: usize) -> Sets {
+        let i0 = if from == 0 { 0 } else { self.item_ends[from - 1] };
+        let w0 = if from == 0 { 0 } else { self.wait_ends[from - 1] };
+        Sets {
+            items: self.items[i0 as usize..].to_vec(),
+            item_ends: self.item_ends[from..].iter().map(|e| e - i0).collect(),
+            can_end: self.can_end[from..].to_vec(),
+            waits: self.waits[w0 as usize..].to_vec(),
+            wait_ends: self.wait_ends[from..].iter().map(|e| e - w0).collect(),
+        }
+    }
+
+    fn memory_bytes(&self) -> usize {
+        self.items.capacity() * 8
+            + self.item_ends.capacity() * 4
+            + self.can_end.capacity()
+            + self.waits.capacity() * 12
+            + self.wait_ends.capacity() * 4
+    }
+}
+
+/// Frozen sets shared between forks; the first covers position `start`.
+#[derive(Debug)]
+struct Segment {
+    start: u32,
+    sets: Sets,
+}
+
+/// Earley sets for one input, with cheap push/pop of bytes and cheap cloning.
+#[derive(Debug, Clone)]
+pub(crate) struct Earley {
+    /// Older sets, oldest first, contiguous: segment `i + 1` starts where `i` ends.
+    frozen: Vec<Arc<Segment>>,
+    /// Position of the tail's first set.
+    base: u32,
+    /// The newest sets (never empty: it always holds the latest set).
+    tail: Sets,
     seen: rustc_hash::FxHashSet<Item>,
     /// `stamp[state] == generation`: the item `(state, current position)` is already in
     /// the set being built. Predictions (the bulk of a closure) are deduplicated with one
@@ -58,98 +139,152 @@ pub(crate) struct Earley {
     /// never leaves stale stamps.
     stamp: Vec<u32>,
     generation: u32,
+    scratch: Vec<Item>,
 }
 
 impl Earley {
     /// A parser whose seed is `seed` (a DFA state), with its closure computed.
     pub fn new(a: &Automata, seed: u32) -> Earley {
+        let mut tail = Sets { items: Vec::with_capacity(64), waits: Vec::with_capacity(64), ..Sets::default() };
+        // Position 0: the virtual empty set.
+        tail.item_ends.push(0);
+        tail.can_end.push(false);
+        tail.wait_ends.push(0);
         let mut e = Earley {
-            items: Vec::with_capacity(64),
-            set_ends: vec![0],
-            can_end: vec![false],
-            waits: Vec::with_capacity(64),
-            wait_ends: vec![0],
+            frozen: Vec::new(),
+            base: 0,
+            tail,
             seen: Default::default(),
             stamp: vec![0; a.num_states()],
             generation: 0,
+            scratch: Vec::new(),
         };
-        let start = e.items.len();
-        e.items.push(Item { state: seed, origin: 0 });
+        let start = e.tail.items.len();
+        e.tail.items.push(Item { state: seed, origin: 0 });
         let end = e.closure(a, start);
         e.finish_set(end);
         e
     }
 
+    /// Number of sets, the virtual one included.
+    #[inline]
+    fn num_sets(&self) -> usize {
+        self.base as usize + self.tail.len()
+    }
+
     /// Seals the set being built.
     #[inline]
     fn finish_set(&mut self, can_end: bool) {
-        self.set_ends.push(self.items.len() as u32);
-        self.can_end.push(can_end);
-        self.wait_ends.push(self.waits.len() as u32);
+        self.tail.item_ends.push(self.tail.items.len() as u32);
+        self.tail.can_end.push(can_end);
+        self.tail.wait_ends.push(self.tail.waits.len() as u32);
     }
 
     /// Number of positions after the seed set (bytes consumed).
     #[inline]
     pub fn depth(&self) -> usize {
-        self.set_ends.len() - 2
+        self.num_sets() - 2
     }
 
     /// Items of the latest set.
     #[inline]
     pub fn last_set(&self) -> &[Item] {
-        let n = self.set_ends.len();
-        &self.items[self.set_ends[n - 2] as usize..self.set_ends[n - 1] as usize]
+        self.tail.items_of(self.tail.len() - 1)
     }
 
     /// Whether the seed rule can be complete at the latest position.
     #[inline]
     pub fn can_end(&self) -> bool {
-        self.can_end[self.can_end.len() - 1]
+        self.tail.can_end[self.tail.len() - 1]
     }
-
 
     /// Drops positions until `depth()` is `depth`.
     #[inline]
     pub fn truncate(&mut self, depth: usize) {
         let sets = depth + 2;
-        if sets < self.set_ends.len() {
-            self.set_ends.truncate(sets);
-            self.can_end.truncate(sets);
-            self.wait_ends.truncate(sets);
-            self.items.truncate(self.set_ends[sets - 1] as usize);
-            self.waits.truncate(self.wait_ends[sets - 1] as usize);
+        if sets >= self.num_sets() {
+            return;
         }
+        if sets > self.base as usize {
+            self.tail.truncate(sets - self.base as usize);
+            return;
+        }
+        self.unfreeze(sets);
+    }
+
+    /// Rolls back into the frozen segments: keeps `sets` sets, copying the part of the
+    /// segment that holds the new latest set into the tail.
+    #[cold]
+    fn unfreeze(&mut self, sets: usize) {
+        while let Some(seg) = self.frozen.pop() {
+            if (seg.start as usize) < sets {
+                let keep = sets - seg.start as usize;
+                let mut tail = seg.sets.suffix(0);
+                tail.truncate(keep);
+                self.tail = tail;
+                self.base = seg.start;
+                return;
+            }
+        }
+    }
+
+    /// Moves all but the latest set of a long tail into a shared segment. Called by the
+    /// matcher between steps (never inside a mask fill, which pushes and pops around the
+    /// current position and would otherwise freeze and unfreeze at a boundary).
+    pub fn maybe_freeze(&mut self) {
+        let n = self.tail.len();
+        if n < 2 * FREEZE_SETS {
+            return;
+        }
+        let latest = self.tail.suffix(n - 1);
+        let mut older = std::mem::replace(&mut self.tail, latest);
+        older.truncate(n - 1);
+        self.frozen.push(Arc::new(Segment { start: self.base, sets: older }));
+        self.base += (n - 1) as u32;
+    }
+
+    /// Waiting items of set `o` (any position).
+    #[inline]
+    fn waits_of(&self, o: usize) -> &[Wait] {
+        let base = self.base as usize;
+        if o >= base {
+            return self.tail.waits_of(o - base);
+        }
+        let k = self.frozen.partition_point(|s| s.start as usize <= o) - 1;
+        let seg = &self.frozen[k];
+        seg.sets.waits_of(o - seg.start as usize)
     }
 
     /// Consumes `byte`; returns false (state unchanged) if no item can scan it.
     pub fn push(&mut self, a: &Automata, byte: u8) -> bool {
-        let n = self.set_ends.len();
-        let (lo, hi) = (self.set_ends[n - 2] as usize, self.set_ends[n - 1] as usize);
-        let start = self.items.len();
+        let n = self.tail.len();
+        let lo = if n >= 2 { self.tail.item_ends[n - 2] as usize } else { 0 };
+        let hi = self.tail.item_ends[n - 1] as usize;
+        let start = self.tail.items.len();
         let class = a.byte_class[byte as usize] as usize;
         let nc = a.n_classes;
         // Fast path: one item moving to a state with no rule edges and no completion (the
         // inside of strings, numbers, keywords) needs no closure.
         if hi - lo == 1 {
-            let it = self.items[lo];
+            let it = self.tail.items[lo];
             let t = a.trans[it.state as usize * nc + class];
             if t == DEAD {
                 return false;
             }
             let node = a.nodes[t as usize];
-            self.items.push(Item { state: t, origin: it.origin });
+            self.tail.items.push(Item { state: t, origin: it.origin });
             let end = if node.is_final || node.edges.0 != node.edges.1 { self.closure(a, start) } else { false };
             self.finish_set(end);
             return true;
         }
         for i in lo..hi {
-            let it = self.items[i];
+            let it = self.tail.items[i];
             let t = a.trans[it.state as usize * nc + class];
             if t != DEAD {
                 self.add(start, Item { state: t, origin: it.origin });
             }
         }
-        if self.items.len() == start {
+        if self.tail.items.len() == start {
             return false;
         }
         let end = self.closure(a, start);
@@ -157,7 +292,6 @@ impl Earley {
         true
     }
 
-    /// Adds `item` to the set being built (which starts at `start`) unless present.
     /// Starts a new set: a fresh generation for prediction stamps.
     #[inline]
     fn next_generation(&mut self) {
@@ -174,38 +308,40 @@ impl Earley {
         let s = &mut self.stamp[state as usize];
         if *s != self.generation {
             *s = self.generation;
-            self.items.push(Item { state, origin: pos });
+            self.tail.items.push(Item { state, origin: pos });
         }
     }
 
+    /// Adds `item` to the set being built (which starts at `start`) unless present.
     #[inline]
     fn add(&mut self, start: usize, item: Item) {
-        let len = self.items.len() - start;
+        let items = &mut self.tail.items;
+        let len = items.len() - start;
         if len <= LINEAR_DEDUP_MAX {
-            if self.items[start..].contains(&item) {
+            if items[start..].contains(&item) {
                 return;
             }
             if len == LINEAR_DEDUP_MAX {
                 self.seen.clear();
-                self.seen.extend(self.items[start..].iter().copied());
+                self.seen.extend(items[start..].iter().copied());
                 self.seen.insert(item);
             }
         } else if !self.seen.insert(item) {
             return;
         }
-        self.items.push(item);
+        items.push(item);
     }
 
     /// Predict/complete closure of the set being built; returns whether the seed rule
     /// completed in it.
     fn closure(&mut self, a: &Automata, start: usize) -> bool {
         // The set being built is at position `pos`.
-        let pos = self.set_ends.len() as u32;
+        let pos = self.num_sets() as u32;
         self.next_generation();
         let mut can_end = false;
         let mut j = start;
-        while j < self.items.len() {
-            let it = self.items[j];
+        while j < self.tail.items.len() {
+            let it = self.tail.items[j];
             j += 1;
             let node = a.nodes[it.state as usize];
             if node.is_final {
@@ -214,17 +350,34 @@ impl Earley {
                 } else if it.origin < pos {
                     // Complete: advance every item of the origin set waiting on this rule.
                     let o = it.origin as usize;
-                    let (wlo, whi) = (self.wait_ends[o - 1] as usize, self.wait_ends[o] as usize);
-                    for w in wlo..whi {
-                        let w = self.waits[w];
-                        if w.rule == node.rule {
-                            self.add(start, Item { state: w.target, origin: w.origin });
+                    if o >= self.base as usize {
+                        // Origin in the tail: index the waits directly (no copy).
+                        let i = o - self.base as usize;
+                        let lo = if i == 0 { 0 } else { self.tail.wait_ends[i - 1] as usize };
+                        for w in lo..self.tail.wait_ends[i] as usize {
+                            let w = self.tail.waits[w];
+                            if w.rule == node.rule {
+                                self.add(start, Item { state: w.target, origin: w.origin });
+                            }
                         }
+                    } else {
+                        let mut advanced = std::mem::take(&mut self.scratch);
+                        advanced.clear();
+                        advanced.extend(
+                            self.waits_of(o)
+                                .iter()
+                                .filter(|w| w.rule == node.rule)
+                                .map(|w| Item { state: w.target, origin: w.origin }),
+                        );
+                        for &item in &advanced {
+                            self.add(start, item);
+                        }
+                        self.scratch = advanced;
                     }
                 }
             }
             for &(r, t) in a.edges(it.state) {
-                self.waits.push(Wait { rule: r, target: t, origin: it.origin });
+                self.tail.waits.push(Wait { rule: r, target: t, origin: it.origin });
                 self.add_here(a.rule_start[r as usize], pos);
                 if a.nullable[r as usize] {
                     if it.origin == pos {
@@ -238,12 +391,10 @@ impl Earley {
         can_end
     }
 
-    /// Heap bytes in use.
+    /// Heap bytes owned by this parser (shared segments are counted in full: an upper bound).
     pub fn memory_bytes(&self) -> usize {
-        self.items.capacity() * 8
-            + self.set_ends.capacity() * 4
-            + self.can_end.capacity()
-            + self.waits.capacity() * 12
-            + self.wait_ends.capacity() * 4
+        self.tail.memory_bytes()
+            + self.frozen.iter().map(|s| s.sets.memory_bytes()).sum::<usize>()
+            + self.stamp.capacity() * 4
     }
 }

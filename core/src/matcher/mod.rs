@@ -132,6 +132,7 @@ impl GrammarMatcher {
             }
         }
         self.history.push(Step { depth: start as u32, stop: false });
+        self.parser.maybe_freeze();
         Ok(())
     }
 
@@ -158,7 +159,9 @@ impl GrammarMatcher {
         self.terminated = false;
     }
 
-    /// An independent copy sharing the compiled grammar (and its mask cache).
+    /// An independent copy sharing the compiled grammar (and its mask cache) and the
+    /// older parse history: the cost is bounded by a few hundred Earley sets, not by the
+    /// length of the output.
     pub fn fork(&self) -> Self {
         self.clone()
     }
