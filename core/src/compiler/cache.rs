@@ -74,3 +74,45 @@ impl CompileCache {
         (g.entries.len(), g.hits, g.misses)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{CompileOptions, GrammarCompiler, TokenizerInfo, TokenizerOptions};
+    use std::sync::Arc;
+
+    fn compiler(budget: usize) -> GrammarCompiler {
+        let vocab: Vec<Vec<u8>> = (b'a'..=b'z').map(|b| vec![b]).collect();
+        let tok = TokenizerInfo::from_byte_tokens(vocab, &TokenizerOptions::default()).unwrap();
+        GrammarCompiler::with_options(Arc::new(tok), CompileOptions::default(), budget)
+    }
+
+    #[test]
+    fn hits_and_lru_eviction_by_bytes() {
+        let c = compiler(1 << 20);
+        let a = c.compile_ebnf("root ::= \"a\"+").unwrap();
+        let a2 = c.compile_ebnf("root ::= \"a\"+").unwrap();
+        assert!(Arc::ptr_eq(&a, &a2));
+        assert_eq!(c.cache_stats(), (1, 1, 1));
+        // A budget smaller than two grammars keeps only the most recent one.
+        let one = a.memory_bytes();
+        let c = compiler(one + one / 2);
+        let a = c.compile_ebnf("root ::= \"a\"+").unwrap();
+        let _b = c.compile_ebnf("root ::= \"b\"+").unwrap();
+        assert_eq!(c.cache_stats().0, 1);
+        let a_again = c.compile_ebnf("root ::= \"a\"+").unwrap();
+        assert!(!Arc::ptr_eq(&a, &a_again), "evicted entry was recompiled");
+        // A zero budget disables caching.
+        let c = compiler(0);
+        let x = c.compile_ebnf("root ::= \"a\"+").unwrap();
+        assert!(!Arc::ptr_eq(&x, &c.compile_ebnf("root ::= \"a\"+").unwrap()));
+    }
+
+    #[test]
+    fn compiled_grammar_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<crate::CompiledGrammar>();
+        check::<crate::GrammarCompiler>();
+        fn send<T: Send>() {}
+        send::<crate::GrammarMatcher>();
+    }
+}

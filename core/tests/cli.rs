@@ -1,0 +1,80 @@
+//! The `grammask` binary: `masks` output format and the default demo.
+
+mod common;
+
+use std::process::Command;
+
+fn grammask() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_grammask"))
+}
+
+#[test]
+fn masks_prints_one_line_per_token() {
+    let tok = common::data_dir().join("tokenizers/llama3_1");
+    let out = grammask()
+        .args(["masks", "--tokenizer"])
+        .arg(&tok)
+        .args(["--builtin-json", "--text", "{\"a\": [1, true]}", "--ids"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<serde_json::Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let last = lines.last().unwrap();
+    assert_eq!(last, &serde_json::json!({"accepted": true, "can_terminate": true}));
+    for (i, l) in lines[..lines.len() - 1].iter().enumerate() {
+        assert_eq!(l["step"], i);
+        let ids = l["ids"].as_array().unwrap();
+        assert_eq!(l["allowed"].as_u64().unwrap() as usize, ids.len());
+        assert!(ids.contains(&l["token"]), "the text's token must be allowed");
+        assert_eq!(l["sha256"].as_str().unwrap().len(), 64);
+        assert!(l["fill_us"].as_f64().unwrap() >= 0.0);
+    }
+    // The first mask of JSON allows `{` but no letters.
+    let first: Vec<u64> = lines[0]["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+    assert!(first.contains(&90)); // "{"
+    assert!(!first.contains(&64)); // "a"
+}
+
+#[test]
+fn masks_reports_rejection() {
+    let tok = common::data_dir().join("tokenizers/llama3_1");
+    let out = grammask()
+        .args(["masks", "--tokenizer"])
+        .arg(&tok)
+        .args(["--builtin-json", "--text", "{\"a\": tru}"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(stdout.lines().last().unwrap(), r#"{"accepted":false,"can_terminate":false}"#);
+}
+
+#[test]
+fn bad_grammar_is_an_error_not_a_panic() {
+    let dir = std::env::temp_dir().join(format!("grammask-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let g = dir.join("bad.gbnf");
+    std::fs::write(&g, "root ::= \"a\" (\n").unwrap();
+    let tok = common::data_dir().join("tokenizers/llama3_1");
+    let out = grammask().args(["masks", "--tokenizer"]).arg(&tok).arg("--grammar").arg(&g).args(["--text", "a"]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("2:1: expected"), "{err}");
+    std::fs::write(&g, b"root ::= \"\xff\"").unwrap();
+    let out = grammask().args(["inspect", "--grammar"]).arg(&g).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not valid UTF-8"));
+}
+
+#[test]
+fn default_command_runs_the_demo() {
+    let out = grammask().output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.contains("embedded Qwen3 tokenizer"));
+    assert!(stdout.contains("terminated: true"));
+    // The generated document is valid JSON.
+    let doc = stdout.split("terminated: true):\n").nth(1).unwrap().split("\n\ntime to first mask").next().unwrap();
+    serde_json::from_str::<serde_json::Value>(doc).unwrap_or_else(|e| panic!("demo output is not JSON: {e}\n{doc}"));
+}
