@@ -22,6 +22,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         memory = g.memory_bytes();
     }
     times.sort();
-    println!("compile + precompute all states: median {:?} (min {:?}); {} KiB", times[2], times[0], memory / 1024);
+    println!(
+        "compile + precompute all states: median {:?} (min {:?}); {} KiB",
+        times[2],
+        times[0],
+        memory / 1024
+    );
     Ok(())
 }

@@ -98,8 +98,38 @@ def load_tokenizer(path):
     return tok, stop_ids
 
 
-def encode(tok, text):
-    return tok.encode(text, add_special_tokens=False)
+def make_encoder(path):
+    """Text -> ids as a model would have generated them: no special tokens, and
+    no SentencePiece dummy prefix.  Llama-2's tokenizer.json prepends "\u2581" to
+    every input (normalizer Prepend), which would put a space before the text that a
+    grammar never allows; generated text has no such space, so the Prepend step is
+    dropped for encoding (the engines still get the unmodified tokenizer)."""
+    from tokenizers import Tokenizer
+    path = resolve_tokenizer_path(path)
+    with open(path, encoding="utf-8") as f:
+        spec = json.load(f)
+    norm = spec.get("normalizer")
+    changed = False
+    if isinstance(norm, dict):
+        if norm.get("type") == "Prepend":
+            spec["normalizer"] = None
+            changed = True
+        elif norm.get("type") == "Sequence":
+            kept = [n for n in norm.get("normalizers", []) if n.get("type") != "Prepend"]
+            if len(kept) != len(norm.get("normalizers", [])):
+                norm["normalizers"] = kept
+                changed = True
+    pre = spec.get("pre_tokenizer")
+    if isinstance(pre, dict) and pre.get("type") == "Metaspace" and \
+            pre.get("prepend_scheme", "always") != "never":
+        pre["prepend_scheme"] = "never"
+        changed = True
+    t = Tokenizer.from_str(json.dumps(spec))
+
+    def enc(text):
+        return t.encode(text, add_special_tokens=False).ids
+    enc.dropped_prefix = changed
+    return enc
 
 
 def bit_is_set(mask_row, t):

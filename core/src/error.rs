@@ -13,6 +13,12 @@ pub enum Error {
     /// The grammar text is malformed (syntax, undefined rule, …).
     #[error(transparent)]
     Grammar(#[from] GrammarError),
+    /// A JSON Schema could not be converted (the error carries the JSON pointer).
+    #[error(transparent)]
+    Schema(#[from] crate::json_schema::SchemaError),
+    /// A regex could not be converted (the error carries the byte offset).
+    #[error(transparent)]
+    Regex(#[from] crate::regex::RegexError),
     /// The tokenizer could not be loaded or decoded.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
@@ -57,9 +63,12 @@ pub enum Error {
         /// Tokens in the history.
         available: usize,
     },
-    /// A bitmask buffer or logits buffer has the wrong shape.
+    /// A bitmask row passed to a matcher has the wrong length.
     #[error("shape mismatch: {0}")]
     Shape(String),
+    /// Applying a bitmask to logits failed (shape, stride, index or dtype).
+    #[error(transparent)]
+    Bitmask(#[from] crate::bitmask::ApplyError),
     /// An I/O error reading a file.
     #[error("{path}: {source}")]
     Io {

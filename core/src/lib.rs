@@ -46,7 +46,9 @@ pub mod compiler;
 mod constraint;
 mod error;
 pub mod grammar;
+pub mod json_schema;
 pub mod matcher;
+pub mod regex;
 pub mod tokenizer;
 
 pub use bitmask::TokenBitmask;
@@ -54,5 +56,7 @@ pub use compiler::{CompileOptions, CompiledGrammar, GrammarCompiler, GrammarSpec
 pub use constraint::LogitsConstraint;
 pub use error::{Error, GrammarError, GrammarErrorKind, Result};
 pub use grammar::Grammar;
+pub use json_schema::{json_schema_str_to_grammar, json_schema_to_grammar, JsonSchemaOptions, SchemaError};
 pub use matcher::GrammarMatcher;
+pub use regex::{regex_to_grammar, RegexError};
 pub use tokenizer::{TokenizerInfo, TokenizerOptions, VocabKind};

@@ -92,14 +92,20 @@ fn matcher_misuse() {
 
 #[test]
 fn garbage_tokenizer_files() {
-    let e = TokenizerInfo::from_json_bytes(b"\x00\xffnot json", None, &TokenizerOptions::default()).unwrap_err();
+    let e =
+        TokenizerInfo::from_json_bytes(b"\x00\xffnot json", None, &TokenizerOptions::default()).unwrap_err();
     assert!(matches!(e, Error::Tokenizer(_)));
-    let e = TokenizerInfo::from_json_bytes(b"{\"model\": 3}", None, &TokenizerOptions::default()).unwrap_err();
+    let e =
+        TokenizerInfo::from_json_bytes(b"{\"model\": 3}", None, &TokenizerOptions::default()).unwrap_err();
     assert!(matches!(e, Error::Tokenizer(_)));
-    let e = TokenizerInfo::from_path("/nonexistent/tokenizer.json", &TokenizerOptions::default()).unwrap_err();
+    let e =
+        TokenizerInfo::from_path("/nonexistent/tokenizer.json", &TokenizerOptions::default()).unwrap_err();
     assert!(matches!(e, Error::Io { .. }));
     let opts = TokenizerOptions { stop_tokens: Some(vec![10]), ..Default::default() };
-    assert!(matches!(TokenizerInfo::from_byte_tokens(vec![b"a".to_vec()], &opts), Err(Error::InvalidTokenId { .. })));
+    assert!(matches!(
+        TokenizerInfo::from_byte_tokens(vec![b"a".to_vec()], &opts),
+        Err(Error::InvalidTokenId { .. })
+    ));
     let opts = TokenizerOptions { vocab_size: Some(0), ..Default::default() };
     assert!(TokenizerInfo::from_byte_tokens(vec![b"a".to_vec()], &opts).is_err());
 }

@@ -57,7 +57,14 @@ fn bad_grammar_is_an_error_not_a_panic() {
     let g = dir.join("bad.gbnf");
     std::fs::write(&g, "root ::= \"a\" (\n").unwrap();
     let tok = common::data_dir().join("tokenizers/llama3_1");
-    let out = grammask().args(["masks", "--tokenizer"]).arg(&tok).arg("--grammar").arg(&g).args(["--text", "a"]).output().unwrap();
+    let out = grammask()
+        .args(["masks", "--tokenizer"])
+        .arg(&tok)
+        .arg("--grammar")
+        .arg(&g)
+        .args(["--text", "a"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("2:1: expected"), "{err}");
@@ -75,6 +82,8 @@ fn default_command_runs_the_demo() {
     assert!(stdout.contains("embedded Qwen3 tokenizer"));
     assert!(stdout.contains("terminated: true"));
     // The generated document is valid JSON.
-    let doc = stdout.split("terminated: true):\n").nth(1).unwrap().split("\n\ntime to first mask").next().unwrap();
-    serde_json::from_str::<serde_json::Value>(doc).unwrap_or_else(|e| panic!("demo output is not JSON: {e}\n{doc}"));
+    let doc =
+        stdout.split("terminated: true):\n").nth(1).unwrap().split("\n\ntime to first mask").next().unwrap();
+    serde_json::from_str::<serde_json::Value>(doc)
+        .unwrap_or_else(|e| panic!("demo output is not JSON: {e}\n{doc}"));
 }

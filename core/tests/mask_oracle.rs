@@ -40,8 +40,18 @@ fn check_grammar(name: &str, ebnf: &str, seed: u64) {
                 if want != mask.row(0) {
                     let got = allowed(mask.row(0));
                     let exp = allowed(&want);
-                    let extra: Vec<_> = got.iter().filter(|i| !exp.contains(i)).take(10).map(|&i| (i, String::from_utf8_lossy(tok.token_bytes(i)).to_string())).collect();
-                    let missing: Vec<_> = exp.iter().filter(|i| !got.contains(i)).take(10).map(|&i| (i, String::from_utf8_lossy(tok.token_bytes(i)).to_string())).collect();
+                    let extra: Vec<_> = got
+                        .iter()
+                        .filter(|i| !exp.contains(i))
+                        .take(10)
+                        .map(|&i| (i, String::from_utf8_lossy(tok.token_bytes(i)).to_string()))
+                        .collect();
+                    let missing: Vec<_> = exp
+                        .iter()
+                        .filter(|i| !got.contains(i))
+                        .take(10)
+                        .map(|&i| (i, String::from_utf8_lossy(tok.token_bytes(i)).to_string()))
+                        .collect();
                     panic!(
                         "{name} on {tname} after {:?}: {} allowed, oracle {}; extra {extra:?}; missing {missing:?}",
                         String::from_utf8_lossy(&text), got.len(), exp.len()
@@ -49,7 +59,8 @@ fn check_grammar(name: &str, ebnf: &str, seed: u64) {
                 }
             }
             // Continue with a random allowed non-stop token.
-            let ids: Vec<u32> = allowed(mask.row(0)).into_iter().filter(|&i| !tok.stop_tokens().contains(&i)).collect();
+            let ids: Vec<u32> =
+                allowed(mask.row(0)).into_iter().filter(|&i| !tok.stop_tokens().contains(&i)).collect();
             if ids.is_empty() {
                 break;
             }

@@ -148,7 +148,11 @@ fn long_history_fork_and_rollback() {
         // Byte chunks as tokens: find a token with exactly these bytes, else single bytes.
         match (0..tok.tokenizer_size() as u32).find(|&i| !tok.is_special(i) && tok.token_bytes(i) == chunk) {
             Some(id) => ids.push(id),
-            None => ids.extend(chunk.iter().map(|b| (0..tok.tokenizer_size() as u32).find(|&i| !tok.is_special(i) && tok.token_bytes(i) == [*b]).unwrap())),
+            None => ids.extend(chunk.iter().map(|b| {
+                (0..tok.tokenizer_size() as u32)
+                    .find(|&i| !tok.is_special(i) && tok.token_bytes(i) == [*b])
+                    .unwrap()
+            })),
         }
     }
     for &id in &ids {

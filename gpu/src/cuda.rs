@@ -43,8 +43,8 @@ use cudarc::driver::{
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions};
 
 use crate::error::{BitmaskError, Result};
-use crate::layout::{check_rows, DType, LogitElem, LogitsLayout, MaskLayout, MaskWord};
 use crate::plan::{plan_launch, KERNEL_NAMES};
+use crate::{check_rows, ApplyError, DType, LogitElem, LogitsLayout, MaskLayout, MaskWord};
 
 /// The CUDA source of the kernels, compiled at run time with NVRTC.
 pub const KERNEL_SOURCE: &str = include_str!("kernel/bitmask.cu");
@@ -413,11 +413,12 @@ impl CudaBitmaskKernel {
         self.check_ctx("the stream", stream.context())?;
         layout.len_bounds()?;
         if mask_layout.rows.checked_mul(mask_layout.words).is_none() {
-            return Err(BitmaskError::TooLarge {
+            return Err(ApplyError::TooLarge {
                 what: "bitmask words",
                 value: mask_layout.rows as u128 * mask_layout.words as u128,
                 limit: usize::MAX as u128,
-            });
+            }
+            .into());
         }
         if indices.is_none() {
             check_rows(&layout, &mask_layout, None)?;
@@ -462,10 +463,12 @@ impl CudaBitmaskKernel {
             .get(plan.kernel)
             .ok_or_else(|| BitmaskError::Compile(format!("kernel {} missing", plan.kernel)))?;
         let to_i64 = |what: &'static str, v: usize| {
-            i64::try_from(v).map_err(|_| BitmaskError::TooLarge {
-                what,
-                value: v as u128,
-                limit: i64::MAX as u128,
+            i64::try_from(v).map_err(|_| {
+                BitmaskError::from(ApplyError::TooLarge {
+                    what,
+                    value: v as u128,
+                    limit: i64::MAX as u128,
+                })
             })
         };
         let batch = to_i64("batch", layout.batch)?;

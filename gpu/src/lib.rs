@@ -8,31 +8,18 @@
 //!
 //! # Layout and semantics
 //!
-//! The conventions are XGrammar's (`xgrammar.apply_token_bitmask_inplace`), so
-//! masks produced for XGrammar work unchanged:
+//! The layout and semantics are grammask's, documented once in
+//! [`grammask::bitmask`]: XGrammar's `[batch, vocab]` logits (f32, f16, bf16, any
+//! row stride) and `[rows, ceil(vocab / 32)]` bitmask of 32-bit words (`u32` or
+//! `i32`, set bit = allowed); entry `r` of `indices` masks logits row `r` with
+//! bitmask row `r` and rows not listed are untouched; tokens beyond the mask's bits
+//! become −∞ and mask bits beyond the logits' vocabulary are ignored; allowed
+//! logits are left bit-for-bit unchanged.
 //!
-//! * **logits**: `[batch, vocab]`, f32, f16 or bf16; row `r` starts at element
-//!   `r * row_stride` with `row_stride >= vocab` (see [`LogitsLayout`]).
-//! * **bitmask**: `[rows, words]` 32-bit words (`u32`, or `i32` as PyTorch stores
-//!   them), dense. Bit `k` of word `w` is token `32 * w + k`; a **set bit means
-//!   allowed**. Normally `words = ceil(vocab / 32)` (see [`MaskLayout`]).
-//! * **indices** (optional): the rows to mask in a mixed batch, as `i32`. Entry `r`
-//!   masks logits row `r` with bitmask row `r`: the *same* row of both, exactly as
-//!   XGrammar's `for batch_id in indices: … bitmask[batch_id] … logits[batch_id]`.
-//!   Rows not listed are untouched, and the bitmask may then have a different
-//!   number of rows than the logits as long as every index is in range for both.
-//!   Without indices every row is masked and the bitmask must have `batch` rows.
-//! * **vocabulary padding**: the model's vocabulary may be larger or smaller than
-//!   the mask's `32 * words` bits. Tokens at or beyond `32 * words` are disallowed
-//!   (−∞): a token the grammar cannot know about is never sampled. Mask bits at or
-//!   beyond `vocab` are ignored. (XGrammar instead leaves logits beyond the mask
-//!   untouched; grammask masks them, which is the safe choice for padded heads.)
-//! * Allowed logits are left bit-for-bit unchanged (NaNs included); disallowed ones
-//!   become exactly −∞ of the element type. Duplicate indices are harmless.
-//!
-//! Every shape, stride, index and dtype problem is a typed [`BitmaskError`],
-//! reported before any memory is written. No input makes the crate panic or touch
-//! memory outside the described rows.
+//! Every shape, stride, index and dtype problem is a typed error
+//! ([`BitmaskError::Apply`] holding grammask's [`ApplyError`]), reported before any
+//! memory is written. No input makes the crate panic or touch memory outside the
+//! described rows.
 //!
 //! # Devices
 //!
@@ -40,7 +27,9 @@
 //! [`Logits`], [`Bitmask`] and [`Indices`], so adapters call one function whether
 //! the logits live in host memory or on a GPU:
 //!
-//! * [`Device::Cpu`] runs [`apply_token_bitmask_inplace_cpu`]: one mask word (32
+//! * [`Device::Cpu`] runs [`apply_token_bitmask_inplace_cpu`], which is grammask's
+//!   one CPU implementation ([`grammask::bitmask::apply_token_bitmask`], re-exported
+//!   here with the layout types under this crate's names): one mask word (32
 //!   logits) at a time, branch-free and auto-vectorised, skipping all-ones words,
 //!   and parallel over rows (rayon) once the batch is large. It is the default for
 //!   the router.
@@ -90,29 +79,32 @@
 
 #![deny(missing_docs)]
 
-mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 mod error;
-mod layout;
 pub mod plan;
 
 #[cfg(feature = "cuda")]
 use std::sync::Arc;
 
-pub use cpu::{
-    apply_token_bitmask_inplace_cpu, apply_token_bitmask_inplace_cpu_bytes,
-    apply_token_bitmask_inplace_cpu_with, Parallelism, PARALLEL_MIN_ELEMENTS, PARALLEL_TILE,
-};
 #[cfg(feature = "cuda")]
 pub use cuda::{cuda_available, cuda_context, CudaBitmaskKernel, CudaIndices, KERNEL_SOURCE};
 #[cfg(feature = "cuda")]
 pub use cudarc;
 pub use error::{BitmaskError, Result};
-pub use half;
-pub use layout::{
-    cast_logits_bytes, check_rows, DType, LogitElem, LogitsLayout, MaskLayout, MaskWord,
+/// The CPU path: grammask's implementation, under this crate's names.
+pub use grammask::bitmask::{
+    apply_token_bitmask as apply_token_bitmask_inplace_cpu,
+    apply_token_bitmask_bytes as apply_token_bitmask_inplace_cpu_bytes,
+    apply_token_bitmask_with as apply_token_bitmask_inplace_cpu_with, Parallelism,
+    PARALLEL_MIN_ELEMENTS, PARALLEL_TILE,
 };
+/// Shapes, element types and validation, shared with the CPU path.
+pub use grammask::bitmask::{
+    cast_logits_bytes, check_rows, ApplyError, DType, Logit as LogitElem, LogitsLayout, MaskLayout,
+    MaskWord,
+};
+pub use half;
 
 #[cfg(feature = "cuda")]
 use cudarc::driver::{CudaStream, CudaView, CudaViewMut};
@@ -318,14 +310,14 @@ pub fn apply_token_bitmask_inplace<T: LogitElem, W: MaskWord>(
                     ))
                 }
             };
-            apply_token_bitmask_inplace_cpu_with(
+            Ok(apply_token_bitmask_inplace_cpu_with(
                 *parallelism,
                 logits,
                 layout,
                 bitmask,
                 mask_layout,
                 indices,
-            )
+            )?)
         }
         #[cfg(feature = "cuda")]
         Device::Cuda(target) => {

@@ -5,7 +5,7 @@
 //! would get.
 
 use crate::error::{BitmaskError, Result};
-use crate::layout::LogitsLayout;
+use crate::{ApplyError, LogitsLayout};
 
 /// Entry points of `kernel/bitmask.cu`, indexed by [`LaunchPlan::kernel`].
 pub const KERNEL_NAMES: [&str; 7] = [
@@ -61,11 +61,7 @@ pub fn plan_launch(
     let variants: &[(usize, usize)] = match elem_size {
         4 => &[(4, 0), (2, 1), (1, 2)],
         2 => &[(8, 3), (4, 4), (2, 5), (1, 6)],
-        _ => {
-            return Err(BitmaskError::UnsupportedDType(format!(
-                "{elem_size}-byte elements"
-            )))
-        }
+        _ => return Err(ApplyError::UnsupportedDType(format!("{elem_size}-byte elements")).into()),
     };
     if logits_addr % elem_size as u64 != 0 {
         return Err(BitmaskError::Misaligned {
@@ -85,7 +81,7 @@ pub fn plan_launch(
         .unwrap_or((1, variants[variants.len() - 1].1));
 
     let chunks_per_row = layout.vocab.div_ceil(LOGITS_PER_WARP);
-    let chunks_i32 = i32::try_from(chunks_per_row).map_err(|_| BitmaskError::TooLarge {
+    let chunks_i32 = i32::try_from(chunks_per_row).map_err(|_| ApplyError::TooLarge {
         what: "vocab",
         value: layout.vocab as u128,
         limit: i32::MAX as u128,
@@ -93,7 +89,7 @@ pub fn plan_launch(
     let grid_x = u32::try_from(rows)
         .ok()
         .filter(|&r| r <= i32::MAX as u32)
-        .ok_or(BitmaskError::TooLarge {
+        .ok_or(ApplyError::TooLarge {
             what: "rows to mask",
             value: rows as u128,
             limit: i32::MAX as u128,
@@ -113,7 +109,7 @@ pub fn plan_launch(
     let grid_y = u32::try_from(blocks_per_row)
         .ok()
         .filter(|&b| b <= 65_535)
-        .ok_or(BitmaskError::TooLarge {
+        .ok_or(ApplyError::TooLarge {
             what: "vocab",
             value: layout.vocab as u128,
             limit: 65_535u128 * LOGITS_PER_WARP as u128,

@@ -1,5 +1,11 @@
 //! Property tests of the CPU path against the scalar reference: random shapes,
 //! dtypes, paddings, strides, mask widths, mask contents and indices.
+//!
+//! The CPU path is grammask's one implementation (`grammask::bitmask`), reached
+//! here through this crate's re-exports and `Device::Cpu`; these are its property
+//! tests. They live here, next to the GPU tests, so that the case generator and the
+//! scalar reference (`common/mod.rs`) exist once for the CPU, the CUDA kernel and
+//! the kernel emulation.
 
 mod common;
 

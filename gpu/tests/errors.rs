@@ -2,8 +2,8 @@
 
 use grammask_gpu::{
     apply_token_bitmask_inplace, apply_token_bitmask_inplace_cpu,
-    apply_token_bitmask_inplace_cpu_bytes, Bitmask, BitmaskError, DType, Device, Indices, Logits,
-    LogitsLayout, MaskLayout, Parallelism,
+    apply_token_bitmask_inplace_cpu_bytes, ApplyError, Bitmask, BitmaskError, DType, Device,
+    Indices, Logits, LogitsLayout, MaskLayout, Parallelism,
 };
 use proptest::prelude::*;
 
@@ -13,7 +13,7 @@ fn cpu(
     mask: &[u32],
     ml: MaskLayout,
     idx: Option<&[i32]>,
-) -> Result<(), BitmaskError> {
+) -> Result<(), ApplyError> {
     apply_token_bitmask_inplace_cpu(logits, layout, mask, ml, idx)
 }
 
@@ -30,7 +30,7 @@ fn bad_stride() {
     .unwrap_err();
     assert_eq!(
         e,
-        BitmaskError::BadStride {
+        ApplyError::BadStride {
             vocab: 10,
             row_stride: 9
         }
@@ -44,7 +44,7 @@ fn bad_stride() {
         None,
     )
     .unwrap_err();
-    assert!(matches!(e, BitmaskError::BadStride { .. }));
+    assert!(matches!(e, ApplyError::BadStride { .. }));
 }
 
 #[test]
@@ -56,7 +56,7 @@ fn logits_length_mismatch() {
     assert!(
         matches!(
             e,
-            BitmaskError::LogitsLen {
+            ApplyError::LogitsLen {
                 len: 21,
                 min: 22,
                 max: 24,
@@ -69,7 +69,7 @@ fn logits_length_mismatch() {
     // Too long.
     let mut l = vec![1.0f32; 25];
     let e = cpu(&mut l, LogitsLayout::strided(2, 10, 12), &[0; 2], ml, None).unwrap_err();
-    assert!(matches!(e, BitmaskError::LogitsLen { len: 25, .. }));
+    assert!(matches!(e, ApplyError::LogitsLen { len: 25, .. }));
     // Both ends are fine.
     cpu(
         &mut [0.0; 22],
@@ -96,7 +96,7 @@ fn logits_length_mismatch() {
         None,
     )
     .unwrap_err();
-    assert!(matches!(e, BitmaskError::LogitsLen { .. }));
+    assert!(matches!(e, ApplyError::LogitsLen { .. }));
 }
 
 #[test]
@@ -106,7 +106,7 @@ fn mask_length_and_rows() {
     let e = cpu(&mut l, layout, &[0; 3], MaskLayout::new(2, 1), None).unwrap_err();
     assert_eq!(
         e,
-        BitmaskError::MaskLen {
+        ApplyError::MaskLen {
             len: 3,
             rows: 2,
             words: 1,
@@ -116,7 +116,7 @@ fn mask_length_and_rows() {
     let e = cpu(&mut l, layout, &[0; 3], MaskLayout::new(3, 1), None).unwrap_err();
     assert_eq!(
         e,
-        BitmaskError::MaskRowsMismatch {
+        ApplyError::MaskRowsMismatch {
             batch: 2,
             mask_rows: 3
         }
@@ -134,7 +134,7 @@ fn mask_length_and_rows() {
         Some(&[]),
     )
     .unwrap_err();
-    assert!(matches!(e, BitmaskError::TooLarge { .. }));
+    assert!(matches!(e, ApplyError::TooLarge { .. }));
 }
 
 #[test]
@@ -150,7 +150,7 @@ fn indices_out_of_range() {
         let e = cpu(&mut l, layout, &[0; 2], MaskLayout::new(2, 1), Some(&idx)).unwrap_err();
         assert_eq!(
             e,
-            BitmaskError::IndexOutOfRange {
+            ApplyError::IndexOutOfRange {
                 position: pos,
                 index,
                 batch: 2,
@@ -162,7 +162,7 @@ fn indices_out_of_range() {
     let e = cpu(&mut l, layout, &[0; 1], MaskLayout::new(1, 1), Some(&[1])).unwrap_err();
     assert!(matches!(
         e,
-        BitmaskError::IndexOutOfRange {
+        ApplyError::IndexOutOfRange {
             index: 1,
             mask_rows: 1,
             ..
@@ -178,11 +178,11 @@ fn dtype_errors() {
     assert_eq!("F32".parse::<DType>().unwrap(), DType::F32);
     assert!(matches!(
         "float64".parse::<DType>(),
-        Err(BitmaskError::UnsupportedDType(_))
+        Err(ApplyError::UnsupportedDType(_))
     ));
     assert!(matches!(
         "int8".parse::<DType>(),
-        Err(BitmaskError::UnsupportedDType(_))
+        Err(ApplyError::UnsupportedDType(_))
     ));
     // 7 bytes are not a whole number of f32s.
     let mut bytes = vec![0u8; 7];
@@ -199,7 +199,7 @@ fn dtype_errors() {
     assert!(
         matches!(
             e,
-            BitmaskError::DTypeMismatch {
+            ApplyError::DTypeMismatch {
                 expected: DType::F32,
                 ..
             }
@@ -221,7 +221,7 @@ fn dtype_errors() {
     .unwrap_err();
     assert!(matches!(
         e,
-        BitmaskError::DTypeMismatch {
+        ApplyError::DTypeMismatch {
             expected: DType::BF16,
             ..
         }
@@ -237,7 +237,7 @@ fn dtype_errors() {
         None,
     )
     .unwrap_err();
-    assert!(matches!(e, BitmaskError::LogitsLen { len: 4, .. }));
+    assert!(matches!(e, ApplyError::LogitsLen { len: 4, .. }));
 }
 
 #[test]
@@ -245,10 +245,10 @@ fn huge_layout_is_an_error_not_an_overflow() {
     let layout = LogitsLayout::strided(usize::MAX / 2, 10, 10);
     assert!(matches!(
         layout.len_bounds(),
-        Err(BitmaskError::TooLarge { .. })
+        Err(ApplyError::TooLarge { .. })
     ));
     let e = cpu(&mut [], layout, &[], MaskLayout::new(0, 0), Some(&[])).unwrap_err();
-    assert!(matches!(e, BitmaskError::TooLarge { .. }));
+    assert!(matches!(e, ApplyError::TooLarge { .. }));
 }
 
 #[test]
@@ -279,7 +279,10 @@ fn unified_api_errors() {
         Some(Indices::Host(&[3])),
     )
     .unwrap_err();
-    assert!(matches!(e, BitmaskError::IndexOutOfRange { .. }));
+    assert!(matches!(
+        e,
+        BitmaskError::Apply(ApplyError::IndexOutOfRange { .. })
+    ));
     assert!(l.iter().all(|&x| x == 1.0));
 }
 

@@ -15,9 +15,9 @@ use std::sync::Arc;
 use common::*;
 use grammask_gpu::cudarc::driver::{CudaSlice, CudaStream};
 use grammask_gpu::{
-    apply_token_bitmask_inplace, apply_token_bitmask_inplace_cpu, Bitmask, BitmaskError,
-    CudaBitmaskKernel, CudaIndices, DType, Device, Indices, LogitElem, Logits, LogitsLayout,
-    MaskLayout,
+    apply_token_bitmask_inplace, apply_token_bitmask_inplace_cpu, ApplyError, Bitmask,
+    BitmaskError, CudaBitmaskKernel, CudaIndices, DType, Device, Indices, LogitElem, Logits,
+    LogitsLayout, MaskLayout,
 };
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
@@ -308,7 +308,10 @@ fn gpu_errors_and_device_index_flag() {
         .kernel
         .apply::<f32, u32, _, _>(s, &mut logits.slice_mut(..100), layout, &mask, ml, None)
         .unwrap_err();
-    assert!(matches!(e, BitmaskError::LogitsLen { .. }));
+    assert!(matches!(
+        e,
+        BitmaskError::Apply(ApplyError::LogitsLen { .. })
+    ));
     let e = g
         .kernel
         .apply::<f32, u32, _, _>(
@@ -322,7 +325,7 @@ fn gpu_errors_and_device_index_flag() {
         .unwrap_err();
     assert!(matches!(
         e,
-        BitmaskError::IndexOutOfRange { position: 1, .. }
+        BitmaskError::Apply(ApplyError::IndexOutOfRange { position: 1, .. })
     ));
 
     // Out-of-range device indices: the row is skipped and the flag is raised.

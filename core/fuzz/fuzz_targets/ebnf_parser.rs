@@ -34,7 +34,8 @@ fuzz_target!(|data: &[u8]| {
         if m.fill_next_token_bitmask(&mut row).is_err() {
             return;
         }
-        let Some(id) = (0..m.vocab_size() as u32).find(|&i| row[i as usize / 32] >> (i % 32) & 1 == 1 && (i as usize + step) % 3 == 0)
+        let Some(id) = (0..m.vocab_size() as u32)
+            .find(|&i| row[i as usize / 32] >> (i % 32) & 1 == 1 && (i as usize + step) % 3 == 0)
             .or_else(|| (0..m.vocab_size() as u32).find(|&i| row[i as usize / 32] >> (i % 32) & 1 == 1))
         else {
             return;

@@ -123,7 +123,11 @@ impl Dfa {
             return Ok(id);
         }
         if sets.len() >= max_states {
-            return Err(Error::Limit { what: "automaton size (DFA states of one rule)", given: sets.len() + 1, limit: max_states });
+            return Err(Error::Limit {
+                what: "automaton size (DFA states of one rule)",
+                given: sets.len() + 1,
+                limit: max_states,
+            });
         }
         let id = sets.len() as u32;
         ids.insert(next.clone(), id);
@@ -181,7 +185,8 @@ impl Dfa {
         while i < order.len() {
             let s = order[i] as usize;
             i += 1;
-            let targets = self.trans[s * nc..(s + 1) * nc].iter().copied().chain(self.rules[s].iter().map(|e| e.1));
+            let targets =
+                self.trans[s * nc..(s + 1) * nc].iter().copied().chain(self.rules[s].iter().map(|e| e.1));
             for t in targets {
                 if t != DEAD && map[t as usize] == DEAD {
                     map[t as usize] = order.len() as u32;

@@ -127,14 +127,24 @@ impl Automata {
             d.minimize();
             total += d.len();
             if total > limits.max_dfa_states {
-                return Err(Error::Limit { what: "automaton size (DFA states)", given: total, limit: limits.max_dfa_states });
+                return Err(Error::Limit {
+                    what: "automaton size (DFA states)",
+                    given: total,
+                    limit: limits.max_dfa_states,
+                });
             }
             dfas.push(d);
         }
         Ok(Self::assemble(g, dfas, byte_class, n_classes, class_bytes))
     }
 
-    fn assemble(g: Grammar, dfas: Vec<Dfa>, byte_class: [u8; 256], n_classes: usize, class_bytes: Vec<Vec<u8>>) -> Automata {
+    fn assemble(
+        g: Grammar,
+        dfas: Vec<Dfa>,
+        byte_class: [u8; 256],
+        n_classes: usize,
+        class_bytes: Vec<Vec<u8>>,
+    ) -> Automata {
         let mut rule_start = Vec::with_capacity(dfas.len());
         let mut nodes = Vec::new();
         let mut trans = Vec::new();
@@ -217,7 +227,8 @@ impl Automata {
         loop {
             let mut changed = false;
             for s in (0..n).rev() {
-                if !nf[s] && self.edges(s as u32).iter().any(|&(r, t)| nullable[r as usize] && nf[t as usize]) {
+                if !nf[s] && self.edges(s as u32).iter().any(|&(r, t)| nullable[r as usize] && nf[t as usize])
+                {
                     nf[s] = true;
                     changed = true;
                 }
@@ -293,7 +304,14 @@ impl Automata {
         for (r, rule) in self.grammar.rules.iter().enumerate() {
             let start = self.rule_start[r];
             let end = self.rule_start.get(r + 1).copied().unwrap_or(self.nodes.len() as u32);
-            let _ = writeln!(out, "rule {} (states {}..{}{})", rule.name, start, end, if self.nullable[r] { ", nullable" } else { "" });
+            let _ = writeln!(
+                out,
+                "rule {} (states {}..{}{})",
+                rule.name,
+                start,
+                end,
+                if self.nullable[r] { ", nullable" } else { "" }
+            );
             for s in start..end {
                 let node = self.nodes[s as usize];
                 let _ = write!(out, "  {s}{}:", if node.is_final { " (final)" } else { "" });

@@ -100,7 +100,11 @@ impl Nfa {
 impl Builder {
     fn state(&mut self, max: usize) -> Result<u32, Error> {
         if self.len >= max {
-            return Err(Error::Limit { what: "automaton size (NFA states of one rule)", given: self.len + 1, limit: max });
+            return Err(Error::Limit {
+                what: "automaton size (NFA states of one rule)",
+                given: self.len + 1,
+                limit: max,
+            });
         }
         self.len += 1;
         Ok(self.len as u32 - 1)

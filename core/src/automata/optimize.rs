@@ -101,9 +101,7 @@ pub fn inline_fragments(g: &mut Grammar) {
     // nothing changes (terminates because inlinable rules are not recursive).
     for _ in 0..n + 1 {
         let inlinable: Vec<bool> = (0..n)
-            .map(|i| {
-                i != g.root.index() && !reach[i][i] && g.rules[i].body.size() <= INLINE_MAX_SIZE
-            })
+            .map(|i| i != g.root.index() && !reach[i][i] && g.rules[i].body.size() <= INLINE_MAX_SIZE)
             .collect();
         let mut changed = false;
         let snapshot: Vec<Expr> = g.rules.iter().map(|r| r.body.clone()).collect();
@@ -195,7 +193,10 @@ mod tests {
 
     #[test]
     fn inlines_fragments_and_keeps_recursion() {
-        let g = Grammar::from_ebnf("root ::= a b\na ::= \"x\" ws\nb ::= \"(\" b \")\" | ws\nws ::= \" \"*\nunused ::= \"q\"").unwrap();
+        let g = Grammar::from_ebnf(
+            "root ::= a b\na ::= \"x\" ws\nb ::= \"(\" b \")\" | ws\nws ::= \" \"*\nunused ::= \"q\"",
+        )
+        .unwrap();
         let o = optimize(&g).unwrap();
         assert_eq!(o.to_string(), "root ::= \"x\" \" \"* b\nb ::= \"(\" b \")\" | \" \"*\n");
     }

@@ -1,8 +1,8 @@
 //! The CPU kernel: applying a packed bitmask to host logits in place.
 //!
 //! Works on the bit patterns of the logits (`u32` for f32, `u16` for f16/bf16), like
-//! the kernel, so the result is bit-identical to it and NaNs in allowed slots are
-//! preserved. One mask word covers 32 consecutive logits and is handled as a unit:
+//! `grammask-gpu`'s CUDA kernel, so the two give bit-identical results and NaNs in
+//! allowed slots are preserved. One mask word covers 32 consecutive logits and is handled as a unit:
 //!
 //! * all ones (everything allowed): skipped, the logits are not even loaded;
 //! * zero (everything disallowed): 32 stores of −∞;
@@ -59,7 +59,8 @@ pub enum Parallelism {
 ///
 /// Errors (nothing is written when one is returned): [`ApplyError::BadStride`],
 /// [`ApplyError::LogitsLen`], [`ApplyError::MaskLen`],
-/// [`ApplyError::MaskRowsMismatch`], [`ApplyError::IndexOutOfRange`].
+/// [`ApplyError::MaskRowsMismatch`], [`ApplyError::IndexOutOfRange`],
+/// [`ApplyError::TooLarge`].
 ///
 /// ```
 /// use grammask::bitmask::{apply_token_bitmask, LogitsLayout, MaskLayout};
@@ -98,14 +99,7 @@ pub fn apply_token_bitmask<T: Logit, W: MaskWord>(
     mask_layout: MaskLayout,
     indices: Option<&[i32]>,
 ) -> Result<()> {
-    apply_token_bitmask_with(
-        Parallelism::Auto,
-        logits,
-        layout,
-        bitmask,
-        mask_layout,
-        indices,
-    )
+    apply_token_bitmask_with(Parallelism::Auto, logits, layout, bitmask, mask_layout, indices)
 }
 
 /// [`apply_token_bitmask`] with an explicit [`Parallelism`].
@@ -142,18 +136,11 @@ pub fn apply_token_bitmask_with<T: Logit, W: MaskWord>(
                 && rayon::current_num_threads() > 1
         }
     };
-    let mask: &[u32] =
-        bytemuck::try_cast_slice(bitmask).map_err(|e| ApplyError::DTypeMismatch {
-            expected: T::DTYPE,
-            found: format!("bitmask words not castable to u32 ({e:?})"),
-        })?;
-    let job = Job {
-        layout,
-        mask,
-        words: mask_layout.words,
-        selected: selected.as_deref(),
-        parallel,
-    };
+    let mask: &[u32] = bytemuck::try_cast_slice(bitmask).map_err(|e| ApplyError::DTypeMismatch {
+        expected: T::DTYPE,
+        found: format!("bitmask words not castable to u32 ({e:?})"),
+    })?;
+    let job = Job { layout, mask, words: mask_layout.words, selected: selected.as_deref(), parallel };
     let neg = T::DTYPE.neg_inf_bits();
     match T::DTYPE.size() {
         4 => job.run::<u32>(cast_bits(logits)?, neg),
@@ -314,28 +301,21 @@ impl Job<'_> {
     }
 
     fn run<B: Lane>(&self, data: &mut [B], neg: B) {
-        let LogitsLayout {
-            vocab, row_stride, ..
-        } = self.layout;
+        let LogitsLayout { vocab, row_stride, .. } = self.layout;
         if self.parallel {
-            data.par_chunks_mut(row_stride)
-                .enumerate()
-                .for_each(|(r, row)| {
-                    let (Some(mask_row), Some(row)) = (self.mask_row(r), row.get_mut(..vocab))
-                    else {
-                        return;
-                    };
-                    if vocab > PARALLEL_TILE {
-                        row.par_chunks_mut(PARALLEL_TILE)
-                            .enumerate()
-                            .for_each(|(t, seg)| {
-                                let words = mask_row.get(t * (PARALLEL_TILE / 32)..).unwrap_or(&[]);
-                                apply_segment(seg, words, neg);
-                            });
-                    } else {
-                        apply_segment(row, mask_row, neg);
-                    }
-                });
+            data.par_chunks_mut(row_stride).enumerate().for_each(|(r, row)| {
+                let (Some(mask_row), Some(row)) = (self.mask_row(r), row.get_mut(..vocab)) else {
+                    return;
+                };
+                if vocab > PARALLEL_TILE {
+                    row.par_chunks_mut(PARALLEL_TILE).enumerate().for_each(|(t, seg)| {
+                        let words = mask_row.get(t * (PARALLEL_TILE / 32)..).unwrap_or(&[]);
+                        apply_segment(seg, words, neg);
+                    });
+                } else {
+                    apply_segment(row, mask_row, neg);
+                }
+            });
         } else {
             for (r, row) in data.chunks_mut(row_stride).enumerate() {
                 if let (Some(mask_row), Some(row)) = (self.mask_row(r), row.get_mut(..vocab)) {

@@ -41,9 +41,7 @@ pub enum ApplyError {
     },
 
     /// The bitmask buffer does not hold exactly `rows * words` words.
-    #[error(
-        "bitmask shape mismatch: buffer holds {len} words, layout [{rows}, {words}] needs {expected}"
-    )]
+    #[error("bitmask shape mismatch: buffer holds {len} words, layout [{rows}, {words}] needs {expected}")]
     MaskLen {
         /// Words in the buffer.
         len: usize,
@@ -66,9 +64,7 @@ pub enum ApplyError {
 
     /// An entry of `indices` is negative or names a row that the logits or the
     /// bitmask do not have.
-    #[error(
-        "indices[{position}] = {index} is out of range (logits rows {batch}, bitmask rows {mask_rows})"
-    )]
+    #[error("indices[{position}] = {index} is out of range (logits rows {batch}, bitmask rows {mask_rows})")]
     IndexOutOfRange {
         /// Position of the entry in `indices`.
         position: usize,
@@ -104,14 +100,6 @@ pub enum ApplyError {
         /// The largest supported value.
         limit: u128,
     },
-}
-
-/// Lets `?` turn an [`ApplyError`] into grammask's [`Error`](crate::Error) (as
-/// [`Error::Shape`](crate::Error::Shape), carrying the message).
-impl From<ApplyError> for crate::Error {
-    fn from(e: ApplyError) -> Self {
-        crate::Error::Shape(e.to_string())
-    }
 }
 
 type Result<T, E = ApplyError> = std::result::Result<T, E>;
@@ -251,30 +239,19 @@ pub struct LogitsLayout {
 impl LogitsLayout {
     /// A dense `[batch, vocab]` layout (`row_stride == vocab`).
     pub const fn contiguous(batch: usize, vocab: usize) -> Self {
-        LogitsLayout {
-            batch,
-            vocab,
-            row_stride: vocab,
-        }
+        LogitsLayout { batch, vocab, row_stride: vocab }
     }
 
     /// A `[batch, vocab]` view with rows `row_stride` elements apart.
     pub const fn strided(batch: usize, vocab: usize, row_stride: usize) -> Self {
-        LogitsLayout {
-            batch,
-            vocab,
-            row_stride,
-        }
+        LogitsLayout { batch, vocab, row_stride }
     }
 
     /// Checks the stride and returns the `(min, max)` buffer lengths (in elements)
     /// this layout accepts.
     pub fn len_bounds(&self) -> Result<(usize, usize)> {
         if self.row_stride < self.vocab {
-            return Err(ApplyError::BadStride {
-                vocab: self.vocab,
-                row_stride: self.row_stride,
-            });
+            return Err(ApplyError::BadStride { vocab: self.vocab, row_stride: self.row_stride });
         }
         if self.batch == 0 {
             return Ok((0, 0));
@@ -330,29 +307,18 @@ impl MaskLayout {
 
     /// `rows` rows covering `vocab` tokens: `ceil(vocab / 32)` words each.
     pub const fn for_vocab(rows: usize, vocab: usize) -> Self {
-        MaskLayout {
-            rows,
-            words: vocab.div_ceil(32),
-        }
+        MaskLayout { rows, words: vocab.div_ceil(32) }
     }
 
     /// Checks that a buffer of `len` words is exactly this layout.
     pub fn check_len(&self, len: usize) -> Result<()> {
-        let expected = self
-            .rows
-            .checked_mul(self.words)
-            .ok_or(ApplyError::TooLarge {
-                what: "bitmask words",
-                value: self.rows as u128 * self.words as u128,
-                limit: usize::MAX as u128,
-            })?;
+        let expected = self.rows.checked_mul(self.words).ok_or(ApplyError::TooLarge {
+            what: "bitmask words",
+            value: self.rows as u128 * self.words as u128,
+            limit: usize::MAX as u128,
+        })?;
         if len != expected {
-            return Err(ApplyError::MaskLen {
-                len,
-                rows: self.rows,
-                words: self.words,
-                expected,
-            });
+            return Err(ApplyError::MaskLen { len, rows: self.rows, words: self.words, expected });
         }
         Ok(())
     }
@@ -366,17 +332,12 @@ pub fn check_rows(layout: &LogitsLayout, mask: &MaskLayout, indices: Option<&[i3
     match indices {
         None => {
             if mask.rows != layout.batch {
-                return Err(ApplyError::MaskRowsMismatch {
-                    batch: layout.batch,
-                    mask_rows: mask.rows,
-                });
+                return Err(ApplyError::MaskRowsMismatch { batch: layout.batch, mask_rows: mask.rows });
             }
         }
         Some(indices) => {
             for (position, &index) in indices.iter().enumerate() {
-                let ok = usize::try_from(index)
-                    .map(|r| r < layout.batch && r < mask.rows)
-                    .unwrap_or(false);
+                let ok = usize::try_from(index).map(|r| r < layout.batch && r < mask.rows).unwrap_or(false);
                 if !ok {
                     return Err(ApplyError::IndexOutOfRange {
                         position,

@@ -189,3 +189,58 @@ pub fn count_allowed(row: &[u32], vocab_size: usize) -> usize {
     }
     n
 }
+
+#[cfg(test)]
+mod tests {
+    //! `TokenBitmask::apply`'s own logic. The kernel's property tests against a
+    //! scalar reference (random shapes, dtypes, strides, indices, threading) are
+    //! `gpu/tests/cpu_props.rs`, which calls this module through grammask-gpu's
+    //! re-exports, next to the CUDA tests that share its reference.
+    use super::*;
+    use half::{bf16, f16};
+
+    #[test]
+    fn logits_wider_than_the_mask_are_masked_past_it() {
+        let m = TokenBitmask::new(1, 40); // 2 words; bits 40..64 clear
+        let mut logits = vec![0.5f32; 70];
+        m.apply(&mut logits, 70, None).unwrap();
+        assert!(logits[..40].iter().all(|&x| x == 0.5));
+        assert!(logits[40..].iter().all(|&x| x == f32::NEG_INFINITY));
+    }
+
+    #[test]
+    fn half_types() {
+        let mut m = TokenBitmask::new(2, 33);
+        m.row_mut(0).copy_from_slice(&[1 << 5, 1]);
+        let mut h = vec![f16::ONE; 66];
+        m.apply(&mut h, 33, None).unwrap();
+        let finite: Vec<usize> = (0..66).filter(|&i| h[i].is_finite()).collect();
+        assert_eq!(finite, [5, 32].into_iter().chain(33..66).collect::<Vec<_>>());
+        let mut b = vec![bf16::ONE; 66];
+        m.apply(&mut b, 33, Some(&[0])).unwrap();
+        assert_eq!(b[5], bf16::ONE);
+        assert_eq!(b[6], bf16::NEG_INFINITY);
+        assert!(b[33..].iter().all(|&x| x == bf16::ONE));
+    }
+
+    #[test]
+    fn shape_errors_are_typed_and_write_nothing() {
+        let m = TokenBitmask::new(2, 40);
+        let mut logits = vec![1.0f32; 81];
+        let e = m.apply(&mut logits, 40, None).unwrap_err();
+        assert!(matches!(e, ApplyError::LogitsLen { len: 81, .. }), "{e:?}");
+        let mut logits = vec![1.0f32; 40];
+        let e = m.apply(&mut logits, 40, None).unwrap_err();
+        assert_eq!(e, ApplyError::MaskRowsMismatch { batch: 1, mask_rows: 2 });
+        let e = m.apply(&mut logits, 40, Some(&[1])).unwrap_err();
+        assert!(matches!(e, ApplyError::IndexOutOfRange { position: 0, index: 1, .. }), "{e:?}");
+        assert!(logits.iter().all(|&x| x == 1.0));
+        // A zero stride: rows of no logits, one per mask row.
+        m.apply::<f32>(&mut [], 0, None).unwrap();
+        let e = m.apply(&mut [1.0f32], 0, None).unwrap_err();
+        assert!(matches!(e, ApplyError::LogitsLen { .. }), "{e:?}");
+        // `?` into grammask's error.
+        let as_crate_error = || -> crate::Result<()> { Ok(m.apply(&mut [0.0f32; 3], 40, None)?) };
+        assert!(matches!(as_crate_error(), Err(crate::Error::Bitmask(_))));
+    }
+}

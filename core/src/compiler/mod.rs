@@ -207,4 +207,3 @@ impl CompiledGrammar {
         self.automata.memory_bytes() + masks + self.masks.len() * std::mem::size_of::<OnceLock<StateMask>>()
     }
 }
-

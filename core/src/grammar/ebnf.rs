@@ -56,11 +56,7 @@ pub fn parse_ebnf(text: &str, root: &str, limits: &ParseLimits) -> Result<Gramma
 }
 
 /// Like [`parse_ebnf`], for text that may not be UTF-8 (a typed error if it is not).
-pub fn parse_ebnf_bytes(
-    text: &[u8],
-    root: &str,
-    limits: &ParseLimits,
-) -> Result<Grammar, GrammarError> {
+pub fn parse_ebnf_bytes(text: &[u8], root: &str, limits: &ParseLimits) -> Result<Grammar, GrammarError> {
     match std::str::from_utf8(text) {
         Ok(s) => parse_ebnf(s, root, limits),
         Err(e) => {

@@ -145,7 +145,8 @@ pub(crate) struct Earley {
 impl Earley {
     /// A parser whose seed is `seed` (a DFA state), with its closure computed.
     pub fn new(a: &Automata, seed: u32) -> Earley {
-        let mut tail = Sets { items: Vec::with_capacity(64), waits: Vec::with_capacity(64), ..Sets::default() };
+        let mut tail =
+            Sets { items: Vec::with_capacity(64), waits: Vec::with_capacity(64), ..Sets::default() };
         // Position 0: the virtual empty set.
         tail.item_ends.push(0);
         tail.can_end.push(false);
@@ -273,7 +274,8 @@ impl Earley {
             }
             let node = a.nodes[t as usize];
             self.tail.items.push(Item { state: t, origin: it.origin });
-            let end = if node.is_final || node.edges.0 != node.edges.1 { self.closure(a, start) } else { false };
+            let end =
+                if node.is_final || node.edges.0 != node.edges.1 { self.closure(a, start) } else { false };
             self.finish_set(end);
             return true;
         }

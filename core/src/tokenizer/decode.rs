@@ -25,7 +25,10 @@ impl VocabKind {
                 if kinds.contains(&VocabKind::ByteLevel) {
                     VocabKind::ByteLevel
                 } else if kinds.contains(&VocabKind::ByteFallback)
-                    || parts.into_iter().flatten().any(|p| p.get("pattern").and_then(|x| x.get("String")).and_then(|s| s.as_str()) == Some("\u{2581}"))
+                    || parts.into_iter().flatten().any(|p| {
+                        p.get("pattern").and_then(|x| x.get("String")).and_then(|s| s.as_str())
+                            == Some("\u{2581}")
+                    })
                 {
                     VocabKind::ByteFallback
                 } else {

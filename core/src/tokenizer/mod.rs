@@ -62,8 +62,8 @@ impl TokenizerInfo {
     /// reads the EOS token from `tokenizer_config.json` beside it when present.
     pub fn from_path(path: impl AsRef<Path>, options: &TokenizerOptions) -> Result<Self> {
         let file = resolve_tokenizer_path(path.as_ref());
-        let text = std::fs::read(&file)
-            .map_err(|source| Error::Io { path: file.display().to_string(), source })?;
+        let text =
+            std::fs::read(&file).map_err(|source| Error::Io { path: file.display().to_string(), source })?;
         let config = file.parent().map(|d| d.join("tokenizer_config.json"));
         let config = config.and_then(|c| std::fs::read(c).ok());
         Self::from_json_bytes(&text, config.as_deref(), options)
@@ -155,7 +155,11 @@ impl TokenizerInfo {
             )));
         }
         if u32::try_from(vocab_size).is_err() {
-            return Err(Error::Limit { what: "vocabulary size", given: vocab_size, limit: u32::MAX as usize });
+            return Err(Error::Limit {
+                what: "vocabulary size",
+                given: vocab_size,
+                limit: u32::MAX as usize,
+            });
         }
         let mut stop_tokens = options.stop_tokens.clone().unwrap_or(detected_stops);
         stop_tokens.extend(&options.extra_stop_tokens);
@@ -247,7 +251,10 @@ impl TokenizerInfo {
 
     /// Heap bytes held by this structure.
     pub fn memory_bytes(&self) -> usize {
-        self.bytes.len() + self.offsets.len() * 4 + self.special.len() + self.normal_words.len() * 4
+        self.bytes.len()
+            + self.offsets.len() * 4
+            + self.special.len()
+            + self.normal_words.len() * 4
             + self.trie.memory_bytes()
     }
 }

@@ -90,7 +90,8 @@ mod tests {
 
     #[test]
     fn preorder_ranges() {
-        let toks: Vec<Vec<u8>> = ["ab", "a", "b", "abc", "ab", "ba"].iter().map(|s| s.as_bytes().to_vec()).collect();
+        let toks: Vec<Vec<u8>> =
+            ["ab", "a", "b", "abc", "ab", "ba"].iter().map(|s| s.as_bytes().to_vec()).collect();
         let t = TokenTrie::build(&toks, |_| true);
         // a, ab, abc, b, ba
         let bytes: Vec<u8> = t.nodes.iter().map(|n| n.byte).collect();

@@ -21,7 +21,10 @@ pub fn tokenizer(name: &str) -> Arc<TokenizerInfo> {
         return t.clone();
     }
     let path = data_dir().join("tokenizers").join(name);
-    let t = Arc::new(TokenizerInfo::from_path(&path, &TokenizerOptions::default()).unwrap_or_else(|e| panic!("{}: {e}", path.display())));
+    let t = Arc::new(
+        TokenizerInfo::from_path(&path, &TokenizerOptions::default())
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+    );
     c.push((name.to_string(), t.clone()));
     t
 }

@@ -38,14 +38,26 @@ impl Bnf {
         loop {
             let mut ch = false;
             for (l, rhs) in &prods {
-                if !productive[*l] && rhs.iter().all(|s| match s { Sym::Byte(..) => true, Sym::Nt(x) => productive[*x] }) {
+                if !productive[*l]
+                    && rhs.iter().all(|s| match s {
+                        Sym::Byte(..) => true,
+                        Sym::Nt(x) => productive[*x],
+                    })
+                {
                     productive[*l] = true;
                     ch = true;
                 }
             }
-            if !ch { break; }
+            if !ch {
+                break;
+            }
         }
-        prods.retain(|(_, rhs)| rhs.iter().all(|s| match s { Sym::Byte(..) => true, Sym::Nt(x) => productive[*x] }));
+        prods.retain(|(_, rhs)| {
+            rhs.iter().all(|s| match s {
+                Sym::Byte(..) => true,
+                Sym::Nt(x) => productive[*x],
+            })
+        });
         let mut by_lhs = vec![Vec::new(); n];
         for (i, (l, _)) in prods.iter().enumerate() {
             by_lhs[*l].push(i);
@@ -59,7 +71,9 @@ impl Bnf {
                     ch = true;
                 }
             }
-            if !ch { break; }
+            if !ch {
+                break;
+            }
         }
         Bnf { prods, by_lhs, nullable, start: g.root.index() }
     }
@@ -105,11 +119,15 @@ impl Builder {
                             let o = self.fresh();
                             self.prods.push((o, vec![]));
                             let mut r = vec![item];
-                            if let Some(n) = next { r.push(Sym::Nt(n)); }
+                            if let Some(n) = next {
+                                r.push(Sym::Nt(n));
+                            }
                             self.prods.push((o, r));
                             next = Some(o);
                         }
-                        if let Some(n) = next { rhs.push(Sym::Nt(n)); }
+                        if let Some(n) = next {
+                            rhs.push(Sym::Nt(n));
+                        }
                     }
                 }
                 self.prods.push((x, rhs));
@@ -131,7 +149,8 @@ impl Builder {
                 let x = self.fresh();
                 for &(lo, hi) in ranges {
                     for seq in Utf8Sequences::new(char::from_u32(lo).unwrap(), char::from_u32(hi).unwrap()) {
-                        self.prods.push((x, seq.as_slice().iter().map(|r| Sym::Byte(r.start, r.end)).collect()));
+                        self.prods
+                            .push((x, seq.as_slice().iter().map(|r| Sym::Byte(r.start, r.end)).collect()));
                     }
                 }
                 vec![Sym::Nt(x)]
@@ -183,11 +202,15 @@ impl<'a> Recognizer<'a> {
                 Some(Sym::Nt(x)) => {
                     for &p in &self.g.by_lhs[x] {
                         let n = It { prod: p as u32, dot: 0, origin: pos as u32 };
-                        if seen.insert(n) { set.push(n); }
+                        if seen.insert(n) {
+                            set.push(n);
+                        }
                     }
                     if self.g.nullable[x] {
                         let n = It { dot: it.dot + 1, ..it };
-                        if seen.insert(n) { set.push(n); }
+                        if seen.insert(n) {
+                            set.push(n);
+                        }
                     }
                 }
                 Some(Sym::Byte(..)) => {}
@@ -197,7 +220,9 @@ impl<'a> Recognizer<'a> {
                         for p in &self.sets[it.origin as usize] {
                             if self.next_sym(p) == Some(Sym::Nt(lhs)) {
                                 let n = It { dot: p.dot + 1, ..*p };
-                                if seen.insert(n) { set.push(n); }
+                                if seen.insert(n) {
+                                    set.push(n);
+                                }
                             }
                         }
                     }
@@ -240,10 +265,16 @@ impl<'a> Recognizer<'a> {
 
 /// The oracle's mask: for every token (by id), push its bytes from the current state.
 /// `tokens[id] = Some(bytes)` for producible tokens, `None` for special ones.
-pub fn oracle_mask(r: &mut Recognizer, tokens: &[Option<Vec<u8>>], stops: &[u32], vocab_size: usize) -> Vec<u32> {
+pub fn oracle_mask(
+    r: &mut Recognizer,
+    tokens: &[Option<Vec<u8>>],
+    stops: &[u32],
+    vocab_size: usize,
+) -> Vec<u32> {
     let mut words = vec![0u32; vocab_size.div_ceil(32)];
     let base = r.depth();
-    let mut order: Vec<usize> = (0..tokens.len()).filter(|&i| tokens[i].as_ref().is_some_and(|t| !t.is_empty())).collect();
+    let mut order: Vec<usize> =
+        (0..tokens.len()).filter(|&i| tokens[i].as_ref().is_some_and(|t| !t.is_empty())).collect();
     order.sort_by(|&a, &b| tokens[a].cmp(&tokens[b]));
     let mut prev: &[u8] = &[];
     let mut pushed = 0;
@@ -254,15 +285,22 @@ pub fn oracle_mask(r: &mut Recognizer, tokens: &[Option<Vec<u8>>], stops: &[u32]
         pushed = lcp;
         let mut ok = true;
         for &b in &t[lcp..] {
-            if !r.push(b) { ok = false; break; }
+            if !r.push(b) {
+                ok = false;
+                break;
+            }
             pushed += 1;
         }
-        if ok { words[id / 32] |= 1 << (id % 32); }
+        if ok {
+            words[id / 32] |= 1 << (id % 32);
+        }
         prev = t;
     }
     r.truncate(base);
     if r.accepts() {
-        for &s in stops { words[s as usize / 32] |= 1 << (s % 32); }
+        for &s in stops {
+            words[s as usize / 32] |= 1 << (s % 32);
+        }
     }
     words
 }

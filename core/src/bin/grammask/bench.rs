@@ -26,12 +26,14 @@ pub struct BenchArgs {
 }
 
 pub fn run(a: &BenchArgs) -> Result<(), String> {
-    let text = std::fs::read_to_string(&a.text_file).map_err(|e| format!("{}: {e}", a.text_file.display()))?;
+    let text =
+        std::fs::read_to_string(&a.text_file).map_err(|e| format!("{}: {e}", a.text_file.display()))?;
     let (tok, info) = load_tokenizer(&a.tokenizer)?;
     let ids = tok.encode(text.as_str(), false).map_err(|e| format!("tokenize: {e}"))?.get_ids().to_vec();
     let info = Arc::new(info);
     let spec = a.grammar.spec()?;
-    let (mut compile_us, mut ttfm, mut cold, mut warm, mut fill_warm) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut compile_us, mut ttfm, mut cold, mut warm, mut fill_warm) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut mem_visited, mut mem_full) = (0, 0);
     for _ in 0..a.repeats.max(1) {
         // A fresh compiler with no cache: every repeat pays compile and lazy masks again.
@@ -70,7 +72,13 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
 }
 
 /// Fill + accept for every token; pushes per-token µs. Fails if a token is rejected.
-fn walk(m: &mut GrammarMatcher, mask: &mut TokenBitmask, ids: &[u32], out: &mut Vec<f64>, mut fills: Option<&mut Vec<f64>>) -> Result<(), String> {
+fn walk(
+    m: &mut GrammarMatcher,
+    mask: &mut TokenBitmask,
+    ids: &[u32],
+    out: &mut Vec<f64>,
+    mut fills: Option<&mut Vec<f64>>,
+) -> Result<(), String> {
     for (i, &id) in ids.iter().enumerate() {
         let t0 = Instant::now();
         m.fill_next_token_bitmask(mask.row_mut(0)).map_err(|e| e.to_string())?;

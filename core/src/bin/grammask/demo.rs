@@ -36,10 +36,14 @@ impl Rng {
 pub fn run(a: &DemoArgs) -> Result<(), String> {
     let t0 = Instant::now();
     let (info, source) = match &a.tokenizer {
-        Some(p) => (TokenizerInfo::from_path(p, &TokenizerOptions::default()).map_err(|e| e.to_string())?, p.display().to_string()),
+        Some(p) => (
+            TokenizerInfo::from_path(p, &TokenizerOptions::default()).map_err(|e| e.to_string())?,
+            p.display().to_string(),
+        ),
         None => {
             let (json, config) = embedded::qwen3()?;
-            let info = TokenizerInfo::from_json_bytes(&json, Some(config), &TokenizerOptions::default()).map_err(|e| e.to_string())?;
+            let info = TokenizerInfo::from_json_bytes(&json, Some(config), &TokenizerOptions::default())
+                .map_err(|e| e.to_string())?;
             (info, "embedded Qwen3 tokenizer".to_string())
         }
     };
@@ -58,7 +62,9 @@ pub fn run(a: &DemoArgs) -> Result<(), String> {
     let readable: Vec<bool> = (0..vocab as u32)
         .map(|i| {
             let b = tok.token_bytes(i);
-            !b.is_empty() && b.len() <= 6 && b.iter().all(|c| c.is_ascii_alphanumeric() || b"{}[]\",:._-".contains(c))
+            !b.is_empty()
+                && b.len() <= 6
+                && b.iter().all(|c| c.is_ascii_alphanumeric() || b"{}[]\",:._-".contains(c))
         })
         .collect();
     let closing: Vec<bool> = (0..vocab as u32)
@@ -100,16 +106,32 @@ pub fn run(a: &DemoArgs) -> Result<(), String> {
             out.extend_from_slice(tok.token_bytes(id));
         }
     }
-    println!("grammask demo: {} against the {source} ({vocab} ids; loaded in {load_ms:.0} ms)", a.grammar.label());
+    println!(
+        "grammask demo: {} against the {source} ({vocab} ids; loaded in {load_ms:.0} ms)",
+        a.grammar.label()
+    );
     println!("compile: {compile_us:.0} µs (automata only; token masks are computed lazily per state)\n");
     println!("{:>5} {:>9} {:>9} {:>8}  token", "step", "fill_µs", "accept_µs", "allowed");
     for (i, (id, allowed, f, acc)) in rows.iter().enumerate() {
-        let text = if tok.stop_tokens().contains(id) { "<stop>".to_string() } else { format!("{:?}", String::from_utf8_lossy(tok.token_bytes(*id))) };
+        let text = if tok.stop_tokens().contains(id) {
+            "<stop>".to_string()
+        } else {
+            format!("{:?}", String::from_utf8_lossy(tok.token_bytes(*id)))
+        };
         println!("{i:>5} {f:>9.1} {acc:>9.1} {allowed:>8}  {text}");
     }
     let fills: Vec<f64> = rows.iter().map(|r| r.2).collect();
-    println!("\ngenerated document ({} tokens, terminated: {}):\n{}\n", rows.len(), m.is_terminated(), String::from_utf8_lossy(&out));
-    println!("time to first mask: {:.0} µs; fill µs over all steps: {}", compile_us + fills.first().copied().unwrap_or(0.0), summary(&fills));
+    println!(
+        "\ngenerated document ({} tokens, terminated: {}):\n{}\n",
+        rows.len(),
+        m.is_terminated(),
+        String::from_utf8_lossy(&out)
+    );
+    println!(
+        "time to first mask: {:.0} µs; fill µs over all steps: {}",
+        compile_us + fills.first().copied().unwrap_or(0.0),
+        summary(&fills)
+    );
     let (done, total) = compiled.mask_stats();
     println!("mask cache: {done} of {total} states computed, {} KiB", compiled.memory_bytes() / 1024);
     println!("\nTry: grammask demo --tokenizer path/to/tokenizer.json --grammar my.gbnf");

@@ -17,6 +17,11 @@ pub fn run(a: &InspectArgs) -> Result<(), String> {
     let auto = Automata::build(&g, &AutomataLimits::default()).map_err(|e| e.to_string())?;
     let o = auto.grammar();
     println!("# optimized IR ({} rules)\n{o}", o.rules.len());
-    println!("# automata ({} states, {} byte classes)\n{}", auto.num_states(), auto.num_byte_classes(), auto.dump());
+    println!(
+        "# automata ({} states, {} byte classes)\n{}",
+        auto.num_states(),
+        auto.num_byte_classes(),
+        auto.dump()
+    );
     Ok(())
 }

@@ -53,7 +53,11 @@ impl GrammarArgs {
             Some(p) => {
                 let bytes = std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?;
                 let text = String::from_utf8(bytes).map_err(|e| {
-                    format!("{}: grammar is not valid UTF-8 (byte offset {})", p.display(), e.utf8_error().valid_up_to())
+                    format!(
+                        "{}: grammar is not valid UTF-8 (byte offset {})",
+                        p.display(),
+                        e.utf8_error().valid_up_to()
+                    )
                 })?;
                 Ok(GrammarSpec::ebnf(text))
             }
@@ -70,11 +74,40 @@ impl GrammarArgs {
 }
 
 /// Loads a tokenizer (file or folder) for both encoding text and grammask.
+///
+/// SentencePiece-style tokenizers (Llama-2) prepend `▁` (a space) to every input they
+/// encode; a grammar constrains the text itself, so that normalization step is removed
+/// for encoding here (as the peers' benchmark scripts do).
 pub fn load_tokenizer(path: &std::path::Path) -> Result<(tokenizers::Tokenizer, TokenizerInfo), String> {
     let file = grammask::tokenizer::resolve_tokenizer_path(path);
     let info = TokenizerInfo::from_path(&file, &TokenizerOptions::default()).map_err(|e| e.to_string())?;
-    let tok = tokenizers::Tokenizer::from_file(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let bytes = std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", file.display()))?;
+    strip_prefix_space(&mut json);
+    let tok = tokenizers::Tokenizer::from_bytes(json.to_string().as_bytes())
+        .map_err(|e| format!("{}: {e}", file.display()))?;
     Ok((tok, info))
+}
+
+/// Removes `Prepend("▁")` normalizers and turns off Metaspace's prefix space.
+fn strip_prefix_space(tokenizer: &mut serde_json::Value) {
+    fn is_prepend(n: &serde_json::Value) -> bool {
+        n.get("type").and_then(|t| t.as_str()) == Some("Prepend")
+    }
+    if let Some(norm) = tokenizer.get_mut("normalizer") {
+        if is_prepend(norm) {
+            *norm = serde_json::Value::Null;
+        } else if let Some(list) = norm.get_mut("normalizers").and_then(|l| l.as_array_mut()) {
+            list.retain(|n| !is_prepend(n));
+        }
+    }
+    if let Some(pre) = tokenizer.get_mut("pre_tokenizer").and_then(|p| p.as_object_mut()) {
+        if pre.get("type").and_then(|t| t.as_str()) == Some("Metaspace") {
+            pre.insert("prepend_scheme".into(), "never".into());
+            pre.insert("add_prefix_space".into(), false.into());
+        }
+    }
 }
 
 fn main() -> ExitCode {

@@ -1,0 +1,484 @@
+//! Combinators: `allOf` merging, `oneOf` disjointness, `not` of types, and the sibling
+//! checks that filter `enum` values.
+//!
+//! [`merge_schema`] intersects schemas keyword by keyword into one schema: `$ref`s are
+//! inlined (after rewriting the references inside the target to absolute ones, so they
+//! still resolve from their new place), nested `allOf`s are flattened, then:
+//! `type` sets intersect; `properties`/`patternProperties` merge per name (both →
+//! `allOf` of the two); `required` unites; lower bounds take the max and upper bounds the
+//! min; `enum`s intersect; different `const`s make the schema `false`; sub-schema
+//! keywords (`items`, `additionalProperties`, …) become `allOf` of both; two
+//! `anyOf`/`oneOf` multiply out (at most 64 branches). Two different `pattern`s or
+//! `format`s, and other keywords present in both parts with different values, are
+//! [`Unsupported`](super::SchemaErrorKind::Unsupported) (lenient: the first one is kept).
+//! AFTER THIS: the result holds no `$ref` and no `allOf`.
+
+use super::resolve::DEFAULT_BASE;
+use super::types::{declared_types, value_type, Builder, INTEGER, NUMBER, STRING};
+use super::SchemaError;
+use serde_json::{Map, Value};
+
+/// Most `$ref` inlinings in one merge.
+const MAX_INLINE: usize = 64;
+/// Most branches when two `anyOf`s multiply out.
+const MAX_PRODUCT: usize = 64;
+
+/// Rewrites every `$ref` in `v` (located at `ptr`) to an absolute reference.
+fn absolutize(b: &Builder, v: &Value, ptr: &str) -> Value {
+    match v {
+        Value::Object(m) => {
+            let mut out = Map::new();
+            for (k, x) in m {
+                if k == "$ref" {
+                    if let Some(r) = x.as_str() {
+                        if let Ok(t) = b.resolver.resolve(b.root, r, ptr) {
+                            out.insert(k.clone(), Value::String(format!("{DEFAULT_BASE}#{t}")));
+                            continue;
+                        }
+                    }
+                }
+                if ["const", "enum", "default", "examples"].contains(&k.as_str()) {
+                    out.insert(k.clone(), x.clone());
+                } else {
+                    out.insert(
+                        k.clone(),
+                        absolutize(b, x, &format!("{ptr}/{}", super::resolve::escape_token(k))),
+                    );
+                }
+            }
+            Value::Object(out)
+        }
+        Value::Array(a) => Value::Array(
+            a.iter()
+                .enumerate()
+                .map(|(i, x)| absolutize(b, x, &format!("{ptr}/{i}")))
+                .collect(),
+        ),
+        v => v.clone(),
+    }
+}
+
+/// Flattens `m` (with its `$ref` and `allOf`) into a list of plain parts.
+fn collect(
+    b: &mut Builder,
+    m: &Map<String, Value>,
+    ptr: &str,
+    out: &mut Vec<Value>,
+    inlined: &mut Vec<String>,
+) -> Result<(), SchemaError> {
+    let mut rest = m.clone();
+    let r = rest.remove("$ref");
+    let all = rest.remove("allOf");
+    if !rest.is_empty() {
+        out.push(absolutize(b, &Value::Object(rest), ptr));
+    }
+    if let Some(r) = r {
+        let r = r
+            .as_str()
+            .ok_or_else(|| b.not_schema("`$ref` must be a string", ptr))?;
+        let target = b.resolver.resolve(b.root, r, ptr)?;
+        if inlined.contains(&target) || inlined.len() >= MAX_INLINE {
+            b.unsupported(
+                "$ref",
+                "recursive reference inside allOf",
+                "the recursive part is dropped",
+                ptr,
+            )?;
+        } else {
+            inlined.push(target.clone());
+            let root = b.root;
+            match root.pointer(&target) {
+                Some(Value::Object(t)) => collect(b, t, &target, out, inlined)?,
+                Some(v @ Value::Bool(_)) => out.push(v.clone()),
+                _ => return Err(b.not_schema("`$ref` target is not a schema", &target)),
+            }
+            inlined.pop();
+        }
+    }
+    if let Some(all) = all {
+        let all = all
+            .as_array()
+            .ok_or_else(|| b.not_schema("`allOf` must be an array", ptr))?;
+        for (i, s) in all.iter().enumerate() {
+            let p = format!("{ptr}/allOf/{i}");
+            match s {
+                Value::Object(o) => collect(b, o, &p, out, inlined)?,
+                Value::Bool(_) => out.push(s.clone()),
+                _ => return Err(b.not_schema("`allOf` items must be schemas", &p)),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Merges `m`'s `$ref`, `allOf` and other keywords into one schema.
+pub(crate) fn merge_schema(
+    b: &mut Builder,
+    m: &Map<String, Value>,
+    ptr: &str,
+) -> Result<Value, SchemaError> {
+    let mut parts = Vec::new();
+    collect(b, m, ptr, &mut parts, &mut Vec::new())?;
+    let mut acc = Map::new();
+    for p in parts {
+        match p {
+            Value::Bool(true) => {}
+            Value::Bool(false) => return Ok(Value::Bool(false)),
+            Value::Object(o) => {
+                if !merge_two(b, &mut acc, o, ptr)? {
+                    return Ok(Value::Bool(false));
+                }
+            }
+            _ => return Err(b.not_schema("`allOf` items must be schemas", ptr)),
+        }
+    }
+    Ok(Value::Object(acc))
+}
+
+fn types_value(bits: u8) -> Value {
+    let mut names = Vec::new();
+    for (bit, name) in [
+        (1u8, "null"),
+        (2, "boolean"),
+        (4, "object"),
+        (8, "array"),
+        (16, "string"),
+    ] {
+        if bits & bit != 0 {
+            names.push(Value::String(name.into()));
+        }
+    }
+    if bits & NUMBER != 0 {
+        names.push(Value::String("number".into()));
+    } else if bits & INTEGER != 0 {
+        names.push(Value::String("integer".into()));
+    }
+    Value::Array(names)
+}
+
+fn all_of(x: Value, y: Value) -> Value {
+    Value::Object(
+        [("allOf".to_string(), Value::Array(vec![x, y]))]
+            .into_iter()
+            .collect(),
+    )
+}
+
+fn num_pick(x: &Value, y: &Value, larger: bool) -> Value {
+    let (a, c) = (x.as_f64().unwrap_or(0.0), y.as_f64().unwrap_or(0.0));
+    if (a >= c) == larger {
+        x.clone()
+    } else {
+        y.clone()
+    }
+}
+
+/// Merges `o` into `acc`; false when the result is unsatisfiable.
+fn merge_two(
+    b: &mut Builder,
+    acc: &mut Map<String, Value>,
+    o: Map<String, Value>,
+    ptr: &str,
+) -> Result<bool, SchemaError> {
+    for (k, v) in o {
+        let Some(cur) = acc.get(&k).cloned() else {
+            acc.insert(k, v);
+            continue;
+        };
+        if cur == v {
+            continue;
+        }
+        let merged = match k.as_str() {
+            "type" => {
+                let mut t1 = Map::new();
+                t1.insert("type".into(), cur);
+                let mut t2 = Map::new();
+                t2.insert("type".into(), v);
+                types_value(declared_types(&t1, ptr)? & declared_types(&t2, ptr)?)
+            }
+            "properties" | "patternProperties" | "dependentSchemas" => {
+                let (Value::Object(mut a), Value::Object(bb)) = (cur, v) else {
+                    return Err(b.not_schema(format!("`{k}` must be an object"), ptr));
+                };
+                for (name, s) in bb {
+                    let n = match a.remove(&name) {
+                        Some(x) => all_of(x, s),
+                        None => s,
+                    };
+                    a.insert(name, n);
+                }
+                Value::Object(a)
+            }
+            "required" => {
+                let mut a = cur.as_array().cloned().unwrap_or_default();
+                for x in v.as_array().cloned().unwrap_or_default() {
+                    if !a.contains(&x) {
+                        a.push(x);
+                    }
+                }
+                Value::Array(a)
+            }
+            "items"
+            | "additionalProperties"
+            | "additionalItems"
+            | "propertyNames"
+            | "contains"
+            | "unevaluatedProperties"
+            | "unevaluatedItems"
+                if !cur.is_array() && !v.is_array() =>
+            {
+                all_of(cur, v)
+            }
+            "prefixItems" | "items" => {
+                let (Value::Array(a), Value::Array(c)) = (&cur, &v) else {
+                    b.unsupported(
+                        &k,
+                        "array-form and schema-form items in allOf",
+                        "the first is kept",
+                        ptr,
+                    )?;
+                    continue;
+                };
+                let n = a.len().max(c.len());
+                Value::Array(
+                    (0..n)
+                        .map(|i| match (a.get(i), c.get(i)) {
+                            (Some(x), Some(y)) => all_of(x.clone(), y.clone()),
+                            (Some(x), None) | (None, Some(x)) => x.clone(),
+                            (None, None) => Value::Bool(true),
+                        })
+                        .collect(),
+                )
+            }
+            "minimum" | "exclusiveMinimum" | "minLength" | "minItems" | "minProperties"
+            | "minContains"
+                if cur.is_number() && v.is_number() =>
+            {
+                num_pick(&cur, &v, true)
+            }
+            "maximum" | "exclusiveMaximum" | "maxLength" | "maxItems" | "maxProperties"
+            | "maxContains"
+                if cur.is_number() && v.is_number() =>
+            {
+                num_pick(&cur, &v, false)
+            }
+            "uniqueItems" => Value::Bool(cur == Value::Bool(true) || v == Value::Bool(true)),
+            "enum" => {
+                let a = cur.as_array().cloned().unwrap_or_default();
+                let c = v.as_array().cloned().unwrap_or_default();
+                Value::Array(a.into_iter().filter(|x| c.contains(x)).collect())
+            }
+            "const" => return Ok(false),
+            "multipleOf" => match (cur.as_u64(), v.as_u64()) {
+                (Some(x), Some(y)) => {
+                    let g = gcd(x, y);
+                    Value::from(x / g * y)
+                }
+                _ => {
+                    b.unsupported(
+                        "multipleOf",
+                        "two non-integer multipleOf in allOf",
+                        "the first is kept",
+                        ptr,
+                    )?;
+                    continue;
+                }
+            },
+            "anyOf" | "oneOf" => {
+                let a = cur.as_array().cloned().unwrap_or_default();
+                let c = v.as_array().cloned().unwrap_or_default();
+                if a.len() * c.len() > MAX_PRODUCT {
+                    b.unsupported(
+                        &k,
+                        "two large anyOf/oneOf in allOf",
+                        "the first is kept",
+                        ptr,
+                    )?;
+                    continue;
+                }
+                Value::Array(
+                    a.iter()
+                        .flat_map(|x| c.iter().map(move |y| all_of(x.clone(), y.clone())))
+                        .collect(),
+                )
+            }
+            "not" => Value::Object(
+                [("anyOf".to_string(), Value::Array(vec![cur, v]))]
+                    .into_iter()
+                    .collect(),
+            ),
+            "$defs" | "definitions" | "title" | "description" | "default" | "examples"
+            | "$comment" | "$schema" | "$id" | "$anchor" => continue,
+            _ => {
+                b.unsupported(
+                    &k,
+                    "present with different values in several allOf parts",
+                    "the first value is kept",
+                    ptr,
+                )?;
+                continue;
+            }
+        };
+        acc.insert(k, merged);
+    }
+    Ok(true)
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a.max(1)
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// Types a branch can have (`$ref` followed once), from `type`, `const` and `enum`.
+fn branch_types(b: &Builder, s: &Value, ptr: &str) -> u8 {
+    let mut s = s;
+    if let Some(r) = s.get("$ref").and_then(Value::as_str) {
+        if let Some(t) = b
+            .resolver
+            .resolve(b.root, r, ptr)
+            .ok()
+            .and_then(|t| b.root.pointer(&t))
+        {
+            s = t;
+        }
+    }
+    let Some(m) = s.as_object() else {
+        return super::types::ALL_TYPES;
+    };
+    let mut t = declared_types(m, ptr).unwrap_or(super::types::ALL_TYPES);
+    if let Some(c) = m.get("const") {
+        t &= value_type(c);
+    } else if let Some(Value::Array(e)) = m.get("enum") {
+        t &= e.iter().fold(0, |acc, v| acc | value_type(v));
+    }
+    t
+}
+
+/// A property `name` → const/enum values, when the branch requires it.
+fn discriminator(s: &Value) -> Vec<(String, Vec<Value>)> {
+    let mut out = Vec::new();
+    let Some(props) = s.get("properties").and_then(Value::as_object) else {
+        return out;
+    };
+    let req: Vec<&str> = s
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    for (k, p) in props {
+        if !req.contains(&k.as_str()) {
+            continue;
+        }
+        if let Some(c) = p.get("const") {
+            out.push((k.clone(), vec![c.clone()]));
+        } else if let Some(Value::Array(e)) = p.get("enum") {
+            out.push((k.clone(), e.clone()));
+        }
+    }
+    out
+}
+
+/// Whether no value can match two of the `oneOf` branches.
+pub(crate) fn provably_disjoint(b: &Builder, branches: &[Value], ptr: &str) -> bool {
+    let types: Vec<u8> = branches.iter().map(|s| branch_types(b, s, ptr)).collect();
+    let pairwise = |f: &dyn Fn(usize, usize) -> bool| {
+        (0..branches.len()).all(|i| (i + 1..branches.len()).all(|j| f(i, j)))
+    };
+    if pairwise(&|i, j| {
+        let (a, c) = (types[i], types[j]);
+        // integer ⊂ number
+        let na = if a & NUMBER != 0 { a | INTEGER } else { a };
+        let nc = if c & NUMBER != 0 { c | INTEGER } else { c };
+        na & nc == 0
+    }) {
+        return true;
+    }
+    let discs: Vec<_> = branches.iter().map(discriminator).collect();
+    pairwise(&|i, j| {
+        discs[i].iter().any(|(k, vi)| {
+            discs[j]
+                .iter()
+                .any(|(k2, vj)| k == k2 && vi.iter().all(|x| !vj.contains(x)))
+        }) || {
+            let (a, c) = (types[i], types[j]);
+            let na = if a & NUMBER != 0 { a | INTEGER } else { a };
+            let nc = if c & NUMBER != 0 { c | INTEGER } else { c };
+            na & nc == 0
+        }
+    })
+}
+
+/// Removes from `types` what `not` excludes (`not` of types, `{}`, booleans).
+pub(crate) fn apply_not(
+    b: &mut Builder,
+    n: &Value,
+    types: u8,
+    ptr: &str,
+) -> Result<u8, SchemaError> {
+    let excluded = match n {
+        Value::Bool(true) => Some(super::types::ALL_TYPES),
+        Value::Bool(false) => Some(0),
+        Value::Object(m)
+            if m.keys()
+                .all(|k| k == "type" || k == "title" || k == "description") =>
+        {
+            let t = declared_types(m, ptr)?;
+            if t == super::types::ALL_TYPES && !m.contains_key("type") {
+                Some(super::types::ALL_TYPES)
+            } else if t & INTEGER != 0 && t & NUMBER == 0 && types & NUMBER != 0 {
+                None // "not integer" over numbers: not expressible here
+            } else {
+                Some(t)
+            }
+        }
+        Value::Object(m) if m.len() == 1 && m.get("anyOf").and_then(Value::as_array).is_some() => {
+            let mut t = 0u8;
+            let mut ok = true;
+            for x in m
+                .get("anyOf")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                match x.as_object() {
+                    Some(xm) if xm.keys().all(|k| k == "type") && xm.contains_key("type") => {
+                        t |= declared_types(xm, ptr)?
+                    }
+                    _ => ok = false,
+                }
+            }
+            ok.then_some(t)
+        }
+        _ => None,
+    };
+    match excluded {
+        Some(e) => Ok(types & !e),
+        None => {
+            b.unsupported("not", "only `not` of types is enforced", "ignored", ptr)?;
+            Ok(types)
+        }
+    }
+}
+
+/// Checks an `enum`/`const` candidate against simple sibling keywords (string lengths and
+/// numeric bounds) so that values the schema excludes are not generated.
+pub(crate) fn simple_check(m: &Map<String, Value>, v: &Value) -> bool {
+    let f = |k: &str| m.get(k).and_then(Value::as_f64);
+    match v {
+        Value::String(s) if value_type(v) == STRING => {
+            let n = s.chars().count() as f64;
+            f("minLength").map_or(true, |x| n >= x) && f("maxLength").map_or(true, |x| n <= x)
+        }
+        Value::Number(n) => {
+            let x = n.as_f64().unwrap_or(0.0);
+            f("minimum").map_or(true, |b| x >= b)
+                && f("maximum").map_or(true, |b| x <= b)
+                && f("exclusiveMinimum").map_or(true, |b| x > b)
+                && f("exclusiveMaximum").map_or(true, |b| x < b)
+        }
+        _ => true,
+    }
+}

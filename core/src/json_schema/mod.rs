@@ -1,0 +1,304 @@
+//! JSON Schema (Draft 2020-12, plus Draft-07 spellings) → grammar IR.
+//!
+//! ```text
+//! schema (serde_json::Value) ──resolve──▶ Resolver ($id/$anchor/$defs index, $ref targets)
+//!        ──build──▶ Expr per subschema (types → string/number/object/array, combine)
+//!        ──▶ Grammar (root rule + one rule per $ref target, recursion through rules)
+//! ```
+//!
+//! The conversion is a single recursive walk ([`types`]) over the schema. Each subschema
+//! becomes an [`Expr`](crate::grammar::Expr) that generates exactly its JSON-encoded
+//! instances, in the chosen [`Whitespace`] layout. `$ref` targets become rules (so
+//! recursive schemas are recursive grammars); `allOf` is merged into one schema before
+//! building ([`combine`]); `anyOf`/`oneOf` become alternations.
+//!
+//! # What is exact and what is approximated
+//! Every keyword is in one of three classes:
+//! - **enforced exactly**: `type`, `enum`, `const`, `properties`, `required`,
+//!   `additionalProperties`, `minProperties`/`maxProperties`, `items`, `prefixItems`,
+//!   `additionalItems`, `minItems`/`maxItems`, `minLength`/`maxLength`, `pattern`,
+//!   `format` (see [`format`]), integer bounds and `multipleOf` (bounded ranges, powers
+//!   of ten), number bounds (no exponent form is generated then), `anyOf`, `allOf`
+//!   (merged), `$ref`/`$defs`/`definitions`/`$id`/`$anchor`, boolean schemas, `not` of
+//!   types, `contains` (without item-count bounds);
+//! - **annotations**, ignored: `title`, `description`, `default`, `examples`,
+//!   `$comment`, `$schema`, `deprecated`, `readOnly`, `writeOnly`, `content*`, and any
+//!   keyword JSON Schema does not define (the spec says to ignore unknown keywords);
+//! - **not enforced** (`uniqueItems`, `dependentRequired`, `dependentSchemas`,
+//!   `unevaluated*`, `if`/`then`/`else`, `$dynamicRef`, `maxContains`, `not` of
+//!   anything but types, …): a [`SchemaError`] with
+//!   [`SchemaErrorKind::Unsupported`] naming the keyword and its JSON pointer — or, with
+//!   [`JsonSchemaOptions::lenient`], a [`SchemaWarning`] and the approximation documented
+//!   on the warning (usually: the keyword is ignored, so the grammar accepts a superset).
+//!
+//! Known deliberate differences from a validator:
+//! - object properties are generated in schema order (declared `properties`, then
+//!   `required` names not declared, then additional properties), as XGrammar and
+//!   llguidance do; an instance with the same members in another order is rejected;
+//! - with [`JsonSchemaOptions::strict`] (the default) an object schema that is silent about
+//!   `additionalProperties` allows no extra properties;
+//! - `oneOf` is built like `anyOf`; it is exact when the branches are provably disjoint
+//!   (different types, or different `const`/`enum` values of a required property), and
+//!   otherwise a [`SchemaWarning`] says so;
+//! - strings longer than [`SchemaLimits::max_exact_length`] are not length-checked
+//!   beyond that bound (a warning is recorded).
+//!
+//! # Input safety
+//! [`SchemaLimits`] bounds nesting depth, the number of rules, enum sizes and pattern
+//! sizes; every failure is a typed [`SchemaError`] with the JSON pointer of the fault.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use grammask::json_schema::{json_schema_str_to_grammar, JsonSchemaOptions};
+//! use grammask::{GrammarCompiler, GrammarMatcher, GrammarSpec, TokenizerInfo, TokenizerOptions};
+//! let g = json_schema_str_to_grammar(
+//!     r#"{"type":"object","properties":{"n":{"type":"integer","minimum":1}},"required":["n"]}"#,
+//!     &JsonSchemaOptions::default(),
+//! )?;
+//! let bytes: Vec<Vec<u8>> = (1u8..128).map(|b| vec![b]).collect();
+//! let tok = TokenizerInfo::from_byte_tokens(bytes, &TokenizerOptions::default())?;
+//! let compiled = GrammarCompiler::new(Arc::new(tok)).compile(&GrammarSpec::Grammar(g))?;
+//! let mut m = GrammarMatcher::new(compiled.clone());
+//! m.accept_string(r#"{"n": 42}"#)?;
+//! assert!(m.can_terminate());
+//! assert!(GrammarMatcher::new(compiled).accept_string(r#"{"n": 0}"#).is_err());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod array;
+mod combine;
+pub mod format;
+mod number;
+mod object;
+mod resolve;
+mod string;
+mod types;
+mod whitespace;
+
+use crate::grammar::Grammar;
+use crate::regex::{RegexError, RegexLimits};
+use serde_json::Value;
+use std::fmt;
+
+/// How whitespace between JSON tokens is generated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Whitespace {
+    /// No whitespace except XGrammar's default separators `", "` and `": "` (the form
+    /// `json.dumps(…)` writes).
+    Compact,
+    /// Any JSON whitespace (`[ \t\n\r]`), at most `max` characters in each gap.
+    Any {
+        /// Longest whitespace run allowed in one gap.
+        max: u32,
+    },
+    /// Pretty-printed like `json.dumps(…, indent=n)`: members on their own lines,
+    /// indented by `n` spaces per level, `": "` after keys.
+    Indent(u32),
+}
+
+/// Size and depth bounds for schema conversion.
+#[derive(Debug, Clone)]
+pub struct SchemaLimits {
+    /// Deepest subschema nesting walked (default 128).
+    pub max_depth: usize,
+    /// Most grammar rules generated (default 20,000).
+    pub max_rules: usize,
+    /// Most `enum` values in one schema (default 10,000).
+    pub max_enum: usize,
+    /// Longest `maxLength`/`minLength` enforced exactly (default 2,000; longer upper
+    /// bounds are dropped with a warning, longer lower bounds are an error).
+    pub max_exact_length: u32,
+    /// Largest integer range enumerated for `multipleOf` (default 4,096 values).
+    pub max_enumerated_multiples: u64,
+    /// Deepest nesting generated with [`Whitespace::Indent`] (default 32).
+    pub max_indent_depth: u32,
+    /// Limits for `pattern` regexes.
+    pub regex: RegexLimits,
+}
+
+impl Default for SchemaLimits {
+    fn default() -> Self {
+        Self {
+            max_depth: 128,
+            max_rules: 20_000,
+            max_enum: 10_000,
+            max_exact_length: 2_000,
+            max_enumerated_multiples: 4_096,
+            max_indent_depth: 32,
+            regex: RegexLimits::default(),
+        }
+    }
+}
+
+/// Options for [`json_schema_to_grammar`].
+#[derive(Debug, Clone)]
+pub struct JsonSchemaOptions {
+    /// Whitespace layout (default [`Whitespace::Compact`]).
+    pub whitespace: Whitespace,
+    /// When the schema says nothing about `additionalProperties`, allow no extra
+    /// properties (default true). False follows JSON Schema (extras allowed).
+    pub strict: bool,
+    /// Keywords that are not enforced produce a [`SchemaWarning`] and an approximation
+    /// instead of an error (default false).
+    pub lenient: bool,
+    /// Size limits.
+    pub limits: SchemaLimits,
+}
+
+impl Default for JsonSchemaOptions {
+    fn default() -> Self {
+        Self {
+            whitespace: Whitespace::Compact,
+            strict: true,
+            lenient: false,
+            limits: SchemaLimits::default(),
+        }
+    }
+}
+
+/// A schema that could not be converted, with the JSON pointer of the fault.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SchemaError {
+    /// What went wrong.
+    pub kind: SchemaErrorKind,
+    /// JSON pointer (RFC 6901) to the subschema at fault (`""`: the root).
+    pub pointer: String,
+}
+
+/// The kinds of [`SchemaError`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum SchemaErrorKind {
+    /// The text is not JSON.
+    InvalidJson {
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// The parser's message.
+        message: String,
+    },
+    /// A value where a schema is required is not an object or boolean, or a keyword has
+    /// a value of the wrong shape.
+    NotASchema(String),
+    /// A keyword (or keyword value) this converter does not enforce.
+    Unsupported {
+        /// The keyword.
+        keyword: String,
+        /// Why, or which form is unsupported.
+        detail: String,
+    },
+    /// A `$ref` that names nothing in the document (remote references are not fetched).
+    UnresolvableRef(String),
+    /// Constraints that no instance can satisfy where an instance is required (for
+    /// example `minimum > maximum` on the root).
+    Unsatisfiable(String),
+    /// A `pattern` (or `patternProperties` key) that cannot be converted.
+    Regex(RegexError),
+    /// A size limit was exceeded.
+    Limit {
+        /// What was measured.
+        what: &'static str,
+        /// The size reached.
+        given: usize,
+        /// The configured limit.
+        limit: usize,
+    },
+}
+
+impl fmt::Display for SchemaErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InvalidJson {
+                line,
+                column,
+                message,
+            } => write!(f, "invalid JSON at {line}:{column}: {message}"),
+            Self::NotASchema(s) => write!(f, "not a valid schema: {s}"),
+            Self::Unsupported { keyword, detail } => {
+                write!(f, "unsupported keyword `{keyword}`: {detail}")
+            }
+            Self::UnresolvableRef(r) => write!(f, "cannot resolve $ref `{r}`"),
+            Self::Unsatisfiable(s) => write!(f, "no instance can satisfy the schema: {s}"),
+            Self::Regex(e) => write!(f, "{e}"),
+            Self::Limit { what, given, limit } => {
+                write!(f, "{what} is {given}, over the limit of {limit}")
+            }
+        }
+    }
+}
+
+impl fmt::Display for SchemaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "schema at `{}`: {}",
+            if self.pointer.is_empty() {
+                "#"
+            } else {
+                &self.pointer
+            },
+            self.kind
+        )
+    }
+}
+
+impl std::error::Error for SchemaError {}
+
+/// A keyword that was approximated under [`JsonSchemaOptions::lenient`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaWarning {
+    /// The keyword.
+    pub keyword: String,
+    /// JSON pointer of the subschema.
+    pub pointer: String,
+    /// What the grammar does instead.
+    pub approximation: String,
+}
+
+/// Converts a JSON Schema to a grammar whose root generates exactly the schema's
+/// instances (see the module docs for the exceptions).
+pub fn json_schema_to_grammar(
+    schema: &Value,
+    options: &JsonSchemaOptions,
+) -> Result<Grammar, SchemaError> {
+    json_schema_to_grammar_with_warnings(schema, options).map(|(g, _)| g)
+}
+
+/// Like [`json_schema_to_grammar`], also returning the approximations made (non-empty
+/// only with [`JsonSchemaOptions::lenient`], or for `oneOf`/long-string notes).
+pub fn json_schema_to_grammar_with_warnings(
+    schema: &Value,
+    options: &JsonSchemaOptions,
+) -> Result<(Grammar, Vec<SchemaWarning>), SchemaError> {
+    types::Builder::convert(schema, options)
+}
+
+/// Parses `text` as JSON (errors carry line and column) and converts it.
+pub fn json_schema_str_to_grammar(
+    text: &str,
+    options: &JsonSchemaOptions,
+) -> Result<Grammar, SchemaError> {
+    let v: Value = serde_json::from_str(text).map_err(|e| SchemaError {
+        kind: SchemaErrorKind::InvalidJson {
+            line: e.line(),
+            column: e.column(),
+            message: e.to_string(),
+        },
+        pointer: String::new(),
+    })?;
+    json_schema_to_grammar(&v, options)
+}
+
+/// `value` serialized as `json.dumps(value, ensure_ascii=False)` writes it in
+/// [`Whitespace::Compact`] (separators `", "` and `": "`, non-ASCII kept, floats in
+/// Python's `repr` form), or with `indent=n` for [`Whitespace::Indent`]; the MaskBench
+/// protocol tokenizes instances in this form.
+///
+/// ```
+/// let v = serde_json::json!({"a": [1, 2.5, "é\n"]});
+/// assert_eq!(grammask::json_schema::to_python_json(&v, grammask::json_schema::Whitespace::Compact), r#"{"a": [1, 2.5, "é\n"]}"#);
+/// ```
+pub fn to_python_json(value: &Value, whitespace: Whitespace) -> String {
+    whitespace::write_value(value, whitespace, 0)
+}

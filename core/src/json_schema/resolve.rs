@@ -1,0 +1,280 @@
+//! `$ref` resolution within one document: `$id` base URIs, `$anchor`s (and Draft-07
+//! `$id: "#name"`), `$defs` / `definitions` via JSON pointers.
+//!
+//! [`Resolver::new`] walks the document once (iteratively, no recursion) and records, for
+//! every object it meets, the base URI in force there, plus every resource (`$id`) and
+//! anchor. [`Resolver::resolve`] turns a reference into an absolute JSON pointer into the
+//! root document. Remote documents are never fetched: a reference to one is
+//! [`SchemaErrorKind::UnresolvableRef`].
+
+use super::{SchemaError, SchemaErrorKind};
+use serde_json::Value;
+use std::collections::HashMap;
+
+/// The base URI used when the root has no `$id`.
+pub(crate) const DEFAULT_BASE: &str = "urn:grammask:root";
+
+/// Keywords whose values are data, not schemas (not searched for `$id`).
+const DATA_KEYWORDS: &[&str] = &["const", "enum", "examples", "default"];
+
+#[derive(Debug)]
+pub(crate) struct Resolver {
+    /// Base URI in force at each object's JSON pointer.
+    bases: HashMap<String, String>,
+    /// Resource URI (no fragment) → pointer of its root.
+    resources: HashMap<String, String>,
+    /// `uri#anchor` → pointer.
+    anchors: HashMap<String, String>,
+}
+
+/// Escapes a key for a JSON pointer.
+pub(crate) fn escape_token(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+fn strip_fragment(uri: &str) -> &str {
+    uri.split('#').next().unwrap_or(uri)
+}
+
+fn has_scheme(r: &str) -> bool {
+    let Some(i) = r.find(':') else { return false };
+    let s = &r[..i];
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+        && s.starts_with(|c: char| c.is_ascii_alphabetic())
+}
+
+fn remove_dots(path: &str) -> String {
+    let mut out: Vec<&str> = Vec::new();
+    let segs: Vec<&str> = path.split('/').collect();
+    for (i, s) in segs.iter().enumerate() {
+        match *s {
+            "." => {
+                if i + 1 == segs.len() {
+                    out.push("");
+                }
+            }
+            ".." => {
+                if out.len() > 1 {
+                    out.pop();
+                }
+                if i + 1 == segs.len() {
+                    out.push("");
+                }
+            }
+            s => out.push(s),
+        }
+    }
+    out.join("/")
+}
+
+/// RFC 3986 reference resolution (the subset schemas use).
+pub(crate) fn join(base: &str, r: &str) -> String {
+    if has_scheme(r) {
+        return r.to_string();
+    }
+    let base = strip_fragment(base);
+    if r.is_empty() {
+        return base.to_string();
+    }
+    if r.starts_with('#') {
+        return format!("{base}{r}");
+    }
+    let (scheme, rest) = match base.find(':') {
+        Some(i) => (&base[..=i], &base[i + 1..]),
+        None => ("", base),
+    };
+    if let Some(stripped) = r.strip_prefix("//") {
+        return format!("{scheme}//{stripped}");
+    }
+    let (authority, path) = match rest.strip_prefix("//") {
+        Some(a) => match a.find('/') {
+            Some(i) => (format!("//{}", &a[..i]), &a[i..]),
+            None => (format!("//{a}"), ""),
+        },
+        None => (String::new(), rest),
+    };
+    let path = path.split('?').next().unwrap_or(path);
+    let (rpath, tail) = match r.find(['?', '#']) {
+        Some(i) => (&r[..i], &r[i..]),
+        None => (r, ""),
+    };
+    let merged = if rpath.starts_with('/') {
+        rpath.to_string()
+    } else if rpath.is_empty() {
+        path.to_string()
+    } else {
+        match path.rfind('/') {
+            Some(i) => format!("{}{}", &path[..=i], rpath),
+            None if !authority.is_empty() => format!("/{rpath}"),
+            None => rpath.to_string(),
+        }
+    };
+    format!("{scheme}{authority}{}{tail}", remove_dots(&merged))
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+impl Resolver {
+    pub fn new(root: &Value) -> Resolver {
+        let mut r = Resolver {
+            bases: HashMap::new(),
+            resources: HashMap::new(),
+            anchors: HashMap::new(),
+        };
+        let root_base = match root.get("$id").and_then(Value::as_str) {
+            Some(id) if !id.starts_with('#') => join(DEFAULT_BASE, id),
+            _ => DEFAULT_BASE.to_string(),
+        };
+        r.resources
+            .insert(strip_fragment(&root_base).to_string(), String::new());
+        r.resources.insert(DEFAULT_BASE.to_string(), String::new());
+        let mut stack: Vec<(&Value, String, String)> = vec![(root, String::new(), root_base)];
+        while let Some((v, ptr, base)) = stack.pop() {
+            match v {
+                Value::Object(m) => {
+                    let mut base = base;
+                    if let Some(id) = m.get("$id").and_then(Value::as_str) {
+                        if let Some(anchor) = id.strip_prefix('#') {
+                            r.anchors
+                                .insert(format!("{}#{anchor}", strip_fragment(&base)), ptr.clone());
+                        } else {
+                            base = join(&base, id);
+                            r.resources
+                                .insert(strip_fragment(&base).to_string(), ptr.clone());
+                            if let Some((_, frag)) = id.split_once('#') {
+                                if !frag.is_empty() && !frag.starts_with('/') {
+                                    r.anchors.insert(
+                                        format!("{}#{frag}", strip_fragment(&base)),
+                                        ptr.clone(),
+                                    );
+                                }
+                            }
+                        }
+                    }
+                    for key in ["$anchor", "$dynamicAnchor"] {
+                        if let Some(a) = m.get(key).and_then(Value::as_str) {
+                            r.anchors
+                                .entry(format!("{}#{a}", strip_fragment(&base)))
+                                .or_insert_with(|| ptr.clone());
+                        }
+                    }
+                    r.bases.insert(ptr.clone(), base.clone());
+                    for (k, child) in m {
+                        if DATA_KEYWORDS.contains(&k.as_str()) {
+                            continue;
+                        }
+                        stack.push((child, format!("{ptr}/{}", escape_token(k)), base.clone()));
+                    }
+                }
+                Value::Array(a) => {
+                    for (i, child) in a.iter().enumerate() {
+                        stack.push((child, format!("{ptr}/{i}"), base.clone()));
+                    }
+                }
+                _ => {}
+            }
+        }
+        r
+    }
+
+    /// Base URI in force at `pointer`.
+    pub fn base_at(&self, pointer: &str) -> String {
+        self.bases
+            .get(pointer)
+            .cloned()
+            .unwrap_or_else(|| DEFAULT_BASE.to_string())
+    }
+
+    /// Resolves `reference` (as written at `pointer`) to a JSON pointer into the root.
+    pub fn resolve(
+        &self,
+        root: &Value,
+        reference: &str,
+        pointer: &str,
+    ) -> Result<String, SchemaError> {
+        let err = || SchemaError {
+            kind: SchemaErrorKind::UnresolvableRef(reference.to_string()),
+            pointer: pointer.to_string(),
+        };
+        let abs = join(&self.base_at(pointer), reference);
+        let (doc, frag) = match abs.split_once('#') {
+            Some((d, f)) => (d, f),
+            None => (abs.as_str(), ""),
+        };
+        let frag = percent_decode(frag);
+        let target = if frag.is_empty() || frag.starts_with('/') {
+            let res = self.resources.get(doc).ok_or_else(err)?;
+            format!("{res}{frag}")
+        } else {
+            self.anchors
+                .get(&format!("{doc}#{frag}"))
+                .cloned()
+                .ok_or_else(err)?
+        };
+        if root.pointer(&target).is_none() {
+            return Err(err());
+        }
+        Ok(target)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn joins() {
+        assert_eq!(
+            join("http://x.com/a/b.json", "c.json"),
+            "http://x.com/a/c.json"
+        );
+        assert_eq!(
+            join("http://x.com/a/b.json", "#/defs"),
+            "http://x.com/a/b.json#/defs"
+        );
+        assert_eq!(join("http://x.com/a/b.json", "../c"), "http://x.com/c");
+        assert_eq!(join("http://x.com/a/", "/r"), "http://x.com/r");
+        assert_eq!(join("urn:grammask:root", "#foo"), "urn:grammask:root#foo");
+    }
+
+    #[test]
+    fn resolves_ids_and_anchors() {
+        let s = serde_json::json!({
+            "$id": "http://e.com/root.json",
+            "$defs": {
+                "a": {"$id": "a.json", "$defs": {"x": {"$anchor": "xx", "type": "integer"}}},
+                "b": {"type": "string"}
+            }
+        });
+        let r = Resolver::new(&s);
+        assert_eq!(r.resolve(&s, "#/$defs/b", "").unwrap(), "/$defs/b");
+        assert_eq!(r.resolve(&s, "a.json#xx", "").unwrap(), "/$defs/a/$defs/x");
+        assert_eq!(
+            r.resolve(&s, "http://e.com/a.json#/$defs/x", "").unwrap(),
+            "/$defs/a/$defs/x"
+        );
+        assert_eq!(
+            r.resolve(&s, "#xx", "/$defs/a").unwrap(),
+            "/$defs/a/$defs/x"
+        );
+        assert!(r.resolve(&s, "#/nope", "").is_err());
+    }
+}

@@ -1,0 +1,164 @@
+//! `type: string`: `minLength`, `maxLength`, `pattern` and `format`.
+//!
+//! Lengths count Unicode scalar values of the decoded string; each one is generated in
+//! its JSON-encoded form ([`json_string_char`]). A `pattern` (or a `format`, which is a
+//! pattern from [`super::format`]) is combined with the length bounds exactly by
+//! [`regex_to_json_string_expr`] when it can be; otherwise the error names `pattern`.
+
+use super::types::Builder;
+use super::whitespace::{lit, nothing, seq};
+use super::{SchemaError, SchemaErrorKind};
+use crate::grammar::Expr;
+use crate::regex::{json_string_char, regex_to_json_string_expr, RegexErrorKind};
+use serde_json::{Map, Value};
+
+const ANY_CHAR: &[(u32, u32)] = &[(0, 0x10FFFF)];
+
+/// Any JSON string, with every escape JSON allows (`\/`, `\uXXXX`, …).
+pub(crate) fn any_string() -> Expr {
+    let hex = Expr::Class(vec![(0x30, 0x39), (0x41, 0x46), (0x61, 0x66)]);
+    let ch = Expr::Alt(vec![
+        Expr::Class(vec![
+            (0x20, 0x21),
+            (0x23, 0x5B),
+            (0x5D, 0xD7FF),
+            (0xE000, 0x10FFFF),
+        ]),
+        seq(vec![
+            lit("\\"),
+            Expr::Alt(vec![
+                Expr::Class(vec![
+                    (0x22, 0x22),
+                    (0x2F, 0x2F),
+                    (0x5C, 0x5C),
+                    (0x62, 0x62),
+                    (0x66, 0x66),
+                    (0x6E, 0x6E),
+                    (0x72, 0x72),
+                    (0x74, 0x74),
+                ]),
+                seq(vec![
+                    lit("u"),
+                    Expr::Repeat {
+                        expr: Box::new(hex),
+                        min: 4,
+                        max: Some(4),
+                    },
+                ]),
+            ]),
+        ]),
+    ]);
+    seq(vec![
+        lit("\""),
+        Expr::Repeat {
+            expr: Box::new(ch),
+            min: 0,
+            max: None,
+        },
+        lit("\""),
+    ])
+}
+
+/// Reads a non-negative integer keyword.
+pub(crate) fn get_count(
+    b: &Builder,
+    m: &Map<String, Value>,
+    key: &str,
+    ptr: &str,
+) -> Result<Option<u64>, SchemaError> {
+    match m.get(key) {
+        None => Ok(None),
+        Some(v) => {
+            let n = v.as_u64().or_else(|| {
+                v.as_f64()
+                    .filter(|f| *f >= 0.0 && f.fract() == 0.0)
+                    .map(|f| f.min(u64::MAX as f64) as u64)
+            });
+            n.map(Some)
+                .ok_or_else(|| b.not_schema(format!("`{key}` must be a non-negative integer"), ptr))
+        }
+    }
+}
+
+pub(crate) fn build(
+    b: &mut Builder,
+    m: &Map<String, Value>,
+    ptr: &str,
+) -> Result<Expr, SchemaError> {
+    let min = get_count(b, m, "minLength", ptr)?.unwrap_or(0);
+    let mut max = get_count(b, m, "maxLength", ptr)?;
+    if max.is_some_and(|x| x < min) {
+        return Ok(nothing());
+    }
+    let lim = b.opts.limits.max_exact_length as u64;
+    if min > lim {
+        return Err(b.err(
+            SchemaErrorKind::Limit {
+                what: "minLength",
+                given: min as usize,
+                limit: lim as usize,
+            },
+            ptr,
+        ));
+    }
+    if max.is_some_and(|x| x > lim) {
+        b.warn(
+            "maxLength",
+            ptr,
+            "over the exact-length limit: not enforced",
+        );
+        max = None;
+    }
+    let mut pattern = match m.get("pattern") {
+        None => None,
+        Some(Value::String(p)) => Some((p.clone(), "pattern")),
+        Some(_) => return Err(b.not_schema("`pattern` must be a string", ptr)),
+    };
+    if let Some(f) = m.get("format") {
+        let f = f
+            .as_str()
+            .ok_or_else(|| b.not_schema("`format` must be a string", ptr))?;
+        match super::format::format_regex(f) {
+            Some(_) if pattern.is_some() => {
+                b.unsupported(
+                    "format",
+                    "together with `pattern`",
+                    "format ignored; the pattern applies",
+                    ptr,
+                )?;
+            }
+            Some(re) => pattern = Some((re, "format")),
+            None => b.warn(
+                "format",
+                ptr,
+                &format!("format `{f}` is not enforced (annotation)"),
+            ),
+        }
+    }
+    let (min32, max32) = (min as u32, max.map(|x| x as u32));
+    let body = match pattern {
+        None => Expr::Repeat {
+            expr: Box::new(json_string_char(ANY_CHAR)),
+            min: min32,
+            max: max32,
+        },
+        Some((p, kw)) => {
+            let limits = &b.opts.limits.regex;
+            match regex_to_json_string_expr(&p, min32, max32, limits) {
+                Ok(e) => e,
+                Err(e) if e.kind == RegexErrorKind::LengthBounds => {
+                    b.unsupported(
+                        "minLength/maxLength",
+                        "cannot be combined with this pattern exactly",
+                        "length bounds ignored; the pattern applies",
+                        ptr,
+                    )?;
+                    regex_to_json_string_expr(&p, 0, None, limits)
+                        .map_err(|e| b.err(SchemaErrorKind::Regex(e), &format!("{ptr}/{kw}")))?
+                }
+                Err(e) => return Err(b.err(SchemaErrorKind::Regex(e), &format!("{ptr}/{kw}"))),
+            }
+        }
+    };
+    Ok(seq(vec![lit("\""), body, lit("\"")]))
+}

@@ -1,0 +1,569 @@
+//! The conversion walk: one subschema → one [`Expr`], dispatching on `type`.
+//!
+//! [`Builder::schema`] handles, in order: boolean schemas; `$ref` (a rule per target and
+//! indentation level, so recursion terminates); `allOf` and `$ref` with siblings (merged
+//! into one schema by [`super::combine`]); `anyOf`/`oneOf` (alternation of the branches,
+//! each merged with the sibling keywords); then [`Builder::typed`]: keyword checks,
+//! `enum`/`const`, `not`, and one alternative per allowed type, built by the
+//! `string`, `number`, `object` and `array` modules.
+
+use super::combine;
+use super::resolve::{escape_token, Resolver};
+use super::whitespace::{alt, is_nothing, lit, nothing, seq, write_string, Layout};
+use super::{JsonSchemaOptions, SchemaError, SchemaErrorKind, SchemaWarning, Whitespace};
+use crate::grammar::{Expr, Grammar, Rule, RuleId};
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+
+/// Keywords this converter enforces (handled somewhere in the walk).
+const ENFORCED: &[&str] = &[
+    "type",
+    "enum",
+    "const",
+    "properties",
+    "required",
+    "additionalProperties",
+    "patternProperties",
+    "propertyNames",
+    "minProperties",
+    "maxProperties",
+    "items",
+    "prefixItems",
+    "additionalItems",
+    "minItems",
+    "maxItems",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "format",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "anyOf",
+    "oneOf",
+    "allOf",
+    "$ref",
+    "not",
+    "contains",
+    "minContains",
+];
+
+/// JSON Schema keywords that constrain instances but are not (fully) enforced.
+const UNENFORCED: &[&str] = &[
+    "uniqueItems",
+    "maxContains",
+    "dependentRequired",
+    "dependentSchemas",
+    "dependencies",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "if",
+    "then",
+    "else",
+    "$dynamicRef",
+    "$recursiveRef",
+];
+
+/// The seven JSON types as bits.
+pub(crate) const NULL: u8 = 1;
+pub(crate) const BOOLEAN: u8 = 2;
+pub(crate) const OBJECT: u8 = 4;
+pub(crate) const ARRAY: u8 = 8;
+pub(crate) const STRING: u8 = 16;
+pub(crate) const NUMBER: u8 = 32;
+pub(crate) const INTEGER: u8 = 64;
+pub(crate) const ALL_TYPES: u8 = 127;
+
+pub(crate) fn type_bit(name: &str) -> Option<u8> {
+    Some(match name {
+        "null" => NULL,
+        "boolean" => BOOLEAN,
+        "object" => OBJECT,
+        "array" => ARRAY,
+        "string" => STRING,
+        "number" => NUMBER | INTEGER,
+        "integer" => INTEGER,
+        _ => return None,
+    })
+}
+
+/// The type of a JSON value as a bit (integers, including `1.0`, are `INTEGER`).
+pub(crate) fn value_type(v: &Value) -> u8 {
+    match v {
+        Value::Null => NULL,
+        Value::Bool(_) => BOOLEAN,
+        Value::Object(_) => OBJECT,
+        Value::Array(_) => ARRAY,
+        Value::String(_) => STRING,
+        Value::Number(n) => {
+            if n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0) {
+                INTEGER
+            } else {
+                NUMBER
+            }
+        }
+    }
+}
+
+/// The types a schema map allows by its `type` keyword.
+pub(crate) fn declared_types(m: &Map<String, Value>, ptr: &str) -> Result<u8, SchemaError> {
+    let bad = || SchemaError {
+        kind: SchemaErrorKind::NotASchema("`type` must be a type name or a list of them".into()),
+        pointer: ptr.to_string(),
+    };
+    match m.get("type") {
+        None => Ok(ALL_TYPES),
+        Some(Value::String(s)) => type_bit(s).ok_or_else(bad),
+        Some(Value::Array(a)) => a.iter().try_fold(0u8, |acc, t| {
+            Ok(acc | t.as_str().and_then(type_bit).ok_or_else(bad)?)
+        }),
+        Some(_) => Err(bad()),
+    }
+}
+
+/// The conversion state.
+pub(crate) struct Builder<'a> {
+    pub root: &'a Value,
+    pub opts: &'a JsonSchemaOptions,
+    pub layout: Layout,
+    pub resolver: Resolver,
+    pub rules: Vec<Rule>,
+    memo: HashMap<(String, u32), RuleId>,
+    any_memo: HashMap<u32, RuleId>,
+    pub warnings: Vec<SchemaWarning>,
+    depth: usize,
+}
+
+impl<'a> Builder<'a> {
+    /// Converts `root` to a grammar.
+    pub fn convert(
+        root: &'a Value,
+        opts: &'a JsonSchemaOptions,
+    ) -> Result<(Grammar, Vec<SchemaWarning>), SchemaError> {
+        let mut b = Builder {
+            root,
+            opts,
+            layout: Layout(opts.whitespace),
+            resolver: Resolver::new(root),
+            rules: vec![Rule {
+                name: "root".into(),
+                body: Expr::Empty,
+            }],
+            memo: HashMap::new(),
+            any_memo: HashMap::new(),
+            warnings: Vec::new(),
+            depth: 0,
+        };
+        let body = b.schema(root, "", 0)?;
+        if is_nothing(&body) {
+            return Err(SchemaError {
+                kind: SchemaErrorKind::Unsatisfiable("the schema allows no value".into()),
+                pointer: String::new(),
+            });
+        }
+        let outer = b.layout.outer();
+        b.rules[0].body = seq(vec![outer.clone(), body, outer]);
+        let g = Grammar {
+            rules: b.rules,
+            root: RuleId(0),
+        };
+        // Catch grammars whose root cannot finish (e.g. a required property that
+        // recursively requires itself) as a typed error.
+        if let Err(e) = crate::automata::optimize::remove_unproductive(&mut g.clone()) {
+            return Err(SchemaError {
+                kind: SchemaErrorKind::Unsatisfiable(e.to_string()),
+                pointer: String::new(),
+            });
+        }
+        Ok((g, b.warnings))
+    }
+
+    pub fn err(&self, kind: SchemaErrorKind, ptr: &str) -> SchemaError {
+        SchemaError {
+            kind,
+            pointer: ptr.to_string(),
+        }
+    }
+
+    pub fn not_schema(&self, what: impl Into<String>, ptr: &str) -> SchemaError {
+        self.err(SchemaErrorKind::NotASchema(what.into()), ptr)
+    }
+
+    /// A keyword that is not enforced: an error, or a warning in lenient mode.
+    pub fn unsupported(
+        &mut self,
+        keyword: &str,
+        detail: &str,
+        approximation: &str,
+        ptr: &str,
+    ) -> Result<(), SchemaError> {
+        if self.opts.lenient {
+            self.warnings.push(SchemaWarning {
+                keyword: keyword.into(),
+                pointer: ptr.into(),
+                approximation: approximation.into(),
+            });
+            Ok(())
+        } else {
+            Err(self.err(
+                SchemaErrorKind::Unsupported {
+                    keyword: keyword.into(),
+                    detail: detail.into(),
+                },
+                ptr,
+            ))
+        }
+    }
+
+    pub fn warn(&mut self, keyword: &str, ptr: &str, approximation: &str) {
+        self.warnings.push(SchemaWarning {
+            keyword: keyword.into(),
+            pointer: ptr.into(),
+            approximation: approximation.into(),
+        });
+    }
+
+    /// Allocates a rule (body filled in later).
+    pub fn new_rule(&mut self, hint: &str, ptr: &str) -> Result<RuleId, SchemaError> {
+        if self.rules.len() >= self.opts.limits.max_rules {
+            return Err(self.err(
+                SchemaErrorKind::Limit {
+                    what: "grammar rules",
+                    given: self.rules.len() + 1,
+                    limit: self.opts.limits.max_rules,
+                },
+                ptr,
+            ));
+        }
+        let clean: String = hint
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .take(40)
+            .collect();
+        let id = RuleId(self.rules.len() as u32);
+        self.rules.push(Rule {
+            name: format!("r{}_{clean}", self.rules.len()),
+            body: Expr::Empty,
+        });
+        Ok(id)
+    }
+
+    fn memo_level(&self, level: u32) -> u32 {
+        if matches!(self.opts.whitespace, Whitespace::Indent(_)) {
+            level
+        } else {
+            0
+        }
+    }
+
+    pub fn check_level(&self, level: u32, ptr: &str) -> Result<(), SchemaError> {
+        let max = self.opts.limits.max_indent_depth;
+        if matches!(self.opts.whitespace, Whitespace::Indent(_)) && level > max {
+            return Err(self.err(
+                SchemaErrorKind::Limit {
+                    what: "nesting depth with indentation",
+                    given: level as usize,
+                    limit: max as usize,
+                },
+                ptr,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Any JSON value at `level`.
+    pub fn any_value(&mut self, level: u32) -> Result<Expr, SchemaError> {
+        let lv = self.memo_level(level);
+        if let Some(&id) = self.any_memo.get(&lv) {
+            return Ok(Expr::Rule(id));
+        }
+        self.check_level(level, "")?;
+        let id = self.new_rule("any", "")?;
+        self.any_memo.insert(lv, id);
+        let inner = self.any_value(level + 1)?;
+        let l = self.layout;
+        let member = seq(vec![super::string::any_string(), l.colon(), inner.clone()]);
+        let list = |item: Expr| {
+            seq(vec![
+                item.clone(),
+                Expr::Repeat {
+                    expr: Box::new(seq(vec![l.comma(level), item])),
+                    min: 0,
+                    max: None,
+                },
+            ])
+        };
+        let obj = alt(vec![
+            l.empty('{', '}'),
+            seq(vec![l.open('{', level), list(member), l.close('}', level)]),
+        ]);
+        let arr = alt(vec![
+            l.empty('[', ']'),
+            seq(vec![l.open('[', level), list(inner), l.close(']', level)]),
+        ]);
+        let body = alt(vec![
+            lit("null"),
+            lit("true"),
+            lit("false"),
+            super::number::any_number(),
+            super::string::any_string(),
+            obj,
+            arr,
+        ]);
+        self.rules[id.index()].body = body;
+        Ok(Expr::Rule(id))
+    }
+
+    /// Converts one subschema at JSON pointer `ptr`, nested `level` containers deep.
+    pub fn schema(&mut self, s: &Value, ptr: &str, level: u32) -> Result<Expr, SchemaError> {
+        self.depth += 1;
+        if self.depth > self.opts.limits.max_depth {
+            self.depth -= 1;
+            return Err(self.err(
+                SchemaErrorKind::Limit {
+                    what: "schema nesting depth",
+                    given: self.depth + 1,
+                    limit: self.opts.limits.max_depth,
+                },
+                ptr,
+            ));
+        }
+        let r = match s {
+            Value::Bool(true) => self.any_value(level),
+            Value::Bool(false) => Ok(nothing()),
+            Value::Object(m) => self.map_schema(m, ptr, level),
+            _ => Err(self.not_schema("a schema must be an object or a boolean", ptr)),
+        };
+        self.depth -= 1;
+        r
+    }
+
+    /// A rule for the target of `reference`, shared by every use at the same level.
+    pub fn ref_rule(
+        &mut self,
+        reference: &str,
+        ptr: &str,
+        level: u32,
+    ) -> Result<Expr, SchemaError> {
+        let target = self.resolver.resolve(self.root, reference, ptr)?;
+        let key = (target.clone(), self.memo_level(level));
+        if let Some(&id) = self.memo.get(&key) {
+            return Ok(Expr::Rule(id));
+        }
+        let id = self.new_rule(target.rsplit('/').next().unwrap_or("ref"), ptr)?;
+        self.memo.insert(key, id);
+        let root = self.root;
+        let v = root
+            .pointer(&target)
+            .ok_or_else(|| self.err(SchemaErrorKind::UnresolvableRef(reference.into()), ptr))?;
+        let body = self.schema(v, &target, level)?;
+        self.rules[id.index()].body = body;
+        Ok(Expr::Rule(id))
+    }
+
+    fn map_schema(
+        &mut self,
+        m: &Map<String, Value>,
+        ptr: &str,
+        level: u32,
+    ) -> Result<Expr, SchemaError> {
+        if let Some(r) = m.get("$ref") {
+            let r = r
+                .as_str()
+                .ok_or_else(|| self.not_schema("`$ref` must be a string", ptr))?;
+            let siblings = m.keys().any(|k| {
+                k != "$ref" && (ENFORCED.contains(&k.as_str()) || UNENFORCED.contains(&k.as_str()))
+            });
+            if !siblings {
+                return self.ref_rule(r, ptr, level);
+            }
+        }
+        if m.contains_key("$ref") || m.contains_key("allOf") {
+            let merged = combine::merge_schema(self, m, ptr)?;
+            return match merged {
+                Value::Object(mm) if mm.contains_key("allOf") || mm.contains_key("$ref") => {
+                    Err(self.not_schema("internal: allOf left after merging", ptr))
+                }
+                v => self.schema(&v, ptr, level),
+            };
+        }
+        for key in ["anyOf", "oneOf"] {
+            if let Some(branches) = m.get(key) {
+                let branches = branches
+                    .as_array()
+                    .filter(|a| !a.is_empty())
+                    .ok_or_else(|| {
+                        self.not_schema(format!("`{key}` must be a non-empty array"), ptr)
+                    })?;
+                let mut rest = m.clone();
+                rest.remove(key);
+                if key == "anyOf" {
+                    if let Some(o) = rest.get("oneOf").cloned() {
+                        // anyOf and oneOf together: apply oneOf inside each branch.
+                        rest.remove("oneOf");
+                        rest.insert(
+                            "allOf".into(),
+                            Value::Array(vec![Value::Object(
+                                [("oneOf".to_string(), o)].into_iter().collect(),
+                            )]),
+                        );
+                    }
+                }
+                if key == "oneOf" && !combine::provably_disjoint(self, branches, ptr) {
+                    self.warn("oneOf", ptr, "branches may overlap: built as anyOf (a value matching two branches is accepted)");
+                }
+                let has_rest = rest
+                    .keys()
+                    .any(|k| ENFORCED.contains(&k.as_str()) || UNENFORCED.contains(&k.as_str()));
+                let mut alts = Vec::new();
+                for (i, b) in branches.iter().enumerate() {
+                    let bptr = format!("{ptr}/{key}/{i}");
+                    let e = if has_rest {
+                        let parts = Value::Array(vec![Value::Object(rest.clone()), b.clone()]);
+                        let mut mm = Map::new();
+                        mm.insert("allOf".into(), parts);
+                        let merged = combine::merge_schema(self, &mm, &bptr)?;
+                        self.schema(&merged, &bptr, level)?
+                    } else {
+                        self.schema(b, &bptr, level)?
+                    };
+                    alts.push(e);
+                }
+                return Ok(alt(alts));
+            }
+        }
+        self.typed(m, ptr, level)
+    }
+
+    /// A schema with no `$ref`/`allOf`/`anyOf`/`oneOf` left.
+    fn typed(
+        &mut self,
+        m: &Map<String, Value>,
+        ptr: &str,
+        level: u32,
+    ) -> Result<Expr, SchemaError> {
+        for k in m.keys() {
+            if UNENFORCED.contains(&k.as_str()) {
+                self.unenforced(k, m, ptr)?;
+            }
+        }
+        let mut types = declared_types(m, ptr)?;
+        if let Some(n) = m.get("not") {
+            types = combine::apply_not(self, n, types, &format!("{ptr}/not"))?;
+        }
+        if let Some(c) = m.get("const") {
+            return self.enum_values(std::slice::from_ref(c), types, m, ptr, level);
+        }
+        if let Some(e) = m.get("enum") {
+            let e = e
+                .as_array()
+                .ok_or_else(|| self.not_schema("`enum` must be an array", ptr))?;
+            return self.enum_values(e, types, m, ptr, level);
+        }
+        let mut alts = Vec::new();
+        if types & NULL != 0 {
+            alts.push(lit("null"));
+        }
+        if types & BOOLEAN != 0 {
+            alts.push(alt(vec![lit("true"), lit("false")]));
+        }
+        if types & (NUMBER | INTEGER) != 0 {
+            alts.push(super::number::build(self, m, types & NUMBER == 0, ptr)?);
+        }
+        if types & STRING != 0 {
+            alts.push(super::string::build(self, m, ptr)?);
+        }
+        if types & ARRAY != 0 {
+            alts.push(super::array::build(self, m, ptr, level)?);
+        }
+        if types & OBJECT != 0 {
+            alts.push(super::object::build(self, m, ptr, level)?);
+        }
+        Ok(alt(alts))
+    }
+
+    fn unenforced(
+        &mut self,
+        k: &str,
+        m: &Map<String, Value>,
+        ptr: &str,
+    ) -> Result<(), SchemaError> {
+        match k {
+            "uniqueItems" if m.get(k) == Some(&Value::Bool(false)) => Ok(()),
+            "uniqueItems"
+                if m.get("maxItems")
+                    .and_then(Value::as_u64)
+                    .is_some_and(|n| n <= 1) =>
+            {
+                Ok(())
+            }
+            "then" | "else" if !m.contains_key("if") => Ok(()),
+            "dependentRequired" | "dependentSchemas" | "dependencies"
+                if m.get(k)
+                    .and_then(Value::as_object)
+                    .is_some_and(|o| o.is_empty()) =>
+            {
+                Ok(())
+            }
+            "unevaluatedProperties" | "unevaluatedItems"
+                if m.get(k) == Some(&Value::Bool(true)) =>
+            {
+                Ok(())
+            }
+            _ => self.unsupported(
+                k,
+                "not enforced by the grammar",
+                "ignored: the grammar accepts values that break it",
+                ptr,
+            ),
+        }
+    }
+
+    fn enum_values(
+        &mut self,
+        vals: &[Value],
+        types: u8,
+        m: &Map<String, Value>,
+        ptr: &str,
+        level: u32,
+    ) -> Result<Expr, SchemaError> {
+        if vals.len() > self.opts.limits.max_enum {
+            return Err(self.err(
+                SchemaErrorKind::Limit {
+                    what: "enum values",
+                    given: vals.len(),
+                    limit: self.opts.limits.max_enum,
+                },
+                ptr,
+            ));
+        }
+        let mut alts = Vec::new();
+        for v in vals {
+            let t = value_type(v);
+            let ok = types & t != 0 || (t == INTEGER && types & NUMBER != 0);
+            if ok
+                && (!m.contains_key("enum")
+                    || !m.contains_key("const")
+                    || m.get("const") == Some(v))
+                && combine::simple_check(m, v)
+            {
+                alts.push(self.layout.literal(v, level));
+            }
+        }
+        Ok(alt(alts))
+    }
+
+    /// The grammar for an object key (a JSON string literal).
+    pub fn key_literal(name: &str) -> Expr {
+        let mut s = String::new();
+        write_string(name, &mut s);
+        lit(&s)
+    }
+
+    /// JSON pointer of a child: `ptr/kw/key`.
+    pub fn child(ptr: &str, kw: &str, key: &str) -> String {
+        format!("{ptr}/{kw}/{}", escape_token(key))
+    }
+}

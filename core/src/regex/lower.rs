@@ -1,0 +1,514 @@
+//! [`Node`] tree → grammar [`Expr`]: anchors, unanchored sides, length bounds and the
+//! JSON-string encoding.
+//!
+//! Passes, in order (see [`lower`]):
+//! 1. [`split_anchors`] — the pattern becomes a list of branches, each with "anchored at
+//!    start" / "anchored at end" flags. `^` / `$` are recognized at the start / end of
+//!    top-level branches, also through groups (`^(a|b)$`, `(^a|^b)`); an anchor anywhere
+//!    else is a typed error. AFTER THIS: no anchors remain.
+//! 2. length restriction (optional, for JSON Schema `minLength`/`maxLength` beside a
+//!    `pattern`) — bounds are pushed into the one variable-length part of each branch.
+//! 3. encoding — each character class becomes either the class itself
+//!    ([`Encoding::Raw`]) or the alternatives of its JSON-encoded forms
+//!    ([`Encoding::JsonString`]).
+
+use super::class::{class_contains, intersect_class, subtract_class};
+use super::parse::Node;
+use super::{RegexError, RegexErrorKind, RegexLimits};
+use crate::grammar::Expr;
+
+/// How generated characters are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Encoding {
+    /// As themselves.
+    Raw,
+    /// As they appear inside a JSON string literal (without the quotes): `"` → `\"`,
+    /// `\` → `\\`, controls → `\n`, `\t`, … or `\u00XX`.
+    JsonString,
+}
+
+/// One top-level branch after anchor analysis.
+#[derive(Debug, Clone)]
+pub(crate) struct Branch {
+    pub start: bool,
+    pub body: Node,
+    pub end: bool,
+}
+
+fn has_anchor(n: &Node) -> bool {
+    match n {
+        Node::Start | Node::End => true,
+        Node::Empty | Node::Class(_) => false,
+        Node::Seq(v) | Node::Alt(v) => v.iter().any(has_anchor),
+        Node::Repeat { node, .. } => has_anchor(node),
+    }
+}
+
+fn seq(items: Vec<Node>) -> Node {
+    match items.len() {
+        0 => Node::Empty,
+        1 => items.into_iter().next().unwrap_or(Node::Empty),
+        _ => Node::Seq(items),
+    }
+}
+
+/// Most branches anchor distribution may create (`(^a|b)(c|d$)` multiplies).
+const MAX_BRANCHES: usize = 256;
+
+/// Splits the pattern into branches with their anchors.
+pub(crate) fn split_anchors(n: Node, pattern: &str) -> Result<Vec<Branch>, RegexError> {
+    let mut out = Vec::new();
+    split_into(n, &mut out);
+    if out.len() > MAX_BRANCHES {
+        return Err(anchor_err(pattern));
+    }
+    for b in &out {
+        if has_anchor(&b.body) {
+            return Err(anchor_err(pattern));
+        }
+    }
+    Ok(out)
+}
+
+fn anchor_err(pattern: &str) -> RegexError {
+    let offset = pattern
+        .char_indices()
+        .find(|&(i, c)| (c == '^' || c == '$') && i > 0)
+        .map_or(0, |(i, _)| i);
+    RegexError {
+        kind: RegexErrorKind::Unsupported(
+            "`^` or `$` inside the pattern (only at the start or end of a branch)".into(),
+        ),
+        pattern: pattern.to_string(),
+        offset,
+    }
+}
+
+fn split_into(n: Node, out: &mut Vec<Branch>) {
+    if out.len() > MAX_BRANCHES {
+        return;
+    }
+    match n {
+        Node::Alt(v) if v.iter().any(has_anchor) => v.into_iter().for_each(|x| split_into(x, out)),
+        Node::Start => out.push(Branch {
+            start: true,
+            body: Node::Empty,
+            end: false,
+        }),
+        Node::End => out.push(Branch {
+            start: false,
+            body: Node::Empty,
+            end: true,
+        }),
+        Node::Seq(mut items) if items.iter().any(has_anchor) => {
+            let mut start = false;
+            let mut end = false;
+            while matches!(items.first(), Some(Node::Start)) {
+                items.remove(0);
+                start = true;
+            }
+            while matches!(items.last(), Some(Node::End)) {
+                items.pop();
+                end = true;
+            }
+            // Distribute a leading / trailing group that still holds anchors.
+            let first_anch = items
+                .first()
+                .is_some_and(|f| has_anchor(f) && matches!(f, Node::Alt(_) | Node::Seq(_)));
+            let last_anch = items.len() > 1
+                && items
+                    .last()
+                    .is_some_and(|f| has_anchor(f) && matches!(f, Node::Alt(_) | Node::Seq(_)));
+            if first_anch || last_anch {
+                let idx = if first_anch { 0 } else { items.len() - 1 };
+                let g = items.remove(idx);
+                let alts = match g {
+                    Node::Alt(v) => v,
+                    other => vec![other],
+                };
+                for a in alts {
+                    let mut s = items.clone();
+                    match a {
+                        Node::Seq(inner) => {
+                            let tail = s.split_off(idx);
+                            s.extend(inner);
+                            s.extend(tail);
+                        }
+                        a => s.insert(idx, a),
+                    }
+                    let mut sub = Vec::new();
+                    split_into(Node::Seq(s), &mut sub);
+                    for mut b in sub {
+                        b.start |= start;
+                        b.end |= end;
+                        out.push(b);
+                    }
+                }
+                return;
+            }
+            out.push(Branch {
+                start,
+                body: seq(items),
+                end,
+            });
+        }
+        body => out.push(Branch {
+            start: false,
+            body,
+            end: false,
+        }),
+    }
+}
+
+/// `(min, max)` length in characters (`max == None`: unbounded).
+pub(crate) fn len_range(n: &Node) -> (u64, Option<u64>) {
+    match n {
+        Node::Empty | Node::Start | Node::End => (0, Some(0)),
+        Node::Class(_) => (1, Some(1)),
+        Node::Seq(v) => v
+            .iter()
+            .map(len_range)
+            .fold((0, Some(0)), |(a, b), (c, d)| {
+                (
+                    a.saturating_add(c),
+                    b.zip(d).map(|(b, d)| b.saturating_add(d)),
+                )
+            }),
+        Node::Alt(v) => {
+            let mut lo = u64::MAX;
+            let mut hi = Some(0);
+            for (a, b) in v.iter().map(len_range) {
+                lo = lo.min(a);
+                hi = hi.zip(b).map(|(x, y): (u64, u64)| x.max(y));
+            }
+            (if v.is_empty() { 0 } else { lo }, hi)
+        }
+        Node::Repeat { node, min, max } => {
+            let (a, b) = len_range(node);
+            (
+                a.saturating_mul(*min as u64),
+                b.and_then(|b| {
+                    if b == 0 {
+                        Some(0)
+                    } else {
+                        max.map(|m| b.saturating_mul(m as u64))
+                    }
+                }),
+            )
+        }
+    }
+}
+
+fn nothing() -> Node {
+    Node::Class(Vec::new())
+}
+
+fn within(r: (u64, Option<u64>), lo: u64, hi: Option<u64>) -> bool {
+    r.0 >= lo
+        && match (r.1, hi) {
+            (_, None) => true,
+            (Some(a), Some(b)) => a <= b,
+            (None, Some(_)) => false,
+        }
+}
+
+fn disjoint(r: (u64, Option<u64>), lo: u64, hi: Option<u64>) -> bool {
+    r.1.is_some_and(|m| m < lo) || hi.is_some_and(|h| r.0 > h)
+}
+
+/// Restricts `n` to strings of length `lo..=hi`, or `None` when the structure is too
+/// complex for this exact transformation.
+pub(crate) fn restrict_len(n: Node, lo: u64, hi: Option<u64>) -> Option<Node> {
+    let r = len_range(&n);
+    if within(r, lo, hi) {
+        return Some(n);
+    }
+    if disjoint(r, lo, hi) {
+        return Some(nothing());
+    }
+    match n {
+        Node::Alt(v) => v
+            .into_iter()
+            .map(|x| restrict_len(x, lo, hi))
+            .collect::<Option<Vec<_>>>()
+            .map(Node::Alt),
+        Node::Repeat { node, min, max } => {
+            let (a, b) = len_range(&node);
+            if a != b.unwrap_or(u64::MAX) || a == 0 {
+                return None;
+            }
+            let new_min = (min as u64).max(lo.div_ceil(a));
+            let new_max = match (max, hi) {
+                (Some(m), Some(h)) => Some((m as u64).min(h / a)),
+                (Some(m), None) => Some(m as u64),
+                (None, Some(h)) => Some(h / a),
+                (None, None) => None,
+            };
+            if new_max.is_some_and(|m| m < new_min) {
+                return Some(nothing());
+            }
+            let min = u32::try_from(new_min).ok()?;
+            let max = new_max.map(u32::try_from).transpose().ok()?;
+            Some(Node::Repeat { node, min, max })
+        }
+        Node::Seq(mut v) => {
+            let ranges: Vec<_> = v.iter().map(len_range).collect();
+            let var: Vec<usize> = (0..v.len())
+                .filter(|&i| ranges[i].1 != Some(ranges[i].0))
+                .collect();
+            if var.len() != 1 {
+                return None;
+            }
+            let fixed: u64 = (0..v.len())
+                .filter(|&i| i != var[0])
+                .map(|i| ranges[i].0)
+                .sum();
+            let i = var[0];
+            let part = std::mem::replace(&mut v[i], Node::Empty);
+            v[i] = restrict_len(
+                part,
+                lo.saturating_sub(fixed),
+                match hi {
+                    Some(h) if h < fixed => return Some(nothing()),
+                    Some(h) => Some(h - fixed),
+                    None => None,
+                },
+            )?;
+            Some(Node::Seq(v))
+        }
+        _ => None,
+    }
+}
+
+/// Restricts an unanchored branch `any* body any*` (flags say which sides are free) to
+/// lengths `lo..=hi`, when `body` has a fixed length.
+pub(crate) fn restrict_branch_len(b: Branch, lo: u64, hi: Option<u64>, any: &Node) -> Option<Node> {
+    let any_rep = |min: u64, max: Option<u64>| -> Option<Node> {
+        Some(Node::Repeat {
+            node: Box::new(any.clone()),
+            min: u32::try_from(min).ok()?,
+            max: max.map(u32::try_from).transpose().ok()?,
+        })
+    };
+    match (b.start, b.end) {
+        (true, true) => restrict_len(b.body, lo, hi),
+        (true, false) | (false, true) => {
+            let (a, bmax) = len_range(&b.body);
+            let tail = if bmax == Some(a) {
+                any_rep(
+                    lo.saturating_sub(a),
+                    match hi {
+                        Some(h) if h < a => return Some(nothing()),
+                        Some(h) => Some(h - a),
+                        None => None,
+                    },
+                )?
+            } else {
+                return None;
+            };
+            Some(if b.start {
+                Node::Seq(vec![b.body, tail])
+            } else {
+                Node::Seq(vec![tail, b.body])
+            })
+        }
+        (false, false) => {
+            let (k, kmax) = len_range(&b.body);
+            if kmax != Some(k) {
+                return None;
+            }
+            if hi.is_some_and(|h| h < k) {
+                return Some(nothing());
+            }
+            // Position i of the first occurrence is not tracked: the union below covers
+            // every string containing `body` with a length in range.
+            let mut alts = Vec::new();
+            match hi {
+                Some(h) => {
+                    if h - k > 4096 {
+                        return None;
+                    }
+                    for i in 0..=h - k {
+                        let rest_hi = h - k - i;
+                        let rest_lo = lo.saturating_sub(k + i);
+                        if rest_lo > rest_hi {
+                            continue;
+                        }
+                        alts.push(Node::Seq(vec![
+                            any_rep(i, Some(i))?,
+                            b.body.clone(),
+                            any_rep(rest_lo, Some(rest_hi))?,
+                        ]));
+                    }
+                }
+                None => {
+                    let need = lo.saturating_sub(k);
+                    if need > 4096 {
+                        return None;
+                    }
+                    for i in 0..need {
+                        alts.push(Node::Seq(vec![
+                            any_rep(i, Some(i))?,
+                            b.body.clone(),
+                            any_rep(need - i, None)?,
+                        ]));
+                    }
+                    alts.push(Node::Seq(vec![
+                        any_rep(need, None)?,
+                        b.body.clone(),
+                        any_rep(0, None)?,
+                    ]));
+                }
+            }
+            Some(Node::Alt(alts))
+        }
+    }
+}
+
+/// Characters a JSON string writes as-is: everything but `"`, `\` and C0 controls.
+const JSON_PLAIN: &[(u32, u32)] = &[
+    (0x20, 0x21),
+    (0x23, 0x5B),
+    (0x5D, 0xD7FF),
+    (0xE000, 0x10FFFF),
+];
+
+/// The JSON-encoded forms of one character from `ranges`: the plain ones as a class, then
+/// `\"`, `\\`, and each control character as its short escape or `\u00XX` (hex digits in
+/// either case).
+pub(crate) fn json_class(ranges: &[(u32, u32)]) -> Expr {
+    let plain = intersect_class(ranges, JSON_PLAIN);
+    let mut alts = Vec::new();
+    if !plain.is_empty() {
+        alts.push(Expr::Class(plain));
+    }
+    if class_contains(ranges, '"' as u32) {
+        alts.push(Expr::Literal("\\\"".into()));
+    }
+    if class_contains(ranges, '\\' as u32) {
+        alts.push(Expr::Literal("\\\\".into()));
+    }
+    let ctrl = intersect_class(ranges, &[(0, 0x1F)]);
+    if !ctrl.is_empty() {
+        let mut shorts = String::new();
+        for (c, e) in [(8u32, 'b'), (9, 't'), (10, 'n'), (12, 'f'), (13, 'r')] {
+            if class_contains(&ctrl, c) {
+                shorts.push(e);
+            }
+        }
+        if !shorts.is_empty() {
+            let set: Vec<(u32, u32)> = shorts.chars().map(|c| (c as u32, c as u32)).collect();
+            alts.push(Expr::Seq(vec![
+                Expr::Literal("\\".into()),
+                Expr::Class(super::class::normalize_class(set)),
+            ]));
+        }
+        let long = subtract_class(&ctrl, &[(8, 10), (12, 13)]);
+        for hi_digit in 0..2u32 {
+            let mut lows = Vec::new();
+            for &(a, b) in &long {
+                for c in a..=b {
+                    if c >> 4 == hi_digit {
+                        let d = c & 15;
+                        if d < 10 {
+                            lows.push(('0' as u32 + d, '0' as u32 + d));
+                        } else {
+                            lows.push(('a' as u32 + d - 10, 'a' as u32 + d - 10));
+                            lows.push(('A' as u32 + d - 10, 'A' as u32 + d - 10));
+                        }
+                    }
+                }
+            }
+            if !lows.is_empty() {
+                alts.push(Expr::Seq(vec![
+                    Expr::Literal(format!("\\u00{hi_digit}")),
+                    Expr::Class(super::class::normalize_class(lows)),
+                ]));
+            }
+        }
+    }
+    match alts.len() {
+        0 => Expr::Class(Vec::new()),
+        1 => alts.pop().unwrap_or(Expr::Empty),
+        _ => Expr::Alt(alts),
+    }
+}
+
+/// Lowers a node, merging runs of single plain characters into literals.
+pub(crate) fn node_to_expr(n: &Node, enc: Encoding) -> Expr {
+    let single = |n: &Node| -> Option<char> {
+        match n {
+            Node::Class(r) if r.len() == 1 && r[0].0 == r[0].1 => {
+                let c = char::from_u32(r[0].0)?;
+                (enc == Encoding::Raw || class_contains(JSON_PLAIN, r[0].0)).then_some(c)
+            }
+            _ => None,
+        }
+    };
+    match n {
+        Node::Empty | Node::Start | Node::End => Expr::Empty,
+        Node::Class(r) => match single(n) {
+            Some(c) => Expr::Literal(c.to_string()),
+            None if enc == Encoding::Raw => Expr::Class(r.clone()),
+            None => json_class(r),
+        },
+        Node::Seq(v) => {
+            let mut out = Vec::new();
+            let mut lit = String::new();
+            for x in v {
+                if let Some(c) = single(x) {
+                    lit.push(c);
+                    continue;
+                }
+                if !lit.is_empty() {
+                    out.push(Expr::Literal(std::mem::take(&mut lit)));
+                }
+                out.push(node_to_expr(x, enc));
+            }
+            if !lit.is_empty() {
+                out.push(Expr::Literal(lit));
+            }
+            if out.len() == 1 {
+                out.pop().unwrap_or(Expr::Empty)
+            } else {
+                Expr::Seq(out)
+            }
+        }
+        Node::Alt(v) => Expr::Alt(v.iter().map(|x| node_to_expr(x, enc)).collect()),
+        Node::Repeat { node, min, max } => Expr::Repeat {
+            expr: Box::new(node_to_expr(node, enc)),
+            min: *min,
+            max: *max,
+        },
+    }
+}
+
+/// Size of `e` with bounded repetitions expanded (what the automata builder will see).
+pub(crate) fn expanded_size(e: &Expr) -> u64 {
+    match e {
+        Expr::Empty | Expr::Literal(_) | Expr::Class(_) | Expr::Rule(_) => 1,
+        Expr::Seq(v) | Expr::Alt(v) => {
+            1 + v.iter().map(expanded_size).fold(0u64, u64::saturating_add)
+        }
+        Expr::Repeat { expr, min, max } => {
+            let copies = max.unwrap_or(min.saturating_add(1)).max(*min).max(1) as u64;
+            1u64.saturating_add(expanded_size(expr).saturating_mul(copies))
+        }
+    }
+}
+
+/// Checks `e` against [`RegexLimits::max_size`].
+pub(crate) fn check_size(e: &Expr, pattern: &str, limits: &RegexLimits) -> Result<(), RegexError> {
+    let size = expanded_size(e);
+    if size > limits.max_size as u64 {
+        return Err(RegexError {
+            kind: RegexErrorKind::TooLarge {
+                given: size,
+                limit: limits.max_size,
+            },
+            pattern: pattern.to_string(),
+            offset: 0,
+        });
+    }
+    Ok(())
+}
