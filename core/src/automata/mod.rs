@@ -102,6 +102,12 @@ pub struct Automata {
     pub(crate) trans: Vec<u32>,
     /// `(rule, target)`.
     pub(crate) rule_edges: Vec<(u32, u32)>,
+    /// Per rule, every state that predicting it adds at the current position: its start,
+    /// the starts it predicts in turn, and the states reached over nullable rules — all
+    /// with origin = the current position, so the list does not depend on where the
+    /// prediction happens. `prediction[prediction_ends[r - 1]..prediction_ends[r]]`.
+    pub(crate) prediction: Vec<u32>,
+    pub(crate) prediction_ends: Vec<u32>,
 }
 
 impl Automata {
@@ -176,10 +182,52 @@ impl Automata {
             class_bytes,
             trans,
             rule_edges,
+            prediction: Vec::new(),
+            prediction_ends: Vec::new(),
         };
         a.nullable = a.compute_nullable();
         a.follow = a.compute_follow();
+        a.compute_predictions();
         a
+    }
+
+    /// Fills [`Automata::prediction`]: a closure per rule over "predict" and "advance over
+    /// a nullable rule" edges.
+    fn compute_predictions(&mut self) {
+        let mut seen = vec![u32::MAX; self.nodes.len()];
+        let mut out = Vec::new();
+        let mut ends = Vec::with_capacity(self.rule_start.len());
+        for r in 0..self.rule_start.len() {
+            let begin = out.len();
+            let start = self.rule_start[r];
+            seen[start as usize] = r as u32;
+            out.push(start);
+            let mut i = begin;
+            while i < out.len() {
+                let s = out[i];
+                i += 1;
+                for &(sub, t) in self.edges(s) {
+                    let p = self.rule_start[sub as usize];
+                    for next in [Some(p), self.nullable[sub as usize].then_some(t)].into_iter().flatten() {
+                        if seen[next as usize] != r as u32 {
+                            seen[next as usize] = r as u32;
+                            out.push(next);
+                        }
+                    }
+                }
+            }
+            ends.push(out.len() as u32);
+        }
+        self.prediction = out;
+        self.prediction_ends = ends;
+    }
+
+    /// States added by predicting `rule` (see [`Automata::prediction`]).
+    #[inline]
+    pub(crate) fn predicted(&self, rule: u32) -> &[u32] {
+        let r = rule as usize;
+        let lo = if r == 0 { 0 } else { self.prediction_ends[r - 1] as usize };
+        &self.prediction[lo..self.prediction_ends[r] as usize]
     }
 
     /// The optimized grammar these automata were built from.
@@ -294,7 +342,10 @@ impl Automata {
 
     /// Approximate heap bytes.
     pub fn memory_bytes(&self) -> usize {
-        self.trans.len() * 4 + self.nodes.len() * std::mem::size_of::<NodeInfo>() + self.rule_edges.len() * 8
+        self.trans.len() * 4
+            + self.nodes.len() * std::mem::size_of::<NodeInfo>()
+            + self.rule_edges.len() * 8
+            + self.prediction.len() * 4
     }
 
     /// A human-readable dump of every rule's DFA (for `grammask inspect`).

@@ -25,16 +25,17 @@
 use crate::automata::{Automata, DEAD};
 use crate::matcher::earley::Earley;
 use crate::tokenizer::TokenizerInfo;
+use std::sync::Arc;
 
 /// The accepted part of a [`StateMask`].
 #[derive(Debug, Clone)]
 pub(crate) enum Accepted {
     /// Exactly these token ids.
-    List(Vec<u32>),
+    List(Arc<[u32]>),
     /// Every producible token except these ids.
-    AllExcept(Vec<u32>),
+    AllExcept(Arc<[u32]>),
     /// A bitset in mask layout.
-    Bitset(Vec<u32>),
+    Bitset(Arc<[u32]>),
 }
 
 /// Token classification for one DFA state.
@@ -42,22 +43,24 @@ pub(crate) enum Accepted {
 pub(crate) struct StateMask {
     pub accepted: Accepted,
     /// Trie ranks (indices into the trie's byte-sorted token list) of uncertain tokens.
-    pub uncertain: Vec<u32>,
+    pub uncertain: Arc<[u32]>,
 }
 
 impl StateMask {
-    pub fn memory_bytes(&self) -> usize {
-        let acc = match &self.accepted {
-            Accepted::List(v) | Accepted::AllExcept(v) | Accepted::Bitset(v) => v.len() * 4,
-        };
-        acc + self.uncertain.len() * 4 + std::mem::size_of::<Self>()
-    }
 
     /// Classifies every producible token for DFA state `state`.
-    pub fn compute(a: &Automata, tok: &TokenizerInfo, state: u32) -> StateMask {
+    /// `intern` stores each distinct list once (many states share masks: every place a
+    /// grammar is inside an identifier or a string, say).
+    pub fn compute(
+        a: &Automata,
+        tok: &TokenizerInfo,
+        state: u32,
+        intern: &dyn Fn(Vec<u32>) -> Arc<[u32]>,
+    ) -> StateMask {
         let trie = tok.trie();
         let follow = &a.follow[a.nodes[state as usize].rule as usize];
         let mut parser = Earley::new(a, state);
+        parser.set_memoize(true);
         let max = trie.max_depth + 1;
         // Per depth (bytes consumed): the byte, whether the seed rule could end there, and
         // (in DFA mode) the single item's state.
@@ -144,22 +147,22 @@ impl StateMask {
         // which also keeps it no larger than the bitset.
         let words = tok.vocab_size().div_ceil(32);
         let accepted = if accepted.len() <= n_except && accepted.len() * 4 <= words {
-            Accepted::List(accepted)
+            Accepted::List(intern(accepted))
         } else if n_except * 4 <= words {
             let ex: Vec<u32> = excluded_ranks
                 .iter()
                 .flat_map(|&(a, b)| (a..b).map(|r| trie.token_ids[r as usize]))
                 .chain(uncertain.iter().map(|&r| trie.token_ids[r as usize]))
                 .collect();
-            Accepted::AllExcept(ex)
+            Accepted::AllExcept(intern(ex))
         } else {
             let mut bits = vec![0u32; words];
             for &id in &accepted {
                 bits[id as usize / 32] |= 1 << (id % 32);
             }
-            Accepted::Bitset(bits)
+            Accepted::Bitset(intern(bits))
         };
-        StateMask { accepted, uncertain }
+        StateMask { accepted, uncertain: intern(uncertain) }
     }
 }
 

@@ -26,7 +26,8 @@ use crate::tokenizer::TokenizerInfo;
 use cache::CompileCache;
 pub(crate) use mask::{Accepted, StateMask};
 use rayon::prelude::*;
-use std::sync::{Arc, OnceLock};
+use rustc_hash::FxHashSet;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// What to compile.
 #[derive(Debug, Clone)]
@@ -152,6 +153,8 @@ pub struct CompiledGrammar {
     automata: Automata,
     tokenizer: Arc<TokenizerInfo>,
     masks: Vec<OnceLock<StateMask>>,
+    /// Every distinct id list / bitset of the masks, stored once and shared.
+    interned: Mutex<FxHashSet<Arc<[u32]>>>,
 }
 
 impl CompiledGrammar {
@@ -159,7 +162,7 @@ impl CompiledGrammar {
     pub fn new(grammar: &Grammar, tokenizer: Arc<TokenizerInfo>, options: &CompileOptions) -> Result<Self> {
         let automata = Automata::build(grammar, &options.automata)?;
         let masks = (0..automata.num_states()).map(|_| OnceLock::new()).collect();
-        Ok(Self { automata, tokenizer, masks })
+        Ok(Self { automata, tokenizer, masks, interned: Mutex::default() })
     }
 
     /// The automata.
@@ -175,7 +178,20 @@ impl CompiledGrammar {
     /// The token mask of a scannable state, computed now if this is its first use.
     #[inline]
     pub(crate) fn mask(&self, state: u32) -> &StateMask {
-        self.masks[state as usize].get_or_init(|| StateMask::compute(&self.automata, &self.tokenizer, state))
+        self.masks[state as usize]
+            .get_or_init(|| StateMask::compute(&self.automata, &self.tokenizer, state, &|v| self.intern(v)))
+    }
+
+    /// The shared copy of `list`.
+    fn intern(&self, list: Vec<u32>) -> Arc<[u32]> {
+        // A panic inside this short critical section cannot leave the set inconsistent.
+        let mut set = self.interned.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(existing) = set.get(list.as_slice()) {
+            return existing.clone();
+        }
+        let shared: Arc<[u32]> = list.into();
+        set.insert(shared.clone());
+        shared
     }
 
     /// Computes every state's mask now, in parallel on the current rayon pool.
@@ -203,7 +219,10 @@ impl CompiledGrammar {
 
     /// Heap bytes held: automata plus the masks computed so far (not the shared tokenizer).
     pub fn memory_bytes(&self) -> usize {
-        let masks: usize = self.masks.iter().filter_map(|m| m.get()).map(StateMask::memory_bytes).sum();
-        self.automata.memory_bytes() + masks + self.masks.len() * std::mem::size_of::<OnceLock<StateMask>>()
+        let lists: usize = {
+            let set = self.interned.lock().unwrap_or_else(|p| p.into_inner());
+            set.iter().map(|l| l.len() * 4 + 16).sum()
+        };
+        self.automata.memory_bytes() + lists + self.masks.len() * std::mem::size_of::<OnceLock<StateMask>>()
     }
 }

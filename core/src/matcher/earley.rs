@@ -63,6 +63,9 @@ struct Sets {
     /// item. Completion scans only its origin set's compact list, not items and edges.
     waits: Vec<Wait>,
     wait_ends: Vec<u32>,
+    /// A unique id per built set. A set's id stands for the whole history up to it (older
+    /// sets cannot change without destroying it), which makes it a sound memo key.
+    uids: Vec<u64>,
 }
 
 impl Sets {
@@ -89,6 +92,7 @@ impl Sets {
             self.item_ends.truncate(n);
             self.can_end.truncate(n);
             self.wait_ends.truncate(n);
+            self.uids.truncate(n);
             self.items.truncate(self.item_ends.last().map_or(0, |&e| e as usize));
             self.waits.truncate(self.wait_ends.last().map_or(0, |&e| e as usize));
         }
@@ -104,6 +108,7 @@ impl Sets {
             can_end: self.can_end[from..].to_vec(),
             waits: self.waits[w0 as usize..].to_vec(),
             wait_ends: self.wait_ends[from..].iter().map(|e| e - w0).collect(),
+            uids: self.uids[from..].to_vec(),
         }
     }
 
@@ -113,6 +118,7 @@ impl Sets {
             + self.can_end.capacity()
             + self.waits.capacity() * 12
             + self.wait_ends.capacity() * 4
+            + self.uids.capacity() * 8
     }
 }
 
@@ -138,9 +144,42 @@ pub(crate) struct Earley {
     /// load instead of a scan; the generation grows with every set built, so truncation
     /// never leaves stale stamps.
     stamp: Vec<u32>,
+    /// `state_stamp[state] == generation`: some item with this state and an older origin
+    /// is in the set being built (so a full duplicate check is needed only then).
+    state_stamp: Vec<u32>,
     generation: u32,
     scratch: Vec<Item>,
+    next_uid: u64,
+    /// Closures of single-item sets, keyed by the item's state and its origin set's uid
+    /// (see [`Memo`]).
+    memo: rustc_hash::FxHashMap<u64, Memo>,
+    scratch_key: Vec<(u32, u64)>,
+    /// Whether closures are memoized. Worth it when the same kernels recur — walking a
+    /// vocabulary trie, checking uncertain tokens — but not when consuming an output
+    /// once, where every kernel is new and the memo would only cost.
+    memoize: bool,
 }
+
+/// The closure computed for a set whose scanned items (its kernel) were `key`, as
+/// `(state, uid of the origin set)` pairs. It depends only on the kernel and the history up
+/// to the origins (which the uids identify), so every later set with the same kernel reuses
+/// it: walking an identifier inside an expression repeats the same `factor → term → expr`
+/// completion cascade once per byte. Items and waits that start at the new set are stored
+/// with origin [`Memo::HERE`].
+#[derive(Debug, Clone)]
+struct Memo {
+    key: Vec<(u32, u64)>,
+    items: Vec<Item>,
+    waits: Vec<Wait>,
+    can_end: bool,
+}
+
+impl Memo {
+    const HERE: u32 = u32::MAX;
+}
+
+/// The memo is cleared when it grows past this many entries.
+const MEMO_MAX: usize = 4096;
 
 impl Earley {
     /// A parser whose seed is `seed` (a DFA state), with its closure computed.
@@ -151,17 +190,25 @@ impl Earley {
         tail.item_ends.push(0);
         tail.can_end.push(false);
         tail.wait_ends.push(0);
+        tail.uids.push(0);
         let mut e = Earley {
             frozen: Vec::new(),
             base: 0,
             tail,
             seen: Default::default(),
             stamp: vec![0; a.num_states()],
+            state_stamp: vec![0; a.num_states()],
             generation: 0,
             scratch: Vec::new(),
+            next_uid: 0,
+            memo: Default::default(),
+            scratch_key: Vec::new(),
+            memoize: false,
         };
         let start = e.tail.items.len();
+        e.next_generation();
         e.tail.items.push(Item { state: seed, origin: 0 });
+        e.state_stamp[seed as usize] = e.generation;
         let end = e.closure(a, start);
         e.finish_set(end);
         e
@@ -179,6 +226,20 @@ impl Earley {
         self.tail.item_ends.push(self.tail.items.len() as u32);
         self.tail.can_end.push(can_end);
         self.tail.wait_ends.push(self.tail.waits.len() as u32);
+        self.next_uid += 1;
+        self.tail.uids.push(self.next_uid);
+    }
+
+    /// The unique id of set `o` (any position).
+    #[inline]
+    fn uid_of(&self, o: usize) -> u64 {
+        let base = self.base as usize;
+        if o >= base {
+            return self.tail.uids[o - base];
+        }
+        let k = self.frozen.partition_point(|s| s.start as usize <= o) - 1;
+        let seg = &self.frozen[k];
+        seg.sets.uids[o - seg.start as usize]
     }
 
     /// Number of positions after the seed set (bytes consumed).
@@ -191,6 +252,14 @@ impl Earley {
     #[inline]
     pub fn last_set(&self) -> &[Item] {
         self.tail.items_of(self.tail.len() - 1)
+    }
+
+    /// Turns closure memoization on or off (see [`Memo`]); turning it off frees the memo.
+    pub fn set_memoize(&mut self, on: bool) {
+        self.memoize = on;
+        if !on {
+            self.memo.clear();
+        }
     }
 
     /// Whether the seed rule can be complete at the latest position.
@@ -258,6 +327,7 @@ impl Earley {
 
     /// Consumes `byte`; returns false (state unchanged) if no item can scan it.
     pub fn push(&mut self, a: &Automata, byte: u8) -> bool {
+        self.next_generation();
         let n = self.tail.len();
         let lo = if n >= 2 { self.tail.item_ends[n - 2] as usize } else { 0 };
         let hi = self.tail.item_ends[n - 1] as usize;
@@ -273,10 +343,14 @@ impl Earley {
                 return false;
             }
             let node = a.nodes[t as usize];
+            if !(node.is_final || node.edges.0 != node.edges.1) {
+                self.tail.items.push(Item { state: t, origin: it.origin });
+                self.finish_set(false);
+                return true;
+            }
             self.tail.items.push(Item { state: t, origin: it.origin });
-            let end =
-                if node.is_final || node.edges.0 != node.edges.1 { self.closure(a, start) } else { false };
-            self.finish_set(end);
+            self.state_stamp[t as usize] = self.generation;
+            self.close_memoized(a, start);
             return true;
         }
         for i in lo..hi {
@@ -289,28 +363,86 @@ impl Earley {
         if self.tail.items.len() == start {
             return false;
         }
-        let end = self.closure(a, start);
-        self.finish_set(end);
+        self.close_memoized(a, start);
         true
     }
 
-    /// Starts a new set: a fresh generation for prediction stamps.
+    /// Closes and seals the set being built, whose kernel (scanned items) is
+    /// `items[start..]`, reusing a memoized closure of the same kernel when there is one.
+    fn close_memoized(&mut self, a: &Automata, start: usize) {
+        use std::hash::Hasher;
+        if !self.memoize {
+            let end = self.closure(a, start);
+            self.finish_set(end);
+            return;
+        }
+        let pos = self.num_sets() as u32;
+        let mut key = std::mem::take(&mut self.scratch_key);
+        key.clear();
+        let mut h = rustc_hash::FxHasher::default();
+        for i in start..self.tail.items.len() {
+            let it = self.tail.items[i];
+            let uid = self.uid_of(it.origin as usize);
+            h.write_u32(it.state);
+            h.write_u64(uid);
+            key.push((it.state, uid));
+        }
+        let hash = h.finish();
+        if let Some(m) = self.memo.get(&hash).filter(|m| m.key == key) {
+            let here = |o: u32| if o == Memo::HERE { pos } else { o };
+            self.tail.items.truncate(start);
+            self.tail.items.extend(m.items.iter().map(|i| Item { state: i.state, origin: here(i.origin) }));
+            self.tail.waits.extend(m.waits.iter().map(|w| Wait { origin: here(w.origin), ..*w }));
+            let end = m.can_end;
+            self.scratch_key = key;
+            self.finish_set(end);
+            return;
+        }
+        let wstart = self.tail.waits.len();
+        let end = self.closure(a, start);
+        if self.memo.len() >= MEMO_MAX {
+            self.memo.clear();
+        }
+        let rel = |o: u32| if o == pos { Memo::HERE } else { o };
+        let memo = Memo {
+            key,
+            items: self.tail.items[start..].iter().map(|i| Item { state: i.state, origin: rel(i.origin) }).collect(),
+            waits: self.tail.waits[wstart..].iter().map(|w| Wait { origin: rel(w.origin), ..*w }).collect(),
+            can_end: end,
+        };
+        self.memo.insert(hash, memo);
+        self.finish_set(end);
+    }
+
+    /// Starts a new set: a fresh generation for the stamps (called before any item of
+    /// the new set is added).
     #[inline]
     fn next_generation(&mut self) {
         self.generation = self.generation.wrapping_add(1);
         if self.generation == 0 {
             self.stamp.fill(0);
+            self.state_stamp.fill(0);
             self.generation = 1;
         }
     }
 
-    /// Adds `(state, pos)` — an item that starts at the set being built — unless present.
+    /// Predicts `rule` at `pos`: adds its precomputed prediction closure, with the waits
+    /// of each newly added state.
     #[inline]
-    fn add_here(&mut self, state: u32, pos: u32) {
-        let s = &mut self.stamp[state as usize];
-        if *s != self.generation {
-            *s = self.generation;
-            self.tail.items.push(Item { state, origin: pos });
+    fn predict(&mut self, a: &Automata, rule: u32, pos: u32) {
+        let predicted = a.predicted(rule);
+        if self.stamp[predicted[0] as usize] == self.generation {
+            return; // already predicted here, closure included
+        }
+        for &s in predicted {
+            let stamp = &mut self.stamp[s as usize];
+            if *stamp != self.generation {
+                *stamp = self.generation;
+                self.tail.items.push(Item { state: s, origin: pos });
+                for &(r, t) in a.edges(s) {
+                    self.tail.waits.push(Wait { rule: r, target: t, origin: pos });
+                }
+            }
         }
     }
 
@@ -319,6 +451,20 @@ impl Earley {
     fn add(&mut self, start: usize, item: Item) {
         let items = &mut self.tail.items;
         let len = items.len() - start;
+        let first = &mut self.state_stamp[item.state as usize];
+        if *first != self.generation {
+            // No item of this set has this state yet: cannot be a duplicate.
+            *first = self.generation;
+            if len == LINEAR_DEDUP_MAX {
+                self.seen.clear();
+                self.seen.extend(items[start..].iter().copied());
+            }
+            if len >= LINEAR_DEDUP_MAX {
+                self.seen.insert(item);
+            }
+            items.push(item);
+            return;
+        }
         if len <= LINEAR_DEDUP_MAX {
             if items[start..].contains(&item) {
                 return;
@@ -339,7 +485,6 @@ impl Earley {
     fn closure(&mut self, a: &Automata, start: usize) -> bool {
         // The set being built is at position `pos`.
         let pos = self.num_sets() as u32;
-        self.next_generation();
         let mut can_end = false;
         let mut j = start;
         while j < self.tail.items.len() {
@@ -378,15 +523,16 @@ impl Earley {
                     }
                 }
             }
+            if it.origin == pos {
+                // Added by a prediction below, together with everything it predicts and
+                // its waits: nothing left to do (and it cannot complete: Aycock–Horspool).
+                continue;
+            }
             for &(r, t) in a.edges(it.state) {
                 self.tail.waits.push(Wait { rule: r, target: t, origin: it.origin });
-                self.add_here(a.rule_start[r as usize], pos);
+                self.predict(a, r, pos);
                 if a.nullable[r as usize] {
-                    if it.origin == pos {
-                        self.add_here(t, pos);
-                    } else {
-                        self.add(start, Item { state: t, origin: it.origin });
-                    }
+                    self.add(start, Item { state: t, origin: it.origin });
                 }
             }
         }

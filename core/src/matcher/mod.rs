@@ -203,7 +203,7 @@ impl GrammarMatcher {
                     ids.iter().for_each(|&id| set_bit(row, id));
                 }
                 Accepted::Bitset(w) if first => row.copy_from_slice(w),
-                Accepted::Bitset(w) => row.iter_mut().zip(w).for_each(|(r, w)| *r |= w),
+                Accepted::Bitset(w) => row.iter_mut().zip(w.iter()).for_each(|(r, w)| *r |= w),
                 Accepted::AllExcept(ex) if first => {
                     row.copy_from_slice(tok.normal_words());
                     ex.iter().for_each(|&id| row[id as usize / 32] &= !(1 << (id % 32)));
