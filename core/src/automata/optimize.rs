@@ -7,7 +7,11 @@
 //!    so lexical pieces (`ws`, `string`, `number`) become part of one automaton instead of
 //!    separate Earley items. Growth is bounded. AFTER THIS: references remain only to
 //!    recursive or large rules.
-//! 3. [`drop_unreachable`] — rules not reachable from the root are removed and rules are
+//! 3. [`outline_large_repeats`] — a bounded repetition whose unrolled copies would be
+//!    large (`minItems: 600` of an object) gets its body moved into a rule of its own, so
+//!    unrolling copies one rule reference instead of the whole body. AFTER THIS: no
+//!    repetition unrolls to more than [`UNROLL_MAX_SIZE`] IR nodes of inline body.
+//! 4. [`drop_unreachable`] — rules not reachable from the root are removed and rules are
 //!    renumbered. AFTER THIS: every rule is reachable from the root.
 
 use crate::error::{GrammarError, GrammarErrorKind};
@@ -16,11 +20,15 @@ use crate::grammar::{Expr, Grammar, Rule, RuleId};
 /// Largest rule body (in [`Expr::size`] nodes) that is inlined into its callers.
 pub const INLINE_MAX_SIZE: usize = 100;
 
+/// Largest `body size × repetition bound` unrolled inline; larger bodies are outlined.
+pub const UNROLL_MAX_SIZE: usize = 2_000;
+
 /// Runs all IR passes in order.
 pub fn optimize(g: &Grammar) -> Result<Grammar, GrammarError> {
     let mut g = g.clone();
     remove_unproductive(&mut g)?;
     inline_fragments(&mut g);
+    outline_large_repeats(&mut g);
     Ok(drop_unreachable(&g))
 }
 
@@ -131,6 +139,36 @@ pub fn inline_fragments(g: &mut Grammar) {
     }
 }
 
+/// Moves the bodies of repetitions that would unroll to more than [`UNROLL_MAX_SIZE`]
+/// nodes into new rules (named `<rule>__repeat<k>`).
+pub fn outline_large_repeats(g: &mut Grammar) {
+    let mut new_rules: Vec<Rule> = Vec::new();
+    let n = g.rules.len();
+    for i in 0..n {
+        let mut body = std::mem::replace(&mut g.rules[i].body, Expr::Empty);
+        let name = g.rules[i].name.clone();
+        outline_in(&mut body, &name, n, &mut new_rules);
+        g.rules[i].body = body;
+    }
+    g.rules.extend(new_rules);
+}
+
+fn outline_in(e: &mut Expr, name: &str, base: usize, out: &mut Vec<Rule>) {
+    match e {
+        Expr::Seq(v) | Expr::Alt(v) => v.iter_mut().for_each(|x| outline_in(x, name, base, out)),
+        Expr::Repeat { expr, min, max } => {
+            outline_in(expr, name, base, out);
+            let copies = max.unwrap_or(*min).max(*min) as usize;
+            if copies > 1 && expr.size() > 1 && expr.size().saturating_mul(copies) > UNROLL_MAX_SIZE {
+                let id = RuleId((base + out.len()) as u32);
+                let body = std::mem::replace(&mut **expr, Expr::Rule(id));
+                out.push(Rule { name: format!("{name}__repeat{}", out.len()), body });
+            }
+        }
+        Expr::Empty | Expr::Literal(_) | Expr::Class(_) | Expr::Rule(_) => {}
+    }
+}
+
 /// Splices nested sequences into their parent sequence and nested alternations into their
 /// parent alternation (inlining creates both).
 fn flatten(e: &mut Expr) {
@@ -199,6 +237,16 @@ mod tests {
         .unwrap();
         let o = optimize(&g).unwrap();
         assert_eq!(o.to_string(), "root ::= \"x\" \" \"* b\nb ::= \"(\" b \")\" | \" \"*\n");
+    }
+
+    #[test]
+    fn large_repeats_are_outlined() {
+        let g = Grammar::from_ebnf("root ::= (\"{\" [a-z]+ \":\" [0-9]+ \"}\"){600,}").unwrap();
+        let o = optimize(&g).unwrap();
+        assert_eq!(o.rules.len(), 2);
+        assert_eq!(o.to_string(), "root ::= root__repeat0{600,}\nroot__repeat0 ::= \"{\" [a-z]+ \":\" [0-9]+ \"}\"\n");
+        let small = Grammar::from_ebnf("root ::= [0-9]{0,15}").unwrap();
+        assert_eq!(optimize(&small).unwrap().rules.len(), 1);
     }
 
     #[test]

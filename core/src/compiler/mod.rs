@@ -22,6 +22,8 @@ pub(crate) mod mask;
 use crate::automata::{Automata, AutomataLimits};
 use crate::error::Result;
 use crate::grammar::{parse_ebnf, Grammar, ParseLimits};
+use crate::json_schema::{json_schema_str_to_grammar, JsonSchemaOptions};
+use crate::regex::{regex_to_grammar, RegexLimits};
 use crate::tokenizer::TokenizerInfo;
 use cache::CompileCache;
 pub(crate) use mask::{Accepted, StateMask};
@@ -42,6 +44,15 @@ pub enum GrammarSpec {
     },
     /// The builtin JSON grammar (ECMA-404).
     BuiltinJson,
+    /// A JSON Schema (as JSON text) and conversion options.
+    JsonSchema {
+        /// The schema document.
+        schema: String,
+        /// Whitespace, strictness and limits.
+        options: JsonSchemaOptions,
+    },
+    /// A regular expression (ECMA-262 dialect) the whole output must match.
+    Regex(String),
     /// An already-built grammar IR.
     Grammar(Grammar),
 }
@@ -52,10 +63,22 @@ impl GrammarSpec {
         GrammarSpec::Ebnf { text: text.into(), root: "root".into() }
     }
 
+    /// A JSON Schema spec with default options (compact, strict).
+    pub fn json_schema(schema: impl Into<String>) -> Self {
+        GrammarSpec::JsonSchema { schema: schema.into(), options: JsonSchemaOptions::default() }
+    }
+
     fn cache_key(&self) -> String {
         match self {
             GrammarSpec::Ebnf { text, root } => format!("ebnf\0{root}\0{text}"),
             GrammarSpec::BuiltinJson => "builtin-json".into(),
+            // Canonical JSON: the same schema with different spacing hits the same entry.
+            GrammarSpec::JsonSchema { schema, options } => {
+                let canonical = serde_json::from_str::<serde_json::Value>(schema)
+                    .map_or_else(|_| schema.clone(), |v| v.to_string());
+                format!("json-schema\0{options:?}\0{canonical}")
+            }
+            GrammarSpec::Regex(r) => format!("regex\0{r}"),
             GrammarSpec::Grammar(g) => format!("ir\0{g}"),
         }
     }
@@ -65,6 +88,8 @@ impl GrammarSpec {
         Ok(match self {
             GrammarSpec::Ebnf { text, root } => parse_ebnf(text, root, limits)?,
             GrammarSpec::BuiltinJson => crate::grammar::json_grammar(),
+            GrammarSpec::JsonSchema { schema, options } => json_schema_str_to_grammar(schema, options)?,
+            GrammarSpec::Regex(r) => regex_to_grammar(r, &RegexLimits::default())?,
             GrammarSpec::Grammar(g) => g.clone(),
         })
     }

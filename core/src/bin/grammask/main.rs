@@ -7,6 +7,7 @@ mod bench;
 mod demo;
 mod embedded;
 mod inspect;
+mod maskbench;
 mod masks;
 mod stats;
 
@@ -32,6 +33,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Print a grammar's IR, optimized IR and automata.
     Inspect(inspect::InspectArgs),
+    /// Run the MaskBench protocol over JSON-Schema test files.
+    Maskbench(maskbench::MaskbenchArgs),
 }
 
 /// Where the grammar comes from.
@@ -44,11 +47,24 @@ pub struct GrammarArgs {
     /// The builtin JSON grammar (ECMA-404).
     #[arg(long)]
     builtin_json: bool,
+    /// A JSON Schema file (compact whitespace, strict).
+    #[arg(long)]
+    json_schema: Option<PathBuf>,
+    /// A regular expression the whole output must match.
+    #[arg(long)]
+    regex: Option<String>,
 }
 
 impl GrammarArgs {
     /// The spec; the builtin JSON grammar when nothing was given.
     pub fn spec(&self) -> Result<GrammarSpec, String> {
+        if let Some(p) = &self.json_schema {
+            let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+            return Ok(GrammarSpec::json_schema(text));
+        }
+        if let Some(r) = &self.regex {
+            return Ok(GrammarSpec::Regex(r.clone()));
+        }
         match &self.grammar {
             Some(p) => {
                 let bytes = std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?;
@@ -66,6 +82,12 @@ impl GrammarArgs {
     }
 
     pub fn label(&self) -> String {
+        if let Some(p) = &self.json_schema {
+            return p.display().to_string();
+        }
+        if let Some(r) = &self.regex {
+            return format!("regex {r}");
+        }
         match &self.grammar {
             Some(p) => p.display().to_string(),
             None => "builtin-json".into(),
@@ -122,6 +144,7 @@ fn main() -> ExitCode {
         Some(Command::Masks(a)) => masks::run(&a),
         Some(Command::Bench(a)) => bench::run(&a),
         Some(Command::Inspect(a)) => inspect::run(&a),
+        Some(Command::Maskbench(a)) => maskbench::run(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
