@@ -36,25 +36,15 @@ fn not_a_schema() {
         let e = json_schema_to_grammar(&s, &opts()).unwrap_err();
         assert!(matches!(e.kind, SchemaErrorKind::NotASchema(_)), "{s}: {e}");
     }
-    let e =
-        json_schema_to_grammar(&json!({"properties": {"a": {"type": 7}}}), &opts()).unwrap_err();
+    let e = json_schema_to_grammar(&json!({"properties": {"a": {"type": 7}}}), &opts()).unwrap_err();
     assert_eq!(e.pointer, "/properties/a");
 }
 
 #[test]
 fn unresolvable_refs() {
-    for r in [
-        "#/$defs/missing",
-        "other.json",
-        "http://localhost:1234/x.json",
-        "#nope",
-    ] {
-        let e = json_schema_to_grammar(&json!({"properties": {"a": {"$ref": r}}}), &opts())
-            .unwrap_err();
-        assert!(
-            matches!(e.kind, SchemaErrorKind::UnresolvableRef(_)),
-            "{r}: {e}"
-        );
+    for r in ["#/$defs/missing", "other.json", "http://localhost:1234/x.json", "#nope"] {
+        let e = json_schema_to_grammar(&json!({"properties": {"a": {"$ref": r}}}), &opts()).unwrap_err();
+        assert!(matches!(e.kind, SchemaErrorKind::UnresolvableRef(_)), "{r}: {e}");
         assert_eq!(e.pointer, "/properties/a");
     }
 }
@@ -70,10 +60,7 @@ fn contradictions() {
         json!({"$defs": {"a": {"type": "object", "properties": {"x": {"$ref": "#/$defs/a"}}, "required": ["x"]}}, "$ref": "#/$defs/a"}),
     ] {
         let e = json_schema_to_grammar(&s, &opts()).unwrap_err();
-        assert!(
-            matches!(e.kind, SchemaErrorKind::Unsatisfiable(_)),
-            "{s}: {e}"
-        );
+        assert!(matches!(e.kind, SchemaErrorKind::Unsatisfiable(_)), "{s}: {e}");
     }
 }
 
@@ -91,10 +78,7 @@ fn unsupported_keywords_name_keyword_and_pointer() {
         "schema at `/properties/a`: unsupported keyword `uniqueItems`: not enforced by the grammar"
     );
     // Lenient: a warning and an approximation.
-    let lenient = JsonSchemaOptions {
-        lenient: true,
-        ..opts()
-    };
+    let lenient = JsonSchemaOptions { lenient: true, ..opts() };
     let (_, w) = grammask::json_schema::json_schema_to_grammar_with_warnings(&s, &lenient).unwrap();
     assert_eq!(w[0].keyword, "uniqueItems");
     assert_eq!(w[0].pointer, "/properties/a");
@@ -104,16 +88,7 @@ fn unsupported_keywords_name_keyword_and_pointer() {
 fn size_limits() {
     let big: Vec<i64> = (0..20_000).collect();
     let e = json_schema_to_grammar(&json!({"enum": big}), &opts()).unwrap_err();
-    assert!(
-        matches!(
-            e.kind,
-            SchemaErrorKind::Limit {
-                what: "enum values",
-                ..
-            }
-        ),
-        "{e}"
-    );
+    assert!(matches!(e.kind, SchemaErrorKind::Limit { what: "enum values", .. }), "{e}");
     // Deep nesting.
     let mut s = json!({"type": "integer"});
     for _ in 0..500 {
@@ -122,15 +97,11 @@ fn size_limits() {
     let e = json_schema_to_grammar(&s, &opts()).unwrap_err();
     assert!(matches!(e.kind, SchemaErrorKind::Limit { .. }), "{e}");
     // Pathological patterns.
-    let e = json_schema_to_grammar(
-        &json!({"type": "string", "pattern": "(a{1000}){1000}"}),
-        &opts(),
-    )
-    .unwrap_err();
+    let e = json_schema_to_grammar(&json!({"type": "string", "pattern": "(a{1000}){1000}"}), &opts())
+        .unwrap_err();
     assert!(matches!(e.kind, SchemaErrorKind::Regex(_)), "{e}");
     assert_eq!(e.pointer, "/pattern");
-    let e = json_schema_to_grammar(&json!({"type": "string", "pattern": "a(?=b)"}), &opts())
-        .unwrap_err();
+    let e = json_schema_to_grammar(&json!({"type": "string", "pattern": "a(?=b)"}), &opts()).unwrap_err();
     assert!(matches!(e.kind, SchemaErrorKind::Regex(_)), "{e}");
     // Recursion through $ref terminates.
     let s = json!({"$defs": {"t": {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/t"}}}}}, "$ref": "#/$defs/t"});

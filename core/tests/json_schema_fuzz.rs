@@ -26,10 +26,8 @@ fn sampled_outputs_validate() {
         (0, 0, 0, 0, Vec::new());
     for split in ["Github_easy", "Github_medium"] {
         let dir = common::data_dir().join("jsonschemabench/dev").join(split);
-        let mut files: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap()
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .collect();
+        let mut files: Vec<_> =
+            std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok().map(|e| e.path())).collect();
         files.sort();
         if !all {
             files.truncate(25);
@@ -37,10 +35,7 @@ fn sampled_outputs_validate() {
         for f in files {
             let doc: Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
             let schema = &doc["schema"];
-            let Ok(validator) = jsonschema::options()
-                .should_validate_formats(true)
-                .build(schema)
-            else {
+            let Ok(validator) = jsonschema::options().should_validate_formats(true).build(schema) else {
                 continue;
             };
             schemas += 1;
@@ -83,11 +78,7 @@ fn sampled_outputs_validate() {
                     }
                     let t = if step >= BUDGET {
                         // Prefer the shortest tokens, which close structures soonest.
-                        let min_len = allowed
-                            .iter()
-                            .map(|&t| tok.token_bytes(t).len())
-                            .min()
-                            .unwrap();
+                        let min_len = allowed.iter().map(|&t| tok.token_bytes(t).len()).min().unwrap();
                         let short: Vec<u32> = allowed
                             .iter()
                             .copied()
@@ -98,11 +89,7 @@ fn sampled_outputs_validate() {
                             .copied()
                             .filter(|&t| tok.token_bytes(t).iter().any(|b| b"\"]}".contains(b)))
                             .collect();
-                        let pool = if !closing.is_empty() && rng.below(4) != 0 {
-                            closing
-                        } else {
-                            short
-                        };
+                        let pool = if !closing.is_empty() && rng.below(4) != 0 { closing } else { short };
                         pool[rng.below(pool.len())]
                     } else {
                         allowed[rng.below(allowed.len())]
@@ -120,10 +107,7 @@ fn sampled_outputs_validate() {
                     Ok(v) => violations.push(format!(
                         "{}: {text}\n  {:?}",
                         f.display(),
-                        validator
-                            .iter_errors(&v)
-                            .map(|e| e.to_string())
-                            .collect::<Vec<_>>()
+                        validator.iter_errors(&v).map(|e| e.to_string()).collect::<Vec<_>>()
                     )),
                     Err(e) => violations.push(format!("{}: not JSON ({e}): {text}", f.display())),
                 }
@@ -131,10 +115,5 @@ fn sampled_outputs_validate() {
         }
     }
     eprintln!("fuzz: {schemas} schemas, {not_converted} not converted, {samples} samples, {unfinished} unfinished, {} violations", violations.len());
-    assert!(
-        violations.is_empty(),
-        "{} violations:\n{}",
-        violations.len(),
-        violations.join("\n")
-    );
+    assert!(violations.is_empty(), "{} violations:\n{}", violations.len(), violations.join("\n"));
 }

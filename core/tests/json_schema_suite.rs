@@ -35,9 +35,7 @@ struct FileStats {
 }
 
 fn suite_files(draft: &str) -> Vec<(String, PathBuf)> {
-    let base = common::data_dir()
-        .join("json-schema-test-suite/tests")
-        .join(draft);
+    let base = common::data_dir().join("json-schema-test-suite/tests").join(draft);
     let mut out = Vec::new();
     for sub in ["", "optional", "optional/format"] {
         let dir = base.join(sub);
@@ -51,11 +49,8 @@ fn suite_files(draft: &str) -> Vec<(String, PathBuf)> {
         files.sort();
         for f in files {
             let name = f.file_name().unwrap().to_string_lossy().to_string();
-            let key = if sub.is_empty() {
-                format!("{draft}/{name}")
-            } else {
-                format!("{draft}/{sub}/{name}")
-            };
+            let key =
+                if sub.is_empty() { format!("{draft}/{name}") } else { format!("{draft}/{sub}/{name}") };
             out.push((key, f));
         }
     }
@@ -76,8 +71,7 @@ fn error_label(k: &SchemaErrorKind) -> String {
 
 fn needs_remote(schema: &Value) -> bool {
     let s = schema.to_string();
-    s.contains("localhost:1234")
-        || s.contains("json-schema.org/draft") && s.contains("$ref\":\"http")
+    s.contains("localhost:1234") || s.contains("json-schema.org/draft") && s.contains("$ref\":\"http")
 }
 
 fn run_file(compiler: &GrammarCompiler, path: &Path) -> FileStats {
@@ -95,18 +89,12 @@ fn run_file(compiler: &GrammarCompiler, path: &Path) -> FileStats {
         let schema = &g["schema"];
         let converted = std::panic::catch_unwind(|| json_schema_to_grammar(schema, &opts));
         let grammar = match converted {
-            Err(_) => panic!(
-                "json_schema_to_grammar panicked on {} / {}",
-                path.display(),
-                g["description"]
-            ),
+            Err(_) => panic!("json_schema_to_grammar panicked on {} / {}", path.display(), g["description"]),
             Ok(Err(e)) => {
                 if matches!(e.kind, SchemaErrorKind::UnresolvableRef(_)) && needs_remote(schema) {
                     st.skipped_groups += 1;
-                    st.skip_reasons.push(format!(
-                        "{}: needs a remote $ref",
-                        g["description"].as_str().unwrap_or("")
-                    ));
+                    st.skip_reasons
+                        .push(format!("{}: needs a remote $ref", g["description"].as_str().unwrap_or("")));
                     continue;
                 }
                 st.compile_errors += 1;
@@ -121,10 +109,7 @@ fn run_file(compiler: &GrammarCompiler, path: &Path) -> FileStats {
             Err(e) => {
                 st.compile_errors += 1;
                 *st.errors
-                    .entry(format!(
-                        "compile: {}",
-                        e.to_string().chars().take(40).collect::<String>()
-                    ))
+                    .entry(format!("compile: {}", e.to_string().chars().take(40).collect::<String>()))
                     .or_default() += 1;
                 st.tests += tests.len();
                 continue;
@@ -164,11 +149,7 @@ fn json_schema_test_suite() {
             results.push((key, run_file(&compiler, &path)));
         }
     }
-    assert!(
-        !results.is_empty(),
-        "no test-suite files found under {}",
-        common::data_dir().display()
-    );
+    assert!(!results.is_empty(), "no test-suite files found under {}", common::data_dir().display());
     let total: usize = results.iter().map(|r| r.1.tests).sum();
     let passed: usize = results.iter().map(|r| r.1.passed).sum();
     eprintln!("JSON-Schema-Test-Suite: {passed}/{total} tests pass");
@@ -176,18 +157,12 @@ fn json_schema_test_suite() {
     if std::env::var_os("GRAMMASK_WRITE_COVERAGE").is_some() {
         write_coverage(&results, passed, total);
     }
-    let current: BTreeMap<String, usize> =
-        results.iter().map(|(k, s)| (k.clone(), s.passed)).collect();
+    let current: BTreeMap<String, usize> = results.iter().map(|(k, s)| (k.clone(), s.passed)).collect();
     if std::env::var_os("GRAMMASK_WRITE_BASELINE").is_some() {
-        std::fs::write(
-            baseline_path(),
-            serde_json::to_string_pretty(&current).unwrap() + "\n",
-        )
-        .unwrap();
+        std::fs::write(baseline_path(), serde_json::to_string_pretty(&current).unwrap() + "\n").unwrap();
     }
     let baseline: BTreeMap<String, usize> =
-        serde_json::from_str(&std::fs::read_to_string(baseline_path()).expect("baseline file"))
-            .unwrap();
+        serde_json::from_str(&std::fs::read_to_string(baseline_path()).expect("baseline file")).unwrap();
     let mut regressions = Vec::new();
     for (k, &want) in &baseline {
         let got = current.get(k).copied().unwrap_or(0);
@@ -195,11 +170,7 @@ fn json_schema_test_suite() {
             regressions.push(format!("{k}: {got} < baseline {want}"));
         }
     }
-    assert!(
-        regressions.is_empty(),
-        "JSON-Schema-Test-Suite regressions:\n{}",
-        regressions.join("\n")
-    );
+    assert!(regressions.is_empty(), "JSON-Schema-Test-Suite regressions:\n{}", regressions.join("\n"));
 }
 
 fn write_coverage(results: &[(String, FileStats)], passed: usize, total: usize) {
@@ -209,7 +180,9 @@ fn write_coverage(results: &[(String, FileStats)], passed: usize, total: usize) 
     md.push_str("Each group's schema is converted with `JsonSchemaOptions { strict: false, lenient: false, whitespace: Compact }` ");
     md.push_str("and compiled for the Llama-3.1 tokenizer; each instance is serialized like `json.dumps(data, ensure_ascii=False)`. ");
     md.push_str("A valid instance passes when it is accepted in full and the matcher can terminate, an invalid one when it is rejected. ");
-    md.push_str("A schema that does not convert (a typed error: unsupported keyword, …) fails all its tests. ");
+    md.push_str(
+        "A schema that does not convert (a typed error: unsupported keyword, …) fails all its tests. ",
+    );
     md.push_str("Formats are asserted (grammask enforces them), so `format.json`'s annotation-only expectations fail where a format is known. ");
     md.push_str("Objects are generated in schema property order, so an instance listing properties in another order is rejected.\n\n");
     md.push_str(&format!(

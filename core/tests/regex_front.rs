@@ -33,11 +33,7 @@ fn ecma_specifics() {
         (r"[]a|b", &["b"], &["a"]),
         (r"\u0041\x42\u{43}", &["ABC"], &["abc"]),
         (r"\uD83D\uDE00", &["😀"], &[]),
-        (
-            r"a{2}b{1,}c{0,1}d{,}",
-            &["aabd{,}", "aabbbcd{,}"],
-            &["abd{,}"],
-        ),
+        (r"a{2}b{1,}c{0,1}d{,}", &["aabd{,}", "aabbbcd{,}"], &["abd{,}"]),
         (r"(?:ab)+?|(?<n>c)", &["abab", "c"], &["a", "abc"]),
         (r"[\d-z]", &["5", "-", "z"], &["y"]),
         (r"^\s$", &[" ", "\t", "\u{a0}", "\u{feff}"], &["a"]),
@@ -72,18 +68,7 @@ fn unsupported_constructs_are_typed_errors_with_offsets() {
         let e = regex_to_grammar(p, &RegexLimits::default()).unwrap_err();
         assert_eq!((e.kind.clone(), e.offset), (kind, offset), "{p}: {e}");
     }
-    for p in [
-        "(",
-        ")",
-        "[a",
-        "a**",
-        "*",
-        "a{3,1}",
-        r"\x4",
-        r"\u{110000}",
-        "a^b",
-        r"\",
-    ] {
+    for p in ["(", ")", "[a", "a**", "*", "a{3,1}", r"\x4", r"\u{110000}", "a^b", r"\"] {
         assert!(regex_to_grammar(p, &RegexLimits::default()).is_err(), "{p}");
     }
 }
@@ -136,18 +121,12 @@ fn pathological_patterns_are_bounded() {
     let limits = RegexLimits::default();
     for p in ["(a{1000}){1000}", "((((a{100}){100}){100}){100})"] {
         assert!(
-            matches!(
-                regex_to_grammar(p, &limits).unwrap_err().kind,
-                RegexErrorKind::TooLarge { .. }
-            ),
+            matches!(regex_to_grammar(p, &limits).unwrap_err().kind, RegexErrorKind::TooLarge { .. }),
             "{p}"
         );
     }
     let deep = "(".repeat(5000) + "a" + &")".repeat(5000);
-    assert!(matches!(
-        regex_to_grammar(&deep, &limits).unwrap_err().kind,
-        RegexErrorKind::TooDeep { .. }
-    ));
+    assert!(matches!(regex_to_grammar(&deep, &limits).unwrap_err().kind, RegexErrorKind::TooDeep { .. }));
     // Exponential DFA blow-up hits the automata limit instead of hanging.
     let g = regex_to_grammar("(a|b)*a(a|b){40}", &limits).unwrap();
     let t = std::time::Instant::now();
@@ -175,11 +154,7 @@ fn pattern() -> impl Strategy<Value = String> {
             inner.clone().prop_map(|x| format!("(?:{x})*")),
             inner.clone().prop_map(|x| format!("(?:{x})+?")),
             inner.clone().prop_map(|x| format!("({x})?")),
-            (inner, 0u32..3, 0u32..3).prop_map(|(x, a, b)| format!(
-                "(?:{x}){{{},{}}}",
-                a.min(b),
-                a.max(b)
-            )),
+            (inner, 0u32..3, 0u32..3).prop_map(|(x, a, b)| format!("(?:{x}){{{},{}}}", a.min(b), a.max(b))),
         ]
     })
 }

@@ -37,8 +37,8 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::{CUdevice_attribute, CUdeviceptr};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut,
-    DeviceSlice, LaunchConfig, PushKernelArg,
+    CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut, DeviceSlice,
+    LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions};
 
@@ -60,22 +60,14 @@ pub enum CudaIndices<'a> {
 }
 
 fn driver_err(op: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> BitmaskError {
-    move |e| BitmaskError::Cuda {
-        op,
-        message: e.to_string(),
-    }
+    move |e| BitmaskError::Cuda { op, message: e.to_string() }
 }
 
 fn compile_err(e: CompileError) -> BitmaskError {
     match e {
-        CompileError::CompileError {
-            nvrtc,
-            options,
-            log,
-        } => BitmaskError::Compile(format!(
-            "{nvrtc:?} with options {options:?}: {}",
-            log.to_string_lossy()
-        )),
+        CompileError::CompileError { nvrtc, options, log } => {
+            BitmaskError::Compile(format!("{nvrtc:?} with options {options:?}: {}", log.to_string_lossy()))
+        }
         other => BitmaskError::Compile(format!("{other:?}")),
     }
 }
@@ -109,10 +101,8 @@ fn nvrtc_present() -> bool {
 /// Whether a CUDA driver with at least one device can be used (never panics).
 pub fn cuda_available() -> bool {
     driver_present()
-        && guarded("device count", || {
-            CudaContext::device_count().map_err(driver_err("cuInit"))
-        })
-        .is_ok_and(|n| n > 0)
+        && guarded("device count", || CudaContext::device_count().map_err(driver_err("cuInit")))
+            .is_ok_and(|n| n > 0)
 }
 
 /// Opens (retains) the primary context of device `ordinal`, or explains why not.
@@ -123,8 +113,8 @@ pub fn cuda_context(ordinal: usize) -> Result<Arc<CudaContext>> {
         ));
     }
     guarded("opening the CUDA context", || {
-        let count = CudaContext::device_count()
-            .map_err(|e| BitmaskError::CudaUnavailable(format!("cuInit: {e}")))?;
+        let count =
+            CudaContext::device_count().map_err(|e| BitmaskError::CudaUnavailable(format!("cuInit: {e}")))?;
         if count <= 0 || ordinal >= count as usize {
             return Err(BitmaskError::CudaUnavailable(format!(
                 "device {ordinal} requested, {count} CUDA device(s) present"
@@ -155,24 +145,15 @@ fn nvrtc_arch(major: i32, minor: i32) -> String {
     // SAFETY: plain NVRTC queries writing into a buffer of the size NVRTC reports.
     unsafe {
         let mut n = 0i32;
-        if cudarc::nvrtc::sys::nvrtcGetNumSupportedArchs(&mut n)
-            .result()
-            .is_ok()
-            && n > 0
-        {
+        if cudarc::nvrtc::sys::nvrtcGetNumSupportedArchs(&mut n).result().is_ok() && n > 0 {
             let mut archs = vec![0i32; n as usize];
-            if cudarc::nvrtc::sys::nvrtcGetSupportedArchs(archs.as_mut_ptr())
-                .result()
-                .is_ok()
-            {
+            if cudarc::nvrtc::sys::nvrtcGetSupportedArchs(archs.as_mut_ptr()).result().is_ok() {
                 supported = archs;
             }
         }
     }
     let best = supported.iter().copied().filter(|&a| a <= device).max();
-    let arch = best
-        .or_else(|| supported.iter().copied().min())
-        .unwrap_or(device);
+    let arch = best.or_else(|| supported.iter().copied().min()).unwrap_or(device);
     format!("compute_{arch}")
 }
 
@@ -188,9 +169,7 @@ impl CudaBitmaskKernel {
             ));
         }
         guarded("compiling the bitmask kernel", || {
-            let (major, minor) = ctx
-                .compute_capability()
-                .map_err(driver_err("cuDeviceGetAttribute"))?;
+            let (major, minor) = ctx.compute_capability().map_err(driver_err("cuDeviceGetAttribute"))?;
             let arch = nvrtc_arch(major, minor);
             let opts = CompileOptions {
                 options: vec![format!("--gpu-architecture={arch}")],
@@ -198,33 +177,23 @@ impl CudaBitmaskKernel {
                 ..Default::default()
             };
             let ptx = compile_ptx_with_opts(KERNEL_SOURCE, opts).map_err(compile_err)?;
-            let module = ctx
-                .load_module(ptx)
-                .map_err(driver_err("cuModuleLoadData"))?;
+            let module = ctx.load_module(ptx).map_err(driver_err("cuModuleLoadData"))?;
             let funcs = KERNEL_NAMES
                 .iter()
-                .map(|name| {
-                    module
-                        .load_function(name)
-                        .map_err(driver_err("cuModuleGetFunction"))
-                })
+                .map(|name| module.load_function(name).map_err(driver_err("cuModuleGetFunction")))
                 .collect::<Result<Vec<_>>>()?;
             let sm = ctx
                 .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
                 .map_err(driver_err("cuDeviceGetAttribute"))?;
             let stream = ctx.default_stream();
-            let flag = stream
-                .alloc_zeros::<u32>(1)
-                .map_err(driver_err("cuMemAlloc"))?;
+            let flag = stream.alloc_zeros::<u32>(1).map_err(driver_err("cuMemAlloc"))?;
             let flag_ptr = {
                 let (ptr, _sync) = flag.device_ptr(&stream);
                 ptr
             };
             // The flag is used through its raw pointer from any stream: make sure
             // the zeroing is done first.
-            stream
-                .synchronize()
-                .map_err(driver_err("cuStreamSynchronize"))?;
+            stream.synchronize().map_err(driver_err("cuStreamSynchronize"))?;
             Ok(CudaBitmaskKernel {
                 ctx: ctx.clone(),
                 funcs,
@@ -324,11 +293,7 @@ impl CudaBitmaskKernel {
         }
         // Host indices travel to the device with a stream-ordered allocation.
         let staged = match host_indices {
-            Some(idx) => Some(
-                stream
-                    .clone_htod(idx)
-                    .map_err(driver_err("cuMemcpyHtoDAsync"))?,
-            ),
+            Some(idx) => Some(stream.clone_htod(idx).map_err(driver_err("cuMemcpyHtoDAsync"))?),
             None => None,
         };
         let (logits_ptr, _logits_sync) = logits.device_ptr_mut(stream);
@@ -375,15 +340,11 @@ impl CudaBitmaskKernel {
         if words.is_empty() {
             // Zero-length device buffers are awkward; an all-masked row still has
             // to be applied, so allocate one unused word.
-            let dummy = stream
-                .clone_htod(&[0u32])
-                .map_err(driver_err("cuMemcpyHtoDAsync"))?;
+            let dummy = stream.clone_htod(&[0u32]).map_err(driver_err("cuMemcpyHtoDAsync"))?;
             let view = dummy.slice(0..0);
             return self.apply::<T, u32, L, _>(stream, logits, layout, &view, mask_layout, indices);
         }
-        let dev = stream
-            .clone_htod(words)
-            .map_err(driver_err("cuMemcpyHtoDAsync"))?;
+        let dev = stream.clone_htod(words).map_err(driver_err("cuMemcpyHtoDAsync"))?;
         self.apply::<T, u32, L, _>(stream, logits, layout, &dev, mask_layout, indices)
     }
 
@@ -423,16 +384,9 @@ impl CudaBitmaskKernel {
         if indices.is_none() {
             check_rows(&layout, &mask_layout, None)?;
         }
-        for (what, addr) in [
-            ("bitmask", Some(bitmask)),
-            ("indices", indices.map(|(p, _)| p)),
-        ] {
+        for (what, addr) in [("bitmask", Some(bitmask)), ("indices", indices.map(|(p, _)| p))] {
             if let Some(addr) = addr.filter(|a| a % 4 != 0) {
-                return Err(BitmaskError::Misaligned {
-                    what,
-                    addr,
-                    align: 4,
-                });
+                return Err(BitmaskError::Misaligned { what, addr, align: 4 });
             }
         }
         let rows = indices.map_or(layout.batch, |(_, n)| n);
@@ -464,11 +418,7 @@ impl CudaBitmaskKernel {
             .ok_or_else(|| BitmaskError::Compile(format!("kernel {} missing", plan.kernel)))?;
         let to_i64 = |what: &'static str, v: usize| {
             i64::try_from(v).map_err(|_| {
-                BitmaskError::from(ApplyError::TooLarge {
-                    what,
-                    value: v as u128,
-                    limit: i64::MAX as u128,
-                })
+                BitmaskError::from(ApplyError::TooLarge { what, value: v as u128, limit: i64::MAX as u128 })
             })
         };
         let batch = to_i64("batch", layout.batch)?;
@@ -479,11 +429,7 @@ impl CudaBitmaskKernel {
         let idx_ptr: CUdeviceptr = indices.map_or(0, |(p, _)| p);
         let neg_bits = dtype.neg_inf_bits();
         let flag_ptr = self.error_flag_ptr;
-        let cfg = LaunchConfig {
-            grid_dim: plan.grid,
-            block_dim: plan.block,
-            shared_mem_bytes: 0,
-        };
+        let cfg = LaunchConfig { grid_dim: plan.grid, block_dim: plan.block, shared_mem_bytes: 0 };
         let mut args = stream.launch_builder(func);
         args.arg(&logits)
             .arg(&bitmask)
@@ -506,18 +452,10 @@ impl CudaBitmaskKernel {
     pub fn take_index_error(&self, stream: &Arc<CudaStream>) -> Result<bool> {
         self.check_ctx("the stream", stream.context())?;
         let mut flag = self.error_flag.lock().unwrap_or_else(|e| e.into_inner());
-        stream
-            .synchronize()
-            .map_err(driver_err("cuStreamSynchronize"))?;
-        let value = stream
-            .clone_dtoh(&*flag)
-            .map_err(driver_err("cuMemcpyDtoH"))?;
-        stream
-            .memset_zeros(&mut *flag)
-            .map_err(driver_err("cuMemsetD8Async"))?;
-        stream
-            .synchronize()
-            .map_err(driver_err("cuStreamSynchronize"))?;
+        stream.synchronize().map_err(driver_err("cuStreamSynchronize"))?;
+        let value = stream.clone_dtoh(&*flag).map_err(driver_err("cuMemcpyDtoH"))?;
+        stream.memset_zeros(&mut *flag).map_err(driver_err("cuMemsetD8Async"))?;
+        stream.synchronize().map_err(driver_err("cuStreamSynchronize"))?;
         Ok(value.first().copied().unwrap_or(0) != 0)
     }
 }

@@ -96,13 +96,12 @@ pub use error::{BitmaskError, Result};
 pub use grammask::bitmask::{
     apply_token_bitmask as apply_token_bitmask_inplace_cpu,
     apply_token_bitmask_bytes as apply_token_bitmask_inplace_cpu_bytes,
-    apply_token_bitmask_with as apply_token_bitmask_inplace_cpu_with, Parallelism,
-    PARALLEL_MIN_ELEMENTS, PARALLEL_TILE,
+    apply_token_bitmask_with as apply_token_bitmask_inplace_cpu_with, Parallelism, PARALLEL_MIN_ELEMENTS,
+    PARALLEL_TILE,
 };
 /// Shapes, element types and validation, shared with the CPU path.
 pub use grammask::bitmask::{
-    cast_logits_bytes, check_rows, ApplyError, DType, Logit as LogitElem, LogitsLayout, MaskLayout,
-    MaskWord,
+    cast_logits_bytes, check_rows, ApplyError, DType, Logit as LogitElem, LogitsLayout, MaskLayout, MaskWord,
 };
 pub use half;
 
@@ -157,10 +156,7 @@ impl Device {
         {
             let ctx = cuda_context(ordinal)?;
             let kernel = CudaBitmaskKernel::shared(&ctx)?;
-            Ok(Device::Cuda(CudaTarget {
-                kernel,
-                stream: ctx.default_stream(),
-            }))
+            Ok(Device::Cuda(CudaTarget { kernel, stream: ctx.default_stream() }))
         }
         #[cfg(not(feature = "cuda"))]
         {
@@ -288,26 +284,20 @@ pub fn apply_token_bitmask_inplace<T: LogitElem, W: MaskWord>(
             #[allow(irrefutable_let_patterns)]
             let Logits::Host(logits) = logits
             else {
-                return Err(BitmaskError::DeviceMismatch(
-                    "CUDA logits passed with Device::Cpu".into(),
-                ));
+                return Err(BitmaskError::DeviceMismatch("CUDA logits passed with Device::Cpu".into()));
             };
             // Irrefutable without the `cuda` feature.
             #[allow(irrefutable_let_patterns)]
             let Bitmask::Host(bitmask) = bitmask
             else {
-                return Err(BitmaskError::DeviceMismatch(
-                    "a CUDA bitmask passed with Device::Cpu".into(),
-                ));
+                return Err(BitmaskError::DeviceMismatch("a CUDA bitmask passed with Device::Cpu".into()));
             };
             let indices = match indices {
                 None => None,
                 Some(Indices::Host(idx)) => Some(idx),
                 #[cfg(feature = "cuda")]
                 Some(Indices::Cuda(_)) => {
-                    return Err(BitmaskError::DeviceMismatch(
-                        "CUDA indices passed with Device::Cpu".into(),
-                    ))
+                    return Err(BitmaskError::DeviceMismatch("CUDA indices passed with Device::Cpu".into()))
                 }
             };
             Ok(apply_token_bitmask_inplace_cpu_with(
@@ -323,7 +313,8 @@ pub fn apply_token_bitmask_inplace<T: LogitElem, W: MaskWord>(
         Device::Cuda(target) => {
             let Logits::Cuda(mut logits) = logits else {
                 return Err(BitmaskError::DeviceMismatch(
-                    "host logits passed with a CUDA device; copy them to the device or use Device::Cpu".into(),
+                    "host logits passed with a CUDA device; copy them to the device or use Device::Cpu"
+                        .into(),
                 ));
             };
             let cuda_indices = match &indices {
@@ -332,14 +323,9 @@ pub fn apply_token_bitmask_inplace<T: LogitElem, W: MaskWord>(
                 Some(Indices::Cuda(view)) => Some(CudaIndices::Device(view)),
             };
             match bitmask {
-                Bitmask::Cuda(mask) => target.kernel.apply(
-                    &target.stream,
-                    &mut logits,
-                    layout,
-                    &mask,
-                    mask_layout,
-                    cuda_indices,
-                ),
+                Bitmask::Cuda(mask) => {
+                    target.kernel.apply(&target.stream, &mut logits, layout, &mask, mask_layout, cuda_indices)
+                }
                 Bitmask::Host(mask) => target.kernel.apply_host_mask(
                     &target.stream,
                     &mut logits,

@@ -64,11 +64,7 @@ pub fn plan_launch(
         _ => return Err(ApplyError::UnsupportedDType(format!("{elem_size}-byte elements")).into()),
     };
     if logits_addr % elem_size as u64 != 0 {
-        return Err(BitmaskError::Misaligned {
-            what: "logits",
-            addr: logits_addr,
-            align: elem_size,
-        });
+        return Err(BitmaskError::Misaligned { what: "logits", addr: logits_addr, align: elem_size });
     }
     let stride_bytes = (layout.row_stride as u128) * elem_size as u128;
     let (vec, kernel) = variants
@@ -86,14 +82,11 @@ pub fn plan_launch(
         value: layout.vocab as u128,
         limit: i32::MAX as u128,
     })?;
-    let grid_x = u32::try_from(rows)
-        .ok()
-        .filter(|&r| r <= i32::MAX as u32)
-        .ok_or(ApplyError::TooLarge {
-            what: "rows to mask",
-            value: rows as u128,
-            limit: i32::MAX as u128,
-        })?;
+    let grid_x = u32::try_from(rows).ok().filter(|&r| r <= i32::MAX as u32).ok_or(ApplyError::TooLarge {
+        what: "rows to mask",
+        value: rows as u128,
+        limit: i32::MAX as u128,
+    })?;
 
     let total_warps = rows as u128 * chunks_per_row as u128;
     let target_blocks = 2 * u128::from(sm_count.max(1));
@@ -106,14 +99,11 @@ pub fn plan_launch(
     warps = warps.min(chunk_pow2).max(1);
 
     let blocks_per_row = chunks_per_row.div_ceil(warps as usize);
-    let grid_y = u32::try_from(blocks_per_row)
-        .ok()
-        .filter(|&b| b <= 65_535)
-        .ok_or(ApplyError::TooLarge {
-            what: "vocab",
-            value: layout.vocab as u128,
-            limit: 65_535u128 * LOGITS_PER_WARP as u128,
-        })?;
+    let grid_y = u32::try_from(blocks_per_row).ok().filter(|&b| b <= 65_535).ok_or(ApplyError::TooLarge {
+        what: "vocab",
+        value: layout.vocab as u128,
+        limit: 65_535u128 * LOGITS_PER_WARP as u128,
+    })?;
     Ok(Some(LaunchPlan {
         kernel,
         vec,
@@ -131,10 +121,7 @@ mod tests {
     fn picks_widest_aligned_vector() {
         let l = LogitsLayout::contiguous(4, 128_256);
         let p = plan_launch(4, 0x1000, &l, 4, 132).unwrap().unwrap();
-        assert_eq!(
-            (p.vec, KERNEL_NAMES[p.kernel]),
-            (4, "grammask_bitmask_b32_v4")
-        );
+        assert_eq!((p.vec, KERNEL_NAMES[p.kernel]), (4, "grammask_bitmask_b32_v4"));
         // Stride of 3 f32 = 12 bytes: only 4-byte stores stay aligned.
         let l = LogitsLayout::strided(4, 3, 3);
         let p = plan_launch(4, 0x1000, &l, 4, 132).unwrap().unwrap();
@@ -145,10 +132,7 @@ mod tests {
         // bf16 with an 8-byte aligned base.
         let l = LogitsLayout::contiguous(2, 1024);
         let p = plan_launch(2, 0x1008, &l, 2, 132).unwrap().unwrap();
-        assert_eq!(
-            (p.vec, KERNEL_NAMES[p.kernel]),
-            (4, "grammask_bitmask_b16_v4")
-        );
+        assert_eq!((p.vec, KERNEL_NAMES[p.kernel]), (4, "grammask_bitmask_b16_v4"));
     }
 
     #[test]
@@ -166,9 +150,6 @@ mod tests {
         let p = plan_launch(2, 0, &l, 64, 132).unwrap().unwrap();
         assert_eq!((p.block.0, p.grid), (32, (64, 1, 1)));
         assert!(plan_launch(4, 0, &l, 0, 132).unwrap().is_none());
-        assert!(matches!(
-            plan_launch(4, 2, &l, 1, 132),
-            Err(BitmaskError::Misaligned { .. })
-        ));
+        assert!(matches!(plan_launch(4, 2, &l, 1, 132), Err(BitmaskError::Misaligned { .. })));
     }
 }

@@ -11,9 +11,8 @@ mod common;
 
 use common::*;
 use grammask_gpu::{
-    apply_token_bitmask_inplace, apply_token_bitmask_inplace_cpu_bytes,
-    apply_token_bitmask_inplace_cpu_with, Bitmask, DType, Device, Indices, Logits, Parallelism,
-    PARALLEL_TILE,
+    apply_token_bitmask_inplace, apply_token_bitmask_inplace_cpu_bytes, apply_token_bitmask_inplace_cpu_with,
+    Bitmask, DType, Device, Indices, Logits, Parallelism, PARALLEL_TILE,
 };
 use proptest::prelude::*;
 
@@ -157,8 +156,7 @@ fn edge_shapes() {
                 for use_idx in [false, true] {
                     for seed in 0..4 {
                         for truncate in [false, true] {
-                            let case =
-                                make_case(dtype, batch, vocab, pad, truncate, dw, 1, use_idx, seed);
+                            let case = make_case(dtype, batch, vocab, pad, truncate, dw, 1, use_idx, seed);
                             for par in [Parallelism::Sequential, Parallelism::Parallel] {
                                 check(&case, par, seed % 2 == 0).unwrap();
                             }

@@ -15,9 +15,8 @@ use std::sync::Arc;
 use common::*;
 use grammask_gpu::cudarc::driver::{CudaSlice, CudaStream};
 use grammask_gpu::{
-    apply_token_bitmask_inplace, apply_token_bitmask_inplace_cpu, ApplyError, Bitmask,
-    BitmaskError, CudaBitmaskKernel, CudaIndices, DType, Device, Indices, LogitElem, Logits,
-    LogitsLayout, MaskLayout,
+    apply_token_bitmask_inplace, apply_token_bitmask_inplace_cpu, ApplyError, Bitmask, BitmaskError,
+    CudaBitmaskKernel, CudaIndices, DType, Device, Indices, LogitElem, Logits, LogitsLayout, MaskLayout,
 };
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
@@ -28,21 +27,12 @@ struct Gpu {
 }
 
 fn gpu() -> Gpu {
-    let ctx =
-        grammask_gpu::cuda_context(0).expect("a CUDA device (these tests are for GPU machines)");
+    let ctx = grammask_gpu::cuda_context(0).expect("a CUDA device (these tests are for GPU machines)");
     let stream = ctx.new_stream().expect("stream");
     let device = Device::cuda_on_stream(stream.clone()).expect("kernel compiles");
     let kernel = CudaBitmaskKernel::shared(&ctx).unwrap();
-    eprintln!(
-        "kernel compiled for {} ({} SMs)",
-        kernel.arch(),
-        kernel.sm_count()
-    );
-    Gpu {
-        device,
-        kernel,
-        stream,
-    }
+    eprintln!("kernel compiled for {} ({} SMs)", kernel.arch(), kernel.sm_count());
+    Gpu { device, kernel, stream }
 }
 
 /// How the buffers of one case are handed to the device.
@@ -74,11 +64,7 @@ fn run_typed<T: LogitElem + grammask_gpu::cudarc::driver::DeviceRepr>(
     let mask_u32 = s.clone_htod(&case.mask).unwrap();
     let mask_i32_host: Vec<i32> = case.mask.iter().map(|&w| w as i32).collect();
     let mask_i32 = s.clone_htod(&mask_i32_host).unwrap();
-    let idx_dev = case
-        .indices
-        .as_ref()
-        .filter(|i| !i.is_empty())
-        .map(|i| s.clone_htod(i).unwrap());
+    let idx_dev = case.indices.as_ref().filter(|i| !i.is_empty()).map(|i| s.clone_htod(i).unwrap());
     {
         let view = dev.slice_mut(v.offset..v.offset + case.len);
         let indices = match (&case.indices, v.host_indices, &idx_dev) {
@@ -102,11 +88,8 @@ fn run_typed<T: LogitElem + grammask_gpu::cudarc::driver::DeviceRepr>(
                 indices,
             )?;
         } else {
-            let mask = if v.host_mask {
-                Bitmask::Host(&case.mask[..])
-            } else {
-                Bitmask::Cuda(mask_u32.slice(..))
-            };
+            let mask =
+                if v.host_mask { Bitmask::Host(&case.mask[..]) } else { Bitmask::Cuda(mask_u32.slice(..)) };
             apply_token_bitmask_inplace(
                 &g.device,
                 Logits::Cuda(view),
@@ -120,16 +103,9 @@ fn run_typed<T: LogitElem + grammask_gpu::cudarc::driver::DeviceRepr>(
     let back = s.clone_dtoh(&dev).unwrap();
     let before = from(&padded);
     let after = from(&back);
-    assert_eq!(
-        after[..v.offset],
-        before[..v.offset],
-        "wrote before the buffer"
-    );
+    assert_eq!(after[..v.offset], before[..v.offset], "wrote before the buffer");
     assert_eq!(after.last(), before.last(), "wrote after the buffer");
-    assert!(
-        !g.kernel.take_index_error(s).unwrap(),
-        "valid indices flagged"
-    );
+    assert!(!g.kernel.take_index_error(s).unwrap(), "valid indices flagged");
     Ok(after[v.offset..v.offset + case.len].to_vec())
 }
 
@@ -146,30 +122,24 @@ fn run_cpu(case: &Case) -> Vec<u32> {
     match case.dtype {
         DType::F32 => {
             let mut v = to_f32(&case.bits);
-            apply_token_bitmask_inplace_cpu(&mut v, case.layout, &case.mask, case.mask_layout, idx)
-                .unwrap();
+            apply_token_bitmask_inplace_cpu(&mut v, case.layout, &case.mask, case.mask_layout, idx).unwrap();
             from_f32(&v)
         }
         DType::F16 => {
             let mut v = to_f16(&case.bits);
-            apply_token_bitmask_inplace_cpu(&mut v, case.layout, &case.mask, case.mask_layout, idx)
-                .unwrap();
+            apply_token_bitmask_inplace_cpu(&mut v, case.layout, &case.mask, case.mask_layout, idx).unwrap();
             from_f16(&v)
         }
         DType::BF16 => {
             let mut v = to_bf16(&case.bits);
-            apply_token_bitmask_inplace_cpu(&mut v, case.layout, &case.mask, case.mask_layout, idx)
-                .unwrap();
+            apply_token_bitmask_inplace_cpu(&mut v, case.layout, &case.mask, case.mask_layout, idx).unwrap();
             from_bf16(&v)
         }
     }
 }
 
 fn property(g: &Gpu, cases: u32, max_batch: usize, max_vocab: usize) {
-    let mut runner = TestRunner::new(Config {
-        cases,
-        ..Config::default()
-    });
+    let mut runner = TestRunner::new(Config { cases, ..Config::default() });
     let strategy = (
         case_strategy(max_batch, max_vocab),
         0usize..4,
@@ -178,30 +148,22 @@ fn property(g: &Gpu, cases: u32, max_batch: usize, max_vocab: usize) {
         proptest::bool::ANY,
     );
     runner
-        .run(
-            &strategy,
-            |(case, offset, host_mask, host_indices, i32_mask)| {
-                let v = Variant {
-                    offset,
-                    host_mask,
-                    host_indices,
-                    i32_mask,
-                };
-                let cpu = run_cpu(&case);
-                let want = reference(&case);
-                if let Some(d) = first_diff(&cpu, &want, &case.layout) {
-                    return Err(TestCaseError::fail(format!("CPU vs reference: {d}")));
-                }
-                let got = run_gpu(g, &case, v).map_err(|e| TestCaseError::fail(format!("{e}")))?;
-                if let Some(d) = first_diff(&got, &cpu, &case.layout) {
-                    return Err(TestCaseError::fail(format!(
-                        "GPU vs CPU: {d}; dtype {} layout {:?} mask {:?} indices {:?} {v:?}",
-                        case.dtype, case.layout, case.mask_layout, case.indices
-                    )));
-                }
-                Ok(())
-            },
-        )
+        .run(&strategy, |(case, offset, host_mask, host_indices, i32_mask)| {
+            let v = Variant { offset, host_mask, host_indices, i32_mask };
+            let cpu = run_cpu(&case);
+            let want = reference(&case);
+            if let Some(d) = first_diff(&cpu, &want, &case.layout) {
+                return Err(TestCaseError::fail(format!("CPU vs reference: {d}")));
+            }
+            let got = run_gpu(g, &case, v).map_err(|e| TestCaseError::fail(format!("{e}")))?;
+            if let Some(d) = first_diff(&got, &cpu, &case.layout) {
+                return Err(TestCaseError::fail(format!(
+                    "GPU vs CPU: {d}; dtype {} layout {:?} mask {:?} indices {:?} {v:?}",
+                    case.dtype, case.layout, case.mask_layout, case.indices
+                )));
+            }
+            Ok(())
+        })
         .unwrap();
 }
 
@@ -240,17 +202,8 @@ fn gpu_edge_shapes() {
             for dw in [-2, 0, 2] {
                 for use_idx in [false, true] {
                     for offset in [0, 1, 2] {
-                        let case = make_case(
-                            dtype,
-                            batch,
-                            vocab,
-                            pad,
-                            offset == 1,
-                            dw,
-                            1,
-                            use_idx,
-                            offset as u64,
-                        );
+                        let case =
+                            make_case(dtype, batch, vocab, pad, offset == 1, dw, 1, use_idx, offset as u64);
                         let v = Variant {
                             offset,
                             host_mask: offset == 2,
@@ -258,11 +211,7 @@ fn gpu_edge_shapes() {
                             i32_mask: offset == 0,
                         };
                         let got = run_gpu(&g, &case, v).unwrap();
-                        assert_eq!(
-                            first_diff(&got, &run_cpu(&case), &case.layout),
-                            None,
-                            "{case:?}"
-                        );
+                        assert_eq!(first_diff(&got, &run_cpu(&case), &case.layout), None, "{case:?}");
                     }
                 }
             }
@@ -308,58 +257,25 @@ fn gpu_errors_and_device_index_flag() {
         .kernel
         .apply::<f32, u32, _, _>(s, &mut logits.slice_mut(..100), layout, &mask, ml, None)
         .unwrap_err();
-    assert!(matches!(
-        e,
-        BitmaskError::Apply(ApplyError::LogitsLen { .. })
-    ));
+    assert!(matches!(e, BitmaskError::Apply(ApplyError::LogitsLen { .. })));
     let e = g
         .kernel
-        .apply::<f32, u32, _, _>(
-            s,
-            &mut logits,
-            layout,
-            &mask,
-            ml,
-            Some(CudaIndices::Host(&[0, 2])),
-        )
+        .apply::<f32, u32, _, _>(s, &mut logits, layout, &mask, ml, Some(CudaIndices::Host(&[0, 2])))
         .unwrap_err();
-    assert!(matches!(
-        e,
-        BitmaskError::Apply(ApplyError::IndexOutOfRange { position: 1, .. })
-    ));
+    assert!(matches!(e, BitmaskError::Apply(ApplyError::IndexOutOfRange { position: 1, .. })));
 
     // Out-of-range device indices: the row is skipped and the flag is raised.
     let bad = s.clone_htod(&[1i32, 7, -1]).unwrap();
     g.kernel
-        .apply::<f32, u32, _, _>(
-            s,
-            &mut logits,
-            layout,
-            &mask,
-            ml,
-            Some(CudaIndices::Device(&bad.slice(..))),
-        )
+        .apply::<f32, u32, _, _>(s, &mut logits, layout, &mask, ml, Some(CudaIndices::Device(&bad.slice(..))))
         .unwrap();
     assert!(g.kernel.take_index_error(s).unwrap());
     assert!(!g.kernel.take_index_error(s).unwrap(), "flag is cleared");
     let back = s.clone_dtoh(&logits).unwrap();
     assert!(back[..64].iter().all(|&x| x == 1.0), "row 0 untouched");
-    assert!(
-        back[64..].iter().all(|&x| x == f32::NEG_INFINITY),
-        "row 1 masked"
-    );
+    assert!(back[64..].iter().all(|&x| x == f32::NEG_INFINITY), "row 1 masked");
 
     // Raw pointers with a misaligned bitmask.
-    let e = unsafe {
-        g.kernel
-            .apply_raw(s, 0x1000, DType::F32, layout, 0x1002, ml, None)
-            .unwrap_err()
-    };
-    assert!(matches!(
-        e,
-        BitmaskError::Misaligned {
-            what: "bitmask",
-            ..
-        }
-    ));
+    let e = unsafe { g.kernel.apply_raw(s, 0x1000, DType::F32, layout, 0x1002, ml, None).unwrap_err() };
+    assert!(matches!(e, BitmaskError::Misaligned { what: "bitmask", .. }));
 }

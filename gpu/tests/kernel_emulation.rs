@@ -66,12 +66,7 @@ struct Emulated {
 /// `offset` elements past a 16-byte boundary, on a device with `sm_count` SMs.
 /// `raw_indices` overrides the case's indices (to pass out-of-range entries the
 /// host would reject).
-fn emulate(
-    case: &Case,
-    offset: usize,
-    sm_count: u32,
-    raw_indices: Option<&[i32]>,
-) -> Option<Emulated> {
+fn emulate(case: &Case, offset: usize, sm_count: u32, raw_indices: Option<&[i32]>) -> Option<Emulated> {
     let bin = harness()?;
     let elem = case.dtype.size();
     let indices = raw_indices.or(case.indices.as_deref());
@@ -79,10 +74,7 @@ fn emulate(
     let addr = 0x10_0000u64 + (offset * elem) as u64;
     let Some(plan) = plan_launch(elem, addr, &case.layout, rows, sm_count).expect("plan") else {
         // Nothing to launch: the logits stay as they are.
-        return Some(Emulated {
-            bits: case.bits.clone(),
-            flag: 0,
-        });
+        return Some(Emulated { bits: case.bits.clone(), flag: 0 });
     };
     let header: [i64; 16] = [
         plan.kernel as i64,
@@ -132,18 +124,11 @@ fn emulate(
     let _ = std::fs::remove_dir_all(&dir);
     let (data, flag) = out.split_at(out.len() - 4);
     let bits = if elem == 4 {
-        data.chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect()
+        data.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
     } else {
-        data.chunks_exact(2)
-            .map(|c| u32::from(u16::from_le_bytes([c[0], c[1]])))
-            .collect()
+        data.chunks_exact(2).map(|c| u32::from(u16::from_le_bytes([c[0], c[1]]))).collect()
     };
-    Some(Emulated {
-        bits,
-        flag: u32::from_le_bytes([flag[0], flag[1], flag[2], flag[3]]),
-    })
+    Some(Emulated { bits, flag: u32::from_le_bytes([flag[0], flag[1], flag[2], flag[3]]) })
 }
 
 fn tempdir() -> PathBuf {
@@ -163,20 +148,17 @@ fn cpu(case: &Case) -> Vec<u32> {
     match case.dtype {
         DType::F32 => {
             let mut v = to_f32(&case.bits);
-            apply_token_bitmask_inplace_cpu(&mut v, case.layout, &case.mask, case.mask_layout, idx)
-                .unwrap();
+            apply_token_bitmask_inplace_cpu(&mut v, case.layout, &case.mask, case.mask_layout, idx).unwrap();
             from_f32(&v)
         }
         DType::F16 => {
             let mut v = to_f16(&case.bits);
-            apply_token_bitmask_inplace_cpu(&mut v, case.layout, &case.mask, case.mask_layout, idx)
-                .unwrap();
+            apply_token_bitmask_inplace_cpu(&mut v, case.layout, &case.mask, case.mask_layout, idx).unwrap();
             from_f16(&v)
         }
         DType::BF16 => {
             let mut v = to_bf16(&case.bits);
-            apply_token_bitmask_inplace_cpu(&mut v, case.layout, &case.mask, case.mask_layout, idx)
-                .unwrap();
+            apply_token_bitmask_inplace_cpu(&mut v, case.layout, &case.mask, case.mask_layout, idx).unwrap();
             from_bf16(&v)
         }
     }
@@ -209,27 +191,12 @@ proptest! {
 #[test]
 fn kernel_edge_shapes() {
     for dtype in [DType::F32, DType::F16, DType::BF16] {
-        for &(batch, vocab, pad) in &[
-            (1, 1, 0),
-            (1, 31, 1),
-            (2, 33, 3),
-            (2, 1023, 1),
-            (1, 1024, 0),
-            (2, 1057, 5),
-        ] {
+        for &(batch, vocab, pad) in
+            &[(1, 1, 0), (1, 31, 1), (2, 33, 3), (2, 1023, 1), (1, 1024, 0), (2, 1057, 5)]
+        {
             for (i, dw) in [-2i64, 0, 2].into_iter().enumerate() {
                 for use_idx in [false, true] {
-                    let case = make_case(
-                        dtype,
-                        batch,
-                        vocab,
-                        pad,
-                        i == 1,
-                        dw,
-                        1,
-                        use_idx,
-                        i as u64 + 7,
-                    );
+                    let case = make_case(dtype, batch, vocab, pad, i == 1, dw, 1, use_idx, i as u64 + 7);
                     for offset in [0, 1, 2, 4] {
                         check(&case, offset, 132).unwrap();
                     }

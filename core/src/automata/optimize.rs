@@ -244,7 +244,10 @@ mod tests {
         let g = Grammar::from_ebnf("root ::= (\"{\" [a-z]+ \":\" [0-9]+ \"}\"){600,}").unwrap();
         let o = optimize(&g).unwrap();
         assert_eq!(o.rules.len(), 2);
-        assert_eq!(o.to_string(), "root ::= root__repeat0{600,}\nroot__repeat0 ::= \"{\" [a-z]+ \":\" [0-9]+ \"}\"\n");
+        assert_eq!(
+            o.to_string(),
+            "root ::= root__repeat0{600,}\nroot__repeat0 ::= \"{\" [a-z]+ \":\" [0-9]+ \"}\"\n"
+        );
         let small = Grammar::from_ebnf("root ::= [0-9]{0,15}").unwrap();
         assert_eq!(optimize(&small).unwrap().rules.len(), 1);
     }

@@ -47,7 +47,6 @@ pub(crate) struct StateMask {
 }
 
 impl StateMask {
-
     /// Classifies every producible token for DFA state `state`.
     /// `intern` stores each distinct list once (many states share masks: every place a
     /// grammar is inside an identifier or a string, say).

@@ -17,11 +17,7 @@ use crate::grammar::Expr;
 use serde_json::{Map, Value};
 
 fn opt(e: Expr) -> Expr {
-    Expr::Repeat {
-        expr: Box::new(e),
-        min: 0,
-        max: Some(1),
-    }
+    Expr::Repeat { expr: Box::new(e), min: 0, max: Some(1) }
 }
 
 fn clamp(n: u64) -> u32 {
@@ -40,12 +36,9 @@ pub(crate) fn build(
         match (m.get("prefixItems"), m.get("items")) {
             (Some(Value::Array(p)), items) => (p.clone(), "prefixItems", items, "items"),
             (Some(_), _) => return Err(b.not_schema("`prefixItems` must be an array", ptr)),
-            (None, Some(Value::Array(p))) => (
-                p.clone(),
-                "items",
-                m.get("additionalItems"),
-                "additionalItems",
-            ),
+            (None, Some(Value::Array(p))) => {
+                (p.clone(), "items", m.get("additionalItems"), "additionalItems")
+            }
             (None, items) => (vec![], "prefixItems", items, "items"),
         };
     let mut min = get_count(b, m, "minItems", ptr)?.unwrap_or(0);
@@ -64,12 +57,9 @@ pub(crate) fn build(
                 let item_schema = rest.cloned().unwrap_or(Value::Bool(true));
                 let merged = combine::merge_schema(
                     b,
-                    &[(
-                        "allOf".to_string(),
-                        Value::Array(vec![item_schema, c.clone()]),
-                    )]
-                    .into_iter()
-                    .collect(),
+                    &[("allOf".to_string(), Value::Array(vec![item_schema, c.clone()]))]
+                        .into_iter()
+                        .collect(),
                     &format!("{ptr}/contains"),
                 )?;
                 let ce = b.schema(&merged, &format!("{ptr}/contains"), level + 1)?;
@@ -78,16 +68,9 @@ pub(crate) fn build(
                     None => b.any_value(level + 1)?,
                 };
                 let comma = l.comma(level);
-                let star = |e: Expr| Expr::Repeat {
-                    expr: Box::new(e),
-                    min: 0,
-                    max: None,
-                };
-                let mut parts = vec![
-                    l.open('[', level),
-                    star(seq(vec![re.clone(), comma.clone()])),
-                    ce.clone(),
-                ];
+                let star = |e: Expr| Expr::Repeat { expr: Box::new(e), min: 0, max: None };
+                let mut parts =
+                    vec![l.open('[', level), star(seq(vec![re.clone(), comma.clone()])), ce.clone()];
                 for _ in 1..n {
                     parts.push(star(seq(vec![comma.clone(), re.clone()])));
                     parts.push(comma.clone());
@@ -95,11 +78,7 @@ pub(crate) fn build(
                 }
                 parts.push(star(seq(vec![comma, re])));
                 parts.push(l.close(']', level));
-                return Ok(if is_nothing(&ce) {
-                    nothing()
-                } else {
-                    seq(parts)
-                });
+                return Ok(if is_nothing(&ce) { nothing() } else { seq(parts) });
             }
         }
     }
@@ -156,18 +135,10 @@ pub(crate) fn build(
         }
     };
     for i in (0..p).rev() {
-        let item = if i == 0 {
-            elems[i].clone()
-        } else {
-            seq(vec![comma.clone(), elems[i].clone()])
-        };
+        let item = if i == 0 { elems[i].clone() } else { seq(vec![comma.clone(), elems[i].clone()]) };
         let s = seq(vec![item, list]);
         list = if (i as u64) < min { s } else { opt(s) };
     }
     let full = seq(vec![l.open('[', level), list, l.close(']', level)]);
-    Ok(if min == 0 {
-        alt(vec![l.empty('[', ']'), full])
-    } else {
-        full
-    })
+    Ok(if min == 0 { alt(vec![l.empty('[', ']'), full]) } else { full })
 }

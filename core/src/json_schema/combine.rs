@@ -48,12 +48,9 @@ fn absolutize(b: &Builder, v: &Value, ptr: &str) -> Value {
             }
             Value::Object(out)
         }
-        Value::Array(a) => Value::Array(
-            a.iter()
-                .enumerate()
-                .map(|(i, x)| absolutize(b, x, &format!("{ptr}/{i}")))
-                .collect(),
-        ),
+        Value::Array(a) => {
+            Value::Array(a.iter().enumerate().map(|(i, x)| absolutize(b, x, &format!("{ptr}/{i}"))).collect())
+        }
         v => v.clone(),
     }
 }
@@ -73,17 +70,10 @@ fn collect(
         out.push(absolutize(b, &Value::Object(rest), ptr));
     }
     if let Some(r) = r {
-        let r = r
-            .as_str()
-            .ok_or_else(|| b.not_schema("`$ref` must be a string", ptr))?;
+        let r = r.as_str().ok_or_else(|| b.not_schema("`$ref` must be a string", ptr))?;
         let target = b.resolver.resolve(b.root, r, ptr)?;
         if inlined.contains(&target) || inlined.len() >= MAX_INLINE {
-            b.unsupported(
-                "$ref",
-                "recursive reference inside allOf",
-                "the recursive part is dropped",
-                ptr,
-            )?;
+            b.unsupported("$ref", "recursive reference inside allOf", "the recursive part is dropped", ptr)?;
         } else {
             inlined.push(target.clone());
             let root = b.root;
@@ -96,9 +86,7 @@ fn collect(
         }
     }
     if let Some(all) = all {
-        let all = all
-            .as_array()
-            .ok_or_else(|| b.not_schema("`allOf` must be an array", ptr))?;
+        let all = all.as_array().ok_or_else(|| b.not_schema("`allOf` must be an array", ptr))?;
         for (i, s) in all.iter().enumerate() {
             let p = format!("{ptr}/allOf/{i}");
             match s {
@@ -112,11 +100,7 @@ fn collect(
 }
 
 /// Merges `m`'s `$ref`, `allOf` and other keywords into one schema.
-pub(crate) fn merge_schema(
-    b: &mut Builder,
-    m: &Map<String, Value>,
-    ptr: &str,
-) -> Result<Value, SchemaError> {
+pub(crate) fn merge_schema(b: &mut Builder, m: &Map<String, Value>, ptr: &str) -> Result<Value, SchemaError> {
     let mut parts = Vec::new();
     collect(b, m, ptr, &mut parts, &mut Vec::new())?;
     let mut acc = Map::new();
@@ -137,13 +121,7 @@ pub(crate) fn merge_schema(
 
 fn types_value(bits: u8) -> Value {
     let mut names = Vec::new();
-    for (bit, name) in [
-        (1u8, "null"),
-        (2, "boolean"),
-        (4, "object"),
-        (8, "array"),
-        (16, "string"),
-    ] {
+    for (bit, name) in [(1u8, "null"), (2, "boolean"), (4, "object"), (8, "array"), (16, "string")] {
         if bits & bit != 0 {
             names.push(Value::String(name.into()));
         }
@@ -157,11 +135,7 @@ fn types_value(bits: u8) -> Value {
 }
 
 fn all_of(x: Value, y: Value) -> Value {
-    Value::Object(
-        [("allOf".to_string(), Value::Array(vec![x, y]))]
-            .into_iter()
-            .collect(),
-    )
+    Value::Object([("allOf".to_string(), Value::Array(vec![x, y]))].into_iter().collect())
 }
 
 fn num_pick(x: &Value, y: &Value, larger: bool) -> Value {
@@ -231,12 +205,7 @@ fn merge_two(
             }
             "prefixItems" | "items" => {
                 let (Value::Array(a), Value::Array(c)) = (&cur, &v) else {
-                    b.unsupported(
-                        &k,
-                        "array-form and schema-form items in allOf",
-                        "the first is kept",
-                        ptr,
-                    )?;
+                    b.unsupported(&k, "array-form and schema-form items in allOf", "the first is kept", ptr)?;
                     continue;
                 };
                 let n = a.len().max(c.len());
@@ -250,14 +219,12 @@ fn merge_two(
                         .collect(),
                 )
             }
-            "minimum" | "exclusiveMinimum" | "minLength" | "minItems" | "minProperties"
-            | "minContains"
+            "minimum" | "exclusiveMinimum" | "minLength" | "minItems" | "minProperties" | "minContains"
                 if cur.is_number() && v.is_number() =>
             {
                 num_pick(&cur, &v, true)
             }
-            "maximum" | "exclusiveMaximum" | "maxLength" | "maxItems" | "maxProperties"
-            | "maxContains"
+            "maximum" | "exclusiveMaximum" | "maxLength" | "maxItems" | "maxProperties" | "maxContains"
                 if cur.is_number() && v.is_number() =>
             {
                 num_pick(&cur, &v, false)
@@ -288,27 +255,16 @@ fn merge_two(
                 let a = cur.as_array().cloned().unwrap_or_default();
                 let c = v.as_array().cloned().unwrap_or_default();
                 if a.len() * c.len() > MAX_PRODUCT {
-                    b.unsupported(
-                        &k,
-                        "two large anyOf/oneOf in allOf",
-                        "the first is kept",
-                        ptr,
-                    )?;
+                    b.unsupported(&k, "two large anyOf/oneOf in allOf", "the first is kept", ptr)?;
                     continue;
                 }
                 Value::Array(
-                    a.iter()
-                        .flat_map(|x| c.iter().map(move |y| all_of(x.clone(), y.clone())))
-                        .collect(),
+                    a.iter().flat_map(|x| c.iter().map(move |y| all_of(x.clone(), y.clone()))).collect(),
                 )
             }
-            "not" => Value::Object(
-                [("anyOf".to_string(), Value::Array(vec![cur, v]))]
-                    .into_iter()
-                    .collect(),
-            ),
-            "$defs" | "definitions" | "title" | "description" | "default" | "examples"
-            | "$comment" | "$schema" | "$id" | "$anchor" => continue,
+            "not" => Value::Object([("anyOf".to_string(), Value::Array(vec![cur, v]))].into_iter().collect()),
+            "$defs" | "definitions" | "title" | "description" | "default" | "examples" | "$comment"
+            | "$schema" | "$id" | "$anchor" => continue,
             _ => {
                 b.unsupported(
                     &k,
@@ -336,12 +292,7 @@ fn gcd(a: u64, b: u64) -> u64 {
 fn branch_types(b: &Builder, s: &Value, ptr: &str) -> u8 {
     let mut s = s;
     if let Some(r) = s.get("$ref").and_then(Value::as_str) {
-        if let Some(t) = b
-            .resolver
-            .resolve(b.root, r, ptr)
-            .ok()
-            .and_then(|t| b.root.pointer(&t))
-        {
+        if let Some(t) = b.resolver.resolve(b.root, r, ptr).ok().and_then(|t| b.root.pointer(&t)) {
             s = t;
         }
     }
@@ -398,33 +349,24 @@ pub(crate) fn provably_disjoint(b: &Builder, branches: &[Value], ptr: &str) -> b
     }
     let discs: Vec<_> = branches.iter().map(discriminator).collect();
     pairwise(&|i, j| {
-        discs[i].iter().any(|(k, vi)| {
-            discs[j]
-                .iter()
-                .any(|(k2, vj)| k == k2 && vi.iter().all(|x| !vj.contains(x)))
-        }) || {
-            let (a, c) = (types[i], types[j]);
-            let na = if a & NUMBER != 0 { a | INTEGER } else { a };
-            let nc = if c & NUMBER != 0 { c | INTEGER } else { c };
-            na & nc == 0
-        }
+        discs[i]
+            .iter()
+            .any(|(k, vi)| discs[j].iter().any(|(k2, vj)| k == k2 && vi.iter().all(|x| !vj.contains(x))))
+            || {
+                let (a, c) = (types[i], types[j]);
+                let na = if a & NUMBER != 0 { a | INTEGER } else { a };
+                let nc = if c & NUMBER != 0 { c | INTEGER } else { c };
+                na & nc == 0
+            }
     })
 }
 
 /// Removes from `types` what `not` excludes (`not` of types, `{}`, booleans).
-pub(crate) fn apply_not(
-    b: &mut Builder,
-    n: &Value,
-    types: u8,
-    ptr: &str,
-) -> Result<u8, SchemaError> {
+pub(crate) fn apply_not(b: &mut Builder, n: &Value, types: u8, ptr: &str) -> Result<u8, SchemaError> {
     let excluded = match n {
         Value::Bool(true) => Some(super::types::ALL_TYPES),
         Value::Bool(false) => Some(0),
-        Value::Object(m)
-            if m.keys()
-                .all(|k| k == "type" || k == "title" || k == "description") =>
-        {
+        Value::Object(m) if m.keys().all(|k| k == "type" || k == "title" || k == "description") => {
             let t = declared_types(m, ptr)?;
             if t == super::types::ALL_TYPES && !m.contains_key("type") {
                 Some(super::types::ALL_TYPES)
@@ -437,12 +379,7 @@ pub(crate) fn apply_not(
         Value::Object(m) if m.len() == 1 && m.get("anyOf").and_then(Value::as_array).is_some() => {
             let mut t = 0u8;
             let mut ok = true;
-            for x in m
-                .get("anyOf")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
+            for x in m.get("anyOf").and_then(Value::as_array).into_iter().flatten() {
                 match x.as_object() {
                     Some(xm) if xm.keys().all(|k| k == "type") && xm.contains_key("type") => {
                         t |= declared_types(xm, ptr)?

@@ -22,11 +22,7 @@ fn leap_date() -> String {
     // Years divisible by 4 but not by 100, or divisible by 400.
     let yy4: Vec<String> = (4..100).step_by(4).map(|n| format!("{n:02}")).collect();
     let cc4: Vec<String> = (0..100).step_by(4).map(|n| format!("{n:02}")).collect();
-    format!(
-        "(?:\\d\\d(?:{})|(?:{})00)-02-29",
-        yy4.join("|"),
-        cc4.join("|")
-    )
+    format!("(?:\\d\\d(?:{})|(?:{})00)-02-29", yy4.join("|"), cc4.join("|"))
 }
 
 fn date() -> String {
@@ -48,15 +44,11 @@ const PCHAR_NC: &str = r"(?:[A-Za-z0-9\-._~!$&'()*+,;=@]|%[0-9A-Fa-f]{2})";
 fn uri(relative: bool) -> String {
     let auth = r"//(?:(?:[A-Za-z0-9\-._~!$&'()*+,;=:]|%[0-9A-Fa-f]{2})*@)?(?:[A-Za-z0-9\-._~!$&'()*+,;=]|%[0-9A-Fa-f]{2})*(?::\d*)?";
     let tail = format!("(?:\\?(?:{PCHAR}|[/?])*)?(?:#(?:{PCHAR}|[/?])*)?");
-    let abs = format!(
-        "[A-Za-z][A-Za-z0-9+.-]*:(?:{auth}(?:/{PCHAR}*)*|/|/?{PCHAR}+(?:/{PCHAR}*)*)?{tail}"
-    );
+    let abs = format!("[A-Za-z][A-Za-z0-9+.-]*:(?:{auth}(?:/{PCHAR}*)*|/|/?{PCHAR}+(?:/{PCHAR}*)*)?{tail}");
     if !relative {
         return abs;
     }
-    let rel = format!(
-        "(?:{auth}(?:/{PCHAR}*)*|/|/{PCHAR}+(?:/{PCHAR}*)*|{PCHAR_NC}+(?:/{PCHAR}*)*)?{tail}"
-    );
+    let rel = format!("(?:{auth}(?:/{PCHAR}*)*|/|/{PCHAR}+(?:/{PCHAR}*)*|{PCHAR_NC}+(?:/{PCHAR}*)*)?{tail}");
     format!("{abs}|{rel}")
 }
 
@@ -97,8 +89,7 @@ pub fn format_regex(name: &str) -> Option<String> {
         "hostname" => format!("{LABEL}(?:\\.{LABEL}){{0,3}}"),
         "ipv4" => format!("{OCTET}(?:\\.{OCTET}){{3}}"),
         "ipv6" => ipv6(),
-        "uuid" => r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-            .to_string(),
+        "uuid" => r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}".to_string(),
         "uri" => uri(false),
         "uri-reference" => uri(true),
         "json-pointer" => r"(?:/(?:[^~/]|~[01])*)*".to_string(),

@@ -209,11 +209,9 @@ pub enum SchemaErrorKind {
 impl fmt::Display for SchemaErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::InvalidJson {
-                line,
-                column,
-                message,
-            } => write!(f, "invalid JSON at {line}:{column}: {message}"),
+            Self::InvalidJson { line, column, message } => {
+                write!(f, "invalid JSON at {line}:{column}: {message}")
+            }
             Self::NotASchema(s) => write!(f, "not a valid schema: {s}"),
             Self::Unsupported { keyword, detail } => {
                 write!(f, "unsupported keyword `{keyword}`: {detail}")
@@ -230,16 +228,7 @@ impl fmt::Display for SchemaErrorKind {
 
 impl fmt::Display for SchemaError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "schema at `{}`: {}",
-            if self.pointer.is_empty() {
-                "#"
-            } else {
-                &self.pointer
-            },
-            self.kind
-        )
+        write!(f, "schema at `{}`: {}", if self.pointer.is_empty() { "#" } else { &self.pointer }, self.kind)
     }
 }
 
@@ -258,10 +247,7 @@ pub struct SchemaWarning {
 
 /// Converts a JSON Schema to a grammar whose root generates exactly the schema's
 /// instances (see the module docs for the exceptions).
-pub fn json_schema_to_grammar(
-    schema: &Value,
-    options: &JsonSchemaOptions,
-) -> Result<Grammar, SchemaError> {
+pub fn json_schema_to_grammar(schema: &Value, options: &JsonSchemaOptions) -> Result<Grammar, SchemaError> {
     json_schema_to_grammar_with_warnings(schema, options).map(|(g, _)| g)
 }
 
@@ -275,16 +261,9 @@ pub fn json_schema_to_grammar_with_warnings(
 }
 
 /// Parses `text` as JSON (errors carry line and column) and converts it.
-pub fn json_schema_str_to_grammar(
-    text: &str,
-    options: &JsonSchemaOptions,
-) -> Result<Grammar, SchemaError> {
+pub fn json_schema_str_to_grammar(text: &str, options: &JsonSchemaOptions) -> Result<Grammar, SchemaError> {
     let v: Value = serde_json::from_str(text).map_err(|e| SchemaError {
-        kind: SchemaErrorKind::InvalidJson {
-            line: e.line(),
-            column: e.column(),
-            message: e.to_string(),
-        },
+        kind: SchemaErrorKind::InvalidJson { line: e.line(), column: e.column(), message: e.to_string() },
         pointer: String::new(),
     })?;
     json_schema_to_grammar(&v, options)

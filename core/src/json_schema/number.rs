@@ -30,11 +30,7 @@ fn digits(min: u32, max: Option<u32>) -> Expr {
     if max == Some(min) && min == 0 {
         return Expr::Empty;
     }
-    Expr::Repeat {
-        expr: Box::new(digit_class(0, 9)),
-        min,
-        max,
-    }
+    Expr::Repeat { expr: Box::new(digit_class(0, 9)), min, max }
 }
 
 /// Most integer-part digits generated for numbers (and the default integer range is
@@ -46,28 +42,13 @@ pub(crate) const MAX_INT_DIGITS: u32 = 20;
 /// two-digit exponent (so every value is a finite `f64`).
 pub(crate) fn any_number() -> Expr {
     seq(vec![
-        Expr::Repeat {
-            expr: Box::new(lit("-")),
-            min: 0,
-            max: Some(1),
-        },
-        alt(vec![
-            lit("0"),
-            seq(vec![digit_class(1, 9), digits(0, Some(MAX_INT_DIGITS - 1))]),
-        ]),
-        Expr::Repeat {
-            expr: Box::new(seq(vec![lit("."), digits(1, None)])),
-            min: 0,
-            max: Some(1),
-        },
+        Expr::Repeat { expr: Box::new(lit("-")), min: 0, max: Some(1) },
+        alt(vec![lit("0"), seq(vec![digit_class(1, 9), digits(0, Some(MAX_INT_DIGITS - 1))])]),
+        Expr::Repeat { expr: Box::new(seq(vec![lit("."), digits(1, None)])), min: 0, max: Some(1) },
         Expr::Repeat {
             expr: Box::new(seq(vec![
                 Expr::Class(vec![(69, 69), (101, 101)]),
-                Expr::Repeat {
-                    expr: Box::new(Expr::Class(vec![(43, 43), (45, 45)])),
-                    min: 0,
-                    max: Some(1),
-                },
+                Expr::Repeat { expr: Box::new(Expr::Class(vec![(43, 43), (45, 45)])), min: 0, max: Some(1) },
                 digits(1, Some(2)),
             ])),
             min: 0,
@@ -93,27 +74,15 @@ fn same_len(a: &[u8], b: &[u8]) -> Expr {
     let mut alts = Vec::new();
     let lo_full = a[1..].iter().all(|&d| d == 0);
     let hi_full = b[1..].iter().all(|&d| d == 9);
-    let (mid_lo, mid_hi) = (
-        if lo_full { a[0] } else { a[0] + 1 },
-        if hi_full { b[0] } else { b[0] - 1 },
-    );
+    let (mid_lo, mid_hi) = (if lo_full { a[0] } else { a[0] + 1 }, if hi_full { b[0] } else { b[0] - 1 });
     if !lo_full {
-        alts.push(seq(vec![
-            digit_class(a[0], a[0]),
-            same_len(&a[1..], &nines),
-        ]));
+        alts.push(seq(vec![digit_class(a[0], a[0]), same_len(&a[1..], &nines)]));
     }
     if mid_lo <= mid_hi {
-        alts.push(seq(vec![
-            digit_class(mid_lo, mid_hi),
-            digits(n as u32 - 1, Some(n as u32 - 1)),
-        ]));
+        alts.push(seq(vec![digit_class(mid_lo, mid_hi), digits(n as u32 - 1, Some(n as u32 - 1))]));
     }
     if !hi_full {
-        alts.push(seq(vec![
-            digit_class(b[0], b[0]),
-            same_len(&zeros, &b[1..]),
-        ]));
+        alts.push(seq(vec![digit_class(b[0], b[0]), same_len(&zeros, &b[1..])]));
     }
     alt(alts)
 }
@@ -127,10 +96,7 @@ pub(crate) fn int_range(lo: u128, hi: Option<u128>) -> Expr {
     let Some(hi) = hi else {
         let len = digits_of(lo).len() as u32;
         let top = 10u128.saturating_pow(len) - 1;
-        return alt(vec![
-            int_range(lo, Some(top)),
-            seq(vec![digit_class(1, 9), digits(len, None)]),
-        ]);
+        return alt(vec![int_range(lo, Some(top)), seq(vec![digit_class(1, 9), digits(len, None)])]);
     };
     if lo > hi {
         return nothing();
@@ -154,10 +120,7 @@ pub(crate) fn signed_range(lo: Option<i128>, hi: Option<i128>) -> Expr {
     }
     let mut alts = Vec::new();
     if hi.map_or(true, |h| h >= 0) {
-        alts.push(int_range(
-            lo.map_or(0, |l| l.max(0)) as u128,
-            hi.map(|h| h as u128),
-        ));
+        alts.push(int_range(lo.map_or(0, |l| l.max(0)) as u128, hi.map(|h| h as u128)));
     }
     if lo.map_or(true, |l| l < 0) {
         let mlo = hi.map_or(1, |h| (-h).max(1)) as u128;
@@ -178,18 +141,10 @@ struct Dec {
 impl Dec {
     fn parse(n: &Number) -> Option<Dec> {
         if let Some(u) = n.as_u64() {
-            return Some(Dec {
-                neg: false,
-                int: u as u128,
-                frac: vec![],
-            });
+            return Some(Dec { neg: false, int: u as u128, frac: vec![] });
         }
         if let Some(i) = n.as_i64() {
-            return Some(Dec {
-                neg: i < 0,
-                int: i.unsigned_abs() as u128,
-                frac: vec![],
-            });
+            return Some(Dec { neg: i < 0, int: i.unsigned_abs() as u128, frac: vec![] });
         }
         let f = n.as_f64()?;
         if !f.is_finite() || f.abs() >= 1e30 {
@@ -201,20 +156,13 @@ impl Dec {
         while frac.last() == Some(&0) {
             frac.pop();
         }
-        Some(Dec {
-            neg: f < 0.0,
-            int: i.parse().ok()?,
-            frac,
-        })
+        Some(Dec { neg: f < 0.0, int: i.parse().ok()?, frac })
     }
     fn is_zero(&self) -> bool {
         self.int == 0 && self.frac.is_empty()
     }
     fn negated(&self) -> Dec {
-        Dec {
-            neg: !self.neg && !self.is_zero(),
-            ..self.clone()
-        }
+        Dec { neg: !self.neg && !self.is_zero(), ..self.clone() }
     }
 }
 
@@ -242,11 +190,7 @@ fn frac_digits(
                 Some(b) => alt((0..b)
                     .map(|k| {
                         seq(vec![
-                            Expr::Repeat {
-                                expr: Box::new(lit("0")),
-                                min: k,
-                                max: Some(k),
-                            },
+                            Expr::Repeat { expr: Box::new(lit("0")), min: k, max: Some(k) },
                             digit_class(1, 9),
                             digits(0, Some(b - k - 1)),
                         ])
@@ -256,14 +200,7 @@ fn frac_digits(
             return (false, Some(e));
         }
         (None, Some(([], false))) => {
-            return (
-                true,
-                Some(Expr::Repeat {
-                    expr: Box::new(lit("0")),
-                    min: 1,
-                    max: budget,
-                }),
-            )
+            return (true, Some(Expr::Repeat { expr: Box::new(lit("0")), min: 1, max: budget }))
         }
         (_, Some(([], true))) => return (false, None),
         _ => {}
@@ -302,11 +239,7 @@ fn frac_digits(
         };
         let (re, rn) = frac_digits(nl, nh, b1);
         let tail = match (re, rn) {
-            (true, Some(e)) => Expr::Repeat {
-                expr: Box::new(e),
-                min: 0,
-                max: Some(1),
-            },
+            (true, Some(e)) => Expr::Repeat { expr: Box::new(e), min: 0, max: Some(1) },
             (true, None) => Expr::Empty,
             (false, Some(e)) => e,
             (false, None) => continue,
@@ -316,29 +249,15 @@ fn frac_digits(
             _ => groups.push((d, d, tail)),
         }
     }
-    let alts: Vec<Expr> = groups
-        .into_iter()
-        .map(|(a, b, t)| seq(vec![digit_class(a, b), t]))
-        .collect();
-    (
-        empty_ok,
-        if alts.is_empty() {
-            None
-        } else {
-            Some(alt(alts))
-        },
-    )
+    let alts: Vec<Expr> = groups.into_iter().map(|(a, b, t)| seq(vec![digit_class(a, b), t])).collect();
+    (empty_ok, if alts.is_empty() { None } else { Some(alt(alts)) })
 }
 
 fn frac_expr(lo: Option<(&[u8], bool)>, hi: Option<(&[u8], bool)>, budget: Option<u32>) -> Expr {
     let (e, n) = frac_digits(lo, hi, budget);
     let ne = n.map(|n| seq(vec![lit("."), n]));
     match (e, ne) {
-        (true, Some(n)) => Expr::Repeat {
-            expr: Box::new(n),
-            min: 0,
-            max: Some(1),
-        },
+        (true, Some(n)) => Expr::Repeat { expr: Box::new(n), min: 0, max: Some(1) },
         (true, None) => Expr::Empty,
         (false, Some(n)) => n,
         (false, None) => nothing(),
@@ -353,10 +272,7 @@ fn nonneg_range(lower: Bound, upper: Option<Bound>, budget: Option<u32>) -> Expr
     match upper {
         None => alt(vec![
             seq(vec![lit(&l.int.to_string()), frac_expr(lf, None, budget)]),
-            seq(vec![
-                int_range(l.int + 1, Some(10u128.pow(MAX_INT_DIGITS) - 1)),
-                any_frac,
-            ]),
+            seq(vec![int_range(l.int + 1, Some(10u128.pow(MAX_INT_DIGITS) - 1)), any_frac]),
         ]),
         Some((h, hs)) => {
             let hf = Some((h.frac.as_slice(), hs));
@@ -366,17 +282,11 @@ fn nonneg_range(lower: Bound, upper: Option<Bound>, budget: Option<u32>) -> Expr
             if l.int == h.int {
                 return seq(vec![lit(&l.int.to_string()), frac_expr(lf, hf, budget)]);
             }
-            let mut alts = vec![seq(vec![
-                lit(&l.int.to_string()),
-                frac_expr(lf, None, budget),
-            ])];
+            let mut alts = vec![seq(vec![lit(&l.int.to_string()), frac_expr(lf, None, budget)])];
             if l.int + 1 < h.int {
                 alts.push(seq(vec![int_range(l.int + 1, Some(h.int - 1)), any_frac]));
             }
-            alts.push(seq(vec![
-                lit(&h.int.to_string()),
-                frac_expr(None, hf, budget),
-            ]));
+            alts.push(seq(vec![lit(&h.int.to_string()), frac_expr(None, hf, budget)]));
             alt(alts)
         }
     }
@@ -384,26 +294,16 @@ fn nonneg_range(lower: Bound, upper: Option<Bound>, budget: Option<u32>) -> Expr
 
 /// Decimals without exponent in `[lo, hi]` (signed; either side open).
 fn real_range(lo: Option<Bound>, hi: Option<Bound>, budget: Option<u32>) -> Expr {
-    let zero = Dec {
-        neg: false,
-        int: 0,
-        frac: vec![],
-    };
+    let zero = Dec { neg: false, int: 0, frac: vec![] };
     let mut alts = Vec::new();
     // x >= 0 part.
-    let hi_nonneg = hi
-        .as_ref()
-        .map_or(true, |(h, s)| !(h.neg || h.is_zero() && *s));
+    let hi_nonneg = hi.as_ref().map_or(true, |(h, s)| !(h.neg || h.is_zero() && *s));
     if hi_nonneg {
         let lower = match &lo {
             Some((l, s)) if !l.neg => (l.clone(), *s),
             _ => (zero.clone(), false),
         };
-        alts.push(nonneg_range(
-            lower,
-            hi.clone().filter(|(h, _)| !h.neg),
-            budget,
-        ));
+        alts.push(nonneg_range(lower, hi.clone().filter(|(h, _)| !h.neg), budget));
     }
     // x < 0 part: x = -y, y > 0.
     if lo.as_ref().map_or(true, |(l, _)| l.neg) {
@@ -418,12 +318,7 @@ fn real_range(lo: Option<Bound>, hi: Option<Bound>, budget: Option<u32>) -> Expr
     alt(alts)
 }
 
-fn num(
-    b: &Builder,
-    m: &Map<String, Value>,
-    key: &str,
-    ptr: &str,
-) -> Result<Option<Dec>, SchemaError> {
+fn num(b: &Builder, m: &Map<String, Value>, key: &str, ptr: &str) -> Result<Option<Dec>, SchemaError> {
     match m.get(key) {
         None | Some(Value::Bool(_)) => Ok(None),
         Some(Value::Number(n)) => Ok(Dec::parse(n)),
@@ -432,8 +327,7 @@ fn num(
 }
 
 fn cmp(a: &Dec, b: &Dec) -> std::cmp::Ordering {
-    let key =
-        |d: &Dec| -> (i8, u128, Vec<u8>) { (if d.neg { -1 } else { 1 }, d.int, d.frac.clone()) };
+    let key = |d: &Dec| -> (i8, u128, Vec<u8>) { (if d.neg { -1 } else { 1 }, d.int, d.frac.clone()) };
     let (sa, ia, fa) = key(a);
     let (sb, ib, fb) = key(b);
     if a.is_zero() && b.is_zero() {
@@ -537,14 +431,10 @@ pub(crate) fn build(
     if integer {
         // Open sides default to the i64 range (see MAX_INT_DIGITS).
         let ilo = Some(
-            lo.as_ref()
-                .filter(|(d, _)| d.int < HUGE)
-                .map_or(i64::MIN as i128, |(d, s)| to_int(d, true, *s)),
+            lo.as_ref().filter(|(d, _)| d.int < HUGE).map_or(i64::MIN as i128, |(d, s)| to_int(d, true, *s)),
         );
         let ihi = Some(
-            hi.as_ref()
-                .filter(|(d, _)| d.int < HUGE)
-                .map_or(i64::MAX as i128, |(d, s)| to_int(d, false, *s)),
+            hi.as_ref().filter(|(d, _)| d.int < HUGE).map_or(i64::MAX as i128, |(d, s)| to_int(d, false, *s)),
         );
         let Some(k) = int_mult else {
             return Ok(signed_range(ilo, ihi));
@@ -568,10 +458,7 @@ pub(crate) fn build(
                 nothing()
             };
             let neg = if qlo.map_or(true, |q| q <= -1) {
-                int_range(
-                    qhi.map_or(1, |q| (-q).max(1)) as u128,
-                    qlo.map(|q| (-q) as u128),
-                )
+                int_range(qhi.map_or(1, |q| (-q).max(1)) as u128, qlo.map(|q| (-q) as u128))
             } else {
                 nothing()
             };
@@ -579,9 +466,7 @@ pub(crate) fn build(
             alts.push(seq(vec![lit("-"), neg, lit(&zeros)]));
             return Ok(alt(alts
                 .into_iter()
-                .filter(
-                    |e| !matches!(e, Expr::Seq(v) if v.iter().any(super::whitespace::is_nothing)),
-                )
+                .filter(|e| !matches!(e, Expr::Seq(v) if v.iter().any(super::whitespace::is_nothing)))
                 .collect()));
         }
         if let (Some(l), Some(h)) = (ilo, ihi) {
@@ -590,9 +475,7 @@ pub(crate) fn build(
             let last = h.div_euclid(k);
             let count = (last - first + 1).max(0) as u64;
             if count <= b.opts.limits.max_enumerated_multiples {
-                return Ok(alt((first..=last)
-                    .map(|q| lit(&(q * k).to_string()))
-                    .collect()));
+                return Ok(alt((first..=last).map(|q| lit(&(q * k).to_string())).collect()));
             }
         }
         b.unsupported(
@@ -615,13 +498,7 @@ mod tests {
     use crate::grammar::{Grammar, Rule, RuleId};
 
     fn matches(e: &Expr, s: &str) -> bool {
-        let g = Grammar {
-            rules: vec![Rule {
-                name: "root".into(),
-                body: e.clone(),
-            }],
-            root: RuleId(0),
-        };
+        let g = Grammar { rules: vec![Rule { name: "root".into(), body: e.clone() }], root: RuleId(0) };
         let re = regex::Regex::new(&format!("^(?:{})$", to_regex(&g.rules[0].body))).unwrap();
         re.is_match(s)
     }
@@ -633,22 +510,14 @@ mod tests {
             Expr::Class(r) if r.is_empty() => "[^\\s\\S]".into(),
             Expr::Class(r) => format!(
                 "[{}]",
-                r.iter()
-                    .map(|&(a, b)| format!("\\x{{{a:x}}}-\\x{{{b:x}}}"))
-                    .collect::<String>()
+                r.iter().map(|&(a, b)| format!("\\x{{{a:x}}}-\\x{{{b:x}}}")).collect::<String>()
             ),
             Expr::Seq(v) => v.iter().map(|x| format!("(?:{})", to_regex(x))).collect(),
             Expr::Alt(v) if v.is_empty() => "[^\\s\\S]".into(),
-            Expr::Alt(v) => v
-                .iter()
-                .map(|x| format!("(?:{})", to_regex(x)))
-                .collect::<Vec<_>>()
-                .join("|"),
-            Expr::Repeat { expr, min, max } => format!(
-                "(?:{}){{{min},{}}}",
-                to_regex(expr),
-                max.map_or(String::new(), |m| m.to_string())
-            ),
+            Expr::Alt(v) => v.iter().map(|x| format!("(?:{})", to_regex(x))).collect::<Vec<_>>().join("|"),
+            Expr::Repeat { expr, min, max } => {
+                format!("(?:{}){{{min},{}}}", to_regex(expr), max.map_or(String::new(), |m| m.to_string()))
+            }
             Expr::Rule(_) => unreachable!(),
         }
     }
@@ -684,13 +553,9 @@ mod tests {
             let e = real_range(Some((d(l), ls)), Some((d(h), hs)), None);
             let (lf, hf): (f64, f64) = (l.parse().unwrap(), h.parse().unwrap());
             for i in -300..300 {
-                for s in [
-                    format!("{}", i as f64 / 100.0),
-                    format!("{:.3}", i as f64 / 100.0 + 0.005),
-                ] {
+                for s in [format!("{}", i as f64 / 100.0), format!("{:.3}", i as f64 / 100.0 + 0.005)] {
                     let x: f64 = s.parse().unwrap();
-                    let want =
-                        (if ls { x > lf } else { x >= lf }) && (if hs { x < hf } else { x <= hf });
+                    let want = (if ls { x > lf } else { x >= lf }) && (if hs { x < hf } else { x <= hf });
                     if s.starts_with("-0") && x == 0.0 || s == "-0" {
                         continue;
                     }

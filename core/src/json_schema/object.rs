@@ -39,11 +39,7 @@ pub(crate) fn string_not_in(names: &[&str]) -> Expr {
         t.end = true;
     }
     fn go(t: &Trie) -> Expr {
-        let any = Expr::Repeat {
-            expr: Box::new(json_string_char(&[(0, 0x10FFFF)])),
-            min: 0,
-            max: None,
-        };
+        let any = Expr::Repeat { expr: Box::new(json_string_char(&[(0, 0x10FFFF)])), min: 0, max: None };
         let mut alts = Vec::new();
         if !t.end {
             alts.push(Expr::Empty);
@@ -102,32 +98,15 @@ impl Plan {
             return Ok(if req {
                 seq(vec![one, next])
             } else {
-                seq(vec![
-                    Expr::Repeat {
-                        expr: Box::new(one),
-                        min: 0,
-                        max: Some(1),
-                    },
-                    next,
-                ])
+                seq(vec![Expr::Repeat { expr: Box::new(one), min: 0, max: Some(1) }, next])
             });
         }
         let (m, req) = self.members[i].clone();
         let with = seq(vec![comma, m, self.rest_rule(b, i + 1, c + 1, ptr)?]);
-        Ok(if req {
-            with
-        } else {
-            alt(vec![with, self.rest_rule(b, i + 1, c, ptr)?])
-        })
+        Ok(if req { with } else { alt(vec![with, self.rest_rule(b, i + 1, c, ptr)?]) })
     }
 
-    fn rest_rule(
-        &mut self,
-        b: &mut Builder,
-        i: usize,
-        c: u64,
-        ptr: &str,
-    ) -> Result<Expr, SchemaError> {
+    fn rest_rule(&mut self, b: &mut Builder, i: usize, c: u64, ptr: &str) -> Result<Expr, SchemaError> {
         let c = c.min(self.cap());
         if i == self.members.len() {
             return self.rest(b, i, c, ptr);
@@ -166,11 +145,7 @@ impl Plan {
         }
         let (m, req) = self.members[i].clone();
         let with = seq(vec![m, self.rest_rule(b, i + 1, 1, ptr)?]);
-        Ok(if req {
-            with
-        } else {
-            alt(vec![with, self.first(b, i + 1, ptr)?])
-        })
+        Ok(if req { with } else { alt(vec![with, self.first(b, i + 1, ptr)?]) })
     }
 }
 
@@ -191,10 +166,7 @@ pub(crate) fn build(
         None => vec![],
         Some(Value::Array(a)) => a
             .iter()
-            .map(|v| {
-                v.as_str()
-                    .ok_or_else(|| b.not_schema("`required` must be an array of strings", ptr))
-            })
+            .map(|v| v.as_str().ok_or_else(|| b.not_schema("`required` must be an array of strings", ptr)))
             .collect::<Result<_, _>>()?,
         Some(_) => return Err(b.not_schema("`required` must be an array of strings", ptr)),
     };
@@ -224,9 +196,7 @@ pub(crate) fn build(
     let additional: Option<Expr> = match m.get("additionalProperties") {
         Some(Value::Bool(false)) => None,
         Some(Value::Bool(true)) => Some(b.any_value(level + 1)?),
-        Some(s @ Value::Object(_)) => {
-            Some(b.schema(s, &format!("{ptr}/additionalProperties"), level + 1)?)
-        }
+        Some(s @ Value::Object(_)) => Some(b.schema(s, &format!("{ptr}/additionalProperties"), level + 1)?),
         Some(_) => return Err(b.not_schema("`additionalProperties` must be a schema", ptr)),
         None if b.opts.strict => None,
         None => Some(b.any_value(level + 1)?),
@@ -254,18 +224,12 @@ pub(crate) fn build(
     }
     if let Some(v) = additional.filter(|v| !is_nothing(v)) {
         let key = match m.get("propertyNames") {
-            None | Some(Value::Bool(true)) => {
-                seq(vec![lit("\""), string_not_in(&names), lit("\"")])
-            }
+            None | Some(Value::Bool(true)) => seq(vec![lit("\""), string_not_in(&names), lit("\"")]),
             Some(Value::Bool(false)) => nothing(),
             Some(Value::Object(pn)) => {
                 let mut pn = pn.clone();
                 pn.insert("type".into(), Value::String("string".into()));
-                b.schema(
-                    &Value::Object(pn),
-                    &format!("{ptr}/propertyNames"),
-                    level + 1,
-                )?
+                b.schema(&Value::Object(pn), &format!("{ptr}/propertyNames"), level + 1)?
             }
             Some(_) => return Err(b.not_schema("`propertyNames` must be a schema", ptr)),
         };
@@ -273,21 +237,9 @@ pub(crate) fn build(
             extras.push(seq(vec![key, l.colon(), v]));
         }
     }
-    let extra = if extras.is_empty() {
-        None
-    } else {
-        Some(alt(extras))
-    };
+    let extra = if extras.is_empty() { None } else { Some(alt(extras)) };
     let counting = min > 0 || max.is_some();
-    let mut plan = Plan {
-        members,
-        extra,
-        min,
-        max,
-        counting,
-        memo: HashMap::new(),
-        level,
-    };
+    let mut plan = Plan { members, extra, min, max, counting, memo: HashMap::new(), level };
     let nreq = plan.members.iter().filter(|m| m.1).count() as u64;
     if max.is_some_and(|x| x < nreq || x < min) {
         return Ok(nothing());
@@ -298,9 +250,5 @@ pub(crate) fn build(
     }
     let nullable = nreq == 0 && min == 0;
     let full = seq(vec![l.open('{', level), body, l.close('}', level)]);
-    Ok(if nullable {
-        alt(vec![l.empty('{', '}'), full])
-    } else {
-        full
-    })
+    Ok(if nullable { alt(vec![l.empty('{', '}'), full]) } else { full })
 }

@@ -40,8 +40,7 @@ fn has_scheme(r: &str) -> bool {
     let Some(i) = r.find(':') else { return false };
     let s = &r[..i];
     !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
         && s.starts_with(|c: char| c.is_ascii_alphabetic())
 }
 
@@ -134,17 +133,12 @@ fn percent_decode(s: &str) -> String {
 
 impl Resolver {
     pub fn new(root: &Value) -> Resolver {
-        let mut r = Resolver {
-            bases: HashMap::new(),
-            resources: HashMap::new(),
-            anchors: HashMap::new(),
-        };
+        let mut r = Resolver { bases: HashMap::new(), resources: HashMap::new(), anchors: HashMap::new() };
         let root_base = match root.get("$id").and_then(Value::as_str) {
             Some(id) if !id.starts_with('#') => join(DEFAULT_BASE, id),
             _ => DEFAULT_BASE.to_string(),
         };
-        r.resources
-            .insert(strip_fragment(&root_base).to_string(), String::new());
+        r.resources.insert(strip_fragment(&root_base).to_string(), String::new());
         r.resources.insert(DEFAULT_BASE.to_string(), String::new());
         let mut stack: Vec<(&Value, String, String)> = vec![(root, String::new(), root_base)];
         while let Some((v, ptr, base)) = stack.pop() {
@@ -153,18 +147,14 @@ impl Resolver {
                     let mut base = base;
                     if let Some(id) = m.get("$id").and_then(Value::as_str) {
                         if let Some(anchor) = id.strip_prefix('#') {
-                            r.anchors
-                                .insert(format!("{}#{anchor}", strip_fragment(&base)), ptr.clone());
+                            r.anchors.insert(format!("{}#{anchor}", strip_fragment(&base)), ptr.clone());
                         } else {
                             base = join(&base, id);
-                            r.resources
-                                .insert(strip_fragment(&base).to_string(), ptr.clone());
+                            r.resources.insert(strip_fragment(&base).to_string(), ptr.clone());
                             if let Some((_, frag)) = id.split_once('#') {
                                 if !frag.is_empty() && !frag.starts_with('/') {
-                                    r.anchors.insert(
-                                        format!("{}#{frag}", strip_fragment(&base)),
-                                        ptr.clone(),
-                                    );
+                                    r.anchors
+                                        .insert(format!("{}#{frag}", strip_fragment(&base)), ptr.clone());
                                 }
                             }
                         }
@@ -197,19 +187,11 @@ impl Resolver {
 
     /// Base URI in force at `pointer`.
     pub fn base_at(&self, pointer: &str) -> String {
-        self.bases
-            .get(pointer)
-            .cloned()
-            .unwrap_or_else(|| DEFAULT_BASE.to_string())
+        self.bases.get(pointer).cloned().unwrap_or_else(|| DEFAULT_BASE.to_string())
     }
 
     /// Resolves `reference` (as written at `pointer`) to a JSON pointer into the root.
-    pub fn resolve(
-        &self,
-        root: &Value,
-        reference: &str,
-        pointer: &str,
-    ) -> Result<String, SchemaError> {
+    pub fn resolve(&self, root: &Value, reference: &str, pointer: &str) -> Result<String, SchemaError> {
         let err = || SchemaError {
             kind: SchemaErrorKind::UnresolvableRef(reference.to_string()),
             pointer: pointer.to_string(),
@@ -224,10 +206,7 @@ impl Resolver {
             let res = self.resources.get(doc).ok_or_else(err)?;
             format!("{res}{frag}")
         } else {
-            self.anchors
-                .get(&format!("{doc}#{frag}"))
-                .cloned()
-                .ok_or_else(err)?
+            self.anchors.get(&format!("{doc}#{frag}")).cloned().ok_or_else(err)?
         };
         if root.pointer(&target).is_none() {
             return Err(err());
@@ -242,14 +221,8 @@ mod tests {
 
     #[test]
     fn joins() {
-        assert_eq!(
-            join("http://x.com/a/b.json", "c.json"),
-            "http://x.com/a/c.json"
-        );
-        assert_eq!(
-            join("http://x.com/a/b.json", "#/defs"),
-            "http://x.com/a/b.json#/defs"
-        );
+        assert_eq!(join("http://x.com/a/b.json", "c.json"), "http://x.com/a/c.json");
+        assert_eq!(join("http://x.com/a/b.json", "#/defs"), "http://x.com/a/b.json#/defs");
         assert_eq!(join("http://x.com/a/b.json", "../c"), "http://x.com/c");
         assert_eq!(join("http://x.com/a/", "/r"), "http://x.com/r");
         assert_eq!(join("urn:grammask:root", "#foo"), "urn:grammask:root#foo");
@@ -267,14 +240,8 @@ mod tests {
         let r = Resolver::new(&s);
         assert_eq!(r.resolve(&s, "#/$defs/b", "").unwrap(), "/$defs/b");
         assert_eq!(r.resolve(&s, "a.json#xx", "").unwrap(), "/$defs/a/$defs/x");
-        assert_eq!(
-            r.resolve(&s, "http://e.com/a.json#/$defs/x", "").unwrap(),
-            "/$defs/a/$defs/x"
-        );
-        assert_eq!(
-            r.resolve(&s, "#xx", "/$defs/a").unwrap(),
-            "/$defs/a/$defs/x"
-        );
+        assert_eq!(r.resolve(&s, "http://e.com/a.json#/$defs/x", "").unwrap(), "/$defs/a/$defs/x");
+        assert_eq!(r.resolve(&s, "#xx", "/$defs/a").unwrap(), "/$defs/a/$defs/x");
         assert!(r.resolve(&s, "#/nope", "").is_err());
     }
 }

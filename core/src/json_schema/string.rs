@@ -18,12 +18,7 @@ const ANY_CHAR: &[(u32, u32)] = &[(0, 0x10FFFF)];
 pub(crate) fn any_string() -> Expr {
     let hex = Expr::Class(vec![(0x30, 0x39), (0x41, 0x46), (0x61, 0x66)]);
     let ch = Expr::Alt(vec![
-        Expr::Class(vec![
-            (0x20, 0x21),
-            (0x23, 0x5B),
-            (0x5D, 0xD7FF),
-            (0xE000, 0x10FFFF),
-        ]),
+        Expr::Class(vec![(0x20, 0x21), (0x23, 0x5B), (0x5D, 0xD7FF), (0xE000, 0x10FFFF)]),
         seq(vec![
             lit("\\"),
             Expr::Alt(vec![
@@ -37,26 +32,11 @@ pub(crate) fn any_string() -> Expr {
                     (0x72, 0x72),
                     (0x74, 0x74),
                 ]),
-                seq(vec![
-                    lit("u"),
-                    Expr::Repeat {
-                        expr: Box::new(hex),
-                        min: 4,
-                        max: Some(4),
-                    },
-                ]),
+                seq(vec![lit("u"), Expr::Repeat { expr: Box::new(hex), min: 4, max: Some(4) }]),
             ]),
         ]),
     ]);
-    seq(vec![
-        lit("\""),
-        Expr::Repeat {
-            expr: Box::new(ch),
-            min: 0,
-            max: None,
-        },
-        lit("\""),
-    ])
+    seq(vec![lit("\""), Expr::Repeat { expr: Box::new(ch), min: 0, max: None }, lit("\"")])
 }
 
 /// Reads a non-negative integer keyword.
@@ -70,21 +50,14 @@ pub(crate) fn get_count(
         None => Ok(None),
         Some(v) => {
             let n = v.as_u64().or_else(|| {
-                v.as_f64()
-                    .filter(|f| *f >= 0.0 && f.fract() == 0.0)
-                    .map(|f| f.min(u64::MAX as f64) as u64)
+                v.as_f64().filter(|f| *f >= 0.0 && f.fract() == 0.0).map(|f| f.min(u64::MAX as f64) as u64)
             });
-            n.map(Some)
-                .ok_or_else(|| b.not_schema(format!("`{key}` must be a non-negative integer"), ptr))
+            n.map(Some).ok_or_else(|| b.not_schema(format!("`{key}` must be a non-negative integer"), ptr))
         }
     }
 }
 
-pub(crate) fn build(
-    b: &mut Builder,
-    m: &Map<String, Value>,
-    ptr: &str,
-) -> Result<Expr, SchemaError> {
+pub(crate) fn build(b: &mut Builder, m: &Map<String, Value>, ptr: &str) -> Result<Expr, SchemaError> {
     let min = get_count(b, m, "minLength", ptr)?.unwrap_or(0);
     let mut max = get_count(b, m, "maxLength", ptr)?;
     if max.is_some_and(|x| x < min) {
@@ -93,20 +66,12 @@ pub(crate) fn build(
     let lim = b.opts.limits.max_exact_length as u64;
     if min > lim {
         return Err(b.err(
-            SchemaErrorKind::Limit {
-                what: "minLength",
-                given: min as usize,
-                limit: lim as usize,
-            },
+            SchemaErrorKind::Limit { what: "minLength", given: min as usize, limit: lim as usize },
             ptr,
         ));
     }
     if max.is_some_and(|x| x > lim) {
-        b.warn(
-            "maxLength",
-            ptr,
-            "over the exact-length limit: not enforced",
-        );
+        b.warn("maxLength", ptr, "over the exact-length limit: not enforced");
         max = None;
     }
     let mut pattern = match m.get("pattern") {
@@ -115,9 +80,7 @@ pub(crate) fn build(
         Some(_) => return Err(b.not_schema("`pattern` must be a string", ptr)),
     };
     if let Some(f) = m.get("format") {
-        let f = f
-            .as_str()
-            .ok_or_else(|| b.not_schema("`format` must be a string", ptr))?;
+        let f = f.as_str().ok_or_else(|| b.not_schema("`format` must be a string", ptr))?;
         match super::format::format_regex(f) {
             Some(_) if pattern.is_some() => {
                 b.unsupported(
@@ -128,20 +91,12 @@ pub(crate) fn build(
                 )?;
             }
             Some(re) => pattern = Some((re, "format")),
-            None => b.warn(
-                "format",
-                ptr,
-                &format!("format `{f}` is not enforced (annotation)"),
-            ),
+            None => b.warn("format", ptr, &format!("format `{f}` is not enforced (annotation)")),
         }
     }
     let (min32, max32) = (min as u32, max.map(|x| x as u32));
     let body = match pattern {
-        None => Expr::Repeat {
-            expr: Box::new(json_string_char(ANY_CHAR)),
-            min: min32,
-            max: max32,
-        },
+        None => Expr::Repeat { expr: Box::new(json_string_char(ANY_CHAR)), min: min32, max: max32 },
         Some((p, kw)) => {
             let limits = &b.opts.limits.regex;
             match regex_to_json_string_expr(&p, min32, max32, limits) {

@@ -116,9 +116,9 @@ pub(crate) fn declared_types(m: &Map<String, Value>, ptr: &str) -> Result<u8, Sc
     match m.get("type") {
         None => Ok(ALL_TYPES),
         Some(Value::String(s)) => type_bit(s).ok_or_else(bad),
-        Some(Value::Array(a)) => a.iter().try_fold(0u8, |acc, t| {
-            Ok(acc | t.as_str().and_then(type_bit).ok_or_else(bad)?)
-        }),
+        Some(Value::Array(a)) => {
+            a.iter().try_fold(0u8, |acc, t| Ok(acc | t.as_str().and_then(type_bit).ok_or_else(bad)?))
+        }
         Some(_) => Err(bad()),
     }
 }
@@ -147,10 +147,7 @@ impl<'a> Builder<'a> {
             opts,
             layout: Layout(opts.whitespace),
             resolver: Resolver::new(root),
-            rules: vec![Rule {
-                name: "root".into(),
-                body: Expr::Empty,
-            }],
+            rules: vec![Rule { name: "root".into(), body: Expr::Empty }],
             memo: HashMap::new(),
             any_memo: HashMap::new(),
             warnings: Vec::new(),
@@ -165,10 +162,7 @@ impl<'a> Builder<'a> {
         }
         let outer = b.layout.outer();
         b.rules[0].body = seq(vec![outer.clone(), body, outer]);
-        let g = Grammar {
-            rules: b.rules,
-            root: RuleId(0),
-        };
+        let g = Grammar { rules: b.rules, root: RuleId(0) };
         // Catch grammars whose root cannot finish (e.g. a required property that
         // recursively requires itself) as a typed error.
         if let Err(e) = crate::automata::optimize::remove_unproductive(&mut g.clone()) {
@@ -181,10 +175,7 @@ impl<'a> Builder<'a> {
     }
 
     pub fn err(&self, kind: SchemaErrorKind, ptr: &str) -> SchemaError {
-        SchemaError {
-            kind,
-            pointer: ptr.to_string(),
-        }
+        SchemaError { kind, pointer: ptr.to_string() }
     }
 
     pub fn not_schema(&self, what: impl Into<String>, ptr: &str) -> SchemaError {
@@ -207,13 +198,8 @@ impl<'a> Builder<'a> {
             });
             Ok(())
         } else {
-            Err(self.err(
-                SchemaErrorKind::Unsupported {
-                    keyword: keyword.into(),
-                    detail: detail.into(),
-                },
-                ptr,
-            ))
+            Err(self
+                .err(SchemaErrorKind::Unsupported { keyword: keyword.into(), detail: detail.into() }, ptr))
         }
     }
 
@@ -237,16 +223,10 @@ impl<'a> Builder<'a> {
                 ptr,
             ));
         }
-        let clean: String = hint
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .take(40)
-            .collect();
+        let clean: String =
+            hint.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_').take(40).collect();
         let id = RuleId(self.rules.len() as u32);
-        self.rules.push(Rule {
-            name: format!("r{}_{clean}", self.rules.len()),
-            body: Expr::Empty,
-        });
+        self.rules.push(Rule { name: format!("r{}_{clean}", self.rules.len()), body: Expr::Empty });
         Ok(id)
     }
 
@@ -288,21 +268,13 @@ impl<'a> Builder<'a> {
         let list = |item: Expr| {
             seq(vec![
                 item.clone(),
-                Expr::Repeat {
-                    expr: Box::new(seq(vec![l.comma(level), item])),
-                    min: 0,
-                    max: None,
-                },
+                Expr::Repeat { expr: Box::new(seq(vec![l.comma(level), item])), min: 0, max: None },
             ])
         };
-        let obj = alt(vec![
-            l.empty('{', '}'),
-            seq(vec![l.open('{', level), list(member), l.close('}', level)]),
-        ]);
-        let arr = alt(vec![
-            l.empty('[', ']'),
-            seq(vec![l.open('[', level), list(inner), l.close(']', level)]),
-        ]);
+        let obj =
+            alt(vec![l.empty('{', '}'), seq(vec![l.open('{', level), list(member), l.close('}', level)])]);
+        let arr =
+            alt(vec![l.empty('[', ']'), seq(vec![l.open('[', level), list(inner), l.close(']', level)])]);
         let body = alt(vec![
             lit("null"),
             lit("true"),
@@ -341,12 +313,7 @@ impl<'a> Builder<'a> {
     }
 
     /// A rule for the target of `reference`, shared by every use at the same level.
-    pub fn ref_rule(
-        &mut self,
-        reference: &str,
-        ptr: &str,
-        level: u32,
-    ) -> Result<Expr, SchemaError> {
+    pub fn ref_rule(&mut self, reference: &str, ptr: &str, level: u32) -> Result<Expr, SchemaError> {
         let target = self.resolver.resolve(self.root, reference, ptr)?;
         let key = (target.clone(), self.memo_level(level));
         if let Some(&id) = self.memo.get(&key) {
@@ -363,19 +330,12 @@ impl<'a> Builder<'a> {
         Ok(Expr::Rule(id))
     }
 
-    fn map_schema(
-        &mut self,
-        m: &Map<String, Value>,
-        ptr: &str,
-        level: u32,
-    ) -> Result<Expr, SchemaError> {
+    fn map_schema(&mut self, m: &Map<String, Value>, ptr: &str, level: u32) -> Result<Expr, SchemaError> {
         if let Some(r) = m.get("$ref") {
-            let r = r
-                .as_str()
-                .ok_or_else(|| self.not_schema("`$ref` must be a string", ptr))?;
-            let siblings = m.keys().any(|k| {
-                k != "$ref" && (ENFORCED.contains(&k.as_str()) || UNENFORCED.contains(&k.as_str()))
-            });
+            let r = r.as_str().ok_or_else(|| self.not_schema("`$ref` must be a string", ptr))?;
+            let siblings = m
+                .keys()
+                .any(|k| k != "$ref" && (ENFORCED.contains(&k.as_str()) || UNENFORCED.contains(&k.as_str())));
             if !siblings {
                 return self.ref_rule(r, ptr, level);
             }
@@ -394,9 +354,7 @@ impl<'a> Builder<'a> {
                 let branches = branches
                     .as_array()
                     .filter(|a| !a.is_empty())
-                    .ok_or_else(|| {
-                        self.not_schema(format!("`{key}` must be a non-empty array"), ptr)
-                    })?;
+                    .ok_or_else(|| self.not_schema(format!("`{key}` must be a non-empty array"), ptr))?;
                 let mut rest = m.clone();
                 rest.remove(key);
                 if key == "anyOf" {
@@ -412,11 +370,14 @@ impl<'a> Builder<'a> {
                     }
                 }
                 if key == "oneOf" && !combine::provably_disjoint(self, branches, ptr) {
-                    self.warn("oneOf", ptr, "branches may overlap: built as anyOf (a value matching two branches is accepted)");
+                    self.warn(
+                        "oneOf",
+                        ptr,
+                        "branches may overlap: built as anyOf (a value matching two branches is accepted)",
+                    );
                 }
-                let has_rest = rest
-                    .keys()
-                    .any(|k| ENFORCED.contains(&k.as_str()) || UNENFORCED.contains(&k.as_str()));
+                let has_rest =
+                    rest.keys().any(|k| ENFORCED.contains(&k.as_str()) || UNENFORCED.contains(&k.as_str()));
                 let mut alts = Vec::new();
                 for (i, b) in branches.iter().enumerate() {
                     let bptr = format!("{ptr}/{key}/{i}");
@@ -438,12 +399,7 @@ impl<'a> Builder<'a> {
     }
 
     /// A schema with no `$ref`/`allOf`/`anyOf`/`oneOf` left.
-    fn typed(
-        &mut self,
-        m: &Map<String, Value>,
-        ptr: &str,
-        level: u32,
-    ) -> Result<Expr, SchemaError> {
+    fn typed(&mut self, m: &Map<String, Value>, ptr: &str, level: u32) -> Result<Expr, SchemaError> {
         for k in m.keys() {
             if UNENFORCED.contains(&k.as_str()) {
                 self.unenforced(k, m, ptr)?;
@@ -457,9 +413,7 @@ impl<'a> Builder<'a> {
             return self.enum_values(std::slice::from_ref(c), types, m, ptr, level);
         }
         if let Some(e) = m.get("enum") {
-            let e = e
-                .as_array()
-                .ok_or_else(|| self.not_schema("`enum` must be an array", ptr))?;
+            let e = e.as_array().ok_or_else(|| self.not_schema("`enum` must be an array", ptr))?;
             return self.enum_values(e, types, m, ptr, level);
         }
         let mut alts = Vec::new();
@@ -484,34 +438,17 @@ impl<'a> Builder<'a> {
         Ok(alt(alts))
     }
 
-    fn unenforced(
-        &mut self,
-        k: &str,
-        m: &Map<String, Value>,
-        ptr: &str,
-    ) -> Result<(), SchemaError> {
+    fn unenforced(&mut self, k: &str, m: &Map<String, Value>, ptr: &str) -> Result<(), SchemaError> {
         match k {
             "uniqueItems" if m.get(k) == Some(&Value::Bool(false)) => Ok(()),
-            "uniqueItems"
-                if m.get("maxItems")
-                    .and_then(Value::as_u64)
-                    .is_some_and(|n| n <= 1) =>
-            {
-                Ok(())
-            }
+            "uniqueItems" if m.get("maxItems").and_then(Value::as_u64).is_some_and(|n| n <= 1) => Ok(()),
             "then" | "else" if !m.contains_key("if") => Ok(()),
             "dependentRequired" | "dependentSchemas" | "dependencies"
-                if m.get(k)
-                    .and_then(Value::as_object)
-                    .is_some_and(|o| o.is_empty()) =>
+                if m.get(k).and_then(Value::as_object).is_some_and(|o| o.is_empty()) =>
             {
                 Ok(())
             }
-            "unevaluatedProperties" | "unevaluatedItems"
-                if m.get(k) == Some(&Value::Bool(true)) =>
-            {
-                Ok(())
-            }
+            "unevaluatedProperties" | "unevaluatedItems" if m.get(k) == Some(&Value::Bool(true)) => Ok(()),
             _ => self.unsupported(
                 k,
                 "not enforced by the grammar",
@@ -544,9 +481,7 @@ impl<'a> Builder<'a> {
             let t = value_type(v);
             let ok = types & t != 0 || (t == INTEGER && types & NUMBER != 0);
             if ok
-                && (!m.contains_key("enum")
-                    || !m.contains_key("const")
-                    || m.get("const") == Some(v))
+                && (!m.contains_key("enum") || !m.contains_key("const") || m.get("const") == Some(v))
                 && combine::simple_check(m, v)
             {
                 alts.push(self.layout.literal(v, level));

@@ -89,11 +89,7 @@ impl Layout {
     /// An empty container.
     pub fn empty(&self, open: char, close: char) -> Expr {
         match self.0 {
-            Whitespace::Any { .. } => seq(vec![
-                lit(&open.to_string()),
-                self.ws(),
-                lit(&close.to_string()),
-            ]),
+            Whitespace::Any { .. } => seq(vec![lit(&open.to_string()), self.ws(), lit(&close.to_string())]),
             _ => lit(&format!("{open}{close}")),
         }
     }
@@ -144,11 +140,7 @@ pub(crate) fn format_float(f: f64) -> String {
         return "null".into();
     }
     if f == 0.0 {
-        return if f.is_sign_negative() {
-            "-0.0".into()
-        } else {
-            "0.0".into()
-        };
+        return if f.is_sign_negative() { "-0.0".into() } else { "0.0".into() };
     }
     let e = format!("{f:e}"); // like "1.5e-7"
     let (mant, exp) = e.split_once('e').unwrap_or((&e, "0"));
@@ -266,10 +258,7 @@ mod tests {
     #[test]
     fn python_like_output() {
         let v = serde_json::json!({"a": [1, 2.5, "x\n\u{1}"], "b": {}});
-        assert_eq!(
-            write_value(&v, Whitespace::Compact, 0),
-            "{\"a\": [1, 2.5, \"x\\n\\u0001\"], \"b\": {}}"
-        );
+        assert_eq!(write_value(&v, Whitespace::Compact, 0), "{\"a\": [1, 2.5, \"x\\n\\u0001\"], \"b\": {}}");
         assert_eq!(
             write_value(&v, Whitespace::Indent(2), 0),
             "{\n  \"a\": [\n    1,\n    2.5,\n    \"x\\n\\u0001\"\n  ],\n  \"b\": {}\n}"

@@ -406,7 +406,10 @@ impl Earley {
         let rel = |o: u32| if o == pos { Memo::HERE } else { o };
         let memo = Memo {
             key,
-            items: self.tail.items[start..].iter().map(|i| Item { state: i.state, origin: rel(i.origin) }).collect(),
+            items: self.tail.items[start..]
+                .iter()
+                .map(|i| Item { state: i.state, origin: rel(i.origin) })
+                .collect(),
             waits: self.tail.waits[wstart..].iter().map(|w| Wait { origin: rel(w.origin), ..*w }).collect(),
             can_end: end,
         };

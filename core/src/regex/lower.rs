@@ -71,10 +71,7 @@ pub(crate) fn split_anchors(n: Node, pattern: &str) -> Result<Vec<Branch>, Regex
 }
 
 fn anchor_err(pattern: &str) -> RegexError {
-    let offset = pattern
-        .char_indices()
-        .find(|&(i, c)| (c == '^' || c == '$') && i > 0)
-        .map_or(0, |(i, _)| i);
+    let offset = pattern.char_indices().find(|&(i, c)| (c == '^' || c == '$') && i > 0).map_or(0, |(i, _)| i);
     RegexError {
         kind: RegexErrorKind::Unsupported(
             "`^` or `$` inside the pattern (only at the start or end of a branch)".into(),
@@ -90,16 +87,8 @@ fn split_into(n: Node, out: &mut Vec<Branch>) {
     }
     match n {
         Node::Alt(v) if v.iter().any(has_anchor) => v.into_iter().for_each(|x| split_into(x, out)),
-        Node::Start => out.push(Branch {
-            start: true,
-            body: Node::Empty,
-            end: false,
-        }),
-        Node::End => out.push(Branch {
-            start: false,
-            body: Node::Empty,
-            end: true,
-        }),
+        Node::Start => out.push(Branch { start: true, body: Node::Empty, end: false }),
+        Node::End => out.push(Branch { start: false, body: Node::Empty, end: true }),
         Node::Seq(mut items) if items.iter().any(has_anchor) => {
             let mut start = false;
             let mut end = false;
@@ -112,13 +101,10 @@ fn split_into(n: Node, out: &mut Vec<Branch>) {
                 end = true;
             }
             // Distribute a leading / trailing group that still holds anchors.
-            let first_anch = items
-                .first()
-                .is_some_and(|f| has_anchor(f) && matches!(f, Node::Alt(_) | Node::Seq(_)));
+            let first_anch =
+                items.first().is_some_and(|f| has_anchor(f) && matches!(f, Node::Alt(_) | Node::Seq(_)));
             let last_anch = items.len() > 1
-                && items
-                    .last()
-                    .is_some_and(|f| has_anchor(f) && matches!(f, Node::Alt(_) | Node::Seq(_)));
+                && items.last().is_some_and(|f| has_anchor(f) && matches!(f, Node::Alt(_) | Node::Seq(_)));
             if first_anch || last_anch {
                 let idx = if first_anch { 0 } else { items.len() - 1 };
                 let g = items.remove(idx);
@@ -146,17 +132,9 @@ fn split_into(n: Node, out: &mut Vec<Branch>) {
                 }
                 return;
             }
-            out.push(Branch {
-                start,
-                body: seq(items),
-                end,
-            });
+            out.push(Branch { start, body: seq(items), end });
         }
-        body => out.push(Branch {
-            start: false,
-            body,
-            end: false,
-        }),
+        body => out.push(Branch { start: false, body, end: false }),
     }
 }
 
@@ -165,15 +143,9 @@ pub(crate) fn len_range(n: &Node) -> (u64, Option<u64>) {
     match n {
         Node::Empty | Node::Start | Node::End => (0, Some(0)),
         Node::Class(_) => (1, Some(1)),
-        Node::Seq(v) => v
-            .iter()
-            .map(len_range)
-            .fold((0, Some(0)), |(a, b), (c, d)| {
-                (
-                    a.saturating_add(c),
-                    b.zip(d).map(|(b, d)| b.saturating_add(d)),
-                )
-            }),
+        Node::Seq(v) => v.iter().map(len_range).fold((0, Some(0)), |(a, b), (c, d)| {
+            (a.saturating_add(c), b.zip(d).map(|(b, d)| b.saturating_add(d)))
+        }),
         Node::Alt(v) => {
             let mut lo = u64::MAX;
             let mut hi = Some(0);
@@ -187,13 +159,7 @@ pub(crate) fn len_range(n: &Node) -> (u64, Option<u64>) {
             let (a, b) = len_range(node);
             (
                 a.saturating_mul(*min as u64),
-                b.and_then(|b| {
-                    if b == 0 {
-                        Some(0)
-                    } else {
-                        max.map(|m| b.saturating_mul(m as u64))
-                    }
-                }),
+                b.and_then(|b| if b == 0 { Some(0) } else { max.map(|m| b.saturating_mul(m as u64)) }),
             )
         }
     }
@@ -227,11 +193,9 @@ pub(crate) fn restrict_len(n: Node, lo: u64, hi: Option<u64>) -> Option<Node> {
         return Some(nothing());
     }
     match n {
-        Node::Alt(v) => v
-            .into_iter()
-            .map(|x| restrict_len(x, lo, hi))
-            .collect::<Option<Vec<_>>>()
-            .map(Node::Alt),
+        Node::Alt(v) => {
+            v.into_iter().map(|x| restrict_len(x, lo, hi)).collect::<Option<Vec<_>>>().map(Node::Alt)
+        }
         Node::Repeat { node, min, max } => {
             let (a, b) = len_range(&node);
             if a != b.unwrap_or(u64::MAX) || a == 0 {
@@ -253,16 +217,11 @@ pub(crate) fn restrict_len(n: Node, lo: u64, hi: Option<u64>) -> Option<Node> {
         }
         Node::Seq(mut v) => {
             let ranges: Vec<_> = v.iter().map(len_range).collect();
-            let var: Vec<usize> = (0..v.len())
-                .filter(|&i| ranges[i].1 != Some(ranges[i].0))
-                .collect();
+            let var: Vec<usize> = (0..v.len()).filter(|&i| ranges[i].1 != Some(ranges[i].0)).collect();
             if var.len() != 1 {
                 return None;
             }
-            let fixed: u64 = (0..v.len())
-                .filter(|&i| i != var[0])
-                .map(|i| ranges[i].0)
-                .sum();
+            let fixed: u64 = (0..v.len()).filter(|&i| i != var[0]).map(|i| ranges[i].0).sum();
             let i = var[0];
             let part = std::mem::replace(&mut v[i], Node::Empty);
             v[i] = restrict_len(
@@ -306,11 +265,7 @@ pub(crate) fn restrict_branch_len(b: Branch, lo: u64, hi: Option<u64>, any: &Nod
             } else {
                 return None;
             };
-            Some(if b.start {
-                Node::Seq(vec![b.body, tail])
-            } else {
-                Node::Seq(vec![tail, b.body])
-            })
+            Some(if b.start { Node::Seq(vec![b.body, tail]) } else { Node::Seq(vec![tail, b.body]) })
         }
         (false, false) => {
             let (k, kmax) = len_range(&b.body);
@@ -353,11 +308,7 @@ pub(crate) fn restrict_branch_len(b: Branch, lo: u64, hi: Option<u64>, any: &Nod
                             any_rep(need - i, None)?,
                         ]));
                     }
-                    alts.push(Node::Seq(vec![
-                        any_rep(need, None)?,
-                        b.body.clone(),
-                        any_rep(0, None)?,
-                    ]));
+                    alts.push(Node::Seq(vec![any_rep(need, None)?, b.body.clone(), any_rep(0, None)?]));
                 }
             }
             Some(Node::Alt(alts))
@@ -366,12 +317,7 @@ pub(crate) fn restrict_branch_len(b: Branch, lo: u64, hi: Option<u64>, any: &Nod
 }
 
 /// Characters a JSON string writes as-is: everything but `"`, `\` and C0 controls.
-const JSON_PLAIN: &[(u32, u32)] = &[
-    (0x20, 0x21),
-    (0x23, 0x5B),
-    (0x5D, 0xD7FF),
-    (0xE000, 0x10FFFF),
-];
+const JSON_PLAIN: &[(u32, u32)] = &[(0x20, 0x21), (0x23, 0x5B), (0x5D, 0xD7FF), (0xE000, 0x10FFFF)];
 
 /// The JSON-encoded forms of one character from `ranges`: the plain ones as a class, then
 /// `\"`, `\\`, and each control character as its short escape or `\u00XX` (hex digits in
@@ -475,11 +421,9 @@ pub(crate) fn node_to_expr(n: &Node, enc: Encoding) -> Expr {
             }
         }
         Node::Alt(v) => Expr::Alt(v.iter().map(|x| node_to_expr(x, enc)).collect()),
-        Node::Repeat { node, min, max } => Expr::Repeat {
-            expr: Box::new(node_to_expr(node, enc)),
-            min: *min,
-            max: *max,
-        },
+        Node::Repeat { node, min, max } => {
+            Expr::Repeat { expr: Box::new(node_to_expr(node, enc)), min: *min, max: *max }
+        }
     }
 }
 
@@ -487,9 +431,7 @@ pub(crate) fn node_to_expr(n: &Node, enc: Encoding) -> Expr {
 pub(crate) fn expanded_size(e: &Expr) -> u64 {
     match e {
         Expr::Empty | Expr::Literal(_) | Expr::Class(_) | Expr::Rule(_) => 1,
-        Expr::Seq(v) | Expr::Alt(v) => {
-            1 + v.iter().map(expanded_size).fold(0u64, u64::saturating_add)
-        }
+        Expr::Seq(v) | Expr::Alt(v) => 1 + v.iter().map(expanded_size).fold(0u64, u64::saturating_add),
         Expr::Repeat { expr, min, max } => {
             let copies = max.unwrap_or(min.saturating_add(1)).max(*min).max(1) as u64;
             1u64.saturating_add(expanded_size(expr).saturating_mul(copies))
@@ -502,10 +444,7 @@ pub(crate) fn check_size(e: &Expr, pattern: &str, limits: &RegexLimits) -> Resul
     let size = expanded_size(e);
     if size > limits.max_size as u64 {
         return Err(RegexError {
-            kind: RegexErrorKind::TooLarge {
-                given: size,
-                limit: limits.max_size,
-            },
+            kind: RegexErrorKind::TooLarge { given: size, limit: limits.max_size },
             pattern: pattern.to_string(),
             offset: 0,
         });

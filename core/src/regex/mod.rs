@@ -70,11 +70,7 @@ pub struct RegexLimits {
 
 impl Default for RegexLimits {
     fn default() -> Self {
-        Self {
-            max_depth: 64,
-            max_repeat: 10_000,
-            max_size: 100_000,
-        }
+        Self { max_depth: 64, max_repeat: 10_000, max_size: 100_000 }
     }
 }
 
@@ -144,10 +140,7 @@ impl fmt::Display for RegexErrorKind {
             Self::TooLarge { given, limit } => {
                 write!(f, "expanded size {given} is over the limit of {limit}")
             }
-            Self::LengthBounds => write!(
-                f,
-                "cannot combine minLength/maxLength with this pattern exactly"
-            ),
+            Self::LengthBounds => write!(f, "cannot combine minLength/maxLength with this pattern exactly"),
         }
     }
 }
@@ -155,10 +148,7 @@ impl fmt::Display for RegexErrorKind {
 impl fmt::Display for RegexError {
     /// The message, then the pattern with a caret under the fault.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let col = self
-            .pattern
-            .get(..self.offset)
-            .map_or(0, |p| p.chars().count());
+        let col = self.pattern.get(..self.offset).map_or(0, |p| p.chars().count());
         write!(
             f,
             "regex error at offset {}: {}\n  {}\n  {}^",
@@ -180,10 +170,7 @@ fn parse(pattern: &str, limits: &RegexLimits) -> Result<Node, RegexError> {
 /// at branch ends are accepted and redundant).
 pub fn regex_to_expr(pattern: &str, limits: &RegexLimits) -> Result<Expr, RegexError> {
     let branches = split_anchors(parse(pattern, limits)?, pattern)?;
-    let e = alt(branches
-        .iter()
-        .map(|b| node_to_expr(&b.body, Encoding::Raw))
-        .collect());
+    let e = alt(branches.iter().map(|b| node_to_expr(&b.body, Encoding::Raw)).collect());
     check_size(&e, pattern, limits)?;
     Ok(e)
 }
@@ -192,13 +179,7 @@ pub fn regex_to_expr(pattern: &str, limits: &RegexLimits) -> Result<Expr, RegexE
 /// in full: the standalone `regex` constraint.
 pub fn regex_to_grammar(pattern: &str, limits: &RegexLimits) -> Result<Grammar, RegexError> {
     let body = regex_to_expr(pattern, limits)?;
-    Ok(Grammar {
-        rules: vec![Rule {
-            name: "root".into(),
-            body,
-        }],
-        root: RuleId(0),
-    })
+    Ok(Grammar { rules: vec![Rule { name: "root".into(), body }], root: RuleId(0) })
 }
 
 /// The body of a JSON string (without the quotes) whose decoded value the pattern matches
@@ -240,11 +221,9 @@ pub fn regex_to_json_string_expr(
             }
             alts.push(Expr::Seq(s));
         } else {
-            let n = restrict_branch_len(b, min_len as u64, max_len.map(u64::from), &any)
-                .ok_or_else(|| RegexError {
-                    kind: RegexErrorKind::LengthBounds,
-                    pattern: pattern.to_string(),
-                    offset: 0,
+            let n =
+                restrict_branch_len(b, min_len as u64, max_len.map(u64::from), &any).ok_or_else(|| {
+                    RegexError { kind: RegexErrorKind::LengthBounds, pattern: pattern.to_string(), offset: 0 }
                 })?;
             alts.push(node_to_expr(&n, Encoding::JsonString));
         }
@@ -299,32 +278,20 @@ mod tests {
     fn deep_nesting_is_an_error() {
         let p = "(".repeat(10_000) + &")".repeat(10_000);
         assert!(matches!(
-            regex_to_grammar(&p, &RegexLimits::default())
-                .unwrap_err()
-                .kind,
+            regex_to_grammar(&p, &RegexLimits::default()).unwrap_err().kind,
             RegexErrorKind::TooDeep { .. }
         ));
         let p = "(a{1000}){1000}";
         assert!(matches!(
-            regex_to_grammar(p, &RegexLimits::default())
-                .unwrap_err()
-                .kind,
+            regex_to_grammar(p, &RegexLimits::default()).unwrap_err().kind,
             RegexErrorKind::TooLarge { .. }
         ));
     }
 
     #[test]
     fn json_string_encoding() {
-        let e =
-            regex_to_json_string_expr("^[\"\\\\\\n]$", 0, None, &RegexLimits::default()).unwrap();
-        let s = Grammar {
-            rules: vec![Rule {
-                name: "root".into(),
-                body: e,
-            }],
-            root: RuleId(0),
-        }
-        .to_string();
+        let e = regex_to_json_string_expr("^[\"\\\\\\n]$", 0, None, &RegexLimits::default()).unwrap();
+        let s = Grammar { rules: vec![Rule { name: "root".into(), body: e }], root: RuleId(0) }.to_string();
         assert!(s.contains("\\\\\\\""), "{s}");
         assert!(s.contains("\\\\\\\\"), "{s}");
     }

@@ -30,11 +30,7 @@ pub(crate) enum Node {
     /// Alternation.
     Alt(Vec<Node>),
     /// Repetition (lazy quantifiers are parsed as greedy: same language).
-    Repeat {
-        node: Box<Node>,
-        min: u32,
-        max: Option<u32>,
-    },
+    Repeat { node: Box<Node>, min: u32, max: Option<u32> },
 }
 
 /// ECMA `\d`.
@@ -55,8 +51,7 @@ pub(crate) const SPACE: &[(u32, u32)] = &[
     (0xFEFF, 0xFEFF),
 ];
 /// ECMA `.`: anything but a line terminator.
-pub(crate) const DOT: &[(u32, u32)] =
-    &[(0, 0x09), (0x0B, 0x0C), (0x0E, 0x2027), (0x202A, 0x10FFFF)];
+pub(crate) const DOT: &[(u32, u32)] = &[(0, 0x09), (0x0B, 0x0C), (0x0E, 0x2027), (0x202A, 0x10FFFF)];
 
 pub(crate) struct Parser<'a> {
     pat: &'a str,
@@ -73,20 +68,11 @@ enum ClassAtom {
 
 impl<'a> Parser<'a> {
     pub fn new(pat: &'a str, limits: &'a RegexLimits) -> Self {
-        Parser {
-            pat,
-            pos: 0,
-            depth: 0,
-            limits,
-        }
+        Parser { pat, pos: 0, depth: 0, limits }
     }
 
     fn err(&self, kind: RegexErrorKind, offset: usize) -> RegexError {
-        RegexError {
-            kind,
-            pattern: self.pat.to_string(),
-            offset,
-        }
+        RegexError { kind, pattern: self.pat.to_string(), offset }
     }
 
     fn peek(&self) -> Option<char> {
@@ -125,23 +111,14 @@ impl<'a> Parser<'a> {
     fn alternation(&mut self) -> Result<Node, RegexError> {
         self.depth += 1;
         if self.depth > self.limits.max_depth {
-            return Err(self.err(
-                RegexErrorKind::TooDeep {
-                    limit: self.limits.max_depth,
-                },
-                self.pos,
-            ));
+            return Err(self.err(RegexErrorKind::TooDeep { limit: self.limits.max_depth }, self.pos));
         }
         let mut alts = vec![self.sequence()?];
         while self.eat("|") {
             alts.push(self.sequence()?);
         }
         self.depth -= 1;
-        Ok(if alts.len() == 1 {
-            alts.pop().unwrap_or(Node::Empty)
-        } else {
-            Node::Alt(alts)
-        })
+        Ok(if alts.len() == 1 { alts.pop().unwrap_or(Node::Empty) } else { Node::Alt(alts) })
     }
 
     fn sequence(&mut self) -> Result<Node, RegexError> {
@@ -179,17 +156,9 @@ impl<'a> Parser<'a> {
             return Ok(None);
         }
         let num = |s: &str| -> Result<u32, RegexError> {
-            s.parse::<u32>()
-                .ok()
-                .filter(|&n| n <= self.limits.max_repeat)
-                .ok_or_else(|| {
-                    self.err(
-                        RegexErrorKind::RepeatTooLarge {
-                            limit: self.limits.max_repeat,
-                        },
-                        self.pos,
-                    )
-                })
+            s.parse::<u32>().ok().filter(|&n| n <= self.limits.max_repeat).ok_or_else(|| {
+                self.err(RegexErrorKind::RepeatTooLarge { limit: self.limits.max_repeat }, self.pos)
+            })
         };
         let min = num(a)?;
         let max = match b {
@@ -198,10 +167,9 @@ impl<'a> Parser<'a> {
             Some(b) => Some(num(b)?),
         };
         if max.is_some_and(|m| m < min) {
-            return Err(self.err(
-                RegexErrorKind::Syntax(format!("repetition {{{inner}}} has max < min")),
-                self.pos,
-            ));
+            return Err(
+                self.err(RegexErrorKind::Syntax(format!("repetition {{{inner}}} has max < min")), self.pos)
+            );
         }
         self.pos += close + 1;
         Ok(Some((min, max)))
@@ -225,10 +193,7 @@ impl<'a> Parser<'a> {
                 _ => return Ok(atom),
             };
             if matches!(atom, Node::Start | Node::End) {
-                return Err(self.err(
-                    RegexErrorKind::Syntax("quantifier after an anchor".into()),
-                    qpos,
-                ));
+                return Err(self.err(RegexErrorKind::Syntax("quantifier after an anchor".into()), qpos));
             }
             if self.peek() == Some('{') {
                 self.braces()?;
@@ -239,11 +204,7 @@ impl<'a> Parser<'a> {
             if qpos == start {
                 return Err(self.err(RegexErrorKind::Syntax("nothing to repeat".into()), qpos));
             }
-            atom = Node::Repeat {
-                node: Box::new(atom),
-                min,
-                max,
-            };
+            atom = Node::Repeat { node: Box::new(atom), min, max };
             // ECMA forbids `a**`; reject it like validators do.
             if matches!(self.peek(), Some('*' | '+' | '?')) {
                 return Err(self.err(RegexErrorKind::Syntax("nothing to repeat".into()), self.pos));
@@ -286,28 +247,17 @@ impl<'a> Parser<'a> {
             } else if self.eat("<") {
                 let rest = &self.pat[self.pos..];
                 let end = rest.find('>').ok_or_else(|| {
-                    self.err(
-                        RegexErrorKind::Syntax("unterminated group name".into()),
-                        start,
-                    )
+                    self.err(RegexErrorKind::Syntax("unterminated group name".into()), start)
                 })?;
                 let name = &rest[..end];
-                if name.is_empty()
-                    || !name
-                        .chars()
-                        .all(|c| c.is_alphanumeric() || c == '_' || c == '$')
-                {
-                    return Err(self.err(
-                        RegexErrorKind::Syntax(format!("invalid group name `{name}`")),
-                        start,
-                    ));
+                if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '$') {
+                    return Err(
+                        self.err(RegexErrorKind::Syntax(format!("invalid group name `{name}`")), start)
+                    );
                 }
                 self.pos += end + 1;
             } else {
-                return Err(self.err(
-                    RegexErrorKind::Unsupported("group modifier `(?`".into()),
-                    start,
-                ));
+                return Err(self.err(RegexErrorKind::Unsupported("group modifier `(?`".into()), start));
             }
         }
         let inner = self.alternation()?;
@@ -318,10 +268,7 @@ impl<'a> Parser<'a> {
     }
 
     fn hex(&mut self, n: usize, at: usize) -> Result<u32, RegexError> {
-        let s = self
-            .pat
-            .get(self.pos..self.pos + n)
-            .filter(|s| s.bytes().all(|b| b.is_ascii_hexdigit()));
+        let s = self.pat.get(self.pos..self.pos + n).filter(|s| s.bytes().all(|b| b.is_ascii_hexdigit()));
         let s = s.ok_or_else(|| self.err(RegexErrorKind::BadEscape, at))?;
         self.pos += n;
         u32::from_str_radix(s, 16).map_err(|_| self.err(RegexErrorKind::BadEscape, at))
@@ -331,12 +278,8 @@ impl<'a> Parser<'a> {
     fn unicode_escape(&mut self, at: usize) -> Result<u32, RegexError> {
         if self.eat("{") {
             let rest = &self.pat[self.pos..];
-            let end = rest
-                .find('}')
-                .ok_or_else(|| self.err(RegexErrorKind::BadEscape, at))?;
-            let v = u32::from_str_radix(&rest[..end], 16)
-                .ok()
-                .filter(|&v| v <= 0x10FFFF);
+            let end = rest.find('}').ok_or_else(|| self.err(RegexErrorKind::BadEscape, at))?;
+            let v = u32::from_str_radix(&rest[..end], 16).ok().filter(|&v| v <= 0x10FFFF);
             let v = v.ok_or_else(|| self.err(RegexErrorKind::BadEscape, at))?;
             self.pos += end + 1;
             return Ok(v);
@@ -391,16 +334,11 @@ impl<'a> Parser<'a> {
                 if !rest.starts_with('{') {
                     return Err(self.err(RegexErrorKind::BadEscape, at));
                 }
-                let end = rest
-                    .find('}')
-                    .ok_or_else(|| self.err(RegexErrorKind::BadEscape, at))?;
+                let end = rest.find('}').ok_or_else(|| self.err(RegexErrorKind::BadEscape, at))?;
                 let name = &rest[1..end];
                 self.pos += end + 1;
                 let ranges = unicode_property(name).ok_or_else(|| {
-                    self.err(
-                        RegexErrorKind::Unsupported(format!("unicode property \\{c}{{{name}}}")),
-                        at,
-                    )
+                    self.err(RegexErrorKind::Unsupported(format!("unicode property \\{c}{{{name}}}")), at)
                 })?;
                 if c == 'p' {
                     ClassAtom::Set(ranges)
@@ -409,9 +347,7 @@ impl<'a> Parser<'a> {
                 }
             }
             '1'..='9' => return Err(self.err(RegexErrorKind::Backreference, at)),
-            'k' if self.peek() == Some('<') => {
-                return Err(self.err(RegexErrorKind::Backreference, at))
-            }
+            'k' if self.peek() == Some('<') => return Err(self.err(RegexErrorKind::Backreference, at)),
             c if !c.is_alphanumeric() => ClassAtom::Char(c as u32),
             c => return Err(self.err(RegexErrorKind::Unsupported(format!("escape \\{c}")), at)),
         })
@@ -430,10 +366,7 @@ impl<'a> Parser<'a> {
     fn class_atom(&mut self, start: usize) -> Result<ClassAtom, RegexError> {
         let at = self.pos;
         match self.bump() {
-            None => Err(self.err(
-                RegexErrorKind::Syntax("unclosed character class".into()),
-                start,
-            )),
+            None => Err(self.err(RegexErrorKind::Syntax("unclosed character class".into()), start)),
             Some('\\') => self.char_escape(at, true),
             Some(c) => Ok(ClassAtom::Char(c as u32)),
         }
@@ -454,10 +387,9 @@ impl<'a> Parser<'a> {
                 match (lo, hi) {
                     (ClassAtom::Char(a), ClassAtom::Char(b)) => {
                         if a > b {
-                            return Err(self.err(
-                                RegexErrorKind::Syntax("class range out of order".into()),
-                                dash,
-                            ));
+                            return Err(
+                                self.err(RegexErrorKind::Syntax("class range out of order".into()), dash)
+                            );
                         }
                         ranges.push((a, b));
                     }
@@ -480,33 +412,20 @@ impl<'a> Parser<'a> {
             }
         }
         let ranges = normalize_class(ranges);
-        Ok(Node::Class(if negated {
-            complement_class(&ranges)
-        } else {
-            ranges
-        }))
+        Ok(Node::Class(if negated { complement_class(&ranges) } else { ranges }))
     }
 }
 
 /// Ranges of a Unicode property (`L`, `Lu`, `Script=Greek`, …) via `regex-syntax`.
 fn unicode_property(name: &str) -> Option<Vec<(u32, u32)>> {
-    if !name
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '=')
-    {
+    if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '=') {
         return None;
     }
-    let hir = regex_syntax::ParserBuilder::new()
-        .build()
-        .parse(&format!("\\p{{{name}}}"))
-        .ok()?;
+    let hir = regex_syntax::ParserBuilder::new().build().parse(&format!("\\p{{{name}}}")).ok()?;
     match hir.kind() {
-        regex_syntax::hir::HirKind::Class(regex_syntax::hir::Class::Unicode(c)) => Some(
-            c.ranges()
-                .iter()
-                .map(|r| (r.start() as u32, r.end() as u32))
-                .collect(),
-        ),
+        regex_syntax::hir::HirKind::Class(regex_syntax::hir::Class::Unicode(c)) => {
+            Some(c.ranges().iter().map(|r| (r.start() as u32, r.end() as u32)).collect())
+        }
         _ => None,
     }
 }

@@ -78,17 +78,11 @@ fn parse() -> Opts {
             "--cpu" => o.mode = Mode::Cpu,
             "--cuda" => o.mode = Mode::Cuda,
             "--batches" => {
-                o.batches = val()
-                    .split(',')
-                    .map(|s| s.trim().parse().unwrap_or_else(|_| usage()))
-                    .collect()
+                o.batches = val().split(',').map(|s| s.trim().parse().unwrap_or_else(|_| usage())).collect()
             }
             "--vocab" => o.vocab = val().parse().unwrap_or_else(|_| usage()),
             "--dtypes" => {
-                o.dtypes = val()
-                    .split(',')
-                    .map(|s| s.parse().unwrap_or_else(|_| usage()))
-                    .collect()
+                o.dtypes = val().split(',').map(|s| s.parse().unwrap_or_else(|_| usage())).collect()
             }
             "--pattern" => o.pattern = val(),
             "--runs" => o.runs = val().parse().unwrap_or_else(|_| usage()),
@@ -173,18 +167,9 @@ fn main() {
 }
 
 fn bench_cpu(o: &Opts) {
-    let threads = o
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .expect("thread pool");
-    let dtypes = if o.dtypes.is_empty() {
-        vec![DType::F32]
-    } else {
-        o.dtypes.clone()
-    };
+    let threads = o.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
+    let dtypes = if o.dtypes.is_empty() { vec![DType::F32] } else { o.dtypes.clone() };
     println!(
         "# CPU: vocab {}, mask pattern {:?}, rayon threads {threads}, median of repeated runs (>= {} s or 5 runs)",
         o.vocab, o.pattern, o.repeats_secs
@@ -204,10 +189,9 @@ fn bench_cpu(o: &Opts) {
                 let idx = with_idx.then_some(&idx[..]);
                 let rows = idx.map_or(batch, <[i32]>::len);
                 let bytes = (rows * o.vocab * dtype.size()) as f64;
-                for (name, par, used) in [
-                    ("1 thread", Parallelism::Sequential, 1usize),
-                    ("rayon", Parallelism::Parallel, threads),
-                ] {
+                for (name, par, used) in
+                    [("1 thread", Parallelism::Sequential, 1usize), ("rayon", Parallelism::Parallel, threads)]
+                {
                     let mut run = || {
                         let mut go = || {
                             grammask_gpu::apply_token_bitmask_inplace_cpu_bytes(
@@ -216,20 +200,15 @@ fn bench_cpu(o: &Opts) {
                         };
                         // The single-thread figure is the calling thread's own,
                         // without a hop into the pool.
-                        if par == Parallelism::Sequential {
-                            go()
-                        } else {
-                            pool.install(go)
-                        }
-                        .expect("valid shapes");
+                        if par == Parallelism::Sequential { go() } else { pool.install(go) }
+                            .expect("valid shapes");
                     };
                     run();
                     run();
                     let mut times = Vec::new();
                     let start = Instant::now();
                     while times.len() < 5
-                        || (start.elapsed() < Duration::from_secs_f64(o.repeats_secs)
-                            && times.len() < 2000)
+                        || (start.elapsed() < Duration::from_secs_f64(o.repeats_secs) && times.len() < 2000)
                     {
                         let t = Instant::now();
                         run();
@@ -270,10 +249,7 @@ extern "C" __global__ void gm_spin(long long cycles) {
 "#;
 
     fn e<E: std::fmt::Debug>(op: &'static str) -> impl FnOnce(E) -> BitmaskError {
-        move |err| BitmaskError::Cuda {
-            op,
-            message: format!("{err:?}"),
-        }
+        move |err| BitmaskError::Cuda { op, message: format!("{err:?}") }
     }
 
     pub fn run(o: &Opts) -> Result<(), BitmaskError> {
@@ -303,19 +279,12 @@ extern "C" __global__ void gm_spin(long long cycles) {
             let mut b = stream.launch_builder(&spin_fn);
             b.arg(&cycles);
             unsafe {
-                b.launch(LaunchConfig {
-                    grid_dim: (1, 1, 1),
-                    block_dim: (1, 1, 1),
-                    shared_mem_bytes: 0,
-                })
+                b.launch(LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 })
             }
             .map_err(e("launch spin"))?;
             Ok(())
         };
-        let new_event = || {
-            ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(e("cuEventCreate"))
-        };
+        let new_event = || ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(e("cuEventCreate"));
 
         // Device-to-device copy bandwidth (bytes read + written).
         let copy_bytes: usize = 1 << 30;
@@ -344,26 +313,15 @@ extern "C" __global__ void gm_spin(long long cycles) {
             o.vocab,
             o.pattern,
             o.runs,
-            if o.flush_l2 {
-                ", L2 flushed before each run"
-            } else {
-                ""
-            }
+            if o.flush_l2 { ", L2 flushed before each run" } else { "" }
         );
         println!(
             "{:>5} {:>6} {:>6} {:>12} {:>10} {:>8}",
             "dtype", "batch", "rows", "median_us", "GB/s", "%copy"
         );
-        let mut flush = if o.flush_l2 {
-            Some(stream.alloc_zeros::<u8>(256 << 20).map_err(e("alloc"))?)
-        } else {
-            None
-        };
-        let dtypes = if o.dtypes.is_empty() {
-            vec![DType::F32, DType::BF16]
-        } else {
-            o.dtypes.clone()
-        };
+        let mut flush =
+            if o.flush_l2 { Some(stream.alloc_zeros::<u8>(256 << 20).map_err(e("alloc"))?) } else { None };
+        let dtypes = if o.dtypes.is_empty() { vec![DType::F32, DType::BF16] } else { o.dtypes.clone() };
         for dtype in dtypes {
             for &batch in &o.batches {
                 let layout = LogitsLayout::contiguous(batch, o.vocab);
@@ -377,8 +335,7 @@ extern "C" __global__ void gm_spin(long long cycles) {
                     let rows = if with_idx { idx_host.len() } else { batch };
                     let t = match dtype {
                         DType::F32 => {
-                            let mut l: CudaSlice<f32> =
-                                stream.alloc_zeros(elems).map_err(e("alloc"))?;
+                            let mut l: CudaSlice<f32> = stream.alloc_zeros(elems).map_err(e("alloc"))?;
                             time(
                                 o,
                                 &stream,
@@ -428,8 +385,7 @@ extern "C" __global__ void gm_spin(long long cycles) {
                             )?
                         }
                     };
-                    let bytes =
-                        2.0 * (rows * o.vocab * dtype.size()) as f64 + (rows * ml.words * 4) as f64;
+                    let bytes = 2.0 * (rows * o.vocab * dtype.size()) as f64 + (rows * ml.words * 4) as f64;
                     let gbs = bytes / t / 1e9;
                     println!(
                         "{:>5} {:>6} {:>6} {:>12.2} {:>10.0} {:>7.0}%",
@@ -514,22 +470,8 @@ extern "C" __global__ void gm_spin(long long cycles) {
         };
         let mut cmd = std::process::Command::new("python3");
         cmd.arg(script)
-            .args([
-                "--device",
-                "cuda",
-                "--batches",
-                &batches.join(","),
-                "--vocab",
-                &o.vocab.to_string(),
-            ])
-            .args([
-                "--dtypes",
-                &dtypes.join(","),
-                "--pattern",
-                &o.pattern,
-                "--runs",
-                &o.runs.to_string(),
-            ]);
+            .args(["--device", "cuda", "--batches", &batches.join(","), "--vocab", &o.vocab.to_string()])
+            .args(["--dtypes", &dtypes.join(","), "--pattern", &o.pattern, "--runs", &o.runs.to_string()]);
         if o.flush_l2 {
             cmd.arg("--flush-l2");
         }

@@ -51,11 +51,7 @@ pub fn case_strategy(max_batch: usize, max_vocab: usize) -> impl Strategy<Value 
     (
         prop_oneof![Just(DType::F32), Just(DType::F16), Just(DType::BF16)],
         0..=max_batch,
-        prop_oneof![
-            0..=max_vocab,
-            Just(max_vocab),
-            (1..=max_vocab / 32 + 1).prop_map(|w| w * 32)
-        ],
+        prop_oneof![0..=max_vocab, Just(max_vocab), (1..=max_vocab / 32 + 1).prop_map(|w| w * 32)],
         prop_oneof![Just(0usize), 0..9usize],
         any::<bool>(),
         -2i64..=2,
@@ -63,13 +59,9 @@ pub fn case_strategy(max_batch: usize, max_vocab: usize) -> impl Strategy<Value 
         any::<bool>(),
         any::<u64>(),
     )
-        .prop_map(
-            |(dtype, batch, vocab, pad, truncate, dw, extra_rows, use_idx, seed)| {
-                make_case(
-                    dtype, batch, vocab, pad, truncate, dw, extra_rows, use_idx, seed,
-                )
-            },
-        )
+        .prop_map(|(dtype, batch, vocab, pad, truncate, dw, extra_rows, use_idx, seed)| {
+            make_case(dtype, batch, vocab, pad, truncate, dw, extra_rows, use_idx, seed)
+        })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -90,11 +82,7 @@ pub fn make_case(
     let len = if truncate { min } else { max };
     let words = (vocab.div_ceil(32) as i64 + word_delta).max(0) as usize;
     // With indices the mask may have more or fewer rows than the logits.
-    let mask_rows = if use_indices {
-        (batch + extra_rows).saturating_sub(rng.below(2))
-    } else {
-        batch
-    };
+    let mask_rows = if use_indices { (batch + extra_rows).saturating_sub(rng.below(2)) } else { batch };
     let mask_layout = MaskLayout::new(mask_rows, words);
     let mask = (0..mask_rows * words)
         .map(|_| match rng.below(6) {
@@ -119,25 +107,13 @@ pub fn make_case(
             }
         })
         .collect();
-    Case {
-        dtype,
-        layout,
-        len,
-        mask_layout,
-        mask,
-        indices,
-        bits,
-    }
+    Case { dtype, layout, len, mask_layout, mask, indices, bits }
 }
 
 /// The specification, one token at a time.
 pub fn reference(case: &Case) -> Vec<u32> {
     let mut out = case.bits.clone();
-    let LogitsLayout {
-        batch,
-        vocab,
-        row_stride,
-    } = case.layout;
+    let LogitsLayout { batch, vocab, row_stride } = case.layout;
     let rows: Vec<usize> = match &case.indices {
         None => (0..batch).collect(),
         Some(idx) => idx.iter().map(|&i| i as usize).collect(),
@@ -160,15 +136,11 @@ pub fn to_f32(bits: &[u32]) -> Vec<f32> {
 }
 
 pub fn to_f16(bits: &[u32]) -> Vec<half::f16> {
-    bits.iter()
-        .map(|&b| half::f16::from_bits(b as u16))
-        .collect()
+    bits.iter().map(|&b| half::f16::from_bits(b as u16)).collect()
 }
 
 pub fn to_bf16(bits: &[u32]) -> Vec<half::bf16> {
-    bits.iter()
-        .map(|&b| half::bf16::from_bits(b as u16))
-        .collect()
+    bits.iter().map(|&b| half::bf16::from_bits(b as u16)).collect()
 }
 
 pub fn from_f32(v: &[f32]) -> Vec<u32> {
@@ -193,9 +165,6 @@ pub fn first_diff(a: &[u32], b: &[u32], layout: &LogitsLayout) -> Option<String>
             Some(r) => (r, i % layout.row_stride),
             None => (0, i),
         };
-        format!(
-            "element {i} (row {r}, col {c}): got {:#x}, want {:#x}",
-            a[i], b[i]
-        )
+        format!("element {i} (row {r}, col {c}): got {:#x}, want {:#x}", a[i], b[i])
     })
 }

@@ -78,7 +78,8 @@ pub fn run(a: &MaskbenchArgs) -> Result<(), String> {
     if let Some(n) = a.limit {
         files.truncate(n);
     }
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(a.threads.max(1)).build().map_err(|e| e.to_string())?;
+    let pool =
+        rayon::ThreadPoolBuilder::new().num_threads(a.threads.max(1)).build().map_err(|e| e.to_string())?;
     let results: Vec<FileResult> = pool.install(|| {
         use rayon::prelude::*;
         files.par_iter().map(|f| run_file(f, &tok, &info)).collect()
@@ -113,7 +114,10 @@ pub fn run(a: &MaskbenchArgs) -> Result<(), String> {
 fn run_file(path: &Path, tok: &tokenizers::Tokenizer, info: &Arc<grammask::TokenizerInfo>) -> FileResult {
     let mut r = FileResult::default();
     let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-    let doc: Value = match std::fs::read(path).map_err(|e| e.to_string()).and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string())) {
+    let doc: Value = match std::fs::read(path)
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+    {
         Ok(v) => v,
         Err(e) => {
             r.compile_error = true;
@@ -152,7 +156,9 @@ fn run_file(path: &Path, tok: &tokenizers::Tokenizer, info: &Arc<grammask::Token
         for (k, &id) in ids.iter().enumerate() {
             let t = Instant::now();
             let filled = m.fill_next_token_bitmask(mask.row_mut(0));
-            let ok = filled.is_ok() && grammask::bitmask::is_allowed(mask.row(0), id) && m.accept_token(id).is_ok();
+            let ok = filled.is_ok()
+                && grammask::bitmask::is_allowed(mask.row(0), id)
+                && m.accept_token(id).is_ok();
             r.mask_us.push(t.elapsed().as_secs_f64() * 1e6);
             r.tokens += 1;
             if !ok {
@@ -171,7 +177,13 @@ fn run_file(path: &Path, tok: &tokenizers::Tokenizer, info: &Arc<grammask::Token
         if valid != accepted {
             let at = rejected_at.map_or_else(
                 || "end (no stop token allowed)".to_string(),
-                |k| format!("token {k} {:?} after {:?}", String::from_utf8_lossy(info.token_bytes(ids[k])), prefix(info, &ids[..k])),
+                |k| {
+                    format!(
+                        "token {k} {:?} after {:?}",
+                        String::from_utf8_lossy(info.token_bytes(ids[k])),
+                        prefix(info, &ids[..k])
+                    )
+                },
             );
             failures.push(json!({"test": i, "valid": valid, "accepted": accepted, "at": at}));
         }
