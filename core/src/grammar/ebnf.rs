@@ -20,6 +20,7 @@
 //! bounds; repetition counts are bounded by [`ParseLimits::max_repeat`]. Every error carries
 //! the line and column of the fault.
 
+use super::class::{complement_class, normalize_class};
 use super::{Expr, Grammar, Rule, RuleId};
 use crate::error::{GrammarError, GrammarErrorKind};
 use rustc_hash::FxHashMap;
@@ -465,44 +466,4 @@ impl<'a> Parser<'a> {
         let ranges = normalize_class(ranges);
         Ok(Expr::Class(if negated { complement_class(&ranges) } else { ranges }))
     }
-}
-
-/// Sorts and merges ranges, dropping surrogates (they have no UTF-8 encoding).
-pub(crate) fn normalize_class(mut ranges: Vec<(u32, u32)>) -> Vec<(u32, u32)> {
-    ranges.sort_unstable();
-    let mut out: Vec<(u32, u32)> = Vec::with_capacity(ranges.len());
-    for (lo, hi) in ranges {
-        match out.last_mut() {
-            Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(hi),
-            _ => out.push((lo, hi)),
-        }
-    }
-    let mut split = Vec::with_capacity(out.len());
-    for (lo, hi) in out {
-        if lo < 0xD800 && hi >= 0xD800 {
-            split.push((lo, 0xD7FF));
-        } else if lo < 0xD800 {
-            split.push((lo, hi));
-        }
-        if hi > 0xDFFF {
-            split.push((lo.max(0xE000), hi));
-        }
-    }
-    split
-}
-
-/// The complement of normalized ranges within the Unicode scalar values.
-pub(crate) fn complement_class(ranges: &[(u32, u32)]) -> Vec<(u32, u32)> {
-    let mut out = Vec::new();
-    let mut next = 0u32;
-    for &(lo, hi) in ranges {
-        if lo > next {
-            out.push((next, lo - 1));
-        }
-        next = hi + 1;
-    }
-    if next <= 0x10FFFF {
-        out.push((next, 0x10FFFF));
-    }
-    normalize_class(out)
 }

@@ -11,6 +11,7 @@
 //! printed text parses to the same IR.
 
 mod builtin;
+pub(crate) mod class;
 mod ebnf;
 mod print;
 

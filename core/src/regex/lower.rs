@@ -12,9 +12,9 @@
 //!    ([`Encoding::Raw`]) or the alternatives of its JSON-encoded forms
 //!    ([`Encoding::JsonString`]).
 
-use super::class::{class_contains, intersect_class, subtract_class};
 use super::parse::Node;
 use super::{RegexError, RegexErrorKind, RegexLimits};
+use crate::grammar::class::{class_contains, intersect_class, subtract_class};
 use crate::grammar::Expr;
 
 /// How generated characters are written.
@@ -346,7 +346,7 @@ pub(crate) fn json_class(ranges: &[(u32, u32)]) -> Expr {
             let set: Vec<(u32, u32)> = shorts.chars().map(|c| (c as u32, c as u32)).collect();
             alts.push(Expr::Seq(vec![
                 Expr::Literal("\\".into()),
-                Expr::Class(super::class::normalize_class(set)),
+                Expr::Class(crate::grammar::class::normalize_class(set)),
             ]));
         }
         let long = subtract_class(&ctrl, &[(8, 10), (12, 13)]);
@@ -368,7 +368,7 @@ pub(crate) fn json_class(ranges: &[(u32, u32)]) -> Expr {
             if !lows.is_empty() {
                 alts.push(Expr::Seq(vec![
                     Expr::Literal(format!("\\u00{hi_digit}")),
-                    Expr::Class(super::class::normalize_class(lows)),
+                    Expr::Class(crate::grammar::class::normalize_class(lows)),
                 ]));
             }
         }

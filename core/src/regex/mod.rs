@@ -47,7 +47,6 @@
 //! # Ok::<(), grammask::regex::RegexError>(())
 //! ```
 
-pub(crate) mod class;
 pub(crate) mod lower;
 mod parse;
 
@@ -236,7 +235,7 @@ pub fn regex_to_json_string_expr(
 /// The JSON-encoded forms of one character from a class (see
 /// [`regex_to_json_string_expr`] for the encoding). An empty class gives an empty set.
 pub fn json_string_char(ranges: &[(u32, u32)]) -> Expr {
-    lower::json_class(&class::normalize_class(ranges.to_vec()))
+    lower::json_class(&crate::grammar::class::normalize_class(ranges.to_vec()))
 }
 
 fn alt(mut v: Vec<Expr>) -> Expr {

@@ -11,8 +11,8 @@
 //! alternations and repetitions; groups are transparent; every unsupported construct has
 //! been reported with its byte offset.
 
-use super::class::{complement_class, normalize_class};
 use super::{RegexError, RegexErrorKind, RegexLimits};
+use crate::grammar::class::{complement_class, normalize_class};
 
 /// A parsed pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
