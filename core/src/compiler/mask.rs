@@ -26,6 +26,7 @@ use crate::automata::{Automata, DEAD};
 use crate::matcher::earley::Earley;
 use crate::tokenizer::TokenizerInfo;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// The accepted part of a [`StateMask`].
 #[derive(Debug, Clone)]
@@ -56,6 +57,22 @@ impl StateMask {
         state: u32,
         intern: &dyn Fn(Vec<u32>) -> Arc<[u32]>,
     ) -> StateMask {
+        match Self::compute_until(a, tok, state, intern, None) {
+            Some(m) => m,
+            None => unreachable!("a walk without a deadline always finishes"),
+        }
+    }
+
+    /// Like [`Self::compute`], giving up (`None`) once `deadline` has passed (checked
+    /// every few thousand trie nodes): the compiler's eager phase uses it to skip states
+    /// too wide for its time budget, leaving them lazy.
+    pub fn compute_until(
+        a: &Automata,
+        tok: &TokenizerInfo,
+        state: u32,
+        intern: &dyn Fn(Vec<u32>) -> Arc<[u32]>,
+        deadline: Option<Instant>,
+    ) -> Option<StateMask> {
         let trie = tok.trie();
         let follow = &a.follow[a.nodes[state as usize].rule as usize];
         let mut parser = Earley::new(a, state);
@@ -78,7 +95,12 @@ impl StateMask {
         // `Some(origin)` when the Earley set at `e_depth` is a single item (DFA mode usable).
         let mut single = single_item(&parser, &mut dstate, 0);
         let mut k = 0usize;
+        let mut steps = 0u32;
         while k < nodes.len() {
+            steps = steps.wrapping_add(1);
+            if steps % 4096 == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
+                return None;
+            }
             let node = nodes[k];
             let d = node.depth as usize - 1;
             path[d] = node.byte;
@@ -161,7 +183,7 @@ impl StateMask {
             }
             Accepted::Bitset(intern(bits))
         };
-        StateMask { accepted, uncertain: intern(uncertain) }
+        Some(StateMask { accepted, uncertain: intern(uncertain) })
     }
 }
 

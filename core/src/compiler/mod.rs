@@ -6,8 +6,9 @@
 //! ```
 //!
 //! # Time to first mask
-//! Compiling builds only the automata (microseconds to a few milliseconds); no token mask
-//! is computed up front. A state's [`StateMask`] is computed the first time a matcher
+//! Compiling builds the automata (microseconds to a few milliseconds) and then spends at
+//! most [`CompileOptions::eager_budget`] (500 µs) beyond the start states computing the
+//! masks of the states nearest the start; everything else is lazy. A state's [`StateMask`] is computed the first time a matcher
 //! needs it, then cached in the shared [`CompiledGrammar`] for every matcher and every
 //! later step (`OnceLock`: concurrent matchers never compute the same state twice, and
 //! readers take no lock afterwards). The first mask therefore costs only the states live
@@ -19,7 +20,7 @@
 mod cache;
 pub(crate) mod mask;
 
-use crate::automata::{Automata, AutomataLimits};
+use crate::automata::{Automata, AutomataLimits, DEAD};
 use crate::error::Result;
 use crate::grammar::{parse_ebnf, Grammar, ParseLimits};
 use crate::json_schema::{json_schema_str_to_grammar, JsonSchemaOptions};
@@ -30,6 +31,7 @@ pub(crate) use mask::{Accepted, StateMask};
 use rayon::prelude::*;
 use rustc_hash::FxHashSet;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 /// What to compile.
 #[derive(Debug, Clone)]
@@ -96,12 +98,28 @@ impl GrammarSpec {
 }
 
 /// Compilation options.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct CompileOptions {
     /// Limits on grammar text.
     pub parse: ParseLimits,
     /// Limits on automata size.
     pub automata: AutomataLimits,
+    /// Time the compiler may spend computing state masks before it returns, beyond the
+    /// states live at the start (which the first mask needs anyway): nearest states first
+    /// (default 500 µs; zero: fully lazy). Small grammars are
+    /// then fully precomputed at a cost well under llguidance-like start-up times, and a
+    /// large grammar starts with its first states ready; the rest stay lazy.
+    pub eager_budget: Duration,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        Self {
+            parse: ParseLimits::default(),
+            automata: AutomataLimits::default(),
+            eager_budget: Duration::from_micros(500),
+        }
+    }
 }
 
 /// Compiles specs against one tokenizer, with a shared compile cache.
@@ -187,7 +205,51 @@ impl CompiledGrammar {
     pub fn new(grammar: &Grammar, tokenizer: Arc<TokenizerInfo>, options: &CompileOptions) -> Result<Self> {
         let automata = Automata::build(grammar, &options.automata)?;
         let masks = (0..automata.num_states()).map(|_| OnceLock::new()).collect();
-        Ok(Self { automata, tokenizer, masks, interned: Mutex::default() })
+        let compiled = Self { automata, tokenizer, masks, interned: Mutex::default() };
+        compiled.precompute_within(options.eager_budget);
+        Ok(compiled)
+    }
+
+    /// Computes masks in breadth-first order from the root's start state until `budget`
+    /// has elapsed; a state whose walk would overrun it is abandoned and stays lazy.
+    fn precompute_within(&self, budget: Duration) {
+        if budget.is_zero() {
+            return;
+        }
+        let a = &self.automata;
+        // The states live at the start are needed by the first fill anyway: compute them
+        // in full first, then spend the budget on the states nearest to them.
+        let start = crate::matcher::earley::Earley::new(a, a.root_start().0);
+        for it in start.last_set() {
+            if a.nodes[it.state as usize].scannable {
+                self.mask(it.state);
+            }
+        }
+        let t0 = Instant::now();
+        let mut seen = vec![false; a.num_states()];
+        let mut queue = std::collections::VecDeque::from([a.root_start().0]);
+        seen[a.root_start().0 as usize] = true;
+        let deadline = t0 + budget;
+        while let Some(s) = queue.pop_front() {
+            if a.nodes[s as usize].scannable && self.masks[s as usize].get().is_none() {
+                if Instant::now() >= deadline {
+                    return;
+                }
+                // A state too wide to finish in the remaining budget is abandoned (lazy).
+                let intern = |v| self.intern(v);
+                if let Some(m) = StateMask::compute_until(a, &self.tokenizer, s, &intern, Some(deadline)) {
+                    let _ = self.masks[s as usize].set(m);
+                }
+            }
+            let row = &a.trans[s as usize * a.n_classes..(s as usize + 1) * a.n_classes];
+            let rules = a.edges(s).iter().flat_map(|&(r, t)| [a.rule_start[r as usize], t]);
+            for t in row.iter().copied().filter(|&t| t != DEAD).chain(rules) {
+                if !seen[t as usize] {
+                    seen[t as usize] = true;
+                    queue.push_back(t);
+                }
+            }
+        }
     }
 
     /// The automata.
