@@ -16,7 +16,7 @@
 use super::resolve::DEFAULT_BASE;
 use super::types::{declared_types, value_type, Builder, INTEGER, NUMBER, STRING};
 use super::SchemaError;
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 /// Most `$ref` inlinings in one merge.
 const MAX_INLINE: usize = 64;
@@ -174,12 +174,14 @@ fn merge_two(
                 let (Value::Object(mut a), Value::Object(bb)) = (cur, v) else {
                     return Err(b.not_schema(format!("`{k}` must be an object"), ptr));
                 };
+                // In place: property order is generation order, so merging must keep it.
                 for (name, s) in bb {
-                    let n = match a.remove(&name) {
-                        Some(x) => all_of(x, s),
-                        None => s,
-                    };
-                    a.insert(name, n);
+                    match a.get_mut(&name) {
+                        Some(x) => *x = all_of(x.take(), s),
+                        None => {
+                            a.insert(name, s);
+                        }
+                    }
                 }
                 Value::Object(a)
             }
@@ -330,6 +332,94 @@ fn discriminator(s: &Value) -> Vec<(String, Vec<Value>)> {
         }
     }
     out
+}
+
+/// `dependentRequired`, `dependentSchemas` and Draft-07 `dependencies` rewritten as
+/// `allOf` entries the merger already handles: "if `a` is present then S" becomes
+/// `anyOf: [{properties: {a: false}}, {required: [a], …S}]` (a missing `a`, or `a` with
+/// S). Exact; each dependency doubles the branches `allOf` multiplies out. `None` when
+/// `m` has no dependency keyword; an error when one is malformed.
+pub(crate) fn dependencies_as_all_of(
+    b: &Builder,
+    m: &Map<String, Value>,
+    ptr: &str,
+) -> Result<Option<Map<String, Value>>, SchemaError> {
+    const KEYS: [&str; 3] = ["dependentRequired", "dependentSchemas", "dependencies"];
+    if !KEYS.iter().any(|k| m.contains_key(*k)) {
+        return Ok(None);
+    }
+    let mut out = m.clone();
+    let mut all = match out.remove("allOf") {
+        None => Vec::new(),
+        Some(Value::Array(a)) => a,
+        Some(_) => return Err(b.not_schema("`allOf` must be an array", ptr)),
+    };
+    for k in KEYS {
+        let Some(deps) = out.remove(k) else { continue };
+        let deps = deps.as_object().ok_or_else(|| b.not_schema(format!("`{k}` must be an object"), ptr))?;
+        for (name, d) in deps {
+            let then = match d {
+                Value::Array(names) if k != "dependentSchemas" => {
+                    if !names.iter().all(Value::is_string) {
+                        return Err(b.not_schema(format!("`{k}/{name}` must be an array of strings"), ptr));
+                    }
+                    let mut req = vec![Value::String(name.clone())];
+                    req.extend(names.iter().cloned());
+                    json!({ "required": req })
+                }
+                s @ (Value::Object(_) | Value::Bool(_)) if k != "dependentRequired" => {
+                    json!({ "allOf": [{ "required": [name] }, s] })
+                }
+                _ => return Err(b.not_schema(format!("`{k}/{name}` has the wrong shape"), ptr)),
+            };
+            all.push(json!({ "anyOf": [{ "properties": { name.clone(): false } }, then] }));
+        }
+    }
+    out.insert("allOf".into(), Value::Array(all));
+    Ok(Some(out))
+}
+
+/// `oneOf` branches rewritten to be mutually exclusive, for the common "exactly one of
+/// these properties" form: the instance is an object (`type: "object"` beside the
+/// `oneOf`) and of every two branches at least one is just `{"required": [name]}`. Such a
+/// branch fails exactly when `name` is absent, so each other branch gets
+/// `properties: {name: false}` and no object matches two branches. `None` when the form
+/// does not apply.
+pub(crate) fn exclusive_required(rest: &Map<String, Value>, branches: &[Value]) -> Option<Vec<Value>> {
+    if rest.get("type").and_then(Value::as_str) != Some("object") {
+        return None;
+    }
+    let only_required = |s: &Value| -> Option<String> {
+        let m = s.as_object()?;
+        if !m.keys().all(|k| matches!(k.as_str(), "required" | "title" | "description" | "$comment")) {
+            return None;
+        }
+        match m.get("required")?.as_array()?.as_slice() {
+            [Value::String(n)] => Some(n.clone()),
+            _ => None,
+        }
+    };
+    let names: Vec<Option<String>> = branches.iter().map(only_required).collect();
+    let n = branches.len();
+    if !(0..n).all(|i| (i + 1..n).all(|j| names[i].is_some() || names[j].is_some())) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(n);
+    for (i, b) in branches.iter().enumerate() {
+        let mut m = match b {
+            Value::Object(m) => m.clone(),
+            Value::Bool(true) => Map::new(),
+            _ => return None,
+        };
+        let props = m.entry("properties").or_insert_with(|| Value::Object(Map::new())).as_object_mut()?;
+        for (j, name) in names.iter().enumerate() {
+            if let (true, Some(name)) = (i != j, name) {
+                props.insert(name.clone(), Value::Bool(false));
+            }
+        }
+        out.push(Value::Object(m));
+    }
+    Some(out)
 }
 
 /// Whether no value can match two of the `oneOf` branches.

@@ -34,6 +34,7 @@ fn date() -> String {
 
 const TIME: &str = r"(?:(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d+)?(?:[zZ]|[+-](?:[01]\d|2[0-3]):[0-5]\d)|23:59:60(?:\.\d+)?(?:[zZ]|[+-]00:00))";
 const LABEL: &str = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+const IDN_LABEL: &str = r"[A-Za-z0-9\u00A0-\uD7FF\uF900-\uFDCF\uFDF0-\uFFEF\u{10000}-\u{EFFFD}](?:[A-Za-z0-9\u00A0-\uD7FF\uF900-\uFDCF\uFDF0-\uFFEF\u{10000}-\u{EFFFD}-]{0,61}[A-Za-z0-9\u00A0-\uD7FF\uF900-\uFDCF\uFDF0-\uFFEF\u{10000}-\u{EFFFD}])?";
 const OCTET: &str = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)";
 /// RFC 3986 `pchar`.
 const PCHAR: &str = r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@]|%[0-9A-Fa-f]{2})";
@@ -92,7 +93,26 @@ pub fn format_regex(name: &str) -> Option<String> {
         "uuid" => r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}".to_string(),
         "uri" => uri(false),
         "uri-reference" => uri(true),
+        // RFC 3987: a URI whose unreserved characters also include `ucschar` (BMP part).
+        "iri" | "iri-reference" => uri(name == "iri-reference")
+            .replace(r"A-Za-z0-9\-._~", r"A-Za-z0-9\-._~\u00A0-\uD7FF\uF900-\uFDCF\uFDF0-\uFFEF\u{10000}-\u{EFFFD}"),
         "json-pointer" => r"(?:/(?:[^~/]|~[01])*)*".to_string(),
+        "relative-json-pointer" => r"(?:0|[1-9][0-9]*)(?:#|(?:/(?:[^~/]|~[01])*)*)".to_string(),
+        // Internationalized forms: labels and atoms may also hold non-ASCII letters
+        // (the BMP `ucschar` ranges); the IDNA contextual rules are not checked.
+        "idn-hostname" => format!("{IDN_LABEL}(?:\\.{IDN_LABEL}){{0,3}}"),
+        "idn-email" => {
+            // RFC 6531: any non-ASCII character in atoms; or a quoted local part.
+            let a = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~\u0080-\uD7FF\uE000-\u{10FFFF}-]";
+            let quoted = r#""(?:[^"\\]|\\.){0,62}""#;
+            format!("(?:{a}{{1,64}}(?:\\.{a}{{1,64}}){{0,2}}|{quoted})@{IDN_LABEL}(?:\\.{IDN_LABEL}){{0,3}}")
+        }
+        // RFC 6570 level 4: literals, percent-escapes and `{op? var(:n|*)?, …}`.
+        "uri-template" => {
+            let varchar = r"(?:[A-Za-z0-9_]|%[0-9A-Fa-f]{2})";
+            let var = format!("{varchar}(?:\\.?{varchar})*(?::[1-9][0-9]{{0,3}}|\\*)?");
+            format!("(?:[^\\x00-\\x20\"'%<>\\\\^`{{|}}]|%[0-9A-Fa-f]{{2}}|\\{{[+#./;?&=,!@|]?{var}(?:,{var})*\\}})*")
+        }
         _ => return None,
     };
     Some(format!("^(?:{body})$"))
@@ -116,7 +136,13 @@ mod tests {
             "uuid",
             "uri",
             "uri-reference",
+            "iri",
+            "iri-reference",
             "json-pointer",
+            "relative-json-pointer",
+            "idn-hostname",
+            "idn-email",
+            "uri-template",
         ] {
             let re = format_regex(f).unwrap();
             crate::regex::regex_to_json_string_expr(&re, 0, None, &Default::default())

@@ -17,46 +17,12 @@ use super::string;
 use super::types::Builder;
 use super::whitespace::{alt, is_nothing, lit, nothing, seq};
 use super::SchemaError;
-use crate::grammar::class::complement_class;
 use crate::grammar::Expr;
-use crate::regex::{json_string_char, regex_to_json_string_expr};
-use serde_json::{Map, Value};
-use std::collections::{BTreeMap, HashMap};
+use crate::regex::keyset::{Component, KeySet};
+use serde_json::{json, Map, Value};
+use std::collections::HashMap;
 
 /// JSON string bodies (no quotes) whose decoded value is not one of `names`.
-pub(crate) fn string_not_in(names: &[&str]) -> Expr {
-    #[derive(Default)]
-    struct Trie {
-        end: bool,
-        kids: BTreeMap<char, Trie>,
-    }
-    let mut root = Trie::default();
-    for n in names {
-        let mut t = &mut root;
-        for c in n.chars() {
-            t = t.kids.entry(c).or_default();
-        }
-        t.end = true;
-    }
-    fn go(t: &Trie) -> Expr {
-        let any = Expr::Repeat { expr: Box::new(json_string_char(&[(0, 0x10FFFF)])), min: 0, max: None };
-        let mut alts = Vec::new();
-        if !t.end {
-            alts.push(Expr::Empty);
-        }
-        let keys: Vec<(u32, u32)> = t.kids.keys().map(|&c| (c as u32, c as u32)).collect();
-        let others = complement_class(&keys);
-        if !others.is_empty() {
-            alts.push(seq(vec![json_string_char(&others), any]));
-        }
-        for (&c, k) in &t.kids {
-            alts.push(seq(vec![json_string_char(&[(c as u32, c as u32)]), go(k)]));
-        }
-        alt(alts)
-    }
-    go(&root)
-}
-
 struct Plan {
     members: Vec<(Expr, bool)>,
     extra: Option<Expr>,
@@ -178,12 +144,42 @@ pub(crate) fn build(
     let min = string::get_count(b, m, "minProperties", ptr)?.unwrap_or(0);
     let max = string::get_count(b, m, "maxProperties", ptr)?;
     let l = b.layout;
+    // Strict mode closes objects that declare their members; an object schema that
+    // declares none (`{"type": "object"}`) is a free-form map, not an empty object.
+    let additional: Option<Value> = match m.get("additionalProperties") {
+        Some(Value::Bool(false)) => None,
+        Some(s @ (Value::Bool(true) | Value::Object(_))) => Some(s.clone()),
+        Some(_) => return Err(b.not_schema("`additionalProperties` must be a schema", ptr)),
+        None if b.opts.strict && (!props.is_empty() || patterns.is_some()) => None,
+        None => Some(Value::Bool(true)),
+    };
+    let keys = KeyClasses::new(b, m, props, &required, patterns, ptr)?;
+    // The value schema of a key of class `label`: the declared schema (if any), every
+    // matching pattern's schema, and `additionalProperties` when neither applies.
+    let value_of = |declared: Option<&Value>, label: u64| -> Option<Value> {
+        let mut all: Vec<Value> = declared.into_iter().cloned().collect();
+        all.extend(keys.patterns_of(label).map(|(_, v)| v.clone()));
+        match all.len() {
+            0 => additional.clone(),
+            1 => all.pop(),
+            _ => Some(json!({ "allOf": all })),
+        }
+    };
     let mut members = Vec::new();
-    let mut names: Vec<&str> = Vec::new();
-    for (name, s) in props {
-        let req = required.contains(&name.as_str());
-        let v = b.schema(s, &Builder::child(ptr, "properties", name), level + 1)?;
-        names.push(name);
+    let mut names: Vec<&str> = props.keys().map(String::as_str).collect();
+    names.extend(required.iter().filter(|r| !props.contains_key(**r)));
+    names.dedup();
+    for name in &names {
+        let req = required.contains(name);
+        let label = keys.set.label_of(name);
+        let vptr = match props.get(*name) {
+            Some(_) => Builder::child(ptr, "properties", name),
+            None => Builder::child(ptr, "required", name),
+        };
+        let v = match value_of(props.get(*name), label).filter(|_| keys.names_ok(label)) {
+            Some(s) => b.schema(&s, &vptr, level + 1)?,
+            None => nothing(),
+        };
         if is_nothing(&v) {
             if req {
                 return Ok(nothing());
@@ -192,50 +188,29 @@ pub(crate) fn build(
         }
         members.push((seq(vec![Builder::key_literal(name), l.colon(), v]), req));
     }
-    // Additional-property value schema.
-    let additional: Option<Expr> = match m.get("additionalProperties") {
-        Some(Value::Bool(false)) => None,
-        Some(Value::Bool(true)) => Some(b.any_value(level + 1)?),
-        Some(s @ Value::Object(_)) => Some(b.schema(s, &format!("{ptr}/additionalProperties"), level + 1)?),
-        Some(_) => return Err(b.not_schema("`additionalProperties` must be a schema", ptr)),
-        None if b.opts.strict => None,
-        None => Some(b.any_value(level + 1)?),
-    };
-    for r in &required {
-        if !props.contains_key(*r) && !names.contains(r) {
-            let v = match (&additional, patterns) {
-                (Some(v), _) => v.clone(),
-                (None, Some(_)) => b.any_value(level + 1)?,
-                (None, None) => return Ok(nothing()),
-            };
-            names.push(r);
-            members.push((seq(vec![Builder::key_literal(r), l.colon(), v]), true));
-        }
-    }
+    // Extra members: one key class per label outside the declared names.
     let mut extras = Vec::new();
-    if let Some(p) = patterns {
-        for (pat, s) in p {
-            let pptr = Builder::child(ptr, "patternProperties", pat);
-            let key = regex_to_json_string_expr(pat, 0, None, &b.opts.limits.regex)
-                .map_err(|e| b.err(super::SchemaErrorKind::Regex(e), &pptr))?;
-            let v = b.schema(s, &pptr, level + 1)?;
-            extras.push(seq(vec![lit("\""), key, lit("\""), l.colon(), v]));
+    for label in keys.set.labels() {
+        if label & 1 != 0 || !keys.names_ok(label) {
+            continue;
         }
-    }
-    if let Some(v) = additional.filter(|v| !is_nothing(v)) {
-        let key = match m.get("propertyNames") {
-            None | Some(Value::Bool(true)) => seq(vec![lit("\""), string_not_in(&names), lit("\"")]),
-            Some(Value::Bool(false)) => nothing(),
-            Some(Value::Object(pn)) => {
-                let mut pn = pn.clone();
-                pn.insert("type".into(), Value::String("string".into()));
-                b.schema(&Value::Object(pn), &format!("{ptr}/propertyNames"), level + 1)?
-            }
-            Some(_) => return Err(b.not_schema("`propertyNames` must be a schema", ptr)),
+        let Some(schema) = value_of(None, label) else { continue };
+        let vptr = match keys.patterns_of(label).next() {
+            Some((pat, _)) => Builder::child(ptr, "patternProperties", pat),
+            None => format!("{ptr}/additionalProperties"),
         };
-        if !is_nothing(&key) {
-            extras.push(seq(vec![key, l.colon(), v]));
+        let v = b.schema(&schema, &vptr, level + 1)?;
+        if is_nothing(&v) {
+            continue;
         }
+        let key = match &keys.fallback_names {
+            Some(pn) if label >> 1 == 0 => pn.clone(),
+            _ => {
+                let Some(body) = keys.rules(b, label, ptr)? else { continue };
+                seq(vec![lit("\""), body, lit("\"")])
+            }
+        };
+        extras.push(seq(vec![key, l.colon(), v]));
     }
     let extra = if extras.is_empty() { None } else { Some(alt(extras)) };
     let counting = min > 0 || max.is_some();
@@ -251,4 +226,123 @@ pub(crate) fn build(
     let nullable = nreq == 0 && min == 0;
     let full = seq(vec![l.open('{', level), body, l.close('}', level)]);
     Ok(if nullable { alt(vec![l.empty('{', '}'), full]) } else { full })
+}
+
+/// How the keys of one object schema split into classes (see [`crate::regex::keyset`]):
+/// label bit 0 = a declared (or required) name, bits `1..=k` = pattern `i` matches,
+/// the bits above = the parts of `propertyNames` every key must satisfy.
+struct KeyClasses<'s> {
+    set: KeySet,
+    patterns: Vec<(&'s str, &'s Value)>,
+    /// Mask of the `propertyNames` bits (all must be set for a key to be allowed).
+    names_mask: u64,
+    /// A `propertyNames` schema too general for the key automaton: it is used as the key
+    /// of additional members instead (overlaps with pattern keys are not excluded).
+    fallback_names: Option<Expr>,
+}
+
+impl<'s> KeyClasses<'s> {
+    fn new(
+        b: &mut Builder,
+        m: &Map<String, Value>,
+        props: &'s Map<String, Value>,
+        required: &[&'s str],
+        patterns: Option<&'s Map<String, Value>>,
+        ptr: &str,
+    ) -> Result<Self, SchemaError> {
+        let mut names: Vec<&str> = props.keys().map(String::as_str).collect();
+        names.extend(required);
+        let patterns: Vec<(&str, &Value)> =
+            patterns.into_iter().flatten().map(|(k, v)| (k.as_str(), v)).collect();
+        if patterns.len() > 48 {
+            return Err(b.err(
+                super::SchemaErrorKind::Limit { what: "patternProperties", given: patterns.len(), limit: 48 },
+                ptr,
+            ));
+        }
+        let mut pn_names: Vec<&str> = Vec::new();
+        let mut comps: Vec<Component> = vec![Component::Names(&names)];
+        comps.extend(patterns.iter().map(|(p, _)| Component::Pattern(p)));
+        let first_pn = comps.len();
+        let mut fallback_names = None;
+        let pn_ptr = format!("{ptr}/propertyNames");
+        match m.get("propertyNames") {
+            None | Some(Value::Bool(true)) => {}
+            Some(Value::Bool(false)) => comps.push(Component::Names(&[])),
+            Some(Value::Object(pn)) => match key_components(pn, &mut pn_names) {
+                Some(cs) => comps.extend(cs),
+                None => {
+                    let mut pn = pn.clone();
+                    pn.insert("type".into(), Value::String("string".into()));
+                    fallback_names = Some(b.schema(&Value::Object(pn), &pn_ptr, 0)?);
+                }
+            },
+            Some(_) => return Err(b.not_schema("`propertyNames` must be a schema", ptr)),
+        }
+        if !pn_names.is_empty() {
+            comps.push(Component::Names(&pn_names));
+        }
+        let names_mask = ((1u64 << comps.len()) - 1) & !((1u64 << first_pn) - 1);
+        let set = KeySet::build(&comps, &b.opts.limits.regex).map_err(|e| {
+            let at = match &e.pattern {
+                p if patterns.iter().any(|(q, _)| *q == p.as_str()) => {
+                    Builder::child(ptr, "patternProperties", p)
+                }
+                _ => pn_ptr.clone(),
+            };
+            b.err(super::SchemaErrorKind::Regex(e), &at)
+        })?;
+        Ok(KeyClasses { set, patterns, names_mask, fallback_names })
+    }
+
+    /// Whether keys of class `label` satisfy `propertyNames`.
+    fn names_ok(&self, label: u64) -> bool {
+        label & self.names_mask == self.names_mask
+    }
+
+    /// The patterns (and their schemas) that match keys of class `label`.
+    fn patterns_of(&self, label: u64) -> impl Iterator<Item = (&'s str, &'s Value)> + '_ {
+        self.patterns.iter().enumerate().filter(move |(i, _)| label >> (i + 1) & 1 == 1).map(|(_, p)| *p)
+    }
+
+    /// The keys of class `label` as a JSON string body, or `None` if there are none.
+    fn rules(&self, b: &mut Builder, label: u64, ptr: &str) -> Result<Option<Expr>, SchemaError> {
+        let first = b.rules.len() as u32;
+        let Some(bodies) = self.set.class_rules(|l| l == label, first) else { return Ok(None) };
+        for body in bodies {
+            let id = b.new_rule("key", ptr)?;
+            b.rules[id.index()].body = body;
+        }
+        Ok(Some(Expr::Rule(crate::grammar::RuleId(first))))
+    }
+}
+
+/// `propertyNames` as key-automaton components, when it only uses `pattern`,
+/// `minLength`/`maxLength` and string `enum`/`const` (plus annotations); `None` otherwise.
+/// Enumerated names are appended to `names` (one more [`Component::Names`]).
+fn key_components<'a>(pn: &'a Map<String, Value>, names: &mut Vec<&'a str>) -> Option<Vec<Component<'a>>> {
+    let mut out = Vec::new();
+    let (mut min, mut max) = (0u32, None);
+    for (k, v) in pn {
+        match (k.as_str(), v) {
+            ("type", Value::String(t)) if t == "string" => {}
+            ("pattern", Value::String(p)) => out.push(Component::Pattern(p)),
+            ("minLength", v) => min = u32::try_from(v.as_u64()?).ok()?,
+            ("maxLength", v) => max = Some(u32::try_from(v.as_u64()?).ok()?),
+            ("enum", Value::Array(a)) => {
+                let before = names.len();
+                names.extend(a.iter().filter_map(Value::as_str));
+                if names.len() == before {
+                    out.push(Component::Names(&[]));
+                }
+            }
+            ("const", Value::String(c)) => names.push(c),
+            ("title" | "description" | "$comment" | "examples" | "default" | "$schema", _) => {}
+            _ => return None,
+        }
+    }
+    if min > 0 || max.is_some() {
+        out.push(Component::Length { min, max });
+    }
+    Some(out)
 }

@@ -91,7 +91,12 @@ pub(crate) fn build(b: &mut Builder, m: &Map<String, Value>, ptr: &str) -> Resul
                 )?;
             }
             Some(re) => pattern = Some((re, "format")),
-            None => b.warn("format", ptr, &format!("format `{f}` is not enforced (annotation)")),
+            None => b.unsupported(
+                "format",
+                &format!("format `{f}` is not known"),
+                "not enforced: any string",
+                ptr,
+            )?,
         }
     }
     let (min32, max32) = (min as u32, max.map(|x| x as u32));

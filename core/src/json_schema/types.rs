@@ -48,15 +48,15 @@ const ENFORCED: &[&str] = &[
     "not",
     "contains",
     "minContains",
+    "dependentRequired",
+    "dependentSchemas",
+    "dependencies",
 ];
 
 /// JSON Schema keywords that constrain instances but are not (fully) enforced.
 const UNENFORCED: &[&str] = &[
     "uniqueItems",
     "maxContains",
-    "dependentRequired",
-    "dependentSchemas",
-    "dependencies",
     "unevaluatedProperties",
     "unevaluatedItems",
     "if",
@@ -331,6 +331,9 @@ impl<'a> Builder<'a> {
     }
 
     fn map_schema(&mut self, m: &Map<String, Value>, ptr: &str, level: u32) -> Result<Expr, SchemaError> {
+        if let Some(rewritten) = combine::dependencies_as_all_of(self, m, ptr)? {
+            return self.map_schema(&rewritten, ptr, level);
+        }
         if let Some(r) = m.get("$ref") {
             let r = r.as_str().ok_or_else(|| self.not_schema("`$ref` must be a string", ptr))?;
             let siblings = m
@@ -369,12 +372,17 @@ impl<'a> Builder<'a> {
                         );
                     }
                 }
-                if key == "oneOf" && !combine::provably_disjoint(self, branches, ptr) {
-                    self.warn(
-                        "oneOf",
-                        ptr,
-                        "branches may overlap: built as anyOf (a value matching two branches is accepted)",
-                    );
+                let mut branches = branches.clone();
+                if key == "oneOf" && !combine::provably_disjoint(self, &branches, ptr) {
+                    match combine::exclusive_required(&rest, &branches) {
+                        Some(exact) => branches = exact,
+                        None => self.unsupported(
+                            "oneOf",
+                            "the branches may overlap",
+                            "built as anyOf (a value matching two branches is accepted)",
+                            ptr,
+                        )?,
+                    }
                 }
                 let has_rest =
                     rest.keys().any(|k| ENFORCED.contains(&k.as_str()) || UNENFORCED.contains(&k.as_str()));
@@ -443,11 +451,6 @@ impl<'a> Builder<'a> {
             "uniqueItems" if m.get(k) == Some(&Value::Bool(false)) => Ok(()),
             "uniqueItems" if m.get("maxItems").and_then(Value::as_u64).is_some_and(|n| n <= 1) => Ok(()),
             "then" | "else" if !m.contains_key("if") => Ok(()),
-            "dependentRequired" | "dependentSchemas" | "dependencies"
-                if m.get(k).and_then(Value::as_object).is_some_and(|o| o.is_empty()) =>
-            {
-                Ok(())
-            }
             "unevaluatedProperties" | "unevaluatedItems" if m.get(k) == Some(&Value::Bool(true)) => Ok(()),
             _ => self.unsupported(
                 k,

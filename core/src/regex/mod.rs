@@ -47,6 +47,7 @@
 //! # Ok::<(), grammask::regex::RegexError>(())
 //! ```
 
+pub(crate) mod keyset;
 pub(crate) mod lower;
 mod parse;
 

@@ -10,7 +10,7 @@
 use crate::load_tokenizer;
 use crate::stats::summary;
 use clap::Args;
-use grammask::json_schema::{to_python_json, Whitespace};
+use grammask::json_schema::{to_python_json, JsonSchemaOptions, Whitespace};
 use grammask::{CompileOptions, GrammarCompiler, GrammarMatcher, GrammarSpec, TokenBitmask};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -31,6 +31,13 @@ pub struct MaskbenchArgs {
     /// Write one JSON line per file, with the reason for every failure, to stderr.
     #[arg(long)]
     per_file: bool,
+    /// Allow properties the schema is silent about (JSON Schema's default; turns off
+    /// strict mode).
+    #[arg(long)]
+    allow_extra_properties: bool,
+    /// Approximate keywords that are not enforced (with a warning) instead of failing.
+    #[arg(long)]
+    lenient: bool,
     /// MaskBench JSON files or folders of them.
     #[arg(required = true)]
     paths: Vec<PathBuf>,
@@ -82,7 +89,9 @@ pub fn run(a: &MaskbenchArgs) -> Result<(), String> {
         rayon::ThreadPoolBuilder::new().num_threads(a.threads.max(1)).build().map_err(|e| e.to_string())?;
     let results: Vec<FileResult> = pool.install(|| {
         use rayon::prelude::*;
-        files.par_iter().map(|f| run_file(f, &tok, &info)).collect()
+        let options =
+            JsonSchemaOptions { strict: !a.allow_extra_properties, lenient: a.lenient, ..Default::default() };
+        files.par_iter().map(|f| run_file(f, &tok, &info, &options)).collect()
     });
     let mut totals = [0usize; 4];
     let (mut compile_errors, mut tokens) = (0, 0);
@@ -111,7 +120,12 @@ pub fn run(a: &MaskbenchArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn run_file(path: &Path, tok: &tokenizers::Tokenizer, info: &Arc<grammask::TokenizerInfo>) -> FileResult {
+fn run_file(
+    path: &Path,
+    tok: &tokenizers::Tokenizer,
+    info: &Arc<grammask::TokenizerInfo>,
+    options: &JsonSchemaOptions,
+) -> FileResult {
     let mut r = FileResult::default();
     let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
     let doc: Value = match std::fs::read(path)
@@ -128,7 +142,7 @@ fn run_file(path: &Path, tok: &tokenizers::Tokenizer, info: &Arc<grammask::Token
     let schema = doc.get("schema").cloned().unwrap_or(Value::Bool(true)).to_string();
     let compiler = GrammarCompiler::with_options(info.clone(), CompileOptions::default(), 0);
     let t0 = Instant::now();
-    let compiled = match compiler.compile(&GrammarSpec::json_schema(schema)) {
+    let compiled = match compiler.compile(&GrammarSpec::JsonSchema { schema, options: options.clone() }) {
         Ok(c) => c,
         Err(e) => {
             r.compile_error = true;
@@ -176,7 +190,7 @@ fn run_file(path: &Path, tok: &tokenizers::Tokenizer, info: &Arc<grammask::Token
         r.counts[slot] += 1;
         if valid != accepted {
             let at = rejected_at.map_or_else(
-                || "end (no stop token allowed)".to_string(),
+                || if accepted { "accepted in full" } else { "end (no stop token allowed)" }.to_string(),
                 |k| {
                     format!(
                         "token {k} {:?} after {:?}",

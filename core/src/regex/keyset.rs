@@ -1,0 +1,394 @@
+//! Boolean combinations of string languages, for JSON object keys.
+//!
+//! An object schema sorts every possible key into exactly one class: a declared property,
+//! a key matched by some set of `patternProperties`, or an "additional" key. Which value
+//! schema applies depends on the class, so the grammar needs each class as its own key
+//! language — `pattern₁ ∧ ¬pattern₂ ∧ ¬names`, and so on. Grammar IR has no intersection
+//! or complement, so this module does them on a small character-level automaton: every
+//! component language becomes a Thompson NFA over Unicode scalar ranges, one subset
+//! construction runs them all at once, and each DFA state is labelled with the set of
+//! components that accept there. A key class is then "the DFA with these labels final",
+//! written back as grammar rules by [`KeySet::class_rules`].
+
+use super::lower::split_anchors;
+use super::parse::{Node, Parser};
+use super::{json_string_char, RegexError, RegexErrorKind, RegexLimits};
+use crate::grammar::class::subtract_class;
+use crate::grammar::{Expr, RuleId};
+use std::collections::HashMap;
+
+/// Every scalar value a JSON string can hold.
+const ANY: &[(u32, u32)] = &[(0, 0xD7FF), (0xE000, 0x10FFFF)];
+
+/// One language in the combination.
+#[derive(Debug, Clone)]
+pub(crate) enum Component<'a> {
+    /// Strings the ECMA-262 pattern matches somewhere (JSON Schema semantics: unanchored
+    /// unless `^` / `$`).
+    Pattern(&'a str),
+    /// Exactly these strings.
+    Names(&'a [&'a str]),
+    /// Strings of `min..=max` characters.
+    Length {
+        /// Fewest characters.
+        min: u32,
+        /// Most characters (`None`: unbounded).
+        max: Option<u32>,
+    },
+}
+
+/// The joint DFA of several [`Component`]s. State 0 is the start.
+#[derive(Debug)]
+pub(crate) struct KeySet {
+    /// Per state: `(lo, hi, target)` edges over disjoint scalar ranges, sorted.
+    edges: Vec<Vec<(u32, u32, u32)>>,
+    /// Per state: bit `i` set when component `i` accepts there.
+    labels: Vec<u64>,
+}
+
+/// NFA under construction: epsilon edges and range edges per state.
+#[derive(Default)]
+struct Nfa {
+    eps: Vec<Vec<u32>>,
+    ranges: Vec<Vec<(u32, u32, u32)>>,
+}
+
+impl Nfa {
+    fn state(&mut self) -> u32 {
+        self.eps.push(Vec::new());
+        self.ranges.push(Vec::new());
+        (self.eps.len() - 1) as u32
+    }
+
+    /// Adds `n` between `from` and a new state, which is returned.
+    fn node(&mut self, n: &Node, from: u32, limit: usize) -> Result<u32, usize> {
+        if self.eps.len() > limit {
+            return Err(self.eps.len());
+        }
+        Ok(match n {
+            Node::Empty | Node::Start | Node::End => from,
+            Node::Class(r) => {
+                let to = self.state();
+                self.ranges[from as usize].extend(r.iter().map(|&(a, b)| (a, b, to)));
+                to
+            }
+            Node::Seq(v) => {
+                let mut at = from;
+                for x in v {
+                    at = self.node(x, at, limit)?;
+                }
+                at
+            }
+            Node::Alt(v) => {
+                let to = self.state();
+                for x in v {
+                    let s = self.state();
+                    self.eps[from as usize].push(s);
+                    let e = self.node(x, s, limit)?;
+                    self.eps[e as usize].push(to);
+                }
+                to
+            }
+            Node::Repeat { node, min, max } => {
+                let mut at = from;
+                for _ in 0..*min {
+                    at = self.node(node, at, limit)?;
+                }
+                match max {
+                    None => {
+                        // at —ε→ loop —node→ back to loop; loop —ε→ out.
+                        let lp = self.state();
+                        self.eps[at as usize].push(lp);
+                        let e = self.node(node, lp, limit)?;
+                        self.eps[e as usize].push(lp);
+                        let out = self.state();
+                        self.eps[lp as usize].push(out);
+                        out
+                    }
+                    Some(max) => {
+                        let out = self.state();
+                        self.eps[at as usize].push(out);
+                        for _ in *min..*max {
+                            at = self.node(node, at, limit)?;
+                            self.eps[at as usize].push(out);
+                        }
+                        out
+                    }
+                }
+            }
+        })
+    }
+
+    fn closure(&self, set: &mut Vec<u32>) {
+        let mut i = 0;
+        while i < set.len() {
+            let s = set[i] as usize;
+            for &t in &self.eps[s] {
+                if !set.contains(&t) {
+                    set.push(t);
+                }
+            }
+            i += 1;
+        }
+        set.sort_unstable();
+    }
+}
+
+impl KeySet {
+    /// Builds the joint DFA. At most 64 components; `limits.max_size` bounds both the
+    /// NFA and the DFA (a typed [`RegexErrorKind::TooLarge`] beyond it).
+    pub(crate) fn build(components: &[Component<'_>], limits: &RegexLimits) -> Result<KeySet, RegexError> {
+        let too_large = |given: usize, pattern: &str| RegexError {
+            kind: RegexErrorKind::TooLarge { given: given as u64, limit: limits.max_size },
+            pattern: pattern.to_string(),
+            offset: 0,
+        };
+        let mut nfa = Nfa::default();
+        let start = nfa.state();
+        let mut finals: Vec<u32> = Vec::new();
+        for c in components.iter().take(64) {
+            let s = nfa.state();
+            nfa.eps[start as usize].push(s);
+            let end = match c {
+                Component::Pattern(p) => {
+                    let any = || Node::Repeat { node: Box::new(Node::Class(ANY.to_vec())), min: 0, max: None };
+                    let mut alts = Vec::new();
+                    for b in split_anchors(Parser::new(p, limits).parse()?, p)? {
+                        let mut seq = Vec::new();
+                        if !b.start {
+                            seq.push(any());
+                        }
+                        seq.push(b.body);
+                        if !b.end {
+                            seq.push(any());
+                        }
+                        alts.push(Node::Seq(seq));
+                    }
+                    nfa.node(&Node::Alt(alts), s, limits.max_size).map_err(|n| too_large(n, p))?
+                }
+                Component::Names(names) => {
+                    let alts = names
+                        .iter()
+                        .map(|n| Node::Seq(n.chars().map(|c| Node::Class(vec![(c as u32, c as u32)])).collect()))
+                        .collect();
+                    nfa.node(&Node::Alt(alts), s, limits.max_size).map_err(|n| too_large(n, ""))?
+                }
+                Component::Length { min, max } => {
+                    let n = Node::Repeat { node: Box::new(Node::Class(ANY.to_vec())), min: *min, max: *max };
+                    nfa.node(&n, s, limits.max_size).map_err(|n| too_large(n, ""))?
+                }
+            };
+            finals.push(end);
+        }
+        // Alphabet partition: the boundaries of every range edge.
+        let mut cuts = vec![0u32, 0x11_0000];
+        for es in &nfa.ranges {
+            for &(a, b, _) in es {
+                cuts.push(a);
+                cuts.push(b + 1);
+            }
+        }
+        cuts.sort_unstable();
+        cuts.dedup();
+        let label = |set: &[u32]| -> u64 {
+            finals.iter().enumerate().fold(0, |acc, (i, f)| acc | ((set.binary_search(f).is_ok() as u64) << i))
+        };
+        let mut first = vec![start];
+        nfa.closure(&mut first);
+        let mut index: HashMap<Vec<u32>, u32> = HashMap::new();
+        index.insert(first.clone(), 0);
+        let mut sets = vec![first];
+        let mut edges = Vec::new();
+        let mut labels = Vec::new();
+        while edges.len() < sets.len() {
+            let set = sets[edges.len()].clone();
+            labels.push(label(&set));
+            // Targets per alphabet window, found by binary search on each edge's ends.
+            let mut targets: Vec<Vec<u32>> = vec![Vec::new(); cuts.len() - 1];
+            for &st in &set {
+                for &(a, b, t) in &nfa.ranges[st as usize] {
+                    let (i0, i1) = (cuts.partition_point(|&c| c < a), cuts.partition_point(|&c| c <= b));
+                    for ts in &mut targets[i0..i1] {
+                        if !ts.contains(&t) {
+                            ts.push(t);
+                        }
+                    }
+                }
+            }
+            let mut out: Vec<(u32, u32, u32)> = Vec::new();
+            for (w, ts) in targets.iter_mut().enumerate() {
+                if ts.is_empty() {
+                    continue;
+                }
+                let (lo, hi) = (cuts[w], cuts[w + 1] - 1);
+                nfa.closure(ts);
+                let id = match index.get(ts.as_slice()) {
+                    Some(&id) => id,
+                    None => {
+                        if sets.len() >= limits.max_size {
+                            return Err(too_large(sets.len() + 1, ""));
+                        }
+                        let id = sets.len() as u32;
+                        index.insert(ts.clone(), id);
+                        sets.push(ts.clone());
+                        id
+                    }
+                };
+                match out.last_mut() {
+                    Some(last) if last.2 == id && last.1 + 1 == lo => last.1 = hi,
+                    _ => out.push((lo, hi, id)),
+                }
+            }
+            edges.push(out);
+        }
+        Ok(KeySet { edges, labels })
+    }
+
+    /// The label (bit `i`: component `i` accepts) of `key`.
+    pub(crate) fn label_of(&self, key: &str) -> u64 {
+        let mut s = 0usize;
+        for c in key.chars() {
+            let c = c as u32;
+            match self.edges[s].iter().find(|e| e.0 <= c && c <= e.1) {
+                Some(e) => s = e.2 as usize,
+                None => return 0,
+            }
+        }
+        self.labels[s]
+    }
+
+    /// The distinct labels of the states, i.e. every label some string has (the start
+    /// state's label included). The set of all strings with no accepting component is
+    /// label 0, which is present whenever some string escapes every component.
+    pub(crate) fn labels(&self) -> Vec<u64> {
+        let mut v = self.labels.clone();
+        // A string that leaves the automaton has label 0 too.
+        if self.edges.iter().any(|e| covered(e) < ANY_LEN) {
+            v.push(0);
+        }
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// The JSON string bodies (without quotes) of the keys whose label satisfies
+    /// `accept`, as the bodies of consecutive grammar rules numbered from `first`; the
+    /// first one is the start. `None` when no key qualifies.
+    pub(crate) fn class_rules(&self, accept: impl Fn(u64) -> bool, first: u32) -> Option<Vec<Expr>> {
+        // A virtual sink state stands for "left the automaton" (label 0, loops on ANY).
+        let n = self.edges.len();
+        let sink = n;
+        let sink_used = accept(0) && self.edges.iter().any(|e| covered(e) < ANY_LEN);
+        let succs: Vec<Vec<(Vec<(u32, u32)>, usize)>> = (0..=n)
+            .map(|s| {
+                if s == sink {
+                    return if sink_used { vec![(ANY.to_vec(), sink)] } else { Vec::new() };
+                }
+                let mut by_target: Vec<(Vec<(u32, u32)>, usize)> = Vec::new();
+                for &(a, b, t) in &self.edges[s] {
+                    match by_target.iter_mut().find(|x| x.1 == t as usize) {
+                        Some(x) => x.0.push((a, b)),
+                        None => by_target.push((vec![(a, b)], t as usize)),
+                    }
+                }
+                if sink_used {
+                    let taken: Vec<(u32, u32)> = self.edges[s].iter().map(|e| (e.0, e.1)).collect();
+                    let gaps = subtract_class(ANY, &taken);
+                    if !gaps.is_empty() {
+                        by_target.push((gaps, sink));
+                    }
+                }
+                by_target
+            })
+            .collect();
+        let is_final =
+            |s: usize| if s == sink { sink_used && accept(0) } else { accept(self.labels[s]) };
+        // Live states: those from which a final state is reachable (backward fixpoint).
+        let mut live: Vec<bool> = (0..=n).map(is_final).collect();
+        loop {
+            let mut changed = false;
+            for s in 0..=n {
+                if !live[s] && succs[s].iter().any(|(_, t)| live[*t]) {
+                    live[s] = true;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        if !live[0] {
+            return None;
+        }
+        let mut rule_of = vec![None; n + 1];
+        let mut made = 0u32;
+        for s in (0..=n).filter(|&s| live[s]) {
+            rule_of[s] = Some(RuleId(first + made));
+            made += 1;
+        }
+        let bodies = (0..=n)
+            .filter(|&s| live[s])
+            .map(|s| {
+                // Self-loops become a repetition, so that the rules of a DFA whose only
+                // cycles are self-loops (tries, `[a-z]+`, `.{1,9}`) are not recursive
+                // and the grammar optimizer can inline them into one automaton.
+                let mut alts = Vec::new();
+                let mut self_loop = None;
+                if is_final(s) {
+                    alts.push(Expr::Empty);
+                }
+                for (ranges, t) in &succs[s] {
+                    if *t == s {
+                        self_loop = Some(json_string_char(ranges));
+                    } else if let Some(r) = rule_of[*t] {
+                        alts.push(Expr::Seq(vec![json_string_char(ranges), Expr::Rule(r)]));
+                    }
+                }
+                let rest = if alts.len() == 1 { alts.pop().unwrap_or(Expr::Empty) } else { Expr::Alt(alts) };
+                match self_loop {
+                    Some(c) => Expr::Seq(vec![Expr::Repeat { expr: Box::new(c), min: 0, max: None }, rest]),
+                    None => rest,
+                }
+            })
+            .collect();
+        Some(bodies)
+    }
+}
+
+/// Number of scalar values covered by a state's edges.
+fn covered(e: &[(u32, u32, u32)]) -> u64 {
+    e.iter().map(|&(a, b, _)| intersect_len(a, b)).sum()
+}
+
+fn intersect_len(a: u32, b: u32) -> u64 {
+    ANY.iter().map(|&(x, y)| (b.min(y) as i64 - a.max(x) as i64 + 1).max(0) as u64).sum()
+}
+
+const ANY_LEN: u64 = 0xD800 + (0x11_0000 - 0xE000);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ks(c: &[Component<'_>]) -> KeySet {
+        KeySet::build(c, &RegexLimits::default()).unwrap()
+    }
+
+    #[test]
+    fn labels_follow_components() {
+        let names = ["id", "name"];
+        let k = ks(&[Component::Names(&names), Component::Pattern("^[a-z]+$"), Component::Pattern("d")]);
+        assert_eq!(k.label_of("id"), 0b111);
+        assert_eq!(k.label_of("name"), 0b011);
+        assert_eq!(k.label_of("abc"), 0b010);
+        assert_eq!(k.label_of("x1"), 0b000);
+        assert_eq!(k.label_of("D1d"), 0b100);
+        assert_eq!(k.labels(), vec![0, 0b010, 0b011, 0b100, 0b110, 0b111]);
+    }
+
+    #[test]
+    fn surrogates_are_not_keys() {
+        let k = ks(&[Component::Pattern(r"^[\s\S]*$")]);
+        assert_eq!(k.labels(), vec![1]);
+    }
+}
