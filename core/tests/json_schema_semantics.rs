@@ -10,7 +10,9 @@ use std::sync::Arc;
 
 fn compiler() -> GrammarCompiler {
     let bytes: Vec<Vec<u8>> = (0u8..=255).map(|b| vec![b]).collect();
-    GrammarCompiler::new(Arc::new(TokenizerInfo::from_byte_tokens(bytes, &TokenizerOptions::default()).unwrap()))
+    GrammarCompiler::new(Arc::new(
+        TokenizerInfo::from_byte_tokens(bytes, &TokenizerOptions::default()).unwrap(),
+    ))
 }
 
 fn accepts(c: &GrammarCompiler, schema: &str, opts: &JsonSchemaOptions, text: &str) -> bool {
@@ -118,7 +120,12 @@ fn dependencies_are_enforced() {
     check(
         s,
         &JsonSchemaOptions::default(),
-        &[(r#"{"a": 1, "b": 2, "c": 3}"#, true), (r#"{"a": 1, "b": 2}"#, false), (r#"{"a": 1}"#, false), (r#"{}"#, true)],
+        &[
+            (r#"{"a": 1, "b": 2, "c": 3}"#, true),
+            (r#"{"a": 1, "b": 2}"#, false),
+            (r#"{"a": 1}"#, false),
+            (r#"{}"#, true),
+        ],
     );
 }
 
@@ -142,14 +149,22 @@ fn one_of_required_names_is_exclusive() {
 fn allof_merging_keeps_property_order() {
     let s = r#"{"allOf":[{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"},"c":{}}},
         {"properties":{"a":{"minimum":0}}}],"required":["a","b","c"]}"#;
-    check(s, &JsonSchemaOptions::default(), &[(r#"{"a": 1, "b": 2, "c": 3}"#, true), (r#"{"a": -1, "b": 2, "c": 3}"#, false)]);
+    check(
+        s,
+        &JsonSchemaOptions::default(),
+        &[(r#"{"a": 1, "b": 2, "c": 3}"#, true), (r#"{"a": -1, "b": 2, "c": 3}"#, false)],
+    );
 }
 
 #[test]
 fn unenforceable_forms_are_typed_errors_unless_lenient() {
     let cases = [
         (r#"{"oneOf":[{"type":"integer"},{"minimum":2}]}"#, "oneOf", ""),
-        (r#"{"type":"object","properties":{"s":{"type":"string","format":"no-such-format"}}}"#, "format", "/properties/s"),
+        (
+            r#"{"type":"object","properties":{"s":{"type":"string","format":"no-such-format"}}}"#,
+            "format",
+            "/properties/s",
+        ),
     ];
     for (schema, keyword, pointer) in cases {
         let e = json_schema_str_to_grammar(schema, &JsonSchemaOptions::default()).unwrap_err();

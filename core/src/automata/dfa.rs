@@ -218,75 +218,155 @@ impl Dfa {
         self.finals = finals;
     }
 
-    /// Moore minimization: merges states with identical futures.
+    /// Hopcroft minimization: merges states with identical futures.
     ///
-    /// Each round gives every state a signature (its class, then its transitions' classes,
-    /// run-length encoded over byte classes, then its rule edges) in one flat buffer, and
-    /// renumbers classes by sorting states on their signatures — no per-state allocation.
+    /// Letters are the byte classes plus one letter per rule referenced; the automaton is
+    /// completed with a virtual sink (missing edges and `DEAD` lead there), because
+    /// Hopcroft's "process only the smaller half" step is only sound on complete DFAs.
+    /// `O(m log n)` for `m` edges: long chains (`maxLength: 254`, `{1,255}`) that make
+    /// round-based Moore refinement quadratic stay linear-logarithmic here.
     pub fn minimize(&mut self) {
         let n = self.len();
         let nc = self.n_classes;
-        let mut class: Vec<u32> = self.finals.iter().map(|&f| f as u32).collect();
-        let mut count = 0usize;
-        let mut buf: Vec<u32> = Vec::new();
-        let mut spans: Vec<(u32, u32)> = Vec::with_capacity(n);
-        // Transition rows run-length encoded once: `(first class, target)` per run.
-        let mut runs: Vec<(u32, u32)> = Vec::new();
-        let mut run_ends: Vec<u32> = Vec::with_capacity(n);
-        for s in 0..n {
-            let mut last = DEAD - 1;
-            for (c, &t) in self.trans[s * nc..(s + 1) * nc].iter().enumerate() {
-                if t != last {
-                    runs.push((c as u32, t));
-                    last = t;
+        let sink = n;
+        let total = n + 1;
+        let mut rule_letters: Vec<u32> = self.rules.iter().flatten().map(|&(r, _)| r).collect();
+        rule_letters.sort_unstable();
+        rule_letters.dedup();
+        let nl = nc + rule_letters.len();
+        // Inverse edges grouped by target (CSR): `(letter, source)`.
+        let tgt = |t: u32| if t == DEAD { sink } else { t as usize };
+        let mut offsets = vec![0u32; total + 1];
+        for r in &mut self.rules {
+            r.sort_unstable();
+        }
+        let each_edge = |f: &mut dyn FnMut(u32, usize, usize)| {
+            for st in 0..n {
+                for c in 0..nc {
+                    f(c as u32, st, tgt(self.trans[st * nc + c]));
+                }
+                let mut k = 0;
+                for (li, &r) in rule_letters.iter().enumerate() {
+                    let t = match self.rules[st].get(k) {
+                        Some(&(rr, t)) if rr == r => {
+                            k += 1;
+                            tgt(t)
+                        }
+                        _ => sink,
+                    };
+                    f((nc + li) as u32, st, t);
                 }
             }
-            run_ends.push(runs.len() as u32);
+            for l in 0..nl {
+                f(l as u32, sink, sink);
+            }
+        };
+        // Edges into the sink are never needed: the sink is a block of its own that is
+        // never a splitter (Hopcroft may leave any one initial block out of the work
+        // list), which keeps the cost proportional to the real edges of a sparse DFA.
+        each_edge(&mut |_, _, t| {
+            if t != sink {
+                offsets[t + 1] += 1
+            }
+        });
+        for i in 0..total {
+            offsets[i + 1] += offsets[i];
         }
-        loop {
-            buf.clear();
-            spans.clear();
-            for s in 0..n {
-                let cls = |t: u32| if t == DEAD { u32::MAX } else { class[t as usize] };
-                let start = buf.len() as u32;
-                buf.push(class[s]);
-                let mut last = u32::MAX - 1;
-                let r0 = if s == 0 { 0 } else { run_ends[s - 1] as usize };
-                for &(c, t) in &runs[r0..run_ends[s] as usize] {
-                    let k = cls(t);
-                    if k != last {
-                        buf.push(c);
-                        buf.push(k);
-                        last = k;
+        let mut fill = offsets.clone();
+        let mut inv = vec![(0u32, 0u32); offsets[total] as usize];
+        each_edge(&mut |l, s, t| {
+            if t != sink {
+                inv[fill[t] as usize] = (l, s as u32);
+                fill[t] += 1;
+            }
+        });
+        // Partition refinement: `elems` grouped by block, `pos` its inverse.
+        let finals: Vec<bool> = (0..total).map(|s| s < n && self.finals[s]).collect();
+        let mut elems: Vec<u32> = (0..n as u32).filter(|&s| finals[s as usize]).collect();
+        let n_final = elems.len();
+        elems.extend((0..n as u32).filter(|&s| !finals[s as usize]));
+        elems.push(sink as u32);
+        let mut pos = vec![0u32; total];
+        for (i, &s) in elems.iter().enumerate() {
+            pos[s as usize] = i as u32;
+        }
+        let mut start: Vec<u32> = Vec::new();
+        let mut end: Vec<u32> = Vec::new();
+        let mut block_of = vec![0u32; total];
+        for (a, b) in [(0, n_final), (n_final, n), (n, total)] {
+            if a < b {
+                for &s in &elems[a..b] {
+                    block_of[s as usize] = start.len() as u32;
+                }
+                start.push(a as u32);
+                end.push(b as u32);
+            }
+        }
+        let mut marked: Vec<u32> = vec![0; start.len()];
+        // Every initial block but the sink's (the last) is a splitter.
+        let mut work: Vec<u32> = (0..start.len() as u32 - 1).collect();
+        let mut in_work: Vec<bool> = (0..start.len()).map(|b| b + 1 < start.len()).collect();
+        let mut buckets: Vec<Vec<u32>> = vec![Vec::new(); nl];
+        let mut touched_letters: Vec<usize> = Vec::new();
+        let mut touched: Vec<u32> = Vec::new();
+        let mut splitter: Vec<u32> = Vec::new();
+        while let Some(a) = work.pop() {
+            in_work[a as usize] = false;
+            splitter.clear();
+            splitter.extend_from_slice(&elems[start[a as usize] as usize..end[a as usize] as usize]);
+            for &t in &splitter {
+                for &(l, src) in &inv[offsets[t as usize] as usize..offsets[t as usize + 1] as usize] {
+                    if buckets[l as usize].is_empty() {
+                        touched_letters.push(l as usize);
+                    }
+                    buckets[l as usize].push(src);
+                }
+            }
+            for l in touched_letters.drain(..) {
+                for &src in &buckets[l] {
+                    // Move `src` into the marked prefix of its block.
+                    let b = block_of[src as usize] as usize;
+                    if marked[b] == 0 {
+                        touched.push(b as u32);
+                    }
+                    let slot = start[b] + marked[b];
+                    let other = elems[slot as usize];
+                    let p = pos[src as usize];
+                    elems.swap(slot as usize, p as usize);
+                    pos[other as usize] = p;
+                    pos[src as usize] = slot;
+                    marked[b] += 1;
+                }
+                buckets[l].clear();
+                for b in touched.drain(..) {
+                    let b = b as usize;
+                    let m = marked[b];
+                    marked[b] = 0;
+                    if m == end[b] - start[b] {
+                        continue;
+                    }
+                    // The marked prefix becomes a new block.
+                    let nb = start.len() as u32;
+                    start.push(start[b]);
+                    end.push(start[b] + m);
+                    start[b] += m;
+                    marked.push(0);
+                    for &s in &elems[start[nb as usize] as usize..end[nb as usize] as usize] {
+                        block_of[s as usize] = nb;
+                    }
+                    let smaller = if m <= end[b] - start[b] { nb } else { b as u32 };
+                    if in_work[b] {
+                        in_work.push(true);
+                        work.push(nb);
+                    } else {
+                        in_work.push(false);
+                        in_work[smaller as usize] = true;
+                        work.push(smaller);
                     }
                 }
-                buf.push(u32::MAX);
-                for &(r, t) in &self.rules[s] {
-                    buf.push(r);
-                    buf.push(cls(t));
-                }
-                spans.push((start, buf.len() as u32));
             }
-            let sig = |s: u32| {
-                let (a, b) = spans[s as usize];
-                &buf[a as usize..b as usize]
-            };
-            let mut ids: FxHashMap<&[u32], u32> = FxHashMap::default();
-            ids.reserve(n);
-            let mut next = vec![0u32; n];
-            for (st, slot) in next.iter_mut().enumerate() {
-                let len = ids.len() as u32;
-                *slot = *ids.entry(sig(st as u32)).or_insert(len);
-            }
-            let id = ids.len().saturating_sub(1) as u32;
-            let new_count = if n == 0 { 0 } else { id as usize + 1 };
-            drop(ids);
-            class = next;
-            if new_count == count {
-                break;
-            }
-            count = new_count;
         }
+        let class: Vec<u32> = block_of[..n].to_vec();
         // Representative of each class: its first state; the start's class stays first.
         let mut map = vec![DEAD; n];
         let mut rep_of_class: FxHashMap<u32, u32> = FxHashMap::default();

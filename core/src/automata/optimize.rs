@@ -10,7 +10,8 @@
 //! 3. [`outline_large_repeats`] — a bounded repetition whose unrolled copies would be
 //!    large (`minItems: 600` of an object) gets its body moved into a rule of its own, so
 //!    unrolling copies one rule reference instead of the whole body. AFTER THIS: no
-//!    repetition unrolls to more than [`UNROLL_MAX_SIZE`] IR nodes of inline body.
+//!    repetition unrolls to more than [`UNROLL_MAX_SIZE`] IR nodes of inline body
+//!    ([`UNROLL_MAX_SIZE_REGULAR`] for small rule-free bodies).
 //! 4. [`drop_unreachable`] — rules not reachable from the root are removed and rules are
 //!    renumbered. AFTER THIS: every rule is reachable from the root.
 
@@ -22,6 +23,15 @@ pub const INLINE_MAX_SIZE: usize = 100;
 
 /// Largest `body size × repetition bound` unrolled inline; larger bodies are outlined.
 pub const UNROLL_MAX_SIZE: usize = 2_000;
+
+/// The same bound for small bodies that reference no rule (at most
+/// [`CHAR_MAX_SIZE`] nodes: `maxLength: 254` of a JSON string character): their copies
+/// stay one modest DFA, and outlining them would turn every character into a rule call,
+/// which is far slower to classify and to match.
+pub const UNROLL_MAX_SIZE_REGULAR: usize = 4_000;
+
+/// Largest rule-free body that [`UNROLL_MAX_SIZE_REGULAR`] applies to.
+pub const CHAR_MAX_SIZE: usize = 16;
 
 /// Runs all IR passes in order.
 pub fn optimize(g: &Grammar) -> Result<Grammar, GrammarError> {
@@ -159,7 +169,11 @@ fn outline_in(e: &mut Expr, name: &str, base: usize, out: &mut Vec<Rule>) {
         Expr::Repeat { expr, min, max } => {
             outline_in(expr, name, base, out);
             let copies = max.unwrap_or(*min).max(*min) as usize;
-            if copies > 1 && expr.size() > 1 && expr.size().saturating_mul(copies) > UNROLL_MAX_SIZE {
+            let body = expr.expanded_size();
+            let mut regular = body <= CHAR_MAX_SIZE as u64;
+            expr.for_each_rule(&mut |_| regular = false);
+            let limit = if regular { UNROLL_MAX_SIZE_REGULAR } else { UNROLL_MAX_SIZE } as u64;
+            if copies > 1 && body > 1 && body.saturating_mul(copies as u64) > limit {
                 let id = RuleId((base + out.len()) as u32);
                 let body = std::mem::replace(&mut **expr, Expr::Rule(id));
                 out.push(Rule { name: format!("{name}__repeat{}", out.len()), body });
@@ -241,15 +255,22 @@ mod tests {
 
     #[test]
     fn large_repeats_are_outlined() {
-        let g = Grammar::from_ebnf("root ::= (\"{\" [a-z]+ \":\" [0-9]+ \"}\"){600,}").unwrap();
+        let g =
+            Grammar::from_ebnf("root ::= (\"{\" [a-z]+ \":\" v \"}\"){600,}\nv ::= \"[\" v? \"]\"").unwrap();
         let o = optimize(&g).unwrap();
-        assert_eq!(o.rules.len(), 2);
+        assert_eq!(o.rules.len(), 3);
         assert_eq!(
             o.to_string(),
-            "root ::= root__repeat0{600,}\nroot__repeat0 ::= \"{\" [a-z]+ \":\" [0-9]+ \"}\"\n"
+            "root ::= root__repeat0{600,}\nv ::= \"[\" v? \"]\"\nroot__repeat0 ::= \"{\" [a-z]+ \":\" v \"}\"\n"
         );
         let small = Grammar::from_ebnf("root ::= [0-9]{0,15}").unwrap();
         assert_eq!(optimize(&small).unwrap().rules.len(), 1);
+        // A small rule-free body (a JSON string character) stays inline even when long.
+        let chars = Grammar::from_ebnf("root ::= ([a-z] | \"\\\\\" [nrt]){0,254}").unwrap();
+        assert_eq!(optimize(&chars).unwrap().rules.len(), 1);
+        // A larger rule-free body repeated many times is outlined.
+        let big = Grammar::from_ebnf("root ::= (\"\\\"\" [0-9a-f]{24} \"\\\"\" \", \"){1000}").unwrap();
+        assert_eq!(optimize(&big).unwrap().rules.len(), 2);
     }
 
     #[test]

@@ -24,7 +24,7 @@
 
 use crate::automata::{Automata, DEAD};
 use crate::matcher::earley::Earley;
-use crate::tokenizer::TokenizerInfo;
+use crate::tokenizer::{utf8, TokenizerInfo};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -94,6 +94,8 @@ impl StateMask {
         let mut e_depth = 0usize;
         // `Some(origin)` when the Earley set at `e_depth` is a single item (DFA mode usable).
         let mut single = single_item(&parser, &mut dstate, 0);
+        let mut loops: rustc_hash::FxHashMap<u32, Option<Skip>> = Default::default();
+        let (mut loop_state, mut loop_table): (u32, Option<Skip>) = (u32::MAX, None);
         let mut k = 0usize;
         let mut steps = 0u32;
         while k < nodes.len() {
@@ -111,7 +113,31 @@ impl StateMask {
             }
             let ok = match single {
                 Some(origin) => {
-                    let t = a.trans[dstate[d] as usize * nc + a.byte_class[node.byte as usize] as usize];
+                    // A state looping on a wide byte set takes every subtree that stays
+                    // inside the set in one step: all its tokens stay in the state.
+                    let here = dstate[d];
+                    let t = a.trans[here as usize * nc + a.byte_class[node.byte as usize] as usize];
+                    // A state looping on a wide byte set takes every subtree that stays
+                    // inside the set in one step: all its tokens are accepted. Only a
+                    // looping byte makes `here` a candidate (cheap for chains of states).
+                    if t == here && loop_state != here {
+                        loop_state = here;
+                        loop_table =
+                            loops.entry(here).or_insert_with(|| wide_loop(a, tok, here, origin)).clone();
+                    }
+                    if loop_state == here {
+                        let end = node.subtree_end;
+                        let whole = match &loop_table {
+                            Some(Skip::Outside(next)) => t == here && next[k] >= end,
+                            Some(Skip::Clean(bits)) => bits[k / 64] >> (k % 64) & 1 == 1,
+                            None => false,
+                        };
+                        if whole {
+                            accepted.extend_from_slice(trie.tokens_below(k));
+                            k = end as usize;
+                            continue;
+                        }
+                    }
                     if t == DEAD {
                         false
                     } else {
@@ -185,6 +211,70 @@ impl StateMask {
         };
         Some(StateMask { accepted, uncertain: intern(uncertain) })
     }
+}
+
+/// Bytes with at least this many members make a self-loop worth a subtree-skip table.
+const WIDE_LOOP: u32 = 64;
+
+/// How a wide self-looping state takes whole trie subtrees.
+#[derive(Clone)]
+enum Skip {
+    /// [`next_outside`](crate::tokenizer::TokenTrie::next_outside) of the loop bytes.
+    Outside(Arc<[u32]>),
+    /// [`clean_subtrees`](crate::tokenizer::TokenTrie::clean_subtrees) of the ASCII loop
+    /// bytes: the state also reads every well-formed non-ASCII character back to itself.
+    Clean(Arc<[u64]>),
+}
+
+/// The subtree-skip table for DFA state `s`, when the bytes on which it loops form a wide
+/// set and staying in `s` is a DFA-mode move (no rule edges; not a final state with a
+/// parent to complete into).
+fn wide_loop(a: &Automata, tok: &TokenizerInfo, s: u32, origin: u32) -> Option<Skip> {
+    let ok_move = |t: u32| {
+        t != DEAD && {
+            let info = a.nodes[t as usize];
+            info.edges.0 == info.edges.1 && (!info.is_final || origin == 0)
+        }
+    };
+    if !ok_move(s) {
+        return None;
+    }
+    let next = |st: u32, b: u8| a.trans[st as usize * a.n_classes + a.byte_class[b as usize] as usize];
+    let mut set = [0u64; 4];
+    for b in 0..=255u8 {
+        if next(s, b) == s {
+            set[b as usize / 64] |= 1 << (b % 64);
+        }
+    }
+    if set.iter().map(|w| w.count_ones()).sum::<u32>() < WIDE_LOOP {
+        return None;
+    }
+    // Does `s` read every well-formed non-ASCII character back to itself, never dying
+    // or leaving DFA mode inside one? Explore (UTF-8 phase, DFA state) pairs.
+    let mut seen = vec![(utf8::BOUNDARY, s)];
+    let mut todo = vec![(utf8::BOUNDARY, s)];
+    let mut utf8_loops = true;
+    'explore: while let Some((p, st)) = todo.pop() {
+        for b in 0x80..=0xFFu8 {
+            let Some(q) = utf8::step(p, b) else { continue };
+            let t = next(st, b);
+            if !ok_move(t) || (q == utf8::BOUNDARY && t != s) {
+                utf8_loops = false;
+                break 'explore;
+            }
+            if q != utf8::BOUNDARY && !seen.contains(&(q, t)) {
+                seen.push((q, t));
+                todo.push((q, t));
+            }
+        }
+    }
+    Some(if utf8_loops {
+        set[2] = 0;
+        set[3] = 0;
+        Skip::Clean(tok.trie().clean_subtrees(&set))
+    } else {
+        Skip::Outside(tok.trie().next_outside(&set))
+    })
 }
 
 /// If the parser's latest set is one item, records its state at `dstate[depth]` and returns

@@ -75,6 +75,21 @@ impl Expr {
         }
     }
 
+    /// Number of nodes with bounded repetitions expanded (what the automata builder
+    /// sees), saturating.
+    pub fn expanded_size(&self) -> u64 {
+        match self {
+            Expr::Empty | Expr::Literal(_) | Expr::Class(_) | Expr::Rule(_) => 1,
+            Expr::Seq(v) | Expr::Alt(v) => {
+                1 + v.iter().map(Expr::expanded_size).fold(0u64, u64::saturating_add)
+            }
+            Expr::Repeat { expr, min, max } => {
+                let copies = max.unwrap_or(min.saturating_add(1)).max(*min).max(1) as u64;
+                1u64.saturating_add(expr.expanded_size().saturating_mul(copies))
+            }
+        }
+    }
+
     /// Calls `f` on every rule this expression references.
     pub fn for_each_rule(&self, f: &mut impl FnMut(RuleId)) {
         match self {

@@ -94,8 +94,10 @@ pub fn format_regex(name: &str) -> Option<String> {
         "uri" => uri(false),
         "uri-reference" => uri(true),
         // RFC 3987: a URI whose unreserved characters also include `ucschar` (BMP part).
-        "iri" | "iri-reference" => uri(name == "iri-reference")
-            .replace(r"A-Za-z0-9\-._~", r"A-Za-z0-9\-._~\u00A0-\uD7FF\uF900-\uFDCF\uFDF0-\uFFEF\u{10000}-\u{EFFFD}"),
+        "iri" | "iri-reference" => uri(name == "iri-reference").replace(
+            r"A-Za-z0-9\-._~",
+            r"A-Za-z0-9\-._~\u00A0-\uD7FF\uF900-\uFDCF\uFDF0-\uFFEF\u{10000}-\u{EFFFD}",
+        ),
         "json-pointer" => r"(?:/(?:[^~/]|~[01])*)*".to_string(),
         "relative-json-pointer" => r"(?:0|[1-9][0-9]*)(?:#|(?:/(?:[^~/]|~[01])*)*)".to_string(),
         // Internationalized forms: labels and atoms may also hold non-ASCII letters

@@ -151,7 +151,8 @@ impl KeySet {
             nfa.eps[start as usize].push(s);
             let end = match c {
                 Component::Pattern(p) => {
-                    let any = || Node::Repeat { node: Box::new(Node::Class(ANY.to_vec())), min: 0, max: None };
+                    let any =
+                        || Node::Repeat { node: Box::new(Node::Class(ANY.to_vec())), min: 0, max: None };
                     let mut alts = Vec::new();
                     for b in split_anchors(Parser::new(p, limits).parse()?, p)? {
                         let mut seq = Vec::new();
@@ -169,7 +170,9 @@ impl KeySet {
                 Component::Names(names) => {
                     let alts = names
                         .iter()
-                        .map(|n| Node::Seq(n.chars().map(|c| Node::Class(vec![(c as u32, c as u32)])).collect()))
+                        .map(|n| {
+                            Node::Seq(n.chars().map(|c| Node::Class(vec![(c as u32, c as u32)])).collect())
+                        })
                         .collect();
                     nfa.node(&Node::Alt(alts), s, limits.max_size).map_err(|n| too_large(n, ""))?
                 }
@@ -191,7 +194,10 @@ impl KeySet {
         cuts.sort_unstable();
         cuts.dedup();
         let label = |set: &[u32]| -> u64 {
-            finals.iter().enumerate().fold(0, |acc, (i, f)| acc | ((set.binary_search(f).is_ok() as u64) << i))
+            finals
+                .iter()
+                .enumerate()
+                .fold(0, |acc, (i, f)| acc | ((set.binary_search(f).is_ok() as u64) << i))
         };
         let mut first = vec![start];
         nfa.closure(&mut first);
@@ -279,7 +285,9 @@ impl KeySet {
         let n = self.edges.len();
         let sink = n;
         let sink_used = accept(0) && self.edges.iter().any(|e| covered(e) < ANY_LEN);
-        let succs: Vec<Vec<(Vec<(u32, u32)>, usize)>> = (0..=n)
+        // Per state: (ranges, target) edges, the sink's gaps included.
+        type Edges = Vec<(Vec<(u32, u32)>, usize)>;
+        let succs: Vec<Edges> = (0..=n)
             .map(|s| {
                 if s == sink {
                     return if sink_used { vec![(ANY.to_vec(), sink)] } else { Vec::new() };
@@ -301,8 +309,7 @@ impl KeySet {
                 by_target
             })
             .collect();
-        let is_final =
-            |s: usize| if s == sink { sink_used && accept(0) } else { accept(self.labels[s]) };
+        let is_final = |s: usize| if s == sink { sink_used && accept(0) } else { accept(self.labels[s]) };
         // Live states: those from which a final state is reachable (backward fixpoint).
         let mut live: Vec<bool> = (0..=n).map(is_final).collect();
         loop {
@@ -321,10 +328,8 @@ impl KeySet {
             return None;
         }
         let mut rule_of = vec![None; n + 1];
-        let mut made = 0u32;
-        for s in (0..=n).filter(|&s| live[s]) {
-            rule_of[s] = Some(RuleId(first + made));
-            made += 1;
+        for (made, s) in (0..=n).filter(|&s| live[s]).enumerate() {
+            rule_of[s] = Some(RuleId(first + made as u32));
         }
         let bodies = (0..=n)
             .filter(|&s| live[s])

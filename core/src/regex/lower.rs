@@ -427,21 +427,9 @@ pub(crate) fn node_to_expr(n: &Node, enc: Encoding) -> Expr {
     }
 }
 
-/// Size of `e` with bounded repetitions expanded (what the automata builder will see).
-pub(crate) fn expanded_size(e: &Expr) -> u64 {
-    match e {
-        Expr::Empty | Expr::Literal(_) | Expr::Class(_) | Expr::Rule(_) => 1,
-        Expr::Seq(v) | Expr::Alt(v) => 1 + v.iter().map(expanded_size).fold(0u64, u64::saturating_add),
-        Expr::Repeat { expr, min, max } => {
-            let copies = max.unwrap_or(min.saturating_add(1)).max(*min).max(1) as u64;
-            1u64.saturating_add(expanded_size(expr).saturating_mul(copies))
-        }
-    }
-}
-
 /// Checks `e` against [`RegexLimits::max_size`].
 pub(crate) fn check_size(e: &Expr, pattern: &str, limits: &RegexLimits) -> Result<(), RegexError> {
-    let size = expanded_size(e);
+    let size = e.expanded_size();
     if size > limits.max_size as u64 {
         return Err(RegexError {
             kind: RegexErrorKind::TooLarge { given: size, limit: limits.max_size },

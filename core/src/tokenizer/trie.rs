@@ -26,7 +26,18 @@ pub(crate) struct TokenTrie {
     pub token_ids: Vec<u32>,
     /// Longest token, in bytes.
     pub max_depth: usize,
+    /// [`TokenTrie::next_outside`] tables already built, by byte set.
+    outside: TableCache<u32>,
+    /// [`TokenTrie::clean_subtrees`] bitsets already built, by ASCII byte set.
+    clean: TableCache<u64>,
 }
+
+/// Per-byte-set tables, built on first use.
+type TableCache<T> = std::sync::Mutex<Vec<([u64; 4], std::sync::Arc<[T]>)>>;
+
+/// Most byte sets whose [`TokenTrie::next_outside`] table is kept (string bodies,
+/// comments and the like: a grammar family uses a handful).
+const OUTSIDE_CACHE: usize = 32;
 
 impl TokenTrie {
     /// Builds the trie over the tokens for which `keep(id)` holds (empty tokens are skipped).
@@ -71,7 +82,6 @@ impl TokenTrie {
     }
 
     /// Token ids in the subtree of node `k` (all tokens with `k`'s prefix).
-    #[cfg(test)]
     pub fn tokens_below(&self, k: usize) -> &[u32] {
         let a = self.nodes[k].tokens.0 as usize;
         let end = self.nodes[k].subtree_end as usize;
@@ -79,8 +89,114 @@ impl TokenTrie {
         &self.token_ids[a..b]
     }
 
+    /// For the byte set `set` (bit `b` of word `b / 64`): entry `k` is the first node at or
+    /// after `k` (in preorder) whose byte is outside the set, so node `k`'s subtree stays
+    /// inside the set iff `entry[k] >= subtree_end[k]`. The mask compiler uses it to take
+    /// whole subtrees at once in states that loop on a wide byte set (inside a string).
+    /// Built once per tokenizer and byte set, shared by every grammar.
+    pub fn next_outside(&self, set: &[u64; 4]) -> std::sync::Arc<[u32]> {
+        let mut cache = self.outside.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, t)) = cache.iter().find(|(s, _)| s == set) {
+            return t.clone();
+        }
+        let mut next = vec![0u32; self.nodes.len()];
+        let mut at = self.nodes.len() as u32;
+        for (k, node) in self.nodes.iter().enumerate().rev() {
+            if set[node.byte as usize / 64] >> (node.byte % 64) & 1 == 0 {
+                at = k as u32;
+            }
+            next[k] = at;
+        }
+        let table: std::sync::Arc<[u32]> = next.into();
+        if cache.len() < OUTSIDE_CACHE {
+            cache.push((*set, table.clone()));
+        }
+        table
+    }
+
+    /// For the ASCII byte set `set`: bit `k` is set iff node `k`'s subtree, read from a
+    /// character boundary, holds only bytes of `set` and well-formed UTF-8 encodings of
+    /// non-ASCII scalar values other than surrogates (a token may end inside one). A
+    /// state that loops on `set` and on every such character (a JSON string body) accepts
+    /// such a subtree whole. Built once per tokenizer and set.
+    pub fn clean_subtrees(&self, set: &[u64; 4]) -> std::sync::Arc<[u64]> {
+        let mut cache = self.clean.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, t)) = cache.iter().find(|(s, _)| s == set) {
+            return t.clone();
+        }
+        // clean[k]: bit p set iff the subtree of k is clean when entered in phase p.
+        let n = self.nodes.len();
+        let mut clean = vec![0u8; n];
+        let mut bits = vec![0u64; n.div_ceil(64)];
+        for k in (0..n).rev() {
+            let node = self.nodes[k];
+            let mut children = 0xFFu8;
+            let mut c = k + 1;
+            while c < node.subtree_end as usize {
+                children &= clean[c];
+                c = self.nodes[c].subtree_end as usize;
+            }
+            let mut here = 0u8;
+            for p in 0..utf8::PHASES {
+                let next = if p == utf8::BOUNDARY && node.byte < 0x80 {
+                    (set[node.byte as usize / 64] >> (node.byte % 64) & 1 == 1).then_some(utf8::BOUNDARY)
+                } else {
+                    utf8::step(p, node.byte)
+                };
+                if next.is_some_and(|q| children >> q & 1 == 1) {
+                    here |= 1 << p;
+                }
+            }
+            clean[k] = here;
+            if here & 1 << utf8::BOUNDARY != 0 {
+                bits[k / 64] |= 1 << (k % 64);
+            }
+        }
+        let table: std::sync::Arc<[u64]> = bits.into();
+        if cache.len() < OUTSIDE_CACHE {
+            cache.push((*set, table.clone()));
+        }
+        table
+    }
+
     pub fn memory_bytes(&self) -> usize {
         self.nodes.len() * std::mem::size_of::<TrieNode>() + self.token_ids.len() * 4
+    }
+}
+
+/// UTF-8 well-formedness as a byte automaton over "phases" (RFC 3629 table 3-7, without
+/// surrogates), shared by [`TokenTrie::clean_subtrees`] and the mask compiler's check that
+/// a DFA state accepts every non-ASCII character.
+pub(crate) mod utf8 {
+    /// At a character boundary.
+    pub const BOUNDARY: u8 = 0;
+    /// Number of phases.
+    pub const PHASES: u8 = 8;
+    // 1..=3: that many continuation bytes (80–BF) left; 4..=7: the constrained second
+    // byte after E0 (A0–BF), ED (80–9F), F0 (90–BF), F4 (80–8F).
+
+    /// The phase after non-ASCII-aware byte `b` in phase `p` (`None`: ill-formed). ASCII
+    /// bytes at a boundary are the caller's business (they return `None` here).
+    pub fn step(p: u8, b: u8) -> Option<u8> {
+        let cont = (0x80..=0xBF).contains(&b);
+        match p {
+            BOUNDARY => match b {
+                0xC2..=0xDF => Some(1),
+                0xE0 => Some(4),
+                0xE1..=0xEC | 0xEE..=0xEF => Some(2),
+                0xED => Some(5),
+                0xF0 => Some(6),
+                0xF1..=0xF3 => Some(3),
+                0xF4 => Some(7),
+                _ => None,
+            },
+            1..=3 => cont.then_some(p - 1),
+            4 => (0xA0..=0xBF).contains(&b).then_some(1),
+            5 => (0x80..=0x9F).contains(&b).then_some(1),
+            6 => (0x90..=0xBF).contains(&b).then_some(2),
+            7 => (0x80..=0x8F).contains(&b).then_some(2),
+            _ => None,
+        }
     }
 }
 
@@ -102,5 +218,47 @@ mod tests {
         below.sort();
         assert_eq!(below, vec![0, 1, 3, 4]);
         assert_eq!(t.tokens_below(3), &[2, 5]);
+    }
+
+    #[test]
+    fn skip_tables() {
+        let toks: Vec<Vec<u8>> = vec![
+            b"ab".to_vec(),
+            b"a\xC3".to_vec(),            // ends inside a character: fine
+            b"a\xC3\xA9b".to_vec(),       // "aéb"
+            b"c\xC3\xA9".to_vec(),        // 'c' is outside the set
+            b"\x80x".to_vec(),            // starts with a continuation byte
+            b"\xED\xA0\x80".to_vec(),     // a surrogate
+            b"\xF0\x9F\x98\x80".to_vec(), // U+1F600
+        ];
+        let t = TokenTrie::build(&toks, |_| true);
+        let mut set = [0u64; 4];
+        for b in [b'a', b'b'] {
+            set[b as usize / 64] |= 1 << (b % 64);
+        }
+        let clean = t.clean_subtrees(&set);
+        let is_clean = |k: usize| clean[k / 64] >> (k % 64) & 1 == 1;
+        let node = |prefix: &[u8]| {
+            let mut k = 0;
+            let mut depth = 0;
+            while depth < prefix.len() {
+                while t.nodes[k].byte != prefix[depth] {
+                    k = t.nodes[k].subtree_end as usize;
+                }
+                depth += 1;
+                if depth < prefix.len() {
+                    k += 1;
+                }
+            }
+            k
+        };
+        assert!(is_clean(node(b"a")));
+        assert!(!is_clean(node(b"c")));
+        assert!(!is_clean(node(b"\x80")));
+        assert!(!is_clean(node(b"\xED")));
+        assert!(is_clean(node(b"\xF0")));
+        let outside = t.next_outside(&set);
+        let a = node(b"a");
+        assert!(outside[a] < t.nodes[a].subtree_end, "the subtree of `a` holds non-ASCII bytes");
     }
 }

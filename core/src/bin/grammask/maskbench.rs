@@ -202,7 +202,8 @@ fn run_file(
             failures.push(json!({"test": i, "valid": valid, "accepted": accepted, "at": at}));
         }
     }
-    r.report = json!({"file": name, "ttfm_us": r.ttfm_us, "failures": failures});
+    let slowest = r.mask_us.iter().copied().fold(0.0, f64::max);
+    r.report = json!({"file": name, "ttfm_us": r.ttfm_us, "mask_us_max": slowest, "failures": failures});
     r
 }
 
