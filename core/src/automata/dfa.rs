@@ -3,7 +3,7 @@
 //! Determinizing over the alphabet "byte classes ∪ rule references" removes epsilon edges
 //! and merges alternatives with common prefixes, so at run time one rule instance is one
 //! Earley item instead of a set of NFA states. Trimming removes states that cannot reach a
-//! final state (so every accepted prefix can be completed); Moore's partition refinement
+//! final state (so every accepted prefix can be completed); Hopcroft's partition refinement
 //! then merges equivalent states (paper §3.4, "node merging").
 
 use super::nfa::Nfa;

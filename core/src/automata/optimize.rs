@@ -108,6 +108,9 @@ fn reachability(g: &Grammar) -> Vec<Vec<bool>> {
 
 /// Inlines small non-recursive rules into their callers, leaves first.
 pub fn inline_fragments(g: &mut Grammar) {
+    for r in &mut g.rules {
+        flatten(&mut r.body);
+    }
     let n = g.rules.len();
     if n > 4096 {
         return; // the reachability matrix would be too large; inlining is only an optimization
@@ -125,11 +128,15 @@ pub fn inline_fragments(g: &mut Grammar) {
         let snapshot: Vec<Expr> = g.rules.iter().map(|r| r.body.clone()).collect();
         let mut size: usize = g.rules.iter().map(|r| r.body.size()).sum();
         for rule in g.rules.iter_mut() {
+            let mut any = false;
+            rule.body.for_each_rule(&mut |id| any |= inlinable[id.index()]);
+            if !any {
+                continue;
+            }
             let before = rule.body.size();
             let mut body = rule.body.clone();
             body.map_rules(&mut |id| {
                 if inlinable[id.index()] {
-                    changed = true;
                     snapshot[id.index()].clone()
                 } else {
                     Expr::Rule(id)
@@ -137,11 +144,14 @@ pub fn inline_fragments(g: &mut Grammar) {
             });
             flatten(&mut body);
             let after = body.size();
+            // Over the growth budget: leave this rule as it is. (Counting it as a change
+            // would repeat the whole pass once per rule without progress.)
             if size + after - before.min(after) > budget {
                 continue;
             }
             size = size + after - before.min(after);
             rule.body = body;
+            changed = true;
         }
         if !changed {
             break;

@@ -15,18 +15,26 @@
 //! # What is exact and what is approximated
 //! Every keyword is in one of three classes:
 //! - **enforced exactly**: `type`, `enum`, `const`, `properties`, `required`,
-//!   `additionalProperties`, `minProperties`/`maxProperties`, `items`, `prefixItems`,
+//!   `additionalProperties`, `patternProperties` and `propertyNames` (each key is sorted
+//!   into exactly one class — declared, matched by a set of patterns, or additional — by
+//!   a character-level key automaton, [`crate::regex`]'s `keyset`, so a declared property
+//!   that also matches a pattern must satisfy both schemas and additional properties
+//!   exclude every pattern match), `minProperties`/`maxProperties`,
+//!   `dependentRequired`/`dependentSchemas`/`dependencies` (rewritten as `allOf` of
+//!   "absent, or present with its dependency"), `items`, `prefixItems`,
 //!   `additionalItems`, `minItems`/`maxItems`, `minLength`/`maxLength`, `pattern`,
 //!   `format` (see [`format`]), integer bounds and `multipleOf` (bounded ranges, powers
-//!   of ten), number bounds (no exponent form is generated then), `anyOf`, `allOf`
-//!   (merged), `$ref`/`$defs`/`definitions`/`$id`/`$anchor`, boolean schemas, `not` of
-//!   types, `contains` (without item-count bounds);
+//!   of ten), number bounds (no exponent form is generated then), `anyOf`, `oneOf` when
+//!   its branches are provably disjoint or of the "exactly one of these properties" form
+//!   (`{"required": [name]}` branches on an object), `allOf` (merged), `$ref`/`$defs`/
+//!   `definitions`/`$id`/`$anchor`, boolean schemas, `not` of types, `contains`
+//!   (without item-count bounds);
 //! - **annotations**, ignored: `title`, `description`, `default`, `examples`,
 //!   `$comment`, `$schema`, `deprecated`, `readOnly`, `writeOnly`, `content*`, and any
 //!   keyword JSON Schema does not define (the spec says to ignore unknown keywords);
-//! - **not enforced** (`uniqueItems`, `dependentRequired`, `dependentSchemas`,
-//!   `unevaluated*`, `if`/`then`/`else`, `$dynamicRef`, `maxContains`, `not` of
-//!   anything but types, …): a [`SchemaError`] with
+//! - **not enforced** (`uniqueItems`, `unevaluated*`, `if`/`then`/`else`,
+//!   `$dynamicRef`, `maxContains`, `not` of anything but types, a `oneOf` whose branches
+//!   may overlap, a `format` this module does not know, …): a [`SchemaError`] with
 //!   [`SchemaErrorKind::Unsupported`] naming the keyword and its JSON pointer — or, with
 //!   [`JsonSchemaOptions::lenient`], a [`SchemaWarning`] and the approximation documented
 //!   on the warning (usually: the keyword is ignored, so the grammar accepts a superset).
@@ -35,11 +43,12 @@
 //! - object properties are generated in schema order (declared `properties`, then
 //!   `required` names not declared, then additional properties), as XGrammar and
 //!   llguidance do; an instance with the same members in another order is rejected;
-//! - with [`JsonSchemaOptions::strict`] (the default) an object schema that is silent about
-//!   `additionalProperties` allows no extra properties;
-//! - `oneOf` is built like `anyOf`; it is exact when the branches are provably disjoint
-//!   (different types, or different `const`/`enum` values of a required property), and
-//!   otherwise a [`SchemaWarning`] says so;
+//! - with [`JsonSchemaOptions::strict`] (the default) an object schema that declares
+//!   `properties` or `patternProperties` and is silent about `additionalProperties`
+//!   allows no extra properties (one that declares no members, `{"type": "object"}`,
+//!   stays a free-form map);
+//! - `oneOf` is built like `anyOf` once it is exact (see above); in lenient mode an
+//!   overlapping `oneOf` is built as `anyOf` with a [`SchemaWarning`];
 //! - strings longer than [`SchemaLimits::max_exact_length`] are not length-checked
 //!   beyond that bound (a warning is recorded).
 //!
@@ -135,8 +144,9 @@ impl Default for SchemaLimits {
 pub struct JsonSchemaOptions {
     /// Whitespace layout (default [`Whitespace::Compact`]).
     pub whitespace: Whitespace,
-    /// When the schema says nothing about `additionalProperties`, allow no extra
-    /// properties (default true). False follows JSON Schema (extras allowed).
+    /// When an object schema declares its members (`properties`/`patternProperties`) but
+    /// says nothing about `additionalProperties`, allow no extra properties (default
+    /// true). False follows JSON Schema (extras allowed).
     pub strict: bool,
     /// Keywords that are not enforced produce a [`SchemaWarning`] and an approximation
     /// instead of an error (default false).
