@@ -146,6 +146,23 @@ fn one_of_required_names_is_exclusive() {
 }
 
 #[test]
+fn one_of_required_name_sets_is_exclusive() {
+    let s = r#"{"type":"object","properties":{"series":{"type":"integer"},"index":{"type":"integer"},"id":{"type":"string"}},
+        "oneOf":[{"required":["series","index"]},{"required":["id"]}]}"#;
+    check(
+        s,
+        &JsonSchemaOptions::default(),
+        &[
+            (r#"{"series": 0, "index": 1}"#, true),
+            (r#"{"id": "p"}"#, true),
+            (r#"{"series": 0, "id": "p"}"#, true),
+            (r#"{"series": 0, "index": 1, "id": "p"}"#, false),
+            (r#"{"series": 0}"#, false),
+        ],
+    );
+}
+
+#[test]
 fn allof_merging_keeps_property_order() {
     let s = r#"{"allOf":[{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"},"c":{}}},
         {"properties":{"a":{"minimum":0}}}],"required":["a","b","c"]}"#;

@@ -380,44 +380,42 @@ pub(crate) fn dependencies_as_all_of(
 }
 
 /// `oneOf` branches rewritten to be mutually exclusive, for the common "exactly one of
-/// these properties" form: the instance is an object (`type: "object"` beside the
-/// `oneOf`) and of every two branches at least one is just `{"required": [name]}`. Such a
-/// branch fails exactly when `name` is absent, so each other branch gets
-/// `properties: {name: false}` and no object matches two branches. `None` when the form
-/// does not apply.
+/// these property sets" form: the instance is an object (`type: "object"` beside the
+/// `oneOf`) and every branch is just `{"required": [names…]}`. Branch `j` fails exactly when
+/// one of its names is absent, so branch `i` gets, for every other branch `j`,
+/// `anyOf: [{properties: {n: false}} for n in names_j]` (one property suffices when `j`
+/// names one), and no object matches two branches. `None` when the form does not apply.
 pub(crate) fn exclusive_required(rest: &Map<String, Value>, branches: &[Value]) -> Option<Vec<Value>> {
     if rest.get("type").and_then(Value::as_str) != Some("object") {
         return None;
     }
-    let only_required = |s: &Value| -> Option<String> {
+    let only_required = |s: &Value| -> Option<Vec<String>> {
         let m = s.as_object()?;
         if !m.keys().all(|k| matches!(k.as_str(), "required" | "title" | "description" | "$comment")) {
             return None;
         }
-        match m.get("required")?.as_array()?.as_slice() {
-            [Value::String(n)] => Some(n.clone()),
-            _ => None,
-        }
+        let names: Vec<String> = m
+            .get("required")?
+            .as_array()?
+            .iter()
+            .map(|v| v.as_str().map(str::to_string))
+            .collect::<Option<_>>()?;
+        (!names.is_empty()).then_some(names)
     };
-    let names: Vec<Option<String>> = branches.iter().map(only_required).collect();
-    let n = branches.len();
-    if !(0..n).all(|i| (i + 1..n).all(|j| names[i].is_some() || names[j].is_some())) {
-        return None;
-    }
-    let mut out = Vec::with_capacity(n);
-    for (i, b) in branches.iter().enumerate() {
-        let mut m = match b {
-            Value::Object(m) => m.clone(),
-            Value::Bool(true) => Map::new(),
-            _ => return None,
-        };
-        let props = m.entry("properties").or_insert_with(|| Value::Object(Map::new())).as_object_mut()?;
-        for (j, name) in names.iter().enumerate() {
-            if let (true, Some(name)) = (i != j, name) {
-                props.insert(name.clone(), Value::Bool(false));
+    let names: Vec<Vec<String>> = branches.iter().map(only_required).collect::<Option<_>>()?;
+    let absent = |n: &String| json!({ "properties": { n.clone(): false } });
+    let mut out = Vec::with_capacity(names.len());
+    for (i, own) in names.iter().enumerate() {
+        let mut all = vec![json!({ "required": own })];
+        for (j, other) in names.iter().enumerate() {
+            if i != j {
+                all.push(match other.as_slice() {
+                    [one] => absent(one),
+                    many => json!({ "anyOf": many.iter().map(absent).collect::<Vec<_>>() }),
+                });
             }
         }
-        out.push(Value::Object(m));
+        out.push(json!({ "allOf": all }));
     }
     Some(out)
 }

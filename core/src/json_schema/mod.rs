@@ -49,8 +49,8 @@
 //!   stays a free-form map);
 //! - `oneOf` is built like `anyOf` once it is exact (see above); in lenient mode an
 //!   overlapping `oneOf` is built as `anyOf` with a [`SchemaWarning`];
-//! - strings longer than [`SchemaLimits::max_exact_length`] are not length-checked
-//!   beyond that bound (a warning is recorded).
+//! - a `maxLength` above [`SchemaLimits::max_exact_length`] is an unsupported keyword (in
+//!   lenient mode it is dropped, with a warning).
 //!
 //! # Input safety
 //! [`SchemaLimits`] bounds nesting depth, the number of rules, enum sizes and pattern
@@ -114,8 +114,9 @@ pub struct SchemaLimits {
     pub max_rules: usize,
     /// Most `enum` values in one schema (default 10,000).
     pub max_enum: usize,
-    /// Longest `maxLength`/`minLength` enforced exactly (default 2,000; longer upper
-    /// bounds are dropped with a warning, longer lower bounds are an error).
+    /// Longest `maxLength`/`minLength` enforced exactly (default 10,000; a longer
+    /// `maxLength` is an unsupported keyword — dropped with a warning in lenient mode —
+    /// and a longer `minLength` is an error).
     pub max_exact_length: u32,
     /// Largest integer range enumerated for `multipleOf` (default 4,096 values).
     pub max_enumerated_multiples: u64,
@@ -131,7 +132,7 @@ impl Default for SchemaLimits {
             max_depth: 128,
             max_rules: 20_000,
             max_enum: 10_000,
-            max_exact_length: 2_000,
+            max_exact_length: 10_000,
             max_enumerated_multiples: 4_096,
             max_indent_depth: 32,
             regex: RegexLimits::default(),

@@ -71,7 +71,12 @@ pub(crate) fn build(b: &mut Builder, m: &Map<String, Value>, ptr: &str) -> Resul
         ));
     }
     if max.is_some_and(|x| x > lim) {
-        b.warn("maxLength", ptr, "over the exact-length limit: not enforced");
+        b.unsupported(
+            "maxLength",
+            &format!("over the exact-length limit of {lim}"),
+            "not enforced beyond the limit: any length",
+            ptr,
+        )?;
         max = None;
     }
     let mut pattern = match m.get("pattern") {

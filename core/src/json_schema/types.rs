@@ -203,14 +203,6 @@ impl<'a> Builder<'a> {
         }
     }
 
-    pub fn warn(&mut self, keyword: &str, ptr: &str, approximation: &str) {
-        self.warnings.push(SchemaWarning {
-            keyword: keyword.into(),
-            pointer: ptr.into(),
-            approximation: approximation.into(),
-        });
-    }
-
     /// Allocates a rule (body filled in later).
     pub fn new_rule(&mut self, hint: &str, ptr: &str) -> Result<RuleId, SchemaError> {
         if self.rules.len() >= self.opts.limits.max_rules {
