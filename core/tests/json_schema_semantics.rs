@@ -204,3 +204,16 @@ fn free_form_objects_stay_open_in_strict_mode() {
         &[(r#"{"meta": {"any": [1, 2], "thing": null}}"#, true), (r#"{"meta": {}}"#, true)],
     );
 }
+
+#[test]
+fn long_max_length_is_exact() {
+    let s = r#"{"type":"string","minLength":2,"maxLength":20000}"#;
+    let c = compiler();
+    let opts = JsonSchemaOptions::default();
+    for (n, ok) in
+        [(0usize, false), (1, false), (2, true), (300, true), (19_999, true), (20_000, true), (20_001, false)]
+    {
+        let text = format!("\"{}\"", "é".repeat(n));
+        assert_eq!(accepts(&c, s, &opts, &text), ok, "length {n}");
+    }
+}

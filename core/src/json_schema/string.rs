@@ -6,7 +6,7 @@
 //! [`regex_to_json_string_expr`] when it can be; otherwise the error names `pattern`.
 
 use super::types::Builder;
-use super::whitespace::{lit, nothing, seq};
+use super::whitespace::{alt, lit, nothing, seq};
 use super::{SchemaError, SchemaErrorKind};
 use crate::grammar::Expr;
 use crate::regex::{json_string_char, regex_to_json_string_expr, RegexErrorKind};
@@ -57,6 +57,32 @@ pub(crate) fn get_count(
     }
 }
 
+/// Characters per block in [`long_chars`].
+const BLOCK: u64 = 256;
+
+/// `min..=max` JSON string characters for a `maxLength` beyond the exact-length limit
+/// (65,535 is common): `min` characters, then `M = max - min` more written as blocks of
+/// [`BLOCK`] characters — `block{0,q-1} char{0,BLOCK-1} | block{q} char{0,r}` with
+/// `M = q·BLOCK + r` — which is exactly "at most M" and unambiguous (the number of whole
+/// blocks is fixed by the length), so the automaton stays a chain of `q` block calls
+/// instead of `M` unrolled characters.
+fn long_chars(min: u32, max: u64) -> Expr {
+    let ch = || json_string_char(ANY_CHAR);
+    let rep = |e: Expr, lo: u32, hi: u32| Expr::Repeat { expr: Box::new(e), min: lo, max: Some(hi) };
+    let extra = max - min as u64;
+    let (q, r) = ((extra / BLOCK) as u32, (extra % BLOCK) as u32);
+    let block = || rep(ch(), BLOCK as u32, BLOCK as u32);
+    let tail = if q == 0 {
+        rep(ch(), 0, r)
+    } else {
+        alt(vec![
+            seq(vec![rep(block(), 0, q - 1), rep(ch(), 0, BLOCK as u32 - 1)]),
+            seq(vec![rep(block(), q, q), rep(ch(), 0, r)]),
+        ])
+    };
+    seq(vec![rep(ch(), min, min), tail])
+}
+
 pub(crate) fn build(b: &mut Builder, m: &Map<String, Value>, ptr: &str) -> Result<Expr, SchemaError> {
     let min = get_count(b, m, "minLength", ptr)?.unwrap_or(0);
     let mut max = get_count(b, m, "maxLength", ptr)?;
@@ -69,6 +95,12 @@ pub(crate) fn build(b: &mut Builder, m: &Map<String, Value>, ptr: &str) -> Resul
             SchemaErrorKind::Limit { what: "minLength", given: min as usize, limit: lim as usize },
             ptr,
         ));
+    }
+    let plain = !m.contains_key("pattern") && !m.contains_key("format");
+    if plain && max.is_some_and(|x| x > lim && (x - min) / BLOCK <= lim) {
+        // Long plain strings stay exact through blocks (see `long_chars`).
+        let body = long_chars(min as u32, max.unwrap_or(0));
+        return Ok(seq(vec![lit("\""), body, lit("\"")]));
     }
     if max.is_some_and(|x| x > lim) {
         b.unsupported(
