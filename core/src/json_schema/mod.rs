@@ -23,10 +23,11 @@
 //!   `dependentRequired`/`dependentSchemas`/`dependencies` (rewritten as `allOf` of
 //!   "absent, or present with its dependency"), `items`, `prefixItems`,
 //!   `additionalItems`, `minItems`/`maxItems`, `minLength`/`maxLength`, `pattern`,
-//!   `format` (see [`format`]), integer bounds and `multipleOf` (bounded ranges, powers
+//!   `format` (see [`format`]; `maxLength` is exact at any size: beyond
+//!   [`SchemaLimits::max_exact_length`] plain strings use 256-character blocks), integer bounds and `multipleOf` (bounded ranges, powers
 //!   of ten), number bounds (no exponent form is generated then), `anyOf`, `oneOf` when
-//!   its branches are provably disjoint or of the "exactly one of these properties" form
-//!   (`{"required": [name]}` branches on an object), `allOf` (merged), `$ref`/`$defs`/
+//!   its branches are provably disjoint or of the "exactly one of these property sets" form
+//!   (every branch a `{"required": [names…]}` on an object), `allOf` (merged), `$ref`/`$defs`/
 //!   `definitions`/`$id`/`$anchor`, boolean schemas, `not` of types, `contains`
 //!   (without item-count bounds);
 //! - **annotations**, ignored: `title`, `description`, `default`, `examples`,
