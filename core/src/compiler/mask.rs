@@ -23,7 +23,7 @@
 //! shares prefixes between neighbours.
 
 use crate::automata::{Automata, DEAD};
-use crate::matcher::earley::Earley;
+use crate::matcher::earley::{Earley, Item};
 use crate::tokenizer::{utf8, TokenizerInfo};
 use std::sync::Arc;
 use std::time::Instant;
@@ -83,7 +83,9 @@ impl StateMask {
         let mut path: Vec<u8> = vec![0; max];
         let mut ends: Vec<bool> = vec![false; max + 1];
         let mut dstate: Vec<u32> = vec![0; max + 1];
-        let mut accepted: Vec<u32> = Vec::new();
+        // Accepted tokens as runs of trie ranks: whole subtrees are consecutive, so a state
+        // accepting 100k tokens usually holds a few thousand runs, not 100k ids.
+        let mut accepted = RankRuns::default();
         let mut excluded_ranks: Vec<(u32, u32)> = Vec::new();
         let mut uncertain: Vec<u32> = Vec::new();
         let nodes = &trie.nodes;
@@ -95,10 +97,11 @@ impl StateMask {
         // `Some(origin)` when the Earley set at `e_depth` is a single item (DFA mode usable).
         let mut single = single_item(&parser, &mut dstate, 0);
         let mut loops: rustc_hash::FxHashMap<u32, Option<Skip>> = Default::default();
+        let mut eloops = EarleyLoops::default();
         let (mut loop_state, mut loop_table): (u32, Option<Skip>) = (u32::MAX, None);
         let mut k = 0usize;
         let mut steps = 0u32;
-        while k < nodes.len() {
+        'walk: while k < nodes.len() {
             steps = steps.wrapping_add(1);
             if steps % 4096 == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
                 return None;
@@ -133,7 +136,7 @@ impl StateMask {
                             None => false,
                         };
                         if whole {
-                            accepted.extend_from_slice(trie.tokens_below(k));
+                            accepted.push(trie.ranks_below(k));
                             k = end as usize;
                             continue;
                         }
@@ -157,8 +160,48 @@ impl StateMask {
                         true
                     }
                 }
-                None => {
+                None => 'earley: {
+                    // Nodes deeper than the parser lie on loop bytes of its latest set (see
+                    // `EarleyLoops`): each stands for that same set, so needs no push.
+                    if d > e_depth {
+                        let (bytes, next) = eloops.found(e_depth);
+                        if next.is_some_and(|next| next[k] >= node.subtree_end) {
+                            accepted.push(trie.ranks_below(k));
+                            k = node.subtree_end as usize;
+                            continue 'walk;
+                        }
+                        if contains(bytes, node.byte) {
+                            ends[d + 1] = parser.can_end();
+                            break 'earley true;
+                        }
+                        if eloops.dies(a, parser.last_set(), node.byte) {
+                            break 'earley false;
+                        }
+                        // The byte leaves the loop alive: materialize the loop bytes.
+                        for &b in &path[e_depth..d] {
+                            parser.push(a, b);
+                            eloops.inherit(e_depth, b, parser.last_uid());
+                            e_depth += 1;
+                        }
+                    }
+                    // An Earley set that reproduces itself on a wide byte set takes every
+                    // subtree inside the set at once (an identifier inside an expression).
+                    let prev = d.checked_sub(1).map(|i| path[i]);
+                    if let Some(next) = prev.and_then(|p| eloops.table(a, tok, &parser, d, p, node.byte)) {
+                        if next[k] >= node.subtree_end {
+                            accepted.push(trie.ranks_below(k));
+                            k = node.subtree_end as usize;
+                            continue 'walk;
+                        }
+                    }
+                    if eloops.loops_on(d, parser.last_uid(), node.byte) {
+                        ends[d + 1] = parser.can_end();
+                        break 'earley true;
+                    }
                     if parser.push(a, node.byte) {
+                        if eloops.at.get(d).is_some_and(|p| p.uid == parser.previous_uid()) {
+                            eloops.inherit(d, node.byte, parser.last_uid());
+                        }
                         e_depth = d + 1;
                         ends[d + 1] = parser.can_end();
                         single = single_item(&parser, &mut dstate, d + 1);
@@ -169,16 +212,15 @@ impl StateMask {
                 }
             };
             if ok {
-                accepted.extend_from_slice(trie.tokens_at(k));
+                accepted.push(node.tokens);
                 k += 1;
                 continue;
             }
             // Every token below `k` dies at byte `d`. It is uncertain if the rule could end
             // after `i` bytes (1 ≤ i ≤ d) and byte `i` could follow the rule.
             let straddles = (1..=d).any(|i| ends[i] && follow.contains(path[i]));
-            let first = node.tokens.0;
+            let (first, last) = trie.ranks_below(k);
             let end = node.subtree_end as usize;
-            let last = if end < nodes.len() { nodes[end].tokens.0 } else { trie.token_ids.len() as u32 };
             if straddles {
                 uncertain.extend(first..last);
             } else {
@@ -193,8 +235,9 @@ impl StateMask {
         // most `words / 4` entries (1,002 for a 128k vocabulary — XGrammar's threshold too),
         // which also keeps it no larger than the bitset.
         let words = tok.vocab_size().div_ceil(32);
-        let accepted = if accepted.len() <= n_except && accepted.len() * 4 <= words {
-            Accepted::List(intern(accepted))
+        let n_accepted = accepted.len();
+        let accepted = if n_accepted <= n_except && n_accepted * 4 <= words {
+            Accepted::List(intern(accepted.ranks().map(|r| trie.token_ids[r as usize]).collect()))
         } else if n_except * 4 <= words {
             let ex: Vec<u32> = excluded_ranks
                 .iter()
@@ -204,7 +247,7 @@ impl StateMask {
             Accepted::AllExcept(intern(ex))
         } else {
             let mut bits = vec![0u32; words];
-            for &id in &accepted {
+            for id in accepted.ranks().map(|r| trie.token_ids[r as usize]) {
                 bits[id as usize / 32] |= 1 << (id % 32);
             }
             Accepted::Bitset(intern(bits))
@@ -213,8 +256,34 @@ impl StateMask {
     }
 }
 
+/// A set of trie ranks as sorted, merged half-open runs.
+#[derive(Default)]
+struct RankRuns(Vec<(u32, u32)>);
+
+impl RankRuns {
+    /// Adds `lo..hi`, which starts at or after every run added so far.
+    #[inline]
+    fn push(&mut self, (lo, hi): (u32, u32)) {
+        if lo == hi {
+            return;
+        }
+        match self.0.last_mut() {
+            Some(last) if last.1 == lo => last.1 = hi,
+            _ => self.0.push((lo, hi)),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.0.iter().map(|&(a, b)| (b - a) as usize).sum()
+    }
+
+    fn ranks(&self) -> impl Iterator<Item = u32> + '_ {
+        self.0.iter().flat_map(|&(a, b)| a..b)
+    }
+}
+
 /// Bytes with at least this many members make a self-loop worth a subtree-skip table.
-const WIDE_LOOP: u32 = 64;
+const WIDE_LOOP: u32 = 32;
 
 /// How a wide self-looping state takes whole trie subtrees.
 #[derive(Clone)]
@@ -275,6 +344,148 @@ fn wide_loop(a: &Automata, tok: &TokenizerInfo, s: u32, origin: u32) -> Option<S
     } else {
         Skip::Outside(tok.trie().next_outside(&set))
     })
+}
+
+/// Subtree skipping for Earley-mode walks.
+///
+/// A set `S` reached by byte `p` has kernel `K = scan(prev, p)`. If `scan(S, b) == K`
+/// for a byte `b`, the set after `b` has the same kernel, hence the same completions and
+/// the same predictions (at the new position), and no predicted item scans `b` (its item
+/// would have the new origin, which `K` lacks): it is `S` again. So every string of such
+/// bytes keeps the parse alive, and a trie subtree made only of them is accepted whole.
+#[derive(Default)]
+struct EarleyLoops {
+    /// Per depth: what is known of the set there (grown on demand: most walks never
+    /// leave DFA mode).
+    at: Vec<LoopProbe>,
+    /// Loop bytes by kernel, with origins named by their sets' uids: a set's closure (so its
+    /// loop bytes) depends only on that, and the same kernel recurs under many trie nodes
+    /// (an identifier starting after each of the 128 single-byte tokens, say).
+    by_kernel: rustc_hash::FxHashMap<Vec<(u32, u64)>, Loop>,
+    moved: Vec<Item>,
+}
+
+/// The loop bytes of one Earley set and their skip table (`None`: not a wide set).
+type Loop = ([u64; 4], Option<Arc<[u32]>>);
+
+#[derive(Clone, Default)]
+struct LoopProbe {
+    /// The uid of the set this probe describes.
+    uid: u64,
+    /// Its kernel, sorted.
+    kernel: Vec<Item>,
+    /// Its loop bytes, once a child byte has been seen to loop.
+    found: Option<Loop>,
+}
+
+impl EarleyLoops {
+    /// The [`next_outside`](crate::tokenizer::TokenTrie::next_outside) table of the loop
+    /// bytes of the parser's latest set (at depth `d`, entered by byte `prev`), if they
+    /// form a wide set. Looked for only once a child byte `b` is seen to loop (a check as
+    /// cheap as the push it may save), then kept for the set's other children.
+    fn table(
+        &mut self,
+        a: &Automata,
+        tok: &TokenizerInfo,
+        parser: &Earley,
+        d: usize,
+        prev: u8,
+        b: u8,
+    ) -> Option<&Arc<[u32]>> {
+        let uid = parser.last_uid();
+        if self.at.len() <= d {
+            self.at.resize(d + 1, LoopProbe { uid: u64::MAX, ..Default::default() });
+        }
+        let probe = &mut self.at[d];
+        if probe.uid != uid {
+            let before = parser.previous_set()?;
+            scan(a, before, a.byte_class[prev as usize] as usize, &mut probe.kernel);
+            probe.uid = uid;
+            probe.found = None;
+        }
+        if probe.found.is_none() {
+            let set = parser.last_set();
+            scan(a, set, a.byte_class[b as usize] as usize, &mut self.moved);
+            if probe.kernel != self.moved {
+                return None;
+            }
+            let key: Vec<(u32, u64)> =
+                probe.kernel.iter().map(|i| (i.state, parser.uid_at(i.origin))).collect();
+            let moved = &mut self.moved;
+            let found = self.by_kernel.entry(key).or_insert_with(|| {
+                let mut looping = vec![false; a.n_classes];
+                for (c, l) in looping.iter_mut().enumerate() {
+                    scan(a, set, c, moved);
+                    *l = *moved == probe.kernel;
+                }
+                let mut bytes = [0u64; 4];
+                for b in 0..=255u8 {
+                    if looping[a.byte_class[b as usize] as usize] {
+                        bytes[b as usize / 64] |= 1 << (b % 64);
+                    }
+                }
+                let wide = bytes.iter().map(|w| w.count_ones()).sum::<u32>() >= WIDE_LOOP;
+                (bytes, wide.then(|| tok.trie().next_outside(&bytes)))
+            });
+            probe.found = Some(found.clone());
+        }
+        probe.found.as_ref().and_then(|f| f.1.as_ref())
+    }
+
+    /// The loop bytes and table of the set at depth `d`, which must be known (the walk
+    /// only goes below the parser along loop bytes).
+    fn found(&self, d: usize) -> (&[u64; 4], Option<&Arc<[u32]>>) {
+        match self.at.get(d).and_then(|p| p.found.as_ref()) {
+            Some((bytes, next)) => (bytes, next.as_ref()),
+            None => (&[0; 4], None),
+        }
+    }
+
+    /// Whether `b` is a known loop byte of the set `uid` at depth `d`.
+    fn loops_on(&self, d: usize, uid: u64, b: u8) -> bool {
+        let Some(p) = self.at.get(d) else { return false };
+        p.uid == uid && p.found.as_ref().is_some_and(|(bytes, _)| contains(bytes, b))
+    }
+
+    /// Whether no item of `set` can read `b` (the push would fail).
+    fn dies(&self, a: &Automata, set: &[Item], b: u8) -> bool {
+        let c = a.byte_class[b as usize] as usize;
+        set.iter().all(|it| a.trans[it.state as usize * a.n_classes + c] == DEAD)
+    }
+
+    /// After pushing byte `b` at depth `d` (new set `uid`): if `b` loops on the set at
+    /// `d`, the new set is the same set again, with the same kernel and loop bytes.
+    fn inherit(&mut self, d: usize, b: u8, uid: u64) {
+        let Some(Some((bytes, _))) = self.at.get(d).map(|p| &p.found) else { return };
+        if contains(bytes, b) {
+            if self.at.len() <= d + 1 {
+                self.at.resize(d + 2, LoopProbe { uid: u64::MAX, ..Default::default() });
+            }
+            let (lo, hi) = self.at.split_at_mut(d + 1);
+            hi[0].clone_from(&lo[d]);
+            hi[0].uid = uid;
+        }
+    }
+}
+
+/// Whether byte set `set` (bit `b` of word `b / 64`) holds `b`.
+#[inline]
+fn contains(set: &[u64; 4], b: u8) -> bool {
+    set[b as usize / 64] >> (b % 64) & 1 == 1
+}
+
+/// The kernel of the set after reading a byte of class `class` from `set`: the moved
+/// items, sorted and deduplicated.
+fn scan(a: &Automata, set: &[Item], class: usize, out: &mut Vec<Item>) {
+    out.clear();
+    for it in set {
+        let t = a.trans[it.state as usize * a.n_classes + class];
+        if t != DEAD {
+            out.push(Item { state: t, origin: it.origin });
+        }
+    }
+    out.sort_unstable_by_key(|i| (i.state, i.origin));
+    out.dedup();
 }
 
 /// If the parser's latest set is one item, records its state at `dstate[depth]` and returns

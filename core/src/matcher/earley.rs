@@ -232,6 +232,12 @@ impl Earley {
 
     /// The unique id of set `o` (any position).
     #[inline]
+    pub fn uid_at(&self, o: u32) -> u64 {
+        self.uid_of(o as usize)
+    }
+
+    /// The unique id of set `o` (any position).
+    #[inline]
     fn uid_of(&self, o: usize) -> u64 {
         let base = self.base as usize;
         if o >= base {
@@ -252,6 +258,31 @@ impl Earley {
     #[inline]
     pub fn last_set(&self) -> &[Item] {
         self.tail.items_of(self.tail.len() - 1)
+    }
+
+    /// Items of the set before the latest one, when it is still in the tail (`None` at the
+    /// seed set or right after a freeze).
+    #[inline]
+    pub fn previous_set(&self) -> Option<&[Item]> {
+        let n = self.tail.len();
+        (n >= 2).then(|| self.tail.items_of(n - 2))
+    }
+
+    /// The latest set's unique id: equal ids mean the same set over the same history.
+    #[inline]
+    pub fn last_uid(&self) -> u64 {
+        self.tail.uids[self.tail.len() - 1]
+    }
+
+    /// The uid of the set before the latest one (`u64::MAX` at the seed set).
+    #[inline]
+    pub fn previous_uid(&self) -> u64 {
+        let n = self.tail.len();
+        if n >= 2 {
+            self.tail.uids[n - 2]
+        } else {
+            u64::MAX
+        }
     }
 
     /// Turns closure memoization on or off (see [`Memo`]); turning it off frees the memo.

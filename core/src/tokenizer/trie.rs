@@ -75,18 +75,12 @@ impl TokenTrie {
         trie
     }
 
-    /// Token ids whose bytes equal node `k`'s prefix.
-    pub fn tokens_at(&self, k: usize) -> &[u32] {
-        let (a, b) = self.nodes[k].tokens;
-        &self.token_ids[a as usize..b as usize]
-    }
-
-    /// Token ids in the subtree of node `k` (all tokens with `k`'s prefix).
-    pub fn tokens_below(&self, k: usize) -> &[u32] {
-        let a = self.nodes[k].tokens.0 as usize;
+    /// The ranks (positions in `token_ids`) of the tokens in the subtree of node `k`:
+    /// a subtree's tokens are consecutive in byte order.
+    pub fn ranks_below(&self, k: usize) -> (u32, u32) {
         let end = self.nodes[k].subtree_end as usize;
-        let b = if end < self.nodes.len() { self.nodes[end].tokens.0 as usize } else { self.token_ids.len() };
-        &self.token_ids[a..b]
+        let b = if end < self.nodes.len() { self.nodes[end].tokens.0 } else { self.token_ids.len() as u32 };
+        (self.nodes[k].tokens.0, b)
     }
 
     /// For the byte set `set` (bit `b` of word `b / 64`): entry `k` is the first node at or
@@ -212,12 +206,13 @@ mod tests {
         // a, ab, abc, b, ba
         let bytes: Vec<u8> = t.nodes.iter().map(|n| n.byte).collect();
         assert_eq!(bytes, b"abcba");
-        assert_eq!(t.tokens_at(1), &[0, 4]);
+        let ids = |(a, b): (u32, u32)| t.token_ids[a as usize..b as usize].to_vec();
+        assert_eq!(ids(t.nodes[1].tokens), [0, 4]);
         assert_eq!(t.nodes[0].subtree_end, 3);
-        let mut below = t.tokens_below(0).to_vec();
+        let mut below = ids(t.ranks_below(0));
         below.sort();
         assert_eq!(below, vec![0, 1, 3, 4]);
-        assert_eq!(t.tokens_below(3), &[2, 5]);
+        assert_eq!(ids(t.ranks_below(3)), [2, 5]);
     }
 
     #[test]
