@@ -87,3 +87,32 @@ fn default_command_runs_the_demo() {
     serde_json::from_str::<serde_json::Value>(doc)
         .unwrap_or_else(|e| panic!("demo output is not JSON: {e}\n{doc}"));
 }
+
+/// A reader that stops early (`grammask masks … | head -1`) ends the tool quietly: no
+/// panic on the broken pipe, success status.
+#[test]
+fn closed_stdout_is_not_a_panic() {
+    use std::io::{BufRead, BufReader};
+    let tok = common::data_dir().join("tokenizers/llama3_1");
+    // String content allows ~128k ids per line: far more than a pipe buffers.
+    let mut child = grammask()
+        .args(["masks", "--tokenizer"])
+        .arg(&tok)
+        .args([
+            "--builtin-json",
+            "--text",
+            "[\"abcdefghijklmnopqrstuvwxyz abcdefghijklmnopqrstuvwxyz\"]",
+            "--ids",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    assert!(first.starts_with("{\"step\":0"), "{first}");
+    // The reader is dropped here: later writes hit a closed pipe.
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && !stderr.contains("panicked"), "{stderr}");
+}

@@ -55,7 +55,7 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         compiled.precompute();
         mem_full = compiled.memory_bytes();
     }
-    println!(
+    out!(
         "{}",
         json!({
             "engine": "grammask", "grammar": a.grammar.label(), "tokens": ids.len(), "repeats": a.repeats,

@@ -106,36 +106,36 @@ pub fn run(a: &DemoArgs) -> Result<(), String> {
             out.extend_from_slice(tok.token_bytes(id));
         }
     }
-    println!(
+    out!(
         "grammask demo: {} against the {source} ({vocab} ids; loaded in {load_ms:.0} ms)",
         a.grammar.label()
     );
-    println!("compile: {compile_us:.0} µs (automata only; token masks are computed lazily per state)\n");
-    println!("{:>5} {:>9} {:>9} {:>8}  token", "step", "fill_µs", "accept_µs", "allowed");
+    out!("compile: {compile_us:.0} µs (automata only; token masks are computed lazily per state)\n");
+    out!("{:>5} {:>9} {:>9} {:>8}  token", "step", "fill_µs", "accept_µs", "allowed");
     for (i, (id, allowed, f, acc)) in rows.iter().enumerate() {
         let text = if tok.stop_tokens().contains(id) {
             "<stop>".to_string()
         } else {
             format!("{:?}", String::from_utf8_lossy(tok.token_bytes(*id)))
         };
-        println!("{i:>5} {f:>9.1} {acc:>9.1} {allowed:>8}  {text}");
+        out!("{i:>5} {f:>9.1} {acc:>9.1} {allowed:>8}  {text}");
     }
     let fills: Vec<f64> = rows.iter().map(|r| r.2).collect();
-    println!(
+    out!(
         "\ngenerated document ({} tokens, terminated: {}):\n{}\n",
         rows.len(),
         m.is_terminated(),
         String::from_utf8_lossy(&out)
     );
-    println!(
+    out!(
         "time to first mask: {:.0} µs; fill µs over all steps: {}",
         compile_us + fills.first().copied().unwrap_or(0.0),
         summary(&fills)
     );
     let (done, total) = compiled.mask_stats();
-    println!("mask cache: {done} of {total} states computed, {} KiB", compiled.memory_bytes() / 1024);
-    println!("\nTry: grammask demo --tokenizer path/to/tokenizer.json --grammar my.gbnf");
-    println!("     grammask masks --tokenizer path/to/tokenizer.json --builtin-json --text '{{\"a\": 1}}'");
+    out!("mask cache: {done} of {total} states computed, {} KiB", compiled.memory_bytes() / 1024);
+    out!("\nTry: grammask demo --tokenizer path/to/tokenizer.json --grammar my.gbnf");
+    out!("     grammask masks --tokenizer path/to/tokenizer.json --builtin-json --text '{{\"a\": 1}}'");
     if !m.is_terminated() {
         return Err(format!("no stop token within {hard_cap} tokens"));
     }

@@ -13,11 +13,11 @@ pub struct InspectArgs {
 
 pub fn run(a: &InspectArgs) -> Result<(), String> {
     let g = a.grammar.spec()?.to_grammar(&ParseLimits::default()).map_err(|e| e.to_string())?;
-    println!("# grammar IR ({} rules)\n{g}", g.rules.len());
+    out!("# grammar IR ({} rules)\n{g}", g.rules.len());
     let auto = Automata::build(&g, &AutomataLimits::default()).map_err(|e| e.to_string())?;
     let o = auto.grammar();
-    println!("# optimized IR ({} rules)\n{o}", o.rules.len());
-    println!(
+    out!("# optimized IR ({} rules)\n{o}", o.rules.len());
+    out!(
         "# automata ({} states, {} byte classes)\n{}",
         auto.num_states(),
         auto.num_byte_classes(),

@@ -3,6 +3,21 @@
 //! With no arguments it runs `demo`: the builtin JSON grammar against an embedded Qwen3
 //! tokenizer, sampling random logits under the mask.
 
+/// `println!` for the subcommands: a closed stdout (`grammask masks … | head`) ends the
+/// program quietly, as SIGPIPE would for a C tool, instead of panicking; any other write
+/// error is returned.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout().lock(), $($t)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+            return Err(format!("writing to stdout: {e}"));
+        }
+    }};
+}
+
 mod bench;
 mod demo;
 mod embedded;

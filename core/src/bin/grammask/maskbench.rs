@@ -108,7 +108,7 @@ pub fn run(a: &MaskbenchArgs) -> Result<(), String> {
         mask_us.extend_from_slice(&r.mask_us);
         ttfm_us.extend(r.ttfm_us);
     }
-    println!(
+    out!(
         "{}",
         json!({
             "engine": "grammask", "files": files.len(), "compile_errors": compile_errors,

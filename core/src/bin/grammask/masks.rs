@@ -57,12 +57,12 @@ pub fn run(a: &MasksArgs) -> Result<(), String> {
         if a.ids {
             line["ids"] = json!(mask.allowed_ids(0));
         }
-        println!("{line}");
+        out!("{line}");
         if m.accept_token(id).is_err() {
             accepted = false;
             break;
         }
     }
-    println!("{}", json!({"accepted": accepted, "can_terminate": m.can_terminate()}));
+    out!("{}", json!({"accepted": accepted, "can_terminate": m.can_terminate()}));
     Ok(())
 }
