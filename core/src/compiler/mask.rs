@@ -22,6 +22,7 @@
 //! (positions in byte-sorted order) so the run-time check walks them in sorted order and
 //! shares prefixes between neighbours.
 
+use super::store::MaskStore;
 use crate::automata::{Automata, DEAD};
 use crate::matcher::earley::{Earley, Item};
 use crate::tokenizer::{utf8, TokenizerInfo};
@@ -37,6 +38,13 @@ pub(crate) enum Accepted {
     AllExcept(Arc<[u32]>),
     /// A bitset in mask layout.
     Bitset(Arc<[u32]>),
+    /// The bitset `base` with the bits of these ids toggled (see [`super::store`]).
+    Delta {
+        /// A bitset in mask layout, shared with other states.
+        base: Arc<[u32]>,
+        /// Ids whose bit differs from `base`, ascending.
+        flips: Arc<[u32]>,
+    },
 }
 
 /// Token classification for one DFA state.
@@ -48,16 +56,11 @@ pub(crate) struct StateMask {
 }
 
 impl StateMask {
-    /// Classifies every producible token for DFA state `state`.
-    /// `intern` stores each distinct list once (many states share masks: every place a
-    /// grammar is inside an identifier or a string, say).
-    pub fn compute(
-        a: &Automata,
-        tok: &TokenizerInfo,
-        state: u32,
-        intern: &dyn Fn(Vec<u32>) -> Arc<[u32]>,
-    ) -> StateMask {
-        match Self::compute_until(a, tok, state, intern, None) {
+    /// Classifies every producible token for DFA state `state`, storing its lists in
+    /// `store` (many states share masks: every place a grammar is inside an identifier
+    /// or a string, say).
+    pub fn compute(a: &Automata, tok: &TokenizerInfo, state: u32, store: &MaskStore) -> StateMask {
+        match Self::compute_until(a, tok, state, store, None) {
             Some(m) => m,
             None => unreachable!("a walk without a deadline always finishes"),
         }
@@ -70,7 +73,7 @@ impl StateMask {
         a: &Automata,
         tok: &TokenizerInfo,
         state: u32,
-        intern: &dyn Fn(Vec<u32>) -> Arc<[u32]>,
+        store: &MaskStore,
         deadline: Option<Instant>,
     ) -> Option<StateMask> {
         let trie = tok.trie();
@@ -237,22 +240,22 @@ impl StateMask {
         let words = tok.vocab_size().div_ceil(32);
         let n_accepted = accepted.len();
         let accepted = if n_accepted <= n_except && n_accepted * 4 <= words {
-            Accepted::List(intern(accepted.ranks().map(|r| trie.token_ids[r as usize]).collect()))
+            Accepted::List(store.intern(accepted.ranks().map(|r| trie.token_ids[r as usize]).collect()))
         } else if n_except * 4 <= words {
             let ex: Vec<u32> = excluded_ranks
                 .iter()
                 .flat_map(|&(a, b)| (a..b).map(|r| trie.token_ids[r as usize]))
                 .chain(uncertain.iter().map(|&r| trie.token_ids[r as usize]))
                 .collect();
-            Accepted::AllExcept(intern(ex))
+            Accepted::AllExcept(store.intern(ex))
         } else {
             let mut bits = vec![0u32; words];
             for id in accepted.ranks().map(|r| trie.token_ids[r as usize]) {
                 bits[id as usize / 32] |= 1 << (id % 32);
             }
-            Accepted::Bitset(intern(bits))
+            store.bitset(bits)
         };
-        Some(StateMask { accepted, uncertain: intern(uncertain) })
+        Some(StateMask { accepted, uncertain: store.intern(uncertain) })
     }
 }
 

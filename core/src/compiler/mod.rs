@@ -19,6 +19,7 @@
 
 mod cache;
 pub(crate) mod mask;
+mod store;
 
 use crate::automata::{Automata, AutomataLimits, DEAD};
 use crate::error::Result;
@@ -29,9 +30,9 @@ use crate::tokenizer::TokenizerInfo;
 use cache::CompileCache;
 pub(crate) use mask::{Accepted, StateMask};
 use rayon::prelude::*;
-use rustc_hash::FxHashSet;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+use store::MaskStore;
 
 /// What to compile.
 #[derive(Debug, Clone)]
@@ -196,8 +197,8 @@ pub struct CompiledGrammar {
     automata: Automata,
     tokenizer: Arc<TokenizerInfo>,
     masks: Vec<OnceLock<StateMask>>,
-    /// Every distinct id list / bitset of the masks, stored once and shared.
-    interned: Mutex<FxHashSet<Arc<[u32]>>>,
+    /// The masks' id lists and bitsets, each stored once and shared.
+    store: MaskStore,
 }
 
 impl CompiledGrammar {
@@ -205,7 +206,7 @@ impl CompiledGrammar {
     pub fn new(grammar: &Grammar, tokenizer: Arc<TokenizerInfo>, options: &CompileOptions) -> Result<Self> {
         let automata = Automata::build(grammar, &options.automata)?;
         let masks = (0..automata.num_states()).map(|_| OnceLock::new()).collect();
-        let compiled = Self { automata, tokenizer, masks, interned: Mutex::default() };
+        let compiled = Self { automata, tokenizer, masks, store: MaskStore::default() };
         compiled.precompute_within(options.eager_budget);
         Ok(compiled)
     }
@@ -236,8 +237,8 @@ impl CompiledGrammar {
                     return;
                 }
                 // A state too wide to finish in the remaining budget is abandoned (lazy).
-                let intern = |v| self.intern(v);
-                if let Some(m) = StateMask::compute_until(a, &self.tokenizer, s, &intern, Some(deadline)) {
+                if let Some(m) = StateMask::compute_until(a, &self.tokenizer, s, &self.store, Some(deadline))
+                {
                     let _ = self.masks[s as usize].set(m);
                 }
             }
@@ -266,19 +267,7 @@ impl CompiledGrammar {
     #[inline]
     pub(crate) fn mask(&self, state: u32) -> &StateMask {
         self.masks[state as usize]
-            .get_or_init(|| StateMask::compute(&self.automata, &self.tokenizer, state, &|v| self.intern(v)))
-    }
-
-    /// The shared copy of `list`.
-    fn intern(&self, list: Vec<u32>) -> Arc<[u32]> {
-        // A panic inside this short critical section cannot leave the set inconsistent.
-        let mut set = self.interned.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(existing) = set.get(list.as_slice()) {
-            return existing.clone();
-        }
-        let shared: Arc<[u32]> = list.into();
-        set.insert(shared.clone());
-        shared
+            .get_or_init(|| StateMask::compute(&self.automata, &self.tokenizer, state, &self.store))
     }
 
     /// Computes every state's mask now, in parallel on the current rayon pool.
@@ -306,10 +295,8 @@ impl CompiledGrammar {
 
     /// Heap bytes held: automata plus the masks computed so far (not the shared tokenizer).
     pub fn memory_bytes(&self) -> usize {
-        let lists: usize = {
-            let set = self.interned.lock().unwrap_or_else(|p| p.into_inner());
-            set.iter().map(|l| l.len() * 4 + 16).sum()
-        };
-        self.automata.memory_bytes() + lists + self.masks.len() * std::mem::size_of::<OnceLock<StateMask>>()
+        self.automata.memory_bytes()
+            + self.store.memory_bytes()
+            + self.masks.len() * std::mem::size_of::<OnceLock<StateMask>>()
     }
 }

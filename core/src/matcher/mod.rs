@@ -208,6 +208,17 @@ impl GrammarMatcher {
                     row.copy_from_slice(tok.normal_words());
                     ex.iter().for_each(|&id| row[id as usize / 32] &= !(1 << (id % 32)));
                 }
+                Accepted::Delta { base, flips } if first => {
+                    row.copy_from_slice(base);
+                    flips.iter().for_each(|&id| row[id as usize / 32] ^= 1 << (id % 32));
+                }
+                Accepted::Delta { base, flips } => {
+                    self.scratch_words.clear();
+                    self.scratch_words.extend_from_slice(base);
+                    let w = &mut self.scratch_words;
+                    flips.iter().for_each(|&id| w[id as usize / 32] ^= 1 << (id % 32));
+                    row.iter_mut().zip(w.iter()).for_each(|(r, w)| *r |= w);
+                }
                 Accepted::AllExcept(ex) => {
                     self.scratch_words.clear();
                     self.scratch_words.extend_from_slice(tok.normal_words());
