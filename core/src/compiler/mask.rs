@@ -248,10 +248,19 @@ impl StateMask {
                 .chain(uncertain.iter().map(|&r| trie.token_ids[r as usize]))
                 .collect();
             Accepted::AllExcept(store.intern(ex))
-        } else {
+        } else if n_accepted <= n_except {
             let mut bits = vec![0u32; words];
             for id in accepted.ranks().map(|r| trie.token_ids[r as usize]) {
                 bits[id as usize / 32] |= 1 << (id % 32);
+            }
+            store.bitset(bits)
+        } else {
+            // Mostly accepted (inside a string): clear the fewer excluded ids from the
+            // producible set instead of setting 100k scattered bits.
+            let mut bits = tok.normal_words().to_vec();
+            let excluded = excluded_ranks.iter().flat_map(|&(a, b)| a..b).chain(uncertain.iter().copied());
+            for id in excluded.map(|r| trie.token_ids[r as usize]) {
+                bits[id as usize / 32] &= !(1 << (id % 32));
             }
             store.bitset(bits)
         };
