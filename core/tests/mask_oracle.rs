@@ -76,13 +76,13 @@ fn check_grammar(name: &str, ebnf: &str, seed: u64) {
 
 /// Compares fast and oracle masks after every byte of `text` (which `ebnf` must accept),
 /// on every tokenizer: each state the text passes through is checked, not a random few.
-fn check_along(name: &str, ebnf: &str, text: &str) {
+fn check_along(name: &str, ebnf: &str, text: &str, stride: usize) {
     let grammar = Grammar::from_ebnf(ebnf).unwrap_or_else(|e| panic!("{name}: {e}"));
     let bnf = Bnf::new(&grammar);
     for tname in TOKENIZERS {
         // Every byte on Llama-2 (whose vocabulary has letters around non-ASCII characters,
         // "ación"), every third on the others: the oracle is slow.
-        let stride = if tname == "llama2" { 1 } else { 3 };
+        let stride = if tname == "llama2" { stride } else { 3 * stride };
         let tok = tokenizer(tname);
         let compiled = GrammarCompiler::new(tok.clone()).compile_ebnf(ebnf).unwrap();
         let tokens: Vec<Option<Vec<u8>>> = (0..tok.tokenizer_size() as u32)
@@ -124,6 +124,7 @@ call ::= id "(" (expr ("," ws expr)*)? ")"
 id ::= [a-zA-Z_] [a-zA-Z_0-9]*
 ws ::= [ \t\n]*"#,
         "ab = cd + g(e, 12) - x9;\nf(b_2);\n",
+        1,
     );
     // A state predicting two recursive (never inlined) rules keeps two items alive through
     // a non-looping byte ("ó"): a skip table must not outlive the loop ("ación" is a
@@ -134,7 +135,20 @@ ws ::= [ \t\n]*"#,
 a ::= [a-zA-Z]+ "\u00f3" [0-9]+ | "(" a ")"
 b ::= [a-zA-Z]+ "\u00f3" [0-9]+ "!" | "(" b ")""#,
         "= ac\u{f3}12;",
+        1,
     );
+}
+
+/// Positions of a long counted repetition share one mask while a token's length from its
+/// end (`Automata::agree_within`): checked inside such chains, both for a repetition
+/// unrolled into one DFA and for one whose body is outlined into a rule, and through the
+/// last positions, where the masks must differ again.
+#[test]
+fn long_counted_repetitions() {
+    let body = "the quick ab red fox";
+    check_along("outlined chain", r#"root ::= "<" ("ab" | [c-z ]){0,5000} ">""#, &format!("<{body}>"), 1);
+    let near_end = format!("<{}>", "abcdefghij".repeat(14));
+    check_along("chain end", r#"root ::= "<" [a-z]{0,140} ">""#, &near_end, 7);
 }
 
 #[test]

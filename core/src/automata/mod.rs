@@ -19,6 +19,7 @@
 //! - `scannable[state]`: the state has byte edges, so it can be on top during matching and
 //!   owns a token-mask cache entry.
 
+mod bounded;
 mod dfa;
 mod nfa;
 pub mod optimize;

@@ -58,17 +58,9 @@ pub(crate) struct StateMask {
 impl StateMask {
     /// Classifies every producible token for DFA state `state`, storing its lists in
     /// `store` (many states share masks: every place a grammar is inside an identifier
-    /// or a string, say).
-    pub fn compute(a: &Automata, tok: &TokenizerInfo, state: u32, store: &MaskStore) -> StateMask {
-        match Self::compute_until(a, tok, state, store, None) {
-            Some(m) => m,
-            None => unreachable!("a walk without a deadline always finishes"),
-        }
-    }
-
-    /// Like [`Self::compute`], giving up (`None`) once `deadline` has passed (checked
-    /// every few thousand trie nodes): the compiler's eager phase uses it to skip states
-    /// too wide for its time budget, leaving them lazy.
+    /// or a string, say). Gives up (`None`) once `deadline` has passed (checked every few
+    /// thousand trie nodes): the compiler's eager phase uses it to skip states too wide
+    /// for its time budget, leaving them lazy.
     pub fn compute_until(
         a: &Automata,
         tok: &TokenizerInfo,

@@ -30,7 +30,8 @@ use crate::tokenizer::TokenizerInfo;
 use cache::CompileCache;
 pub(crate) use mask::{Accepted, StateMask};
 use rayon::prelude::*;
-use std::sync::{Arc, OnceLock};
+use rustc_hash::FxHashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use store::MaskStore;
 
@@ -199,6 +200,10 @@ pub struct CompiledGrammar {
     masks: Vec<OnceLock<StateMask>>,
     /// The masks' id lists and bitsets, each stored once and shared.
     store: MaskStore,
+    /// Per rule, the last state whose mask was computed by a vocabulary walk: the next
+    /// state of the rule that needs one first tries to share it (see
+    /// [`Automata::agree_within`]; consecutive positions of a long counted repetition).
+    recent: Mutex<FxHashMap<u32, u32>>,
 }
 
 impl CompiledGrammar {
@@ -206,7 +211,8 @@ impl CompiledGrammar {
     pub fn new(grammar: &Grammar, tokenizer: Arc<TokenizerInfo>, options: &CompileOptions) -> Result<Self> {
         let automata = Automata::build(grammar, &options.automata)?;
         let masks = (0..automata.num_states()).map(|_| OnceLock::new()).collect();
-        let compiled = Self { automata, tokenizer, masks, store: MaskStore::default() };
+        let compiled =
+            Self { automata, tokenizer, masks, store: MaskStore::default(), recent: Mutex::default() };
         compiled.precompute_within(options.eager_budget);
         Ok(compiled)
     }
@@ -237,8 +243,7 @@ impl CompiledGrammar {
                     return;
                 }
                 // A state too wide to finish in the remaining budget is abandoned (lazy).
-                if let Some(m) = StateMask::compute_until(a, &self.tokenizer, s, &self.store, Some(deadline))
-                {
+                if let Some(m) = self.compute_mask(s, Some(deadline)) {
                     let _ = self.masks[s as usize].set(m);
                 }
             }
@@ -266,8 +271,31 @@ impl CompiledGrammar {
     /// The token mask of a scannable state, computed now if this is its first use.
     #[inline]
     pub(crate) fn mask(&self, state: u32) -> &StateMask {
-        self.masks[state as usize]
-            .get_or_init(|| StateMask::compute(&self.automata, &self.tokenizer, state, &self.store))
+        self.masks[state as usize].get_or_init(|| match self.compute_mask(state, None) {
+            Some(m) => m,
+            None => unreachable!("a walk without a deadline always finishes"),
+        })
+    }
+
+    /// The mask of `state`: shared with the rule's last walked state when the two agree
+    /// on every input a token can hold, otherwise walked (`None` past `deadline`).
+    fn compute_mask(&self, state: u32, deadline: Option<Instant>) -> Option<StateMask> {
+        /// Pairs of states compared before giving up on sharing (the comparison is then
+        /// still far cheaper than a walk).
+        const MAX_PAIRS: usize = 4096;
+        let a = &self.automata;
+        let rule = a.nodes[state as usize].rule;
+        let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner()).get(&rule).copied();
+        if let Some(r) = recent.filter(|&r| r != state) {
+            if let Some(m) = self.masks[r as usize].get() {
+                if a.agree_within(state, r, self.tokenizer.trie().max_depth, MAX_PAIRS) {
+                    return Some(m.clone());
+                }
+            }
+        }
+        let m = StateMask::compute_until(a, &self.tokenizer, state, &self.store, deadline)?;
+        self.recent.lock().unwrap_or_else(|p| p.into_inner()).insert(rule, state);
+        Some(m)
     }
 
     /// Computes every state's mask now, in parallel on the current rayon pool.
