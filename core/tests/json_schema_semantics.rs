@@ -1,8 +1,8 @@
 //! Object-keyword semantics that are easy to get subtly wrong, each instance checked
 //! twice: the `jsonschema` crate must agree with the expected verdict (so the test's own
 //! expectations are validated by an independent implementation), and grammask must accept
-//! exactly the valid instances (instances list properties in schema order, the order
-//! grammask generates).
+//! exactly the valid instances (small objects in any order; objects with more members
+//! than `any_order_max` in schema order, the order grammask generates).
 
 use grammask::json_schema::{json_schema_str_to_grammar, JsonSchemaOptions, SchemaErrorKind};
 use grammask::{GrammarCompiler, GrammarMatcher, GrammarSpec, TokenizerInfo, TokenizerOptions};
@@ -216,4 +216,38 @@ fn long_max_length_is_exact() {
         let text = format!("\"{}\"", "é".repeat(n));
         assert_eq!(accepts(&c, s, &opts, &text), ok, "length {n}");
     }
+}
+
+#[test]
+fn small_objects_accept_members_in_any_order() {
+    let s = r#"{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"},
+        "c":{"type":"boolean"}},"required":["a","c"]}"#;
+    let cases: &[(&str, bool)] = &[
+        (r#"{"a": 1, "b": "x", "c": true}"#, true),
+        (r#"{"c": true, "a": 1}"#, true),
+        (r#"{"b": "x", "c": false, "a": 2}"#, true),
+        (r#"{"c": true, "b": "x", "a": 2}"#, true),
+        (r#"{"c": true, "b": "x"}"#, false),
+        (r#"{"b": "x"}"#, false),
+        (r#"{"c": 1, "a": 1}"#, false),
+    ];
+    check(s, &JsonSchemaOptions::default(), cases);
+    check(s, &json_semantics(), cases);
+    // Extras (JSON Schema semantics) come after the declared members.
+    check(s, &json_semantics(), &[(r#"{"c": true, "a": 1, "z": null}"#, true)]);
+    // A repeated member is never accepted (the parse would take the last; a generator
+    // must not produce it).
+    assert!(!accepts(&compiler(), s, &JsonSchemaOptions::default(), r#"{"a": 1, "c": true, "a": 2}"#));
+    // With minProperties / maxProperties counted across orders.
+    let s = r#"{"type":"object","properties":{"a":{},"b":{},"c":{}},"minProperties":2,"maxProperties":2}"#;
+    check(
+        s,
+        &JsonSchemaOptions::default(),
+        &[(r#"{"b": 1, "a": 2}"#, true), (r#"{"c": 1}"#, false), (r#"{"c": 1, "b": 2, "a": 3}"#, false)],
+    );
+    // Above `any_order_max`, schema order only.
+    let opts = JsonSchemaOptions { any_order_max: 2, ..Default::default() };
+    let s = r#"{"type":"object","properties":{"a":{},"b":{},"c":{}}}"#;
+    assert!(accepts(&compiler(), s, &opts, r#"{"a": 1, "c": 2}"#));
+    assert!(!accepts(&compiler(), s, &opts, r#"{"c": 1, "a": 2}"#));
 }

@@ -86,6 +86,7 @@ fn json_string_mode_is_unanchored_and_escaped() {
                     e,
                     grammask::grammar::Expr::Literal("\"".into()),
                 ]),
+                keep: false,
             }],
             root: grammask::grammar::RuleId(0),
         };

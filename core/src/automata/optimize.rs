@@ -122,7 +122,12 @@ pub fn inline_fragments(g: &mut Grammar) {
     // nothing changes (terminates because inlinable rules are not recursive).
     for _ in 0..n + 1 {
         let inlinable: Vec<bool> = (0..n)
-            .map(|i| i != g.root.index() && !reach[i][i] && g.rules[i].body.size() <= INLINE_MAX_SIZE)
+            .map(|i| {
+                i != g.root.index()
+                    && !reach[i][i]
+                    && !g.rules[i].keep
+                    && g.rules[i].body.size() <= INLINE_MAX_SIZE
+            })
             .collect();
         let mut changed = false;
         let snapshot: Vec<Expr> = g.rules.iter().map(|r| r.body.clone()).collect();
@@ -186,7 +191,7 @@ fn outline_in(e: &mut Expr, name: &str, base: usize, out: &mut Vec<Rule>) {
             if copies > 1 && body > 1 && body.saturating_mul(copies as u64) > limit {
                 let id = RuleId((base + out.len()) as u32);
                 let body = std::mem::replace(&mut **expr, Expr::Rule(id));
-                out.push(Rule { name: format!("{name}__repeat{}", out.len()), body });
+                out.push(Rule { name: format!("{name}__repeat{}", out.len()), body, keep: false });
             }
         }
         Expr::Empty | Expr::Literal(_) | Expr::Class(_) | Expr::Rule(_) => {}
@@ -243,7 +248,7 @@ pub fn drop_unreachable(g: &Grammar) -> Grammar {
         .map(|&i| {
             let mut body = g.rules[i].body.clone();
             body.map_rules(&mut |r| Expr::Rule(new_id[r.index()]));
-            Rule { name: g.rules[i].name.clone(), body }
+            Rule { name: g.rules[i].name.clone(), body, keep: g.rules[i].keep }
         })
         .collect();
     Grammar { rules, root: RuleId(0) }
@@ -261,6 +266,11 @@ mod tests {
         .unwrap();
         let o = optimize(&g).unwrap();
         assert_eq!(o.to_string(), "root ::= \"x\" \" \"* b\nb ::= \"(\" b \")\" | \" \"*\n");
+        // A rule marked `keep` stays a rule, however small.
+        let mut g = g;
+        g.rules[1].keep = true;
+        let o = optimize(&g).unwrap();
+        assert_eq!(o.to_string(), "root ::= a b\na ::= \"x\" \" \"*\nb ::= \"(\" b \")\" | \" \"*\n");
     }
 
     #[test]

@@ -231,7 +231,7 @@ impl<'a> Parser<'a> {
                 continue;
             };
             body.map_rules(&mut |r| Expr::Rule(new_id[r.index()]));
-            rules.push(Rule { name, body });
+            rules.push(Rule { name, body, keep: false });
         }
         let root = rules
             .iter()

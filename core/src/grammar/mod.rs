@@ -36,6 +36,10 @@ pub struct Rule {
     pub name: String,
     /// Its body.
     pub body: Expr,
+    /// Never inline this rule into its callers, however small: it is shared by design
+    /// (the member-set rules of an any-order JSON object), and inlining would multiply
+    /// it into every caller. Front-ends set it; it changes no language.
+    pub keep: bool,
 }
 
 /// A grammar expression over Unicode scalar values.

@@ -153,6 +153,11 @@ pub struct JsonSchemaOptions {
     /// Keywords that are not enforced produce a [`SchemaWarning`] and an approximation
     /// instead of an error (default false).
     pub lenient: bool,
+    /// Objects with at most this many declared members accept them in any order (member
+    /// order carries no meaning in JSON Schema); larger ones keep schema order, which
+    /// costs `2^n` grammar rules otherwise (default 4; 0 or 1: always schema order).
+    /// Generation is unaffected in practice: models follow the schema's order.
+    pub any_order_max: usize,
     /// Size limits.
     pub limits: SchemaLimits,
 }
@@ -163,6 +168,7 @@ impl Default for JsonSchemaOptions {
             whitespace: Whitespace::Compact,
             strict: true,
             lenient: false,
+            any_order_max: 4,
             limits: SchemaLimits::default(),
         }
     }

@@ -498,7 +498,10 @@ mod tests {
     use crate::grammar::{Grammar, Rule, RuleId};
 
     fn matches(e: &Expr, s: &str) -> bool {
-        let g = Grammar { rules: vec![Rule { name: "root".into(), body: e.clone() }], root: RuleId(0) };
+        let g = Grammar {
+            rules: vec![Rule { name: "root".into(), body: e.clone(), keep: false }],
+            root: RuleId(0),
+        };
         let re = regex::Regex::new(&format!("^(?:{})$", to_regex(&g.rules[0].body))).unwrap();
         re.is_match(s)
     }

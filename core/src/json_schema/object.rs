@@ -1,13 +1,19 @@
 //! `type: object`: `properties`, `required`, `additionalProperties`,
 //! `patternProperties`, `propertyNames`, `minProperties`, `maxProperties`.
 //!
-//! Members are generated in a fixed order: declared `properties` (schema order), then
-//! names that are `required` but not declared, then any number of extra members (pattern
-//! properties and additional properties). Commas are placed exactly by building the list
-//! back to front with two families of rules:
+//! Members come in this order: declared `properties`, then names that are `required` but
+//! not declared, then any number of extra members (pattern properties and additional
+//! properties). The declared members are in any order when there are at most
+//! [`JsonSchemaOptions::any_order_max`](super::JsonSchemaOptions::any_order_max) of them,
+//! in schema order otherwise. Commas are placed exactly by building the list back to
+//! front with two families of rules:
 //! - `first(i)`: members `i..` when nothing has been written yet (no leading comma);
 //! - `rest(i, c)`: members `i..`, each preceded by a comma, after `c` members
 //!   (`c` saturates at the largest count that matters for min/maxProperties).
+//!
+//! In any order, `i` becomes the set of members already written (`any_first`,
+//! `any_rest(set, c)`): one rule per reachable set, each offering every member not yet
+//! written, and the end (or the extra members) once every required member is in.
 //!
 //! Extra member keys exclude the declared names (a trie complement, [`string_not_in`]);
 //! with `propertyNames` or `patternProperties` keys follow those schemas instead and the
@@ -31,6 +37,68 @@ struct Plan {
     counting: bool,
     memo: HashMap<(usize, u64), crate::grammar::RuleId>,
     level: u32,
+}
+
+impl Plan {
+    /// Members left out of `written` (a bit per member), none of them required.
+    fn done(&self, written: usize) -> bool {
+        self.members.iter().enumerate().all(|(j, m)| !m.1 || written >> j & 1 == 1)
+    }
+
+    /// Any-order members after `c` members (`written` of the declared ones), each with a
+    /// leading comma.
+    fn any_rest(&mut self, b: &mut Builder, written: usize, c: u64, ptr: &str) -> Result<Expr, SchemaError> {
+        let c = c.min(self.cap());
+        if self.max.is_some_and(|m| c > m) {
+            return Ok(nothing());
+        }
+        let comma = b.layout.comma(self.level);
+        let mut alts = Vec::new();
+        for j in (0..self.members.len()).filter(|j| written >> j & 1 == 0) {
+            let next = self.any_rest_rule(b, written | 1 << j, c + 1, ptr)?;
+            alts.push(seq(vec![comma.clone(), self.members[j].0.clone(), next]));
+        }
+        if self.done(written) {
+            // The extra members (or the end): what `rest` does past the last member.
+            alts.push(self.rest(b, self.members.len(), c, ptr)?);
+        }
+        Ok(alt(alts))
+    }
+
+    fn any_rest_rule(
+        &mut self,
+        b: &mut Builder,
+        written: usize,
+        c: u64,
+        ptr: &str,
+    ) -> Result<Expr, SchemaError> {
+        let c = if self.counting { c.min(self.cap()) } else { 0 };
+        // Keys above every member index: no clash with the schema-order memo.
+        let key = (written | 1 << self.members.len(), c);
+        if let Some(&id) = self.memo.get(&key) {
+            return Ok(Expr::Rule(id));
+        }
+        let id = b.new_rule("obj_any", ptr)?;
+        // Shared by up to n supersets: inlined, the lattice would unfold into n! orders.
+        b.rules[id.index()].keep = true;
+        self.memo.insert(key, id);
+        let body = self.any_rest(b, written, c, ptr)?;
+        b.rules[id.index()].body = body;
+        Ok(Expr::Rule(id))
+    }
+
+    /// Any-order members with nothing written yet.
+    fn any_first(&mut self, b: &mut Builder, ptr: &str) -> Result<Expr, SchemaError> {
+        let mut alts = Vec::new();
+        for j in 0..self.members.len() {
+            let next = self.any_rest_rule(b, 1 << j, 1, ptr)?;
+            alts.push(seq(vec![self.members[j].0.clone(), next]));
+        }
+        if self.done(0) {
+            alts.push(self.first(b, self.members.len(), ptr)?);
+        }
+        Ok(alt(alts))
+    }
 }
 
 impl Plan {
@@ -188,6 +256,14 @@ pub(crate) fn build(
         }
         members.push((seq(vec![Builder::key_literal(name), l.colon(), v]), req));
     }
+    let any_order = (2..=b.opts.any_order_max.min(16)).contains(&members.len());
+    if any_order {
+        // Each member is written in up to 2^(n-1) places: one rule each, not copies.
+        for m in members.iter_mut() {
+            let id = b.new_rule("obj_member", ptr)?;
+            b.rules[id.index()].body = std::mem::replace(&mut m.0, Expr::Rule(id));
+        }
+    }
     // Extra members: one key class per label outside the declared names.
     let mut extras = Vec::new();
     for label in keys.set.labels() {
@@ -219,7 +295,7 @@ pub(crate) fn build(
     if max.is_some_and(|x| x < nreq || x < min) {
         return Ok(nothing());
     }
-    let body = plan.first(b, 0, ptr)?;
+    let body = if any_order { plan.any_first(b, ptr)? } else { plan.first(b, 0, ptr)? };
     if is_nothing(&body) {
         return Ok(nothing());
     }

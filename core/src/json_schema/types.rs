@@ -147,7 +147,7 @@ impl<'a> Builder<'a> {
             opts,
             layout: Layout(opts.whitespace),
             resolver: Resolver::new(root),
-            rules: vec![Rule { name: "root".into(), body: Expr::Empty }],
+            rules: vec![Rule { name: "root".into(), body: Expr::Empty, keep: false }],
             memo: HashMap::new(),
             any_memo: HashMap::new(),
             warnings: Vec::new(),
@@ -218,7 +218,11 @@ impl<'a> Builder<'a> {
         let clean: String =
             hint.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_').take(40).collect();
         let id = RuleId(self.rules.len() as u32);
-        self.rules.push(Rule { name: format!("r{}_{clean}", self.rules.len()), body: Expr::Empty });
+        self.rules.push(Rule {
+            name: format!("r{}_{clean}", self.rules.len()),
+            body: Expr::Empty,
+            keep: false,
+        });
         Ok(id)
     }
 

@@ -179,7 +179,7 @@ pub fn regex_to_expr(pattern: &str, limits: &RegexLimits) -> Result<Expr, RegexE
 /// in full: the standalone `regex` constraint.
 pub fn regex_to_grammar(pattern: &str, limits: &RegexLimits) -> Result<Grammar, RegexError> {
     let body = regex_to_expr(pattern, limits)?;
-    Ok(Grammar { rules: vec![Rule { name: "root".into(), body }], root: RuleId(0) })
+    Ok(Grammar { rules: vec![Rule { name: "root".into(), body, keep: false }], root: RuleId(0) })
 }
 
 /// The body of a JSON string (without the quotes) whose decoded value the pattern matches
@@ -291,7 +291,8 @@ mod tests {
     #[test]
     fn json_string_encoding() {
         let e = regex_to_json_string_expr("^[\"\\\\\\n]$", 0, None, &RegexLimits::default()).unwrap();
-        let s = Grammar { rules: vec![Rule { name: "root".into(), body: e }], root: RuleId(0) }.to_string();
+        let s = Grammar { rules: vec![Rule { name: "root".into(), body: e, keep: false }], root: RuleId(0) }
+            .to_string();
         assert!(s.contains("\\\\\\\""), "{s}");
         assert!(s.contains("\\\\\\\\"), "{s}");
     }
