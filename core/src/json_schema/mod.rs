@@ -41,9 +41,11 @@
 //!   on the warning (usually: the keyword is ignored, so the grammar accepts a superset).
 //!
 //! Known deliberate differences from a validator:
-//! - object properties are generated in schema order (declared `properties`, then
-//!   `required` names not declared, then additional properties), as XGrammar and
-//!   llguidance do; an instance with the same members in another order is rejected;
+//! - declared object members come before additional ones, and objects with more than
+//!   [`JsonSchemaOptions::any_order_max`] (4) declared members take them in schema order
+//!   (declared `properties`, then `required` names not declared), as XGrammar and
+//!   llguidance do for all objects; such an instance with its members in another order
+//!   is rejected;
 //! - with [`JsonSchemaOptions::strict`] (the default) an object schema that declares
 //!   `properties` or `patternProperties` and is silent about `additionalProperties`
 //!   allows no extra properties (one that declares no members, `{"type": "object"}`,
