@@ -7,7 +7,7 @@
 //!
 //! # Time to first mask
 //! Compiling builds the automata (microseconds to a few milliseconds) and then spends at
-//! most [`CompileOptions::eager_budget`] (500 µs) beyond the start states computing the
+//! most [`CompileOptions::eager_budget`] (250 µs) beyond the start states computing the
 //! masks of the states nearest the start; everything else is lazy. A state's [`StateMask`] is computed the first time a matcher
 //! needs it, then cached in the shared [`CompiledGrammar`] for every matcher and every
 //! later step (`OnceLock`: concurrent matchers never compute the same state twice, and
@@ -108,9 +108,9 @@ pub struct CompileOptions {
     pub automata: AutomataLimits,
     /// Time the compiler may spend computing state masks before it returns, beyond the
     /// states live at the start (which the first mask needs anyway): nearest states first
-    /// (default 500 µs; zero: fully lazy). Small grammars are
-    /// then fully precomputed at a cost well under llguidance-like start-up times, and a
-    /// large grammar starts with its first states ready; the rest stay lazy.
+    /// (default 250 µs; zero: fully lazy). Small grammars are then largely precomputed
+    /// at a cost well under llguidance-like start-up times, and a large grammar starts
+    /// with its first states ready; the rest stay lazy.
     pub eager_budget: Duration,
 }
 
@@ -119,7 +119,7 @@ impl Default for CompileOptions {
         Self {
             parse: ParseLimits::default(),
             automata: AutomataLimits::default(),
-            eager_budget: Duration::from_micros(500),
+            eager_budget: Duration::from_micros(250),
         }
     }
 }
