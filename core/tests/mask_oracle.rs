@@ -15,20 +15,32 @@ fn checks() -> usize {
     std::env::var("GRAMMASK_ORACLE_CHECKS").ok().and_then(|s| s.parse().ok()).unwrap_or(3)
 }
 
+/// A fresh matcher for `ebnf` on tokenizer `tname`, a mask row, and the vocabulary as the
+/// oracle sees it (`None`: a special token, never produced).
+struct Setup {
+    tok: std::sync::Arc<grammask::TokenizerInfo>,
+    tokens: Vec<Option<Vec<u8>>>,
+    m: GrammarMatcher,
+    mask: TokenBitmask,
+}
+
+fn setup(tname: &str, ebnf: &str) -> Setup {
+    let tok = tokenizer(tname);
+    let compiled = GrammarCompiler::new(tok.clone()).compile_ebnf(ebnf).unwrap();
+    let tokens = (0..tok.tokenizer_size() as u32)
+        .map(|id| (!tok.is_special(id)).then(|| tok.token_bytes(id).to_vec()))
+        .collect();
+    let mask = TokenBitmask::new(1, tok.vocab_size());
+    Setup { tok, tokens, m: GrammarMatcher::new(compiled), mask }
+}
+
 /// Walks randomly through `ebnf` and compares fast and oracle masks at a few steps.
 fn check_grammar(name: &str, ebnf: &str, seed: u64) {
     let grammar = Grammar::from_ebnf(ebnf).unwrap_or_else(|e| panic!("{name}: {e}"));
     let bnf = Bnf::new(&grammar);
     for (ti, tname) in TOKENIZERS.iter().enumerate() {
-        let tok = tokenizer(tname);
-        let compiler = GrammarCompiler::new(tok.clone());
-        let compiled = compiler.compile_ebnf(ebnf).unwrap();
-        let tokens: Vec<Option<Vec<u8>>> = (0..tok.tokenizer_size() as u32)
-            .map(|id| (!tok.is_special(id)).then(|| tok.token_bytes(id).to_vec()))
-            .collect();
-        let mut m = GrammarMatcher::new(compiled);
+        let Setup { tok, tokens, mut m, mut mask } = setup(tname, ebnf);
         let mut oracle = Recognizer::new(&bnf);
-        let mut mask = TokenBitmask::new(1, tok.vocab_size());
         let mut rng = Rng(seed ^ ((ti as u64 + 1) * 0x9E3779B97F4A7C15));
         let n_checks = checks();
         let check_at: Vec<usize> = (0..n_checks).map(|i| i * i * 4).collect();
@@ -83,14 +95,8 @@ fn check_along(name: &str, ebnf: &str, text: &str, stride: usize) {
         // Every byte on Llama-2 (whose vocabulary has letters around non-ASCII characters,
         // "ación"), every third on the others: the oracle is slow.
         let stride = if tname == "llama2" { stride } else { 3 * stride };
-        let tok = tokenizer(tname);
-        let compiled = GrammarCompiler::new(tok.clone()).compile_ebnf(ebnf).unwrap();
-        let tokens: Vec<Option<Vec<u8>>> = (0..tok.tokenizer_size() as u32)
-            .map(|id| (!tok.is_special(id)).then(|| tok.token_bytes(id).to_vec()))
-            .collect();
-        let mut m = GrammarMatcher::new(compiled);
+        let Setup { tok, tokens, mut m, mut mask } = setup(tname, ebnf);
         let mut oracle = Recognizer::new(&bnf);
-        let mut mask = TokenBitmask::new(1, tok.vocab_size());
         for (i, &b) in text.as_bytes().iter().enumerate() {
             m.fill_next_token_bitmask(mask.row_mut(0)).unwrap();
             if i % stride == 0 {
