@@ -163,6 +163,87 @@ fn one_of_required_name_sets_is_exclusive() {
 }
 
 #[test]
+fn one_of_with_disjoint_values_is_exact() {
+    // Enumerations that share no value (numbers compare by value), and required
+    // discriminators reached through `$ref`: exact with JSON semantics too.
+    let s = r##"{"type":"object","properties":{"m":{"oneOf":[{"const":"a"},{"enum":["b",1.0]},{"enum":[2]}]},
+        "v":{"oneOf":[{"$ref":"#/$defs/circle"},{"$ref":"#/$defs/square"}]}},
+        "$defs":{"circle":{"type":"object","properties":{"kind":{"const":"circle"},"r":{"type":"number"}},"required":["kind"]},
+                 "square":{"type":"object","properties":{"kind":{"$ref":"#/$defs/sq"},"side":{"type":"number"}},"required":["kind"]},
+                 "sq":{"enum":["square"]}}}"##;
+    let cases: &[(&str, bool)] = &[
+        (r#"{"m": "a"}"#, true),
+        (r#"{"m": 1}"#, true),
+        (r#"{"m": 2}"#, true),
+        (r#"{"m": "c"}"#, false),
+        (r#"{"v": {"kind": "circle", "r": 1}}"#, true),
+        (r#"{"v": {"kind": "square", "side": 2}}"#, true),
+        (r#"{"v": {"kind": "oval"}}"#, false),
+    ];
+    check(s, &JsonSchemaOptions::default(), cases);
+    check(s, &json_semantics(), cases);
+    // Overlapping values stay an unsupported keyword.
+    for overlap in
+        [r#"{"oneOf":[{"enum":["a","b"]},{"enum":["b",1]}]}"#, r#"{"oneOf":[{"const":1},{"enum":[1.0]}]}"#]
+    {
+        let e = json_schema_str_to_grammar(overlap, &JsonSchemaOptions::default()).unwrap_err();
+        assert!(matches!(e.kind, SchemaErrorKind::Unsupported { .. }), "{overlap}: {e}");
+    }
+}
+
+#[test]
+fn strict_one_of_requires_a_separating_property() {
+    // Neither branch requires `kind`; `{}` (and `{"x": 1}`) satisfy both, so the `oneOf`
+    // rejects them. Strict mode builds each branch with `kind` required: every generated
+    // object fails the other branch, and the objects without `kind` are left out.
+    let tagged = r#"{"type":"object","oneOf":[
+        {"properties":{"kind":{"const":"a"},"x":{"type":"integer"}}},
+        {"properties":{"kind":{"enum":["b","c"]},"y":{"type":"string"}}}]}"#;
+    check(
+        tagged,
+        &JsonSchemaOptions::default(),
+        &[
+            (r#"{"kind": "a", "x": 1}"#, true),
+            (r#"{"kind": "c"}"#, true),
+            (r#"{"kind": "d"}"#, false),
+            (r#"{}"#, false),
+            (r#"{"x": 1}"#, false),
+        ],
+    );
+    // Closed branches with different members: a member of one is forbidden by the other.
+    let closed = r#"{"oneOf":[
+        {"type":"object","properties":{"foo":{"type":"string"}},"additionalProperties":false},
+        {"type":"object","properties":{"bar":{"type":"string"}},"additionalProperties":false}]}"#;
+    check(
+        closed,
+        &JsonSchemaOptions::default(),
+        &[
+            (r#"{"foo": "x"}"#, true),
+            (r#"{"bar": "y"}"#, true),
+            (r#"{}"#, false),
+            (r#"{"foo": "x", "bar": "y"}"#, false),
+        ],
+    );
+    for s in [tagged, closed] {
+        let (_, warnings) = grammask::json_schema::json_schema_to_grammar_with_warnings(
+            &serde_json::from_str(s).unwrap(),
+            &JsonSchemaOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings.iter().all(|w| w.keyword == "oneOf"), "{warnings:?}");
+        // With JSON semantics the narrowing would reject valid objects: still an error.
+        let e = json_schema_str_to_grammar(s, &json_semantics()).unwrap_err();
+        assert!(matches!(e.kind, SchemaErrorKind::Unsupported { .. }), "{e}");
+    }
+    // Open branches that declare different members are not separated: `{"foo": 1}`
+    // would satisfy the second one too.
+    let open =
+        r#"{"type":"object","oneOf":[{"properties":{"foo":{"type":"integer"}}},{"properties":{"bar":{}}}]}"#;
+    assert!(json_schema_str_to_grammar(open, &JsonSchemaOptions::default()).is_err());
+}
+
+#[test]
 fn allof_merging_keeps_property_order() {
     let s = r#"{"allOf":[{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"},"c":{}}},
         {"properties":{"a":{"minimum":0}}}],"required":["a","b","c"]}"#;
@@ -178,7 +259,7 @@ fn unenforceable_forms_are_typed_errors_unless_lenient() {
     let cases = [
         (r#"{"oneOf":[{"type":"integer"},{"minimum":2}]}"#, "oneOf", ""),
         (
-            r#"{"type":"object","properties":{"s":{"type":"string","format":"no-such-format"}}}"#,
+            r#"{"type":"object","properties":{"s":{"type":"string","format":"regex"}}}"#,
             "format",
             "/properties/s",
         ),
@@ -193,6 +274,65 @@ fn unenforceable_forms_are_typed_errors_unless_lenient() {
         let lenient = JsonSchemaOptions { lenient: true, ..Default::default() };
         assert!(json_schema_str_to_grammar(schema, &lenient).is_ok(), "{schema}");
     }
+}
+
+#[test]
+fn unknown_formats_are_annotations() {
+    let s = r#"{"type":"object","properties":{"s":{"type":"string","format":"no-such-format"}}}"#;
+    let opts = JsonSchemaOptions::default();
+    check(s, &opts, &[(r#"{"s": "anything at all"}"#, true), (r#"{"s": 1}"#, false)]);
+    let (_, warnings) =
+        grammask::json_schema::json_schema_to_grammar_with_warnings(&serde_json::from_str(s).unwrap(), &opts)
+            .unwrap();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!((warnings[0].keyword.as_str(), warnings[0].pointer.as_str()), ("format", "/properties/s"));
+    assert!(warnings[0].approximation.contains("no-such-format"));
+}
+
+#[test]
+fn required_names_without_declarations_take_any_value_in_strict_mode() {
+    // Strict mode closes what the schema is silent about; `required` speaks about "id".
+    let s = r#"{"type":"object","properties":{"name":{"type":"string"}},"required":["id","name"]}"#;
+    let cases: &[(&str, bool)] = &[
+        (r#"{"name": "x", "id": [1, {"k": null}]}"#, true),
+        (r#"{"name": "x", "id": 3}"#, true),
+        (r#"{"name": "x"}"#, false),
+        (r#"{"id": 3}"#, false),
+    ];
+    check(s, &JsonSchemaOptions::default(), cases);
+    assert!(!accepts(&compiler(), s, &JsonSchemaOptions::default(), r#"{"name": "x", "id": 3, "z": 1}"#));
+    // A name listed twice (not a valid schema, but seen in the wild) is still one member.
+    let twice = r#"{"type":"object","properties":{"name":{"type":"string"}},"required":["id","name","id"]}"#;
+    assert!(accepts(&compiler(), twice, &JsonSchemaOptions::default(), r#"{"name": "x", "id": 3}"#));
+    assert!(!accepts(
+        &compiler(),
+        twice,
+        &JsonSchemaOptions::default(),
+        r#"{"name": "x", "id": 3, "id": 3}"#
+    ));
+    // An explicit `additionalProperties: false` makes the same listing unsatisfiable.
+    let closed = r#"{"type":"object","properties":{"name":{"type":"string"}},"required":["id"],
+        "additionalProperties":false}"#;
+    let e = json_schema_str_to_grammar(closed, &JsonSchemaOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("no value"), "{e}");
+}
+
+#[test]
+fn integer_enums_are_written_without_a_fraction() {
+    // Draft-04 validators reject `0.0` for an integer; a number enum still takes it.
+    let s = r#"{"$schema":"http://json-schema.org/draft-04/schema#","type":"object",
+        "properties":{"i":{"type":"integer","enum":[0,30]},"n":{"type":"number","enum":[1]}}}"#;
+    check(
+        s,
+        &JsonSchemaOptions::default(),
+        &[
+            (r#"{"i": 30}"#, true),
+            (r#"{"i": 30.0}"#, false),
+            (r#"{"i": 0.0}"#, false),
+            (r#"{"n": 1.0}"#, true),
+            (r#"{"n": 1}"#, true),
+        ],
+    );
 }
 
 #[test]

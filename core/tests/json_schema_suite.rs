@@ -183,7 +183,7 @@ fn write_coverage(results: &[(String, FileStats)], passed: usize, total: usize) 
     md.push_str(
         "A schema that does not convert (a typed error: unsupported keyword, …) fails all its tests. ",
     );
-    md.push_str("Formats are asserted (grammask enforces them), so `format.json`'s annotation-only expectations fail where a format is known; an unknown format (and `regex`) is an unsupported keyword, a typed error by default, like a `oneOf` whose branches may overlap (`unknown.json`, `oneOf.json`). ");
+    md.push_str("Formats are asserted (grammask enforces them), so `format.json`'s annotation-only expectations fail where a format is known; an unknown format is an annotation (any string, with a warning), while `regex` is an unsupported keyword, a typed error by default, like a `oneOf` whose branches may overlap (`oneOf.json`). ");
     md.push_str("Objects with at most `any_order_max` (4) declared properties accept them in any order; larger ones only in schema order, so such an instance listing properties in another order is rejected.\n\n");
     md.push_str(&format!(
         "**Total: {passed} / {total} tests pass ({:.1}%).**\n\n",

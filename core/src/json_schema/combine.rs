@@ -1,5 +1,5 @@
-//! Combinators: `allOf` merging, `oneOf` disjointness, `not` of types, and the sibling
-//! checks that filter `enum` values.
+//! Combinators: `allOf` merging, `not` of types, dependencies, and the sibling checks
+//! that filter `enum` values (`oneOf` disjointness is in [`super::one_of`]).
 //!
 //! [`merge_schema`] intersects schemas keyword by keyword into one schema: `$ref`s are
 //! inlined (after rewriting the references inside the target to absolute ones, so they
@@ -290,50 +290,6 @@ fn gcd(a: u64, b: u64) -> u64 {
     }
 }
 
-/// Types a branch can have (`$ref` followed once), from `type`, `const` and `enum`.
-fn branch_types(b: &Builder, s: &Value, ptr: &str) -> u8 {
-    let mut s = s;
-    if let Some(r) = s.get("$ref").and_then(Value::as_str) {
-        if let Some(t) = b.resolver.resolve(b.root, r, ptr).ok().and_then(|t| b.root.pointer(&t)) {
-            s = t;
-        }
-    }
-    let Some(m) = s.as_object() else {
-        return super::types::ALL_TYPES;
-    };
-    let mut t = declared_types(m, ptr).unwrap_or(super::types::ALL_TYPES);
-    if let Some(c) = m.get("const") {
-        t &= value_type(c);
-    } else if let Some(Value::Array(e)) = m.get("enum") {
-        t &= e.iter().fold(0, |acc, v| acc | value_type(v));
-    }
-    t
-}
-
-/// A property `name` → const/enum values, when the branch requires it.
-fn discriminator(s: &Value) -> Vec<(String, Vec<Value>)> {
-    let mut out = Vec::new();
-    let Some(props) = s.get("properties").and_then(Value::as_object) else {
-        return out;
-    };
-    let req: Vec<&str> = s
-        .get("required")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    for (k, p) in props {
-        if !req.contains(&k.as_str()) {
-            continue;
-        }
-        if let Some(c) = p.get("const") {
-            out.push((k.clone(), vec![c.clone()]));
-        } else if let Some(Value::Array(e)) = p.get("enum") {
-            out.push((k.clone(), e.clone()));
-        }
-    }
-    out
-}
-
 /// `dependentRequired`, `dependentSchemas` and Draft-07 `dependencies` rewritten as
 /// `allOf` entries the merger already handles: "if `a` is present then S" becomes
 /// `anyOf: [{properties: {a: false}}, {required: [a], …S}]` (a missing `a`, or `a` with
@@ -377,76 +333,6 @@ pub(crate) fn dependencies_as_all_of(
     }
     out.insert("allOf".into(), Value::Array(all));
     Ok(Some(out))
-}
-
-/// `oneOf` branches rewritten to be mutually exclusive, for the common "exactly one of
-/// these property sets" form: the instance is an object (`type: "object"` beside the
-/// `oneOf`) and every branch is just `{"required": [names…]}`. Branch `j` fails exactly when
-/// one of its names is absent, so branch `i` gets, for every other branch `j`,
-/// `anyOf: [{properties: {n: false}} for n in names_j]` (one property suffices when `j`
-/// names one), and no object matches two branches. `None` when the form does not apply.
-pub(crate) fn exclusive_required(rest: &Map<String, Value>, branches: &[Value]) -> Option<Vec<Value>> {
-    if rest.get("type").and_then(Value::as_str) != Some("object") {
-        return None;
-    }
-    let only_required = |s: &Value| -> Option<Vec<String>> {
-        let m = s.as_object()?;
-        if !m.keys().all(|k| matches!(k.as_str(), "required" | "title" | "description" | "$comment")) {
-            return None;
-        }
-        let names: Vec<String> = m
-            .get("required")?
-            .as_array()?
-            .iter()
-            .map(|v| v.as_str().map(str::to_string))
-            .collect::<Option<_>>()?;
-        (!names.is_empty()).then_some(names)
-    };
-    let names: Vec<Vec<String>> = branches.iter().map(only_required).collect::<Option<_>>()?;
-    let absent = |n: &String| json!({ "properties": { n.clone(): false } });
-    let mut out = Vec::with_capacity(names.len());
-    for (i, own) in names.iter().enumerate() {
-        let mut all = vec![json!({ "required": own })];
-        for (j, other) in names.iter().enumerate() {
-            if i != j {
-                all.push(match other.as_slice() {
-                    [one] => absent(one),
-                    many => json!({ "anyOf": many.iter().map(absent).collect::<Vec<_>>() }),
-                });
-            }
-        }
-        out.push(json!({ "allOf": all }));
-    }
-    Some(out)
-}
-
-/// Whether no value can match two of the `oneOf` branches.
-pub(crate) fn provably_disjoint(b: &Builder, branches: &[Value], ptr: &str) -> bool {
-    let types: Vec<u8> = branches.iter().map(|s| branch_types(b, s, ptr)).collect();
-    let pairwise = |f: &dyn Fn(usize, usize) -> bool| {
-        (0..branches.len()).all(|i| (i + 1..branches.len()).all(|j| f(i, j)))
-    };
-    if pairwise(&|i, j| {
-        let (a, c) = (types[i], types[j]);
-        // integer ⊂ number
-        let na = if a & NUMBER != 0 { a | INTEGER } else { a };
-        let nc = if c & NUMBER != 0 { c | INTEGER } else { c };
-        na & nc == 0
-    }) {
-        return true;
-    }
-    let discs: Vec<_> = branches.iter().map(discriminator).collect();
-    pairwise(&|i, j| {
-        discs[i]
-            .iter()
-            .any(|(k, vi)| discs[j].iter().any(|(k2, vj)| k == k2 && vi.iter().all(|x| !vj.contains(x))))
-            || {
-                let (a, c) = (types[i], types[j]);
-                let na = if a & NUMBER != 0 { a | INTEGER } else { a };
-                let nc = if c & NUMBER != 0 { c | INTEGER } else { c };
-                na & nc == 0
-            }
-    })
 }
 
 /// Removes from `types` what `not` excludes (`not` of types, `{}`, booleans).

@@ -71,6 +71,34 @@ fn ipv6() -> String {
     format!("(?:{})", forms.join("|"))
 }
 
+/// Whether `name` is a format defined by Draft 2020-12 (§7.3) or Draft-07. A defined
+/// format without a [`format_regex`] is an unsupported keyword; any other name is an
+/// annotation (unknown formats must not fail validation).
+pub fn is_defined_format(name: &str) -> bool {
+    matches!(
+        name,
+        "date-time"
+            | "date"
+            | "time"
+            | "duration"
+            | "email"
+            | "idn-email"
+            | "hostname"
+            | "idn-hostname"
+            | "ipv4"
+            | "ipv6"
+            | "uri"
+            | "uri-reference"
+            | "iri"
+            | "iri-reference"
+            | "uuid"
+            | "uri-template"
+            | "json-pointer"
+            | "relative-json-pointer"
+            | "regex"
+    )
+}
+
 /// The anchored regex for a supported `format`, or `None`.
 pub fn format_regex(name: &str) -> Option<String> {
     let body = match name {

@@ -26,7 +26,8 @@
 //!   `format` (see [`format`]; `maxLength` is exact at any size: beyond
 //!   [`SchemaLimits::max_exact_length`] plain strings use 256-character blocks), integer bounds and `multipleOf` (bounded ranges, powers
 //!   of ten), number bounds (no exponent form is generated then), `anyOf`, `oneOf` when
-//!   its branches are provably disjoint or of the "exactly one of these property sets" form
+//!   its branches provably exclude each other (types, enumerations, or a separating
+//!   property; see `one_of`) or are of the "exactly one of these property sets" form
 //!   (every branch a `{"required": [names…]}` on an object), `allOf` (merged), `$ref`/`$defs`/
 //!   `definitions`/`$id`/`$anchor`, boolean schemas, `not` of types, `contains`
 //!   (without item-count bounds);
@@ -35,10 +36,14 @@
 //!   keyword JSON Schema does not define (the spec says to ignore unknown keywords);
 //! - **not enforced** (`uniqueItems`, `unevaluated*`, `if`/`then`/`else`,
 //!   `$dynamicRef`, `maxContains`, `not` of anything but types, a `oneOf` whose branches
-//!   may overlap, a `format` this module does not know, …): a [`SchemaError`] with
+//!   may overlap, …): a [`SchemaError`] with
 //!   [`SchemaErrorKind::Unsupported`] naming the keyword and its JSON pointer — or, with
 //!   [`JsonSchemaOptions::lenient`], a [`SchemaWarning`] and the approximation documented
 //!   on the warning (usually: the keyword is ignored, so the grammar accepts a superset).
+//!
+//! A `format` this module does not know is an annotation (Draft 2020-12 §7.2.3: unknown
+//! formats must not fail validation): any string, exactly as a validator decides, with a
+//! [`SchemaWarning`] naming it so that a misspelt format (`url`) does not go unnoticed.
 //!
 //! Known deliberate differences from a validator:
 //! - declared object members come before additional ones, and objects with more than
@@ -82,6 +87,7 @@ mod combine;
 pub mod format;
 mod number;
 mod object;
+mod one_of;
 mod resolve;
 mod string;
 mod types;
@@ -150,7 +156,11 @@ pub struct JsonSchemaOptions {
     pub whitespace: Whitespace,
     /// When an object schema declares its members (`properties`/`patternProperties`) but
     /// says nothing about `additionalProperties`, allow no extra properties (default
-    /// true). False follows JSON Schema (extras allowed).
+    /// true). False follows JSON Schema (extras allowed). Strict mode also builds a
+    /// `oneOf` whose object branches are told apart by a property they declare but do not
+    /// require (`kind: {"const": …}`, or a member another closed branch forbids) with that
+    /// property required, leaving out the objects without it (a [`SchemaWarning`] names
+    /// each one).
     pub strict: bool,
     /// Keywords that are not enforced produce a [`SchemaWarning`] and an approximation
     /// instead of an error (default false).
@@ -272,7 +282,8 @@ pub fn json_schema_to_grammar(schema: &Value, options: &JsonSchemaOptions) -> Re
 }
 
 /// Like [`json_schema_to_grammar`], also returning the approximations made (non-empty
-/// only with [`JsonSchemaOptions::lenient`], or for `oneOf`/long-string notes).
+/// only with [`JsonSchemaOptions::lenient`], or for unknown formats and `oneOf`/long-string
+/// notes).
 pub fn json_schema_to_grammar_with_warnings(
     schema: &Value,
     options: &JsonSchemaOptions,

@@ -221,6 +221,10 @@ pub(crate) fn build(
         None if b.opts.strict && (!props.is_empty() || patterns.is_some()) => None,
         None => Some(Value::Bool(true)),
     };
+    // A name listed in `required` but not declared is declared by that listing: strict
+    // mode (which only closes what the schema is silent about) gives it any value. With an
+    // explicit `additionalProperties: false` such a schema is unsatisfiable, as written.
+    let implicitly_closed = additional.is_none() && !m.contains_key("additionalProperties");
     let keys = KeyClasses::new(b, m, props, &required, patterns, ptr)?;
     // The value schema of a key of class `label`: the declared schema (if any), every
     // matching pattern's schema, and `additionalProperties` when neither applies.
@@ -235,8 +239,11 @@ pub(crate) fn build(
     };
     let mut members = Vec::new();
     let mut names: Vec<&str> = props.keys().map(String::as_str).collect();
-    names.extend(required.iter().filter(|r| !props.contains_key(**r)));
-    names.dedup();
+    for r in &required {
+        if !props.contains_key(*r) && !names.contains(r) {
+            names.push(r);
+        }
+    }
     for name in &names {
         let req = required.contains(name);
         let label = keys.set.label_of(name);
@@ -244,7 +251,9 @@ pub(crate) fn build(
             Some(_) => Builder::child(ptr, "properties", name),
             None => Builder::child(ptr, "required", name),
         };
-        let v = match value_of(props.get(*name), label).filter(|_| keys.names_ok(label)) {
+        let value = value_of(props.get(*name), label)
+            .or_else(|| (req && implicitly_closed).then_some(Value::Bool(true)));
+        let v = match value.filter(|_| keys.names_ok(label)) {
             Some(s) => b.schema(&s, &vptr, level + 1)?,
             None => nothing(),
         };

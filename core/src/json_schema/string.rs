@@ -128,12 +128,20 @@ pub(crate) fn build(b: &mut Builder, m: &Map<String, Value>, ptr: &str) -> Resul
                 )?;
             }
             Some(re) => pattern = Some((re, "format")),
-            None => b.unsupported(
+            None if super::format::is_defined_format(f) => b.unsupported(
                 "format",
-                &format!("format `{f}` is not known"),
+                &format!("format `{f}` is not enforced"),
                 "not enforced: any string",
                 ptr,
             )?,
+            // Draft 2020-12 §7.2: an unknown format is an annotation and must not fail
+            // validation (the official suite's `optional/format/unknown.json` checks it),
+            // so "any string" is the exact semantics, not an approximation.
+            None => b.warnings.push(super::SchemaWarning {
+                keyword: "format".into(),
+                pointer: ptr.into(),
+                approximation: format!("unknown format `{f}` is an annotation: any string"),
+            }),
         }
     }
     let (min32, max32) = (min as u32, max.map(|x| x as u32));

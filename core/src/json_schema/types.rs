@@ -8,6 +8,7 @@
 //! `string`, `number`, `object` and `array` modules.
 
 use super::combine;
+use super::one_of::{self, Exclusive};
 use super::resolve::{escape_token, Resolver};
 use super::whitespace::{alt, is_nothing, lit, nothing, seq, write_string, Layout};
 use super::{JsonSchemaOptions, SchemaError, SchemaErrorKind, SchemaWarning, Whitespace};
@@ -369,10 +370,23 @@ impl<'a> Builder<'a> {
                     }
                 }
                 let mut branches = branches.clone();
-                if key == "oneOf" && !combine::provably_disjoint(self, &branches, ptr) {
-                    match combine::exclusive_required(&rest, &branches) {
-                        Some(exact) => branches = exact,
-                        None => self.unsupported(
+                if key == "oneOf" {
+                    match one_of::exclusive(self, &rest, &branches, ptr) {
+                        Exclusive::Exact(exact) => branches = exact,
+                        Exclusive::Narrowed(narrowed, required) if self.opts.strict => {
+                            for (i, req) in required.iter().enumerate().filter(|(_, r)| !r.is_empty()) {
+                                self.warnings.push(SchemaWarning {
+                                    keyword: "oneOf".into(),
+                                    pointer: format!("{ptr}/oneOf/{i}"),
+                                    approximation: format!(
+                                        "strict mode: objects of this branch carry {} (without, they may match several branches)",
+                                        req.iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(", ")
+                                    ),
+                                });
+                            }
+                            branches = narrowed;
+                        }
+                        _ => self.unsupported(
                             "oneOf",
                             "the branches may overlap",
                             "built as anyOf (a value matching two branches is accepted)",
@@ -483,7 +497,7 @@ impl<'a> Builder<'a> {
                 && (!m.contains_key("enum") || !m.contains_key("const") || m.get("const") == Some(v))
                 && combine::simple_check(m, v)
             {
-                alts.push(self.layout.literal(v, level));
+                alts.push(self.layout.literal(v, level, types & NUMBER == 0));
             }
         }
         Ok(alt(alts))

@@ -117,9 +117,17 @@ impl Layout {
     }
 
     /// `value` written as JSON in this layout at `level`, as one literal; numbers that
-    /// are integers also match their `.0` spelling.
-    pub fn literal(&self, v: &Value, level: u32) -> Expr {
+    /// are integers also match their `.0` spelling unless `integer_only` (the schema's
+    /// type is `integer`: Draft-04 validators reject `1.0` there, and integer values are
+    /// written without a fraction everywhere else in this module).
+    pub fn literal(&self, v: &Value, level: u32, integer_only: bool) -> Expr {
         match v {
+            Value::Number(_) if integer_only && super::types::value_type(v) == super::types::INTEGER => {
+                match v.as_f64() {
+                    Some(f) if !(v.is_i64() || v.is_u64()) && f.abs() < 1e16 => lit(&format!("{}", f as i64)),
+                    _ => lit(&v.to_string()),
+                }
+            }
             Value::Number(n) if n.is_i64() || n.is_u64() => {
                 alt(vec![lit(&n.to_string()), lit(&format!("{n}.0"))])
             }

@@ -1,0 +1,263 @@
+//! `oneOf`: when its branches provably exclude each other it is built like `anyOf`, which
+//! is then exact; two common overlapping forms are rewritten into exclusive branches.
+//!
+//! Branch `A` *excludes* branch `B` when no value of `A`'s grammar satisfies `B`:
+//! - their types do not meet (integer ⊂ number);
+//! - both enumerate their values (`const`/`enum`) and share none;
+//! - where they meet only on objects, a *separating property* `p` that every object of
+//!   `A` carries (`required` in `A` or beside the `oneOf`) and that `B` rejects: `B`
+//!   declares `p` with values disjoint from `A`'s (types or enumerations, recursively), or
+//!   `B` is closed (`additionalProperties: false`, no pattern properties) without `p`.
+//!
+//! Strict mode ([`JsonSchemaOptions::strict`](super::JsonSchemaOptions::strict)) also
+//! uses a separating property that `A` declares but does not require: `A`'s grammar then
+//! requires it. That grammar generates the objects of `A` that carry `p`, each of which
+//! fails every other branch, and leaves out the ones without `p` (which may satisfy
+//! several branches: `{}` against `{"properties": {"kind": {"const": "a"}}}` and
+//! `{"properties": {"kind": {"const": "b"}}}`). It is the same narrowing strict mode makes
+//! for undeclared members — every generated value is valid — and a
+//! [`SchemaWarning`](super::SchemaWarning) names it. With JSON semantics such a `oneOf`
+//! stays an unsupported keyword.
+
+use super::types::{declared_types, value_type, Builder, ALL_TYPES, INTEGER, NUMBER, OBJECT};
+use serde_json::{json, Map, Value};
+
+/// How a `oneOf` can be built.
+pub(crate) enum Exclusive {
+    /// These branches (the originals or a rewrite), as `anyOf`, are exactly the `oneOf`.
+    Exact(Vec<Value>),
+    /// These branches are exclusive but leave out values of the `oneOf`: the properties
+    /// made required, one list per branch.
+    Narrowed(Vec<Value>, Vec<Vec<String>>),
+    /// No exclusive form found.
+    Overlapping,
+}
+
+/// Most `$ref` hops followed when looking through a branch.
+const MAX_HOPS: usize = 8;
+/// How deep property values are compared.
+const MAX_DEPTH: u32 = 3;
+
+/// The exclusive form of the `oneOf` `branches`, `rest` being the keywords beside it.
+pub(crate) fn exclusive(b: &Builder, rest: &Map<String, Value>, branches: &[Value], ptr: &str) -> Exclusive {
+    let rest_types = declared_types(rest, ptr).unwrap_or(ALL_TYPES);
+    let views: Vec<View> = branches.iter().map(|s| View::of(b, s, ptr, rest, rest_types)).collect();
+    let mut required: Vec<Vec<String>> = vec![Vec::new(); branches.len()];
+    let mut exact = true;
+    for (i, a) in views.iter().enumerate() {
+        for (j, c) in views.iter().enumerate() {
+            if i == j {
+                continue;
+            }
+            match excludes(b, a, c, 0) {
+                Some(None) => {}
+                Some(Some(p)) => {
+                    exact = false;
+                    if !required[i].contains(&p) {
+                        required[i].push(p);
+                    }
+                }
+                None => {
+                    return exclusive_required(rest, branches)
+                        .map_or(Exclusive::Overlapping, Exclusive::Exact)
+                }
+            }
+        }
+    }
+    if exact {
+        return Exclusive::Exact(branches.to_vec());
+    }
+    if let Some(rewritten) = exclusive_required(rest, branches) {
+        return Exclusive::Exact(rewritten);
+    }
+    let narrowed = branches
+        .iter()
+        .zip(&required)
+        .map(|(s, req)| if req.is_empty() { s.clone() } else { json!({ "allOf": [s, { "required": req }] }) })
+        .collect();
+    Exclusive::Narrowed(narrowed, required)
+}
+
+/// What one branch says, looked through `$ref`s.
+struct View<'a> {
+    schema: &'a Value,
+    /// Where `schema` sits (the base for its own `$ref`s).
+    ptr: String,
+    types: u8,
+    /// Every object of the branch has these (its `required` and the sibling `required`).
+    required: Vec<&'a str>,
+}
+
+impl<'a> View<'a> {
+    fn of(b: &'a Builder, s: &'a Value, ptr: &str, rest: &'a Map<String, Value>, rest_types: u8) -> Self {
+        let (schema, ptr) = follow(b, s, ptr);
+        let mut required = required_of(schema);
+        required.extend(
+            rest.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str),
+        );
+        View { types: types_of(schema, &ptr) & rest_types, schema, ptr, required }
+    }
+}
+
+/// `s` with its `$ref` chain followed, and the pointer of the result.
+fn follow<'a>(b: &'a Builder, mut s: &'a Value, ptr: &str) -> (&'a Value, String) {
+    let mut at = ptr.to_string();
+    for _ in 0..MAX_HOPS {
+        let Some(r) = s.get("$ref").and_then(Value::as_str) else { break };
+        match b.resolver.resolve(b.root, r, &at).ok().and_then(|t| Some((b.root.pointer(&t)?, t))) {
+            Some((target, t)) => (s, at) = (target, t),
+            None => break,
+        }
+    }
+    (s, at)
+}
+
+fn required_of(s: &Value) -> Vec<&str> {
+    s.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect()
+}
+
+/// Types a schema allows, from `type`, `const` and `enum` (`true`/unknown forms: all).
+fn types_of(s: &Value, ptr: &str) -> u8 {
+    let Some(m) = s.as_object() else {
+        return if s == &Value::Bool(false) { 0 } else { ALL_TYPES };
+    };
+    let mut t = declared_types(m, ptr).unwrap_or(ALL_TYPES);
+    if let Some(v) = enumerated(s) {
+        t &= v.iter().fold(0, |acc, v| acc | value_type(v));
+    }
+    // integer ⊂ number: a number type admits the integers.
+    if t & NUMBER != 0 {
+        t |= INTEGER;
+    }
+    t
+}
+
+/// The values a schema enumerates (`const`, or `enum`).
+fn enumerated(s: &Value) -> Option<Vec<&Value>> {
+    match (s.get("const"), s.get("enum")) {
+        (Some(c), _) => Some(vec![c]),
+        (None, Some(Value::Array(e))) => Some(e.iter().collect()),
+        _ => None,
+    }
+}
+
+/// JSON equality (numbers by value: `1` and `1.0` are the same instance).
+fn same_value(a: &Value, c: &Value) -> bool {
+    match (a, c) {
+        (Value::Number(x), Value::Number(y)) => match (x.as_i64(), y.as_i64(), x.as_u64(), y.as_u64()) {
+            (Some(p), Some(q), _, _) => p == q,
+            (_, _, Some(p), Some(q)) => p == q,
+            _ => x.as_f64() == y.as_f64(),
+        },
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same_value(p, q))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, p)| y.get(k).is_some_and(|q| same_value(p, q)))
+        }
+        _ => a == c,
+    }
+}
+
+/// Whether no value satisfies both schemas (a sound, incomplete test).
+fn disjoint(b: &Builder, a: &Value, a_ptr: &str, c: &Value, c_ptr: &str, depth: u32) -> bool {
+    let (a, a_ptr) = follow(b, a, a_ptr);
+    let (c, c_ptr) = follow(b, c, c_ptr);
+    let (ta, tc) = (types_of(a, &a_ptr), types_of(c, &c_ptr));
+    if ta & tc == 0 {
+        return true;
+    }
+    if let (Some(x), Some(y)) = (enumerated(a), enumerated(c)) {
+        if x.iter().all(|p| !y.iter().any(|q| same_value(p, q))) {
+            return true;
+        }
+    }
+    if ta & tc == OBJECT && depth < MAX_DEPTH {
+        let va = View { schema: a, types: ta, required: required_of(a), ptr: a_ptr.clone() };
+        let vc = View { schema: c, types: tc, required: required_of(c), ptr: c_ptr.clone() };
+        return matches!(excludes(b, &va, &vc, depth + 1), Some(None));
+    }
+    false
+}
+
+/// Whether branch `a` excludes branch `c`: `Some(None)` as written, `Some(Some(p))` once
+/// `a` requires its property `p`, `None` when no reason is found.
+fn excludes(b: &Builder, a: &View, c: &View, depth: u32) -> Option<Option<String>> {
+    let common = a.types & c.types;
+    if common == 0 {
+        return Some(None);
+    }
+    if let (Some(x), Some(y)) = (enumerated(a.schema), enumerated(c.schema)) {
+        if x.iter().all(|p| !y.iter().any(|q| same_value(p, q))) {
+            return Some(None);
+        }
+    }
+    if common != OBJECT {
+        return None;
+    }
+    let props = a.schema.get("properties").and_then(Value::as_object)?;
+    let c_props = c.schema.get("properties").and_then(Value::as_object);
+    let c_closed = c.schema.get("additionalProperties") == Some(&Value::Bool(false))
+        && c.schema.get("patternProperties").and_then(Value::as_object).map_or(true, Map::is_empty);
+    let mut found: Option<&str> = None;
+    for (p, ps) in props {
+        let rejected = match c_props.and_then(|m| m.get(p)) {
+            Some(cs) => {
+                let pa = Builder::child(&a.ptr, "properties", p);
+                let pc = Builder::child(&c.ptr, "properties", p);
+                disjoint(b, ps, &pa, cs, &pc, depth)
+            }
+            None => c_closed,
+        };
+        if !rejected {
+            continue;
+        }
+        if a.required.contains(&p.as_str()) {
+            return Some(None);
+        }
+        found = found.or(Some(p));
+    }
+    // Only the top level may narrow: a nested narrowing would not be written anywhere.
+    found.filter(|_| depth == 0).map(|p| Some(p.to_string()))
+}
+
+/// `oneOf` branches rewritten to be mutually exclusive, for the common "exactly one of
+/// these property sets" form: the instance is an object (`type: "object"` beside the
+/// `oneOf`) and every branch is just `{"required": [names…]}`. Branch `j` fails exactly when
+/// one of its names is absent, so branch `i` gets, for every other branch `j`,
+/// `anyOf: [{properties: {n: false}} for n in names_j]` (one property suffices when `j`
+/// names one), and no object matches two branches. `None` when the form does not apply.
+fn exclusive_required(rest: &Map<String, Value>, branches: &[Value]) -> Option<Vec<Value>> {
+    if rest.get("type").and_then(Value::as_str) != Some("object") {
+        return None;
+    }
+    let only_required = |s: &Value| -> Option<Vec<String>> {
+        let m = s.as_object()?;
+        if !m.keys().all(|k| matches!(k.as_str(), "required" | "title" | "description" | "$comment")) {
+            return None;
+        }
+        let names: Vec<String> = m
+            .get("required")?
+            .as_array()?
+            .iter()
+            .map(|v| v.as_str().map(str::to_string))
+            .collect::<Option<_>>()?;
+        (!names.is_empty()).then_some(names)
+    };
+    let names: Vec<Vec<String>> = branches.iter().map(only_required).collect::<Option<_>>()?;
+    let absent = |n: &String| json!({ "properties": { n.clone(): false } });
+    let mut out = Vec::with_capacity(names.len());
+    for (i, own) in names.iter().enumerate() {
+        let mut all = vec![json!({ "required": own })];
+        for (j, other) in names.iter().enumerate() {
+            if i != j {
+                all.push(match other.as_slice() {
+                    [one] => absent(one),
+                    many => json!({ "anyOf": many.iter().map(absent).collect::<Vec<_>>() }),
+                });
+            }
+        }
+        out.push(json!({ "allOf": all }));
+    }
+    Some(out)
+}
