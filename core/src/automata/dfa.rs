@@ -56,35 +56,52 @@ impl Dfa {
             v
         };
         let mut per_class: Vec<Vec<u32>> = vec![Vec::new(); nc];
+        // Classes with at least one target in the current state, in increasing order.
+        let mut touched: Vec<usize> = Vec::new();
+        let mut prev_targets: Vec<u32> = Vec::new();
+        let mut set: Vec<u32> = Vec::new();
         let mut i = 0;
         while i < sets.len() {
-            let set = sets[i].clone();
+            // `intern` only appends to `sets`: a copy into a reused buffer, not a clone.
+            set.clear();
+            set.extend_from_slice(&sets[i]);
             i += 1;
             dfa.finals.push(set.binary_search(&nfa.end).is_ok());
             for &s in &set {
                 for &(lo, hi, t) in nfa.bytes.of(s) {
-                    for targets in &mut per_class[class_of[lo as usize]..=class_of[hi as usize]] {
+                    let (first, last) = (class_of[lo as usize], class_of[hi as usize]);
+                    for (c, targets) in per_class[first..=last].iter_mut().enumerate() {
+                        if targets.is_empty() {
+                            touched.push(first + c);
+                        }
                         targets.push(t);
                     }
                 }
             }
-            let mut prev: Option<(Vec<u32>, u32)> = None;
-            for targets in per_class.iter_mut() {
+            touched.sort_unstable();
+            let row = dfa.trans.len();
+            dfa.trans.resize(row + nc, DEAD);
+            // Neighbouring classes usually lead to the same set: reuse its id.
+            let mut prev: Option<u32> = None;
+            for &c in &touched {
+                let targets = &mut per_class[c];
                 targets.sort_unstable();
                 targets.dedup();
-                // Neighbouring classes usually lead to the same set: reuse its id.
-                let id = match &prev {
-                    Some((p, id)) if p == targets => *id,
+                let id = match prev {
+                    Some(id) if *targets == prev_targets => id,
                     _ => {
-                        let key = targets.clone();
+                        prev_targets.clear();
+                        prev_targets.extend_from_slice(targets);
                         let id = Self::intern(nfa, targets, &mut seen, &mut ids, &mut sets, max_states)?;
-                        prev = Some((key, id));
+                        prev = Some(id);
                         id
                     }
                 };
+                dfa.trans[row + c] = id;
+                // `intern` may have closed or taken the list: it is done either way.
                 targets.clear();
-                dfa.trans.push(id);
             }
+            touched.clear();
             let mut by_rule: Vec<(u32, u32)> =
                 set.iter().flat_map(|&s| nfa.rules.of(s).iter().copied()).collect();
             by_rule.sort_unstable();
@@ -140,22 +157,36 @@ impl Dfa {
     pub fn trim(&mut self) {
         let n = self.len();
         let nc = self.n_classes;
-        let mut rev: Vec<Vec<u32>> = vec![Vec::new(); n];
+        // Reverse edges as one flat list grouped by target (CSR), not a Vec per state.
+        let targets = |s: usize| {
+            self.trans[s * nc..(s + 1) * nc]
+                .iter()
+                .copied()
+                .filter(|&t| t != DEAD)
+                .chain(self.rules[s].iter().map(|e| e.1))
+        };
+        let mut offsets = vec![0u32; n + 1];
         for s in 0..n {
-            for c in 0..nc {
-                let t = self.trans[s * nc + c];
-                if t != DEAD {
-                    rev[t as usize].push(s as u32);
-                }
-            }
-            for &(_, t) in &self.rules[s] {
-                rev[t as usize].push(s as u32);
+            for t in targets(s) {
+                offsets[t as usize + 1] += 1;
             }
         }
+        for i in 0..n {
+            offsets[i + 1] += offsets[i];
+        }
+        let mut fill = offsets.clone();
+        let mut rev = vec![0u32; offsets[n] as usize];
+        for s in 0..n {
+            for t in targets(s) {
+                rev[fill[t as usize] as usize] = s as u32;
+                fill[t as usize] += 1;
+            }
+        }
+        let preds = |t: u32| &rev[offsets[t as usize] as usize..offsets[t as usize + 1] as usize];
         let mut live = self.finals.clone();
         let mut stack: Vec<u32> = (0..n as u32).filter(|&s| live[s as usize]).collect();
         while let Some(s) = stack.pop() {
-            for &p in &rev[s as usize] {
+            for &p in preds(s) {
                 if !live[p as usize] {
                     live[p as usize] = true;
                     stack.push(p);
@@ -240,25 +271,18 @@ impl Dfa {
         for r in &mut self.rules {
             r.sort_unstable();
         }
+        // Only real edges: those into the sink (missing or `DEAD`) are never used below.
         let each_edge = |f: &mut dyn FnMut(u32, usize, usize)| {
             for st in 0..n {
-                for c in 0..nc {
-                    f(c as u32, st, tgt(self.trans[st * nc + c]));
+                for (c, &t) in self.trans[st * nc..(st + 1) * nc].iter().enumerate() {
+                    if t != DEAD {
+                        f(c as u32, st, t as usize);
+                    }
                 }
-                let mut k = 0;
-                for (li, &r) in rule_letters.iter().enumerate() {
-                    let t = match self.rules[st].get(k) {
-                        Some(&(rr, t)) if rr == r => {
-                            k += 1;
-                            tgt(t)
-                        }
-                        _ => sink,
-                    };
-                    f((nc + li) as u32, st, t);
+                for &(r, t) in &self.rules[st] {
+                    let li = rule_letters.binary_search(&r).unwrap_or_else(|i| i);
+                    f((nc + li) as u32, st, tgt(t));
                 }
-            }
-            for l in 0..nl {
-                f(l as u32, sink, sink);
             }
         };
         // Edges into the sink are never needed: the sink is a block of its own that is

@@ -487,7 +487,7 @@ pub(crate) fn build(
         return Ok(signed_range(ilo, ihi));
     }
     if lo.is_none() && hi.is_none() && budget.is_none() {
-        return Ok(any_number());
+        return b.any_number();
     }
     Ok(real_range(lo, hi, budget))
 }

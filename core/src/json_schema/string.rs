@@ -144,6 +144,9 @@ pub(crate) fn build(b: &mut Builder, m: &Map<String, Value>, ptr: &str) -> Resul
             }),
         }
     }
+    if pattern.is_none() && min == 0 && max.is_none() {
+        return b.any_string();
+    }
     let (min32, max32) = (min as u32, max.map(|x| x as u32));
     let body = match pattern {
         None => Expr::Repeat { expr: Box::new(json_string_char(ANY_CHAR)), min: min32, max: max32 },

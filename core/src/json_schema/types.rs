@@ -133,6 +133,8 @@ pub(crate) struct Builder<'a> {
     pub rules: Vec<Rule>,
     memo: HashMap<(String, u32), RuleId>,
     any_memo: HashMap<u32, RuleId>,
+    number_rule: Option<RuleId>,
+    string_rule: Option<RuleId>,
     pub warnings: Vec<SchemaWarning>,
     depth: usize,
 }
@@ -151,6 +153,8 @@ impl<'a> Builder<'a> {
             rules: vec![Rule { name: "root".into(), body: Expr::Empty, keep: false }],
             memo: HashMap::new(),
             any_memo: HashMap::new(),
+            number_rule: None,
+            string_rule: None,
             warnings: Vec::new(),
             depth: 0,
         };
@@ -250,6 +254,32 @@ impl<'a> Builder<'a> {
         Ok(())
     }
 
+    /// Any JSON number, as one rule per grammar: its integer part is a counted
+    /// repetition ([`MAX_INT_DIGITS`](super::number::MAX_INT_DIGITS) states), which,
+    /// copied into every member that holds a number, made up most of an object's automaton.
+    pub fn any_number(&mut self) -> Result<Expr, SchemaError> {
+        if let Some(id) = self.number_rule {
+            return Ok(Expr::Rule(id));
+        }
+        let id = self.new_rule("number", "")?;
+        self.rules[id.index()].body = super::number::any_number();
+        self.rules[id.index()].keep = true;
+        self.number_rule = Some(id);
+        Ok(Expr::Rule(id))
+    }
+
+    /// Any JSON string (with its quotes), as one rule per grammar.
+    pub fn any_string(&mut self) -> Result<Expr, SchemaError> {
+        if let Some(id) = self.string_rule {
+            return Ok(Expr::Rule(id));
+        }
+        let id = self.new_rule("string", "")?;
+        self.rules[id.index()].body = super::string::any_string();
+        self.rules[id.index()].keep = true;
+        self.string_rule = Some(id);
+        Ok(Expr::Rule(id))
+    }
+
     /// Any JSON value at `level`.
     pub fn any_value(&mut self, level: u32) -> Result<Expr, SchemaError> {
         let lv = self.memo_level(level);
@@ -261,7 +291,7 @@ impl<'a> Builder<'a> {
         self.any_memo.insert(lv, id);
         let inner = self.any_value(level + 1)?;
         let l = self.layout;
-        let member = seq(vec![super::string::any_string(), l.colon(), inner.clone()]);
+        let member = seq(vec![self.any_string()?, l.colon(), inner.clone()]);
         let list = |item: Expr| {
             seq(vec![
                 item.clone(),
@@ -276,8 +306,8 @@ impl<'a> Builder<'a> {
             lit("null"),
             lit("true"),
             lit("false"),
-            super::number::any_number(),
-            super::string::any_string(),
+            self.any_number()?,
+            self.any_string()?,
             obj,
             arr,
         ]);
