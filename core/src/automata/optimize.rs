@@ -21,6 +21,9 @@ use crate::grammar::{Expr, Grammar, Rule, RuleId};
 /// Largest rule body (in [`Expr::size`] nodes) that is inlined into its callers.
 pub const INLINE_MAX_SIZE: usize = 100;
 
+/// Largest rule body (in [`Expr::expanded_size`] nodes) inlined into more than one place.
+pub const INLINE_SHARED_MAX: u64 = 48;
+
 /// Largest `body size × repetition bound` unrolled inline; larger bodies are outlined.
 pub const UNROLL_MAX_SIZE: usize = 2_000;
 
@@ -121,12 +124,18 @@ pub fn inline_fragments(g: &mut Grammar) {
     // Inline in an order where a rule's own references are already inlined: repeat until
     // nothing changes (terminates because inlinable rules are not recursive).
     for _ in 0..n + 1 {
+        let mut refs = vec![0u32; n];
+        for r in &g.rules {
+            r.body.for_each_rule(&mut |id| refs[id.index()] += 1);
+        }
         let inlinable: Vec<bool> = (0..n)
             .map(|i| {
                 i != g.root.index()
                     && !reach[i][i]
                     && !g.rules[i].keep
                     && g.rules[i].body.size() <= INLINE_MAX_SIZE
+                    // Copies of a large rule each become automaton states (and masks).
+                    && (refs[i] <= 1 || g.rules[i].body.expanded_size() <= INLINE_SHARED_MAX)
             })
             .collect();
         let mut changed = false;
@@ -291,6 +300,19 @@ mod tests {
         // A larger rule-free body repeated many times is outlined.
         let big = Grammar::from_ebnf("root ::= (\"\\\"\" [0-9a-f]{24} \"\\\"\" \", \"){1000}").unwrap();
         assert_eq!(optimize(&big).unwrap().rules.len(), 2);
+    }
+
+    #[test]
+    fn large_rules_used_twice_stay_rules() {
+        // `date` expands to 48+ nodes: one copy inline, two copies as a shared rule.
+        let date = "date ::= [0-9]{4} \"-\" [0-9]{2} \"-\" [0-9]{2} (\"T\" [0-9]{2} \":\" [0-9]{2} \":\" [0-9]{2} [.0-9]{0,20})?";
+        let once = Grammar::from_ebnf(&format!("root ::= \"[\" date \"]\"\n{date}")).unwrap();
+        assert_eq!(optimize(&once).unwrap().rules.len(), 1);
+        let twice = Grammar::from_ebnf(&format!("root ::= date \",\" date\n{date}")).unwrap();
+        assert_eq!(optimize(&twice).unwrap().to_string().lines().next(), Some("root ::= date \",\" date"));
+        // Small rules are still copied wherever they are used.
+        let small = Grammar::from_ebnf("root ::= d \",\" d\nd ::= [0-9]{1,3}").unwrap();
+        assert_eq!(optimize(&small).unwrap().rules.len(), 1);
     }
 
     #[test]

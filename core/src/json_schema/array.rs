@@ -67,6 +67,7 @@ pub(crate) fn build(
                     Some(r) => b.schema(r, &format!("{ptr}/{rest_kw}"), level + 1)?,
                     None => b.any_value(level + 1)?,
                 };
+                let (re, ce) = (b.shared(re, "item", ptr)?, b.shared(ce, "contains", ptr)?);
                 let comma = l.comma(level);
                 let star = |e: Expr| Expr::Repeat { expr: Box::new(e), min: 0, max: None };
                 let mut parts =
@@ -95,6 +96,7 @@ pub(crate) fn build(
         Some(r) => b.schema(r, &format!("{ptr}/{rest_kw}"), level + 1)?,
         None => b.any_value(level + 1)?,
     };
+    let rest_e = b.shared(rest_e, "item", ptr)?;
     if is_nothing(&rest_e) {
         max = Some(max.map_or(elems.len() as u64, |x| x.min(elems.len() as u64)));
     }

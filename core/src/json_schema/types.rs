@@ -268,6 +268,20 @@ impl<'a> Builder<'a> {
         Ok(Expr::Rule(id))
     }
 
+    /// `e` as a rule of its own when it is written in more than one place and large
+    /// (an array's item schema appears as the first item and in the repetition): copies
+    /// would each become automaton states, and each state a mask to compute.
+    pub fn shared(&mut self, e: Expr, hint: &str, ptr: &str) -> Result<Expr, SchemaError> {
+        const SHARE_ABOVE: u64 = 32;
+        if matches!(e, Expr::Rule(_)) || e.expanded_size() <= SHARE_ABOVE {
+            return Ok(e);
+        }
+        let id = self.new_rule(hint, ptr)?;
+        self.rules[id.index()].body = e;
+        self.rules[id.index()].keep = true;
+        Ok(Expr::Rule(id))
+    }
+
     /// Any JSON string (with its quotes), as one rule per grammar.
     pub fn any_string(&mut self) -> Result<Expr, SchemaError> {
         if let Some(id) = self.string_rule {
@@ -543,5 +557,29 @@ impl<'a> Builder<'a> {
     /// JSON pointer of a child: `ptr/kw/key`.
     pub fn child(ptr: &str, kw: &str, key: &str) -> String {
         format!("{ptr}/{kw}/{}", escape_token(key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::json_schema::{json_schema_str_to_grammar, JsonSchemaOptions};
+
+    /// Values written in many places are one rule each, not copies: plain strings, any
+    /// number, and a large array item (first item and repetition).
+    #[test]
+    fn repeated_values_are_shared_rules() {
+        let s = r#"{"type":"object","properties":{
+            "a":{"type":"string"},"b":{"type":"string"},"x":{"type":"number"},"y":{"type":"number"},
+            "list":{"type":"array","items":{"type":"object","properties":{"p":{"type":"string","maxLength":20},
+                "q":{"type":"integer","minimum":3,"maximum":77},"r":{"type":"boolean"},"s":{"type":"null"},
+                "t":{"enum":["one","two"]}},"required":["p","q"]}}}}"#;
+        let g = json_schema_str_to_grammar(s, &JsonSchemaOptions::default()).unwrap();
+        let named = |suffix: &str| g.rules.iter().filter(|r| r.name.ends_with(suffix)).count();
+        assert_eq!((named("_string"), named("_number"), named("_item")), (1, 1, 1), "{g}");
+        let text = g.to_string();
+        let item = g.rules.iter().find(|r| r.name.ends_with("_item")).unwrap();
+        assert_eq!(text.matches(&format!(" {}", item.name)).count(), 2, "{g}");
+        // The item's body is written once, in its own rule.
+        assert_eq!(text.matches("\"\\\"q\\\"\"").count(), 1, "{g}");
     }
 }
