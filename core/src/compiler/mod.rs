@@ -18,6 +18,7 @@
 //! while the prompt is prefilled.
 
 mod cache;
+mod leaf;
 pub(crate) mod mask;
 mod store;
 
@@ -28,6 +29,7 @@ use crate::json_schema::{json_schema_str_to_grammar, JsonSchemaOptions};
 use crate::regex::{regex_to_grammar, RegexLimits};
 use crate::tokenizer::TokenizerInfo;
 use cache::CompileCache;
+use leaf::{LeafKey, LeafMasks};
 pub(crate) use mask::{Accepted, StateMask};
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
@@ -112,6 +114,12 @@ pub struct CompileOptions {
     /// at a cost well under llguidance-like start-up times, and a large grammar starts
     /// with its first states ready; the rest stay lazy.
     pub eager_budget: Duration,
+    /// Bytes of leaf-rule masks a [`GrammarCompiler`] shares between the grammars it
+    /// compiles (default 64 MiB; 0 disables): a rule that calls no other rule — a JSON
+    /// string, a number — has the same mask in every grammar where its automaton and the
+    /// bytes that may follow it are the same, so its vocabulary walk is done once per
+    /// tokenizer, not once per grammar.
+    pub leaf_cache_bytes: usize,
 }
 
 impl Default for CompileOptions {
@@ -120,6 +128,7 @@ impl Default for CompileOptions {
             parse: ParseLimits::default(),
             automata: AutomataLimits::default(),
             eager_budget: Duration::from_micros(250),
+            leaf_cache_bytes: 64 << 20,
         }
     }
 }
@@ -142,6 +151,7 @@ pub struct GrammarCompiler {
     tokenizer: Arc<TokenizerInfo>,
     options: CompileOptions,
     cache: CompileCache,
+    leaf_masks: Arc<LeafMasks>,
 }
 
 /// Default compile-cache budget: 512 MiB.
@@ -155,7 +165,8 @@ impl GrammarCompiler {
 
     /// A compiler with explicit options and cache budget (0 disables the cache).
     pub fn with_options(tokenizer: Arc<TokenizerInfo>, options: CompileOptions, cache_bytes: usize) -> Self {
-        Self { tokenizer, options, cache: CompileCache::new(cache_bytes) }
+        let leaf_masks = Arc::new(LeafMasks::new(options.leaf_cache_bytes));
+        Self { tokenizer, options, cache: CompileCache::new(cache_bytes), leaf_masks }
     }
 
     /// The tokenizer this compiler targets.
@@ -170,7 +181,9 @@ impl GrammarCompiler {
             return Ok(hit);
         }
         let grammar = spec.to_grammar(&self.options.parse)?;
-        let compiled = Arc::new(CompiledGrammar::new(&grammar, self.tokenizer.clone(), &self.options)?);
+        let leaf = (self.options.leaf_cache_bytes > 0).then(|| self.leaf_masks.clone());
+        let compiled =
+            Arc::new(CompiledGrammar::build(&grammar, self.tokenizer.clone(), &self.options, leaf)?);
         self.cache.insert(key, compiled.clone());
         Ok(compiled)
     }
@@ -189,6 +202,12 @@ impl GrammarCompiler {
     pub fn cache_stats(&self) -> (usize, u64, u64) {
         self.cache.stats()
     }
+
+    /// `(entries, bytes, hits)` of the leaf-rule masks shared between this compiler's
+    /// grammars (see [`CompileOptions::leaf_cache_bytes`]).
+    pub fn shared_mask_stats(&self) -> (usize, usize, usize) {
+        self.leaf_masks.stats()
+    }
 }
 
 /// A grammar compiled against a tokenizer: automata plus the per-state token-mask cache.
@@ -204,15 +223,39 @@ pub struct CompiledGrammar {
     /// state of the rule that needs one first tries to share it (see
     /// [`Automata::agree_within`]; consecutive positions of a long counted repetition).
     recent: Mutex<FxHashMap<u32, u32>>,
+    /// Leaf-rule masks shared with the other grammars of the same compiler.
+    leaf: Option<Arc<LeafMasks>>,
+    /// Per rule, its leaf signature (`None`: not a leaf), computed on first use.
+    leaf_sigs: Vec<OnceLock<Option<Arc<[u32]>>>>,
+    /// Bytes of the masks taken from `leaf` (counted in [`Self::memory_bytes`]).
+    shared_bytes: std::sync::atomic::AtomicUsize,
 }
 
 impl CompiledGrammar {
     /// Builds the automata for `grammar`; masks are computed on first use.
     pub fn new(grammar: &Grammar, tokenizer: Arc<TokenizerInfo>, options: &CompileOptions) -> Result<Self> {
+        Self::build(grammar, tokenizer, options, None)
+    }
+
+    fn build(
+        grammar: &Grammar,
+        tokenizer: Arc<TokenizerInfo>,
+        options: &CompileOptions,
+        leaf: Option<Arc<LeafMasks>>,
+    ) -> Result<Self> {
         let automata = Automata::build(grammar, &options.automata)?;
         let masks = (0..automata.num_states()).map(|_| OnceLock::new()).collect();
-        let compiled =
-            Self { automata, tokenizer, masks, store: MaskStore::default(), recent: Mutex::default() };
+        let leaf_sigs = (0..automata.rule_start.len()).map(|_| OnceLock::new()).collect();
+        let compiled = Self {
+            automata,
+            tokenizer,
+            masks,
+            store: MaskStore::default(),
+            recent: Mutex::default(),
+            leaf,
+            leaf_sigs,
+            shared_bytes: Default::default(),
+        };
         compiled.precompute_within(options.eager_budget);
         Ok(compiled)
     }
@@ -293,9 +336,28 @@ impl CompiledGrammar {
                 }
             }
         }
+        let key = self.leaf_key(state);
+        if let (Some(cache), Some(key)) = (&self.leaf, &key) {
+            if let Some(m) = cache.get(key) {
+                self.shared_bytes.fetch_add(leaf::mask_bytes(&m), std::sync::atomic::Ordering::Relaxed);
+                return Some(m);
+            }
+        }
         let m = StateMask::compute_until(a, &self.tokenizer, state, &self.store, deadline)?;
         self.recent.lock().unwrap_or_else(|p| p.into_inner()).insert(rule, state);
+        if let (Some(cache), Some(key)) = (&self.leaf, key) {
+            cache.insert(key, &m);
+        }
         Some(m)
+    }
+
+    /// The key of `state` in the shared leaf-mask cache, if its rule is a leaf.
+    fn leaf_key(&self, state: u32) -> Option<LeafKey> {
+        self.leaf.as_ref()?;
+        let a = &self.automata;
+        let rule = a.nodes[state as usize].rule;
+        let sig = self.leaf_sigs[rule as usize].get_or_init(|| leaf::signature(a, rule)).clone()?;
+        Some((sig, state - a.rule_start[rule as usize], a.follow[rule as usize].0))
     }
 
     /// Computes every state's mask now, in parallel on the current rayon pool.
@@ -325,6 +387,7 @@ impl CompiledGrammar {
     pub fn memory_bytes(&self) -> usize {
         self.automata.memory_bytes()
             + self.store.memory_bytes()
+            + self.shared_bytes.load(std::sync::atomic::Ordering::Relaxed)
             + self.masks.len() * std::mem::size_of::<OnceLock<StateMask>>()
     }
 }

@@ -43,7 +43,7 @@ pub struct Rule {
 }
 
 /// A grammar expression over Unicode scalar values.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Expr {
     /// Matches the empty string.
     Empty,

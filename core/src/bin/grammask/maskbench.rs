@@ -38,6 +38,11 @@ pub struct MaskbenchArgs {
     /// Approximate keywords that are not enforced (with a warning) instead of failing.
     #[arg(long)]
     lenient: bool,
+    /// Compile every file as if it were the first: no leaf-rule masks shared between
+    /// files (by default one compiler serves all files, as in a server, with its
+    /// compile cache off so that every schema is compiled).
+    #[arg(long)]
+    no_shared_masks: bool,
     /// MaskBench JSON files or folders of them.
     #[arg(required = true)]
     paths: Vec<PathBuf>,
@@ -91,7 +96,12 @@ pub fn run(a: &MaskbenchArgs) -> Result<(), String> {
         use rayon::prelude::*;
         let options =
             JsonSchemaOptions { strict: !a.allow_extra_properties, lenient: a.lenient, ..Default::default() };
-        files.par_iter().map(|f| run_file(f, &tok, &info, &options)).collect()
+        let compile_options = CompileOptions {
+            leaf_cache_bytes: if a.no_shared_masks { 0 } else { CompileOptions::default().leaf_cache_bytes },
+            ..Default::default()
+        };
+        let compiler = GrammarCompiler::with_options(info.clone(), compile_options, 0);
+        files.par_iter().map(|f| run_file(f, &tok, &info, &compiler, &options)).collect()
     });
     let mut totals = [0usize; 4];
     let (mut compile_errors, mut tokens) = (0, 0);
@@ -124,6 +134,7 @@ fn run_file(
     path: &Path,
     tok: &tokenizers::Tokenizer,
     info: &Arc<grammask::TokenizerInfo>,
+    compiler: &GrammarCompiler,
     options: &JsonSchemaOptions,
 ) -> FileResult {
     let mut r = FileResult::default();
@@ -140,7 +151,6 @@ fn run_file(
         }
     };
     let schema = doc.get("schema").cloned().unwrap_or(Value::Bool(true)).to_string();
-    let compiler = GrammarCompiler::with_options(info.clone(), CompileOptions::default(), 0);
     let t0 = Instant::now();
     let compiled = match compiler.compile(&GrammarSpec::JsonSchema { schema, options: options.clone() }) {
         Ok(c) => c,
