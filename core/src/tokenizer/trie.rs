@@ -35,9 +35,33 @@ pub(crate) struct TokenTrie {
 /// Per-byte-set tables, built on first use.
 type TableCache<T> = std::sync::Mutex<Vec<([u64; 4], std::sync::Arc<[T]>)>>;
 
-/// Most byte sets whose [`TokenTrie::next_outside`] table is kept (string bodies,
-/// comments and the like: a grammar family uses a handful).
+/// Most byte sets whose [`TokenTrie::next_outside`] / [`TokenTrie::clean_subtrees`]
+/// tables are kept (string bodies, comments and the like: a grammar family uses a
+/// handful; a server compiling many schemas sees more, so the least recently used goes).
 const OUTSIDE_CACHE: usize = 32;
+
+/// The table for `set`, from `cache` or built now and kept, evicting the least recently
+/// used one when full. (Not keeping it when full, as before, rebuilt a 1.6 MB table on
+/// every use once a long-running compiler had seen 32 sets: seconds per mask.)
+fn cached_table<T>(
+    cache: &TableCache<T>,
+    set: &[u64; 4],
+    build: impl FnOnce() -> Vec<T>,
+) -> std::sync::Arc<[T]> {
+    let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(i) = cache.iter().position(|(s, _)| s == set) {
+        let entry = cache.remove(i);
+        let table = entry.1.clone();
+        cache.push(entry);
+        return table;
+    }
+    let table: std::sync::Arc<[T]> = build().into();
+    if cache.len() >= OUTSIDE_CACHE {
+        cache.remove(0);
+    }
+    cache.push((*set, table.clone()));
+    table
+}
 
 impl TokenTrie {
     /// Builds the trie over the tokens for which `keep(id)` holds (empty tokens are skipped).
@@ -89,23 +113,17 @@ impl TokenTrie {
     /// whole subtrees at once in states that loop on a wide byte set (inside a string).
     /// Built once per tokenizer and byte set, shared by every grammar.
     pub fn next_outside(&self, set: &[u64; 4]) -> std::sync::Arc<[u32]> {
-        let mut cache = self.outside.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, t)) = cache.iter().find(|(s, _)| s == set) {
-            return t.clone();
-        }
-        let mut next = vec![0u32; self.nodes.len()];
-        let mut at = self.nodes.len() as u32;
-        for (k, node) in self.nodes.iter().enumerate().rev() {
-            if set[node.byte as usize / 64] >> (node.byte % 64) & 1 == 0 {
-                at = k as u32;
+        cached_table(&self.outside, set, || {
+            let mut next = vec![0u32; self.nodes.len()];
+            let mut at = self.nodes.len() as u32;
+            for (k, node) in self.nodes.iter().enumerate().rev() {
+                if set[node.byte as usize / 64] >> (node.byte % 64) & 1 == 0 {
+                    at = k as u32;
+                }
+                next[k] = at;
             }
-            next[k] = at;
-        }
-        let table: std::sync::Arc<[u32]> = next.into();
-        if cache.len() < OUTSIDE_CACHE {
-            cache.push((*set, table.clone()));
-        }
-        table
+            next
+        })
     }
 
     /// For the ASCII byte set `set`: bit `k` is set iff node `k`'s subtree, read from a
@@ -114,10 +132,10 @@ impl TokenTrie {
     /// state that loops on `set` and on every such character (a JSON string body) accepts
     /// such a subtree whole. Built once per tokenizer and set.
     pub fn clean_subtrees(&self, set: &[u64; 4]) -> std::sync::Arc<[u64]> {
-        let mut cache = self.clean.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, t)) = cache.iter().find(|(s, _)| s == set) {
-            return t.clone();
-        }
+        cached_table(&self.clean, set, || self.build_clean(set))
+    }
+
+    fn build_clean(&self, set: &[u64; 4]) -> Vec<u64> {
         // clean[k]: bit p set iff the subtree of k is clean when entered in phase p.
         let n = self.nodes.len();
         let mut clean = vec![0u8; n];
@@ -146,11 +164,7 @@ impl TokenTrie {
                 bits[k / 64] |= 1 << (k % 64);
             }
         }
-        let table: std::sync::Arc<[u64]> = bits.into();
-        if cache.len() < OUTSIDE_CACHE {
-            cache.push((*set, table.clone()));
-        }
-        table
+        bits
     }
 
     pub fn memory_bytes(&self) -> usize {
@@ -197,6 +211,28 @@ pub(crate) mod utf8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn byte_set_tables_stay_cached_after_many_sets() {
+        let toks: Vec<Vec<u8>> = ["ab", "a", "b", "abc"].iter().map(|s| s.as_bytes().to_vec()).collect();
+        let t = TokenTrie::build(&toks, |_| true);
+        let set = |i: usize| [i as u64 + 1, 0, 0, 0];
+        // Far more sets than the cache holds: each new one is still kept (the least
+        // recently used goes), so its second use is the same table, not a rebuild.
+        for i in 0..3 * OUTSIDE_CACHE {
+            let (a, b) = (t.next_outside(&set(i)), t.next_outside(&set(i)));
+            assert!(std::sync::Arc::ptr_eq(&a, &b), "set {i}");
+            let (a, b) = (t.clean_subtrees(&set(i)), t.clean_subtrees(&set(i)));
+            assert!(std::sync::Arc::ptr_eq(&a, &b), "set {i}");
+        }
+        // A set in steady use survives the churn.
+        let hot = t.next_outside(&set(0));
+        for i in 1..2 * OUTSIDE_CACHE {
+            t.next_outside(&set(1000 + i));
+            assert!(std::sync::Arc::ptr_eq(&hot, &t.next_outside(&set(0))));
+        }
+        assert!(t.outside.lock().unwrap().len() <= OUTSIDE_CACHE);
+    }
 
     #[test]
     fn preorder_ranges() {
