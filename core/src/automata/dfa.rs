@@ -12,19 +12,30 @@ use crate::error::Error;
 use rustc_hash::FxHashMap;
 
 /// A DFA for one rule over byte classes and rule references. State 0 is the start.
+///
+/// Edges are stored sparsely (one flat list, grouped by source state): a rule's states
+/// read one or two of the ~70 byte classes on average, so the passes below (trim,
+/// minimize, renumber) cost the real edges rather than `states × classes`. The dense
+/// table the matcher indexes is built once, by [`super::Automata`] when it assembles
+/// the rules.
 #[derive(Debug, Clone)]
 pub(crate) struct Dfa {
     pub n_classes: usize,
-    /// `trans[s * n_classes + c]`: target or [`DEAD`].
-    pub trans: Vec<u32>,
-    /// Sorted `(rule, target)` edges per state.
-    pub rules: Vec<Vec<(u32, u32)>>,
+    /// Edges of state `s`: `edges[ends[s]..ends[s + 1]]`, sorted by letter. A letter below
+    /// `n_classes` is a byte class; `n_classes + r` reads rule `r`.
+    pub edges: Vec<(u32, u32)>,
+    pub ends: Vec<u32>,
     pub finals: Vec<bool>,
 }
 
 impl Dfa {
     pub fn len(&self) -> usize {
         self.finals.len()
+    }
+
+    /// `(letter, target)` edges of `s`, byte classes first.
+    pub fn edges(&self, s: usize) -> &[(u32, u32)] {
+        &self.edges[self.ends[s] as usize..self.ends[s + 1] as usize]
     }
 
     /// Subset construction. `class_rep[c]` is one byte of class `c`.
@@ -37,7 +48,7 @@ impl Dfa {
         nfa.closure(&mut start, &mut seen);
         ids.insert(start.clone(), 0);
         sets.push(start);
-        let mut dfa = Dfa { n_classes: nc, trans: Vec::new(), rules: Vec::new(), finals: Vec::new() };
+        let mut dfa = Dfa { n_classes: nc, edges: Vec::new(), ends: vec![0], finals: Vec::new() };
         // Per-class target lists, reused across states. Byte edges are ranges, so each edge
         // is spread over the consecutive classes it covers.
         let class_of: Vec<usize> = {
@@ -60,6 +71,8 @@ impl Dfa {
         let mut touched: Vec<usize> = Vec::new();
         let mut prev_targets: Vec<u32> = Vec::new();
         let mut set: Vec<u32> = Vec::new();
+        let mut by_rule: Vec<(u32, u32)> = Vec::new();
+        let mut next: Vec<u32> = Vec::new();
         let mut i = 0;
         while i < sets.len() {
             // `intern` only appends to `sets`: a copy into a reused buffer, not a clone.
@@ -79,8 +92,6 @@ impl Dfa {
                 }
             }
             touched.sort_unstable();
-            let row = dfa.trans.len();
-            dfa.trans.resize(row + nc, DEAD);
             // Neighbouring classes usually lead to the same set: reuse its id.
             let mut prev: Option<u32> = None;
             for &c in &touched {
@@ -97,27 +108,26 @@ impl Dfa {
                         id
                     }
                 };
-                dfa.trans[row + c] = id;
+                dfa.edges.push((c as u32, id));
                 // `intern` may have closed or taken the list: it is done either way.
                 targets.clear();
             }
             touched.clear();
-            let mut by_rule: Vec<(u32, u32)> =
-                set.iter().flat_map(|&s| nfa.rules.of(s).iter().copied()).collect();
+            by_rule.clear();
+            by_rule.extend(set.iter().flat_map(|&s| nfa.rules.of(s).iter().copied()));
             by_rule.sort_unstable();
-            let mut edges = Vec::new();
             let mut k = 0;
             while k < by_rule.len() {
                 let r = by_rule[k].0;
-                let mut next = Vec::new();
+                next.clear();
                 while k < by_rule.len() && by_rule[k].0 == r {
                     next.push(by_rule[k].1);
                     k += 1;
                 }
                 let id = Self::intern(nfa, &mut next, &mut seen, &mut ids, &mut sets, max_states)?;
-                edges.push((r, id));
+                dfa.edges.push((nc as u32 + r, id));
             }
-            dfa.rules.push(edges);
+            dfa.ends.push(dfa.edges.len() as u32);
         }
         Ok(dfa)
     }
@@ -152,24 +162,14 @@ impl Dfa {
         Ok(id)
     }
 
-    /// Removes states that cannot reach a final state (edges to them become dead). The
+    /// Removes states that cannot reach a final state (edges to them are dropped). The
     /// start state is kept even if dead, so the rule still has a start.
     pub fn trim(&mut self) {
         let n = self.len();
-        let nc = self.n_classes;
         // Reverse edges as one flat list grouped by target (CSR), not a Vec per state.
-        let targets = |s: usize| {
-            self.trans[s * nc..(s + 1) * nc]
-                .iter()
-                .copied()
-                .filter(|&t| t != DEAD)
-                .chain(self.rules[s].iter().map(|e| e.1))
-        };
         let mut offsets = vec![0u32; n + 1];
-        for s in 0..n {
-            for t in targets(s) {
-                offsets[t as usize + 1] += 1;
-            }
+        for &(_, t) in &self.edges {
+            offsets[t as usize + 1] += 1;
         }
         for i in 0..n {
             offsets[i + 1] += offsets[i];
@@ -177,7 +177,7 @@ impl Dfa {
         let mut fill = offsets.clone();
         let mut rev = vec![0u32; offsets[n] as usize];
         for s in 0..n {
-            for t in targets(s) {
+            for &(_, t) in self.edges(s) {
                 rev[fill[t as usize] as usize] = s as u32;
                 fill[t as usize] += 1;
             }
@@ -193,22 +193,7 @@ impl Dfa {
                 }
             }
         }
-        for s in 0..n {
-            for c in 0..nc {
-                let t = &mut self.trans[s * nc + c];
-                if *t != DEAD && !live[*t as usize] {
-                    *t = DEAD;
-                }
-            }
-            self.rules[s].retain(|&(_, t)| live[t as usize]);
-        }
-        self.keep_reachable();
-    }
-
-    /// Renumbers so that only states reachable from the start remain.
-    fn keep_reachable(&mut self) {
-        let n = self.len();
-        let nc = self.n_classes;
+        // Reachable from the start through live states only, numbered in BFS order.
         let mut map = vec![DEAD; n];
         let mut order = vec![0u32];
         map[0] = 0;
@@ -216,10 +201,8 @@ impl Dfa {
         while i < order.len() {
             let s = order[i] as usize;
             i += 1;
-            let targets =
-                self.trans[s * nc..(s + 1) * nc].iter().copied().chain(self.rules[s].iter().map(|e| e.1));
-            for t in targets {
-                if t != DEAD && map[t as usize] == DEAD {
+            for &(_, t) in self.edges(s) {
+                if live[t as usize] && map[t as usize] == DEAD {
                     map[t as usize] = order.len() as u32;
                     order.push(t);
                 }
@@ -228,24 +211,22 @@ impl Dfa {
         self.renumber(&order, &map);
     }
 
-    /// Keeps states `order` (new id = position), remapping targets through `map`.
+    /// Keeps states `order` (new id = position), remapping targets through `map`; edges
+    /// into states `map` drops (`DEAD`) are dropped.
     fn renumber(&mut self, order: &[u32], map: &[u32]) {
-        let nc = self.n_classes;
-        let remap = |t: u32| if t == DEAD { DEAD } else { map[t as usize] };
-        let mut trans = Vec::with_capacity(order.len() * nc);
-        let mut rules = Vec::with_capacity(order.len());
+        let mut edges = Vec::with_capacity(self.edges.len());
+        let mut ends = Vec::with_capacity(order.len() + 1);
         let mut finals = Vec::with_capacity(order.len());
+        ends.push(0);
         for &s in order {
             let s = s as usize;
-            trans.extend(self.trans[s * nc..(s + 1) * nc].iter().map(|&t| remap(t)));
-            let mut e: Vec<(u32, u32)> = self.rules[s].iter().map(|&(r, t)| (r, remap(t))).collect();
-            e.sort_unstable();
-            e.dedup();
-            rules.push(e);
+            edges
+                .extend(self.edges(s).iter().map(|&(l, t)| (l, map[t as usize])).filter(|&(_, t)| t != DEAD));
+            ends.push(edges.len() as u32);
             finals.push(self.finals[s]);
         }
-        self.trans = trans;
-        self.rules = rules;
+        self.edges = edges;
+        self.ends = ends;
         self.finals = finals;
     }
 
@@ -261,49 +242,39 @@ impl Dfa {
         let nc = self.n_classes;
         let sink = n;
         let total = n + 1;
-        let mut rule_letters: Vec<u32> = self.rules.iter().flatten().map(|&(r, _)| r).collect();
+        // Rule letters renumbered densely after the byte classes.
+        let mut rule_letters: Vec<u32> =
+            self.edges.iter().filter(|e| e.0 as usize >= nc).map(|e| e.0).collect();
         rule_letters.sort_unstable();
         rule_letters.dedup();
         let nl = nc + rule_letters.len();
-        // Inverse edges grouped by target (CSR): `(letter, source)`.
-        let tgt = |t: u32| if t == DEAD { sink } else { t as usize };
-        let mut offsets = vec![0u32; total + 1];
-        for r in &mut self.rules {
-            r.sort_unstable();
-        }
-        // Only real edges: those into the sink (missing or `DEAD`) are never used below.
-        let each_edge = |f: &mut dyn FnMut(u32, usize, usize)| {
-            for st in 0..n {
-                for (c, &t) in self.trans[st * nc..(st + 1) * nc].iter().enumerate() {
-                    if t != DEAD {
-                        f(c as u32, st, t as usize);
-                    }
-                }
-                for &(r, t) in &self.rules[st] {
-                    let li = rule_letters.binary_search(&r).unwrap_or_else(|i| i);
-                    f((nc + li) as u32, st, tgt(t));
-                }
+        let letter = |l: u32| {
+            if (l as usize) < nc {
+                l
+            } else {
+                (nc + rule_letters.binary_search(&l).unwrap_or_else(|i| i)) as u32
             }
         };
-        // Edges into the sink are never needed: the sink is a block of its own that is
-        // never a splitter (Hopcroft may leave any one initial block out of the work
-        // list), which keeps the cost proportional to the real edges of a sparse DFA.
-        each_edge(&mut |_, _, t| {
-            if t != sink {
-                offsets[t + 1] += 1
-            }
-        });
+        // Inverse edges grouped by target (CSR): `(letter, source)`.
+        let mut offsets = vec![0u32; total + 1];
+        // Only real edges: the missing ones lead into the sink, and edges into the sink are
+        // never needed: the sink is a block of its own that is never a splitter (Hopcroft
+        // may leave any one initial block out of the work list), which keeps the cost
+        // proportional to the real edges of a sparse DFA.
+        for &(_, t) in &self.edges {
+            offsets[t as usize + 1] += 1;
+        }
         for i in 0..total {
             offsets[i + 1] += offsets[i];
         }
         let mut fill = offsets.clone();
         let mut inv = vec![(0u32, 0u32); offsets[total] as usize];
-        each_edge(&mut |l, s, t| {
-            if t != sink {
-                inv[fill[t] as usize] = (l, s as u32);
-                fill[t] += 1;
+        for st in 0..n {
+            for &(l, t) in self.edges(st) {
+                inv[fill[t as usize] as usize] = (letter(l), st as u32);
+                fill[t as usize] += 1;
             }
-        });
+        }
         // Partition refinement: `elems` grouped by block, `pos` its inverse.
         let finals: Vec<bool> = (0..total).map(|s| s < n && self.finals[s]).collect();
         let mut elems: Vec<u32> = (0..n as u32).filter(|&s| finals[s as usize]).collect();
@@ -390,17 +361,17 @@ impl Dfa {
                 }
             }
         }
-        let class: Vec<u32> = block_of[..n].to_vec();
-        // Representative of each class: its first state; the start's class stays first.
+        // Representative of each block: its first state; the start's block stays first.
+        let mut id_of_block = vec![DEAD; start.len()];
         let mut map = vec![DEAD; n];
-        let mut rep_of_class: FxHashMap<u32, u32> = FxHashMap::default();
         let mut order = Vec::new();
         for s in 0..n {
-            let id = *rep_of_class.entry(class[s]).or_insert_with(|| {
+            let b = block_of[s] as usize;
+            if id_of_block[b] == DEAD {
+                id_of_block[b] = order.len() as u32;
                 order.push(s as u32);
-                order.len() as u32 - 1
-            });
-            map[s] = id;
+            }
+            map[s] = id_of_block[b];
         }
         self.renumber(&order, &map);
     }

@@ -156,18 +156,26 @@ impl Automata {
         let mut nodes = Vec::new();
         let mut trans = Vec::new();
         let mut rule_edges = Vec::new();
+        let total: usize = dfas.iter().map(Dfa::len).sum();
+        nodes.reserve(total);
+        trans.resize(total * n_classes, DEAD);
         for (r, d) in dfas.iter().enumerate() {
             let base = nodes.len() as u32;
             rule_start.push(base);
             for s in 0..d.len() {
-                let row = &d.trans[s * n_classes..(s + 1) * n_classes];
-                trans.extend(row.iter().map(|&t| if t == DEAD { DEAD } else { t + base }));
+                let row = &mut trans[(base as usize + s) * n_classes..][..n_classes];
+                let edges = d.edges(s);
+                // Byte classes sort before rule letters.
+                let n_bytes = edges.partition_point(|e| (e.0 as usize) < n_classes);
+                for &(c, t) in &edges[..n_bytes] {
+                    row[c as usize] = t + base;
+                }
                 let e0 = rule_edges.len() as u32;
-                rule_edges.extend(d.rules[s].iter().map(|&(rule, t)| (rule, t + base)));
+                rule_edges.extend(edges[n_bytes..].iter().map(|&(l, t)| (l - n_classes as u32, t + base)));
                 nodes.push(NodeInfo {
                     rule: r as u32,
                     is_final: d.finals[s],
-                    scannable: row.iter().any(|&t| t != DEAD),
+                    scannable: n_bytes > 0,
                     edges: (e0, rule_edges.len() as u32),
                 });
             }

@@ -24,6 +24,9 @@ pub const INLINE_MAX_SIZE: usize = 100;
 /// Largest rule body (in [`Expr::expanded_size`] nodes) inlined into more than one place.
 pub const INLINE_SHARED_MAX: u64 = 48;
 
+/// Most IR nodes that inlining may add to a grammar in total.
+pub const INLINE_GROWTH_MAX: usize = 10_000;
+
 /// Largest `body size × repetition bound` unrolled inline; larger bodies are outlined.
 pub const UNROLL_MAX_SIZE: usize = 2_000;
 
@@ -80,96 +83,147 @@ pub fn remove_unproductive(g: &mut Grammar) -> Result<(), GrammarError> {
     Ok(())
 }
 
-/// `reach[i][j]`: rule j is referenced (transitively) from rule i's body.
-fn reachability(g: &Grammar) -> Vec<Vec<bool>> {
-    let n = g.rules.len();
-    let mut reach = vec![vec![false; n]; n];
-    for (i, r) in g.rules.iter().enumerate() {
-        r.body.for_each_rule(&mut |j| reach[i][j.index()] = true);
+/// Rules in an order where every rule comes after the rules it calls (except within a
+/// cycle), and whether each rule is recursive (on a cycle of references). Tarjan's
+/// strongly connected components, which come out callees first; iterative, so deep
+/// reference chains cannot overflow the stack. Linear in rules + references.
+fn callees_first(calls: &[Vec<u32>]) -> (Vec<u32>, Vec<bool>) {
+    const UNSEEN: u32 = u32::MAX;
+    struct Walk {
+        index: Vec<u32>,
+        low: Vec<u32>,
+        on_stack: Vec<bool>,
+        stack: Vec<u32>,
+        /// `(rule, next reference to visit)`: the explicit recursion stack.
+        frames: Vec<(u32, usize)>,
+        next: u32,
     }
-    // Floyd–Warshall style closure; grammars have at most a few thousand rules.
-    for k in 0..n {
-        for i in 0..n {
-            if reach[i][k] {
-                let (rk, ri) = if i < k {
-                    let (a, b) = reach.split_at_mut(k);
-                    (&b[0], &mut a[i])
-                } else if i > k {
-                    let (a, b) = reach.split_at_mut(i);
-                    (&a[k], &mut b[0])
-                } else {
-                    continue;
-                };
-                for j in 0..n {
-                    ri[j] |= rk[j];
+    impl Walk {
+        fn enter(&mut self, v: usize) {
+            (self.index[v], self.low[v]) = (self.next, self.next);
+            self.next += 1;
+            self.stack.push(v as u32);
+            self.on_stack[v] = true;
+            self.frames.push((v as u32, 0));
+        }
+    }
+    let n = calls.len();
+    let mut w = Walk {
+        index: vec![UNSEEN; n],
+        low: vec![0; n],
+        on_stack: vec![false; n],
+        stack: Vec::new(),
+        frames: Vec::new(),
+        next: 0,
+    };
+    let (mut order, mut recursive) = (Vec::with_capacity(n), vec![false; n]);
+    for root in 0..n {
+        if w.index[root] != UNSEEN {
+            continue;
+        }
+        w.enter(root);
+        while let Some(&(v, k)) = w.frames.last() {
+            let v = v as usize;
+            if let Some(&c) = calls[v].get(k) {
+                let top = w.frames.len() - 1;
+                w.frames[top].1 += 1;
+                let c = c as usize;
+                if w.index[c] == UNSEEN {
+                    w.enter(c);
+                } else if w.on_stack[c] {
+                    w.low[v] = w.low[v].min(w.index[c]);
+                }
+                continue;
+            }
+            w.frames.pop();
+            if let Some(&(p, _)) = w.frames.last() {
+                w.low[p as usize] = w.low[p as usize].min(w.low[v]);
+            }
+            if w.low[v] == w.index[v] {
+                // `v` roots a component: everything above it on the stack.
+                let first = order.len();
+                while let Some(x) = w.stack.pop() {
+                    w.on_stack[x as usize] = false;
+                    order.push(x);
+                    if x as usize == v {
+                        break;
+                    }
+                }
+                let cyclic = order.len() - first > 1 || calls[v].contains(&(v as u32));
+                for &x in &order[first..] {
+                    recursive[x as usize] = cyclic;
                 }
             }
         }
     }
-    reach
+    (order, recursive)
 }
 
 /// Inlines small non-recursive rules into their callers, leaves first.
+///
+/// One pass in callee-first order: when a rule is reached, the rules it calls already
+/// have their final bodies, so each inlinable callee is substituted once, with whatever
+/// it inlined itself. Whether the rule is then inlinable into its own callers depends on
+/// its final body and on how often it is referenced (a reference count its callers'
+/// later inlining cannot change, since a caller only gains references to rules it inlines
+/// and those come before it).
 pub fn inline_fragments(g: &mut Grammar) {
     for r in &mut g.rules {
         flatten(&mut r.body);
     }
     let n = g.rules.len();
-    if n > 4096 {
-        return; // the reachability matrix would be too large; inlining is only an optimization
-    }
-    let reach = reachability(g);
-    let total: usize = g.rules.iter().map(|r| r.body.size()).sum();
-    let budget = total * 4 + 10_000;
-    // Inline in an order where a rule's own references are already inlined: repeat until
-    // nothing changes (terminates because inlinable rules are not recursive).
-    for _ in 0..n + 1 {
-        let mut refs = vec![0u32; n];
-        for r in &g.rules {
-            r.body.for_each_rule(&mut |id| refs[id.index()] += 1);
-        }
-        let inlinable: Vec<bool> = (0..n)
-            .map(|i| {
-                i != g.root.index()
-                    && !reach[i][i]
-                    && !g.rules[i].keep
-                    && g.rules[i].body.size() <= INLINE_MAX_SIZE
-                    // Copies of a large rule each become automaton states (and masks).
-                    && (refs[i] <= 1 || g.rules[i].body.expanded_size() <= INLINE_SHARED_MAX)
-            })
-            .collect();
-        let mut changed = false;
-        let snapshot: Vec<Expr> = g.rules.iter().map(|r| r.body.clone()).collect();
-        let mut size: usize = g.rules.iter().map(|r| r.body.size()).sum();
-        for rule in g.rules.iter_mut() {
-            let mut any = false;
-            rule.body.for_each_rule(&mut |id| any |= inlinable[id.index()]);
-            if !any {
-                continue;
-            }
-            let before = rule.body.size();
-            let mut body = rule.body.clone();
+    let mut refs = vec![0u32; n];
+    let calls: Vec<Vec<u32>> = g
+        .rules
+        .iter()
+        .map(|r| {
+            let mut c = Vec::new();
+            r.body.for_each_rule(&mut |id| {
+                refs[id.index()] += 1;
+                c.push(id.index() as u32);
+            });
+            c.sort_unstable();
+            c.dedup();
+            c
+        })
+        .collect();
+    let (order, recursive) = callees_first(&calls);
+    let mut sizes: Vec<usize> = g.rules.iter().map(|r| r.body.size()).collect();
+    let mut size: usize = sizes.iter().sum();
+    // Growth is bounded by an absolute amount: the automata of a large grammar grow with
+    // every copy, so large grammars only get the inlining small ones get.
+    let budget = size + INLINE_GROWTH_MAX;
+    let mut inlinable = vec![false; n];
+    for &i in &order {
+        let i = i as usize;
+        if calls[i].iter().any(|&c| inlinable[c as usize]) {
+            let mut body = std::mem::replace(&mut g.rules[i].body, Expr::Empty);
+            // Substitute while the growth budget lasts (flattening only shrinks, so the
+            // estimate is an upper bound); past it, references stay. `i` itself is never
+            // substituted: an inlinable rule is not recursive.
+            let mut room = budget.saturating_sub(size);
             body.map_rules(&mut |id| {
-                if inlinable[id.index()] {
-                    snapshot[id.index()].clone()
+                let grows = sizes[id.index()] - 1;
+                if inlinable[id.index()] && grows <= room {
+                    room -= grows;
+                    g.rules[id.index()].body.clone()
                 } else {
                     Expr::Rule(id)
                 }
             });
             flatten(&mut body);
             let after = body.size();
-            // Over the growth budget: leave this rule as it is. (Counting it as a change
-            // would repeat the whole pass once per rule without progress.)
-            if size + after - before.min(after) > budget {
-                continue;
-            }
-            size = size + after - before.min(after);
-            rule.body = body;
-            changed = true;
+            size = size - sizes[i] + after;
+            sizes[i] = after;
+            g.rules[i].body = body;
         }
-        if !changed {
-            break;
-        }
+        let rule = &g.rules[i];
+        inlinable[i] = i != g.root.index()
+            && !recursive[i]
+            && !rule.keep
+            && sizes[i] <= INLINE_MAX_SIZE
+            // Copies of a large rule each become automaton states (and masks).
+            && (refs[i] <= 1 || rule.body.expanded_size() <= INLINE_SHARED_MAX);
     }
 }
 
@@ -313,6 +367,56 @@ mod tests {
         // Small rules are still copied wherever they are used.
         let small = Grammar::from_ebnf("root ::= d \",\" d\nd ::= [0-9]{1,3}").unwrap();
         assert_eq!(optimize(&small).unwrap().rules.len(), 1);
+    }
+
+    #[test]
+    fn callees_come_first_and_cycles_are_recursive() {
+        // 0 → 1 → 2, 1 → 3 ⇄ 4, 5 → 5, 6 alone.
+        let calls: Vec<Vec<u32>> = vec![vec![1], vec![2, 3], vec![], vec![4], vec![3], vec![5], vec![]];
+        let (order, recursive) = callees_first(&calls);
+        let pos = |r: u32| order.iter().position(|&x| x == r).unwrap();
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..7).collect::<Vec<u32>>());
+        for (caller, callees) in calls.iter().enumerate() {
+            for &c in callees {
+                if !(recursive[caller] && recursive[c as usize]) {
+                    assert!(pos(c) < pos(caller as u32), "{c} must come before {caller}: {order:?}");
+                }
+            }
+        }
+        assert_eq!(recursive, [false, false, false, true, true, true, false]);
+        // A long chain does not recurse on the call stack.
+        let chain: Vec<Vec<u32>> =
+            (0..200_000u32).map(|i| if i + 1 < 200_000 { vec![i + 1] } else { vec![] }).collect();
+        let (order, recursive) = callees_first(&chain);
+        assert_eq!(order[0], 199_999);
+        assert!(!recursive.iter().any(|&r| r));
+    }
+
+    #[test]
+    fn inlining_is_transitive_and_bounded() {
+        // Chains inline fully in one pass; mutual recursion stays.
+        let g = Grammar::from_ebnf(
+            "root ::= a \"!\" c\na ::= \"x\" b\nb ::= \"y\"\nc ::= \"(\" d \")\"\nd ::= c?",
+        )
+        .unwrap();
+        let o = optimize(&g).unwrap();
+        assert_eq!(o.to_string().lines().next(), Some("root ::= \"x\" \"y\" \"!\" c"));
+        // 300 rules of 41 nodes each, each used once: inlining all would add 12,000 nodes.
+        let mut text = String::from("root ::=");
+        let mut rules = String::new();
+        for i in 0..300 {
+            text.push_str(&format!(" r{i}"));
+            let alts: Vec<String> = (0..40).map(|k| format!("\"{i}-{k}\"")).collect();
+            rules.push_str(&format!("r{i} ::= {}\n", alts.join(" | ")));
+        }
+        let g = Grammar::from_ebnf(&format!("{text}\n{rules}")).unwrap();
+        let before: usize = g.rules.iter().map(|r| r.body.size()).sum();
+        let o = optimize(&g).unwrap();
+        let after: usize = o.rules.iter().map(|r| r.body.size()).sum();
+        assert!(after <= before + INLINE_GROWTH_MAX, "{before} -> {after}");
+        assert!(o.rules.len() > 1 && o.rules.len() < 300, "{} rules", o.rules.len());
     }
 
     #[test]

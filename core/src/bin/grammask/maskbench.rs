@@ -43,6 +43,10 @@ pub struct MaskbenchArgs {
     /// compile cache off so that every schema is compiled).
     #[arg(long)]
     no_shared_masks: bool,
+    /// Microseconds a compile may spend precomputing masks beyond what the first fill
+    /// needs (`CompileOptions::eager_budget`; default: the library's).
+    #[arg(long)]
+    eager_budget_us: Option<u64>,
     /// MaskBench JSON files or folders of them.
     #[arg(required = true)]
     paths: Vec<PathBuf>,
@@ -98,6 +102,9 @@ pub fn run(a: &MaskbenchArgs) -> Result<(), String> {
             JsonSchemaOptions { strict: !a.allow_extra_properties, lenient: a.lenient, ..Default::default() };
         let compile_options = CompileOptions {
             leaf_cache_bytes: if a.no_shared_masks { 0 } else { CompileOptions::default().leaf_cache_bytes },
+            eager_budget: a
+                .eager_budget_us
+                .map_or(CompileOptions::default().eager_budget, std::time::Duration::from_micros),
             ..Default::default()
         };
         let compiler = GrammarCompiler::with_options(info.clone(), compile_options, 0);
