@@ -28,6 +28,51 @@ pub(crate) struct Dfa {
     pub finals: Vec<bool>,
 }
 
+/// Interns `u32` slices: ids in insertion order, all slices in one arena (one allocation
+/// for all DFA states' NFA sets instead of two per state).
+#[derive(Default)]
+struct SliceInterner {
+    arena: Vec<u32>,
+    /// `arena[ranges[id].0..ranges[id].1]`.
+    ranges: Vec<(u32, u32)>,
+    /// Hash of a slice → the last id with that hash; earlier ones via `next_same_hash`.
+    by_hash: FxHashMap<u64, u32>,
+    next_same_hash: Vec<u32>,
+}
+
+impl SliceInterner {
+    fn len(&self) -> usize {
+        self.ranges.len()
+    }
+
+    fn get(&self, id: u32) -> &[u32] {
+        let (a, b) = self.ranges[id as usize];
+        &self.arena[a as usize..b as usize]
+    }
+
+    /// The id of `key`, and whether it is new.
+    fn intern(&mut self, key: &[u32]) -> (u32, bool) {
+        let h = {
+            use std::hash::{Hash, Hasher};
+            let mut h = rustc_hash::FxHasher::default();
+            key.hash(&mut h);
+            h.finish()
+        };
+        let mut id = self.by_hash.get(&h).copied().unwrap_or(DEAD);
+        while id != DEAD {
+            if self.get(id) == key {
+                return (id, false);
+            }
+            id = self.next_same_hash[id as usize];
+        }
+        let id = self.ranges.len() as u32;
+        self.ranges.push((self.arena.len() as u32, (self.arena.len() + key.len()) as u32));
+        self.arena.extend_from_slice(key);
+        self.next_same_hash.push(self.by_hash.insert(h, id).unwrap_or(DEAD));
+        (id, true)
+    }
+}
+
 impl Dfa {
     pub fn len(&self) -> usize {
         self.finals.len()
@@ -42,12 +87,11 @@ impl Dfa {
     pub fn determinize(nfa: &Nfa, class_rep: &[u8], max_states: usize) -> Result<Dfa, Error> {
         let nc = class_rep.len();
         let mut seen = vec![false; nfa.len()];
-        let mut ids: FxHashMap<Vec<u32>, u32> = FxHashMap::default();
-        let mut sets: Vec<Vec<u32>> = Vec::new();
+        // DFA state id = id of its (closed) NFA set.
+        let mut sets = SliceInterner::default();
         let mut start = vec![0u32];
         nfa.closure(&mut start, &mut seen);
-        ids.insert(start.clone(), 0);
-        sets.push(start);
+        sets.intern(&start);
         let mut dfa = Dfa { n_classes: nc, edges: Vec::new(), ends: vec![0], finals: Vec::new() };
         // Per-class target lists, reused across states. Byte edges are ranges, so each edge
         // is spread over the consecutive classes it covers.
@@ -75,9 +119,9 @@ impl Dfa {
         let mut next: Vec<u32> = Vec::new();
         let mut i = 0;
         while i < sets.len() {
-            // `intern` only appends to `sets`: a copy into a reused buffer, not a clone.
+            // `intern` appends to `sets`: copy into a reused buffer.
             set.clear();
-            set.extend_from_slice(&sets[i]);
+            set.extend_from_slice(sets.get(i as u32));
             i += 1;
             dfa.finals.push(set.binary_search(&nfa.end).is_ok());
             for &s in &set {
@@ -103,7 +147,7 @@ impl Dfa {
                     _ => {
                         prev_targets.clear();
                         prev_targets.extend_from_slice(targets);
-                        let id = Self::intern(nfa, targets, &mut seen, &mut ids, &mut sets, max_states)?;
+                        let id = Self::intern(nfa, targets, &mut seen, &mut sets, max_states)?;
                         prev = Some(id);
                         id
                     }
@@ -124,7 +168,7 @@ impl Dfa {
                     next.push(by_rule[k].1);
                     k += 1;
                 }
-                let id = Self::intern(nfa, &mut next, &mut seen, &mut ids, &mut sets, max_states)?;
+                let id = Self::intern(nfa, &mut next, &mut seen, &mut sets, max_states)?;
                 dfa.edges.push((nc as u32 + r, id));
             }
             dfa.ends.push(dfa.edges.len() as u32);
@@ -132,12 +176,12 @@ impl Dfa {
         Ok(dfa)
     }
 
+    /// The DFA state of the closure of `next` (clobbered), added if new.
     fn intern(
         nfa: &Nfa,
         next: &mut Vec<u32>,
         seen: &mut [bool],
-        ids: &mut FxHashMap<Vec<u32>, u32>,
-        sets: &mut Vec<Vec<u32>>,
+        sets: &mut SliceInterner,
         max_states: usize,
     ) -> Result<u32, Error> {
         if next.is_empty() {
@@ -146,19 +190,14 @@ impl Dfa {
         next.sort_unstable();
         next.dedup();
         nfa.closure(next, seen);
-        if let Some(&id) = ids.get(next.as_slice()) {
-            return Ok(id);
-        }
-        if sets.len() >= max_states {
+        let (id, new) = sets.intern(next);
+        if new && sets.len() > max_states {
             return Err(Error::Limit {
                 what: "automaton size (DFA states of one rule)",
-                given: sets.len() + 1,
+                given: sets.len(),
                 limit: max_states,
             });
         }
-        let id = sets.len() as u32;
-        ids.insert(next.clone(), id);
-        sets.push(std::mem::take(next));
         Ok(id)
     }
 
@@ -230,6 +269,72 @@ impl Dfa {
         self.finals = finals;
     }
 
+    /// Merges states with identical futures: [`Self::minimize_acyclic`] when the DFA has no
+    /// cycle (most rules of a JSON schema: objects, enumerations), Hopcroft otherwise.
+    pub fn minimize(&mut self) {
+        if !self.minimize_acyclic() {
+            self.minimize_hopcroft();
+        }
+    }
+
+    /// Minimization of an acyclic DFA in one bottom-up pass (Revuz): in reverse topological
+    /// order, a state's signature — final or not, and its edges with targets replaced by
+    /// their classes — names its class, since in a trimmed acyclic DFA two states are
+    /// equivalent exactly when their signatures are. Linear in the edges, with one hash
+    /// lookup per state. Returns false (changing nothing) when the DFA has a cycle.
+    fn minimize_acyclic(&mut self) -> bool {
+        let n = self.len();
+        // Kahn's algorithm: a topological order exists exactly when there is no cycle.
+        let mut indeg = vec![0u32; n];
+        for &(_, t) in &self.edges {
+            indeg[t as usize] += 1;
+        }
+        let mut topo: Vec<u32> = (0..n as u32).filter(|&s| indeg[s as usize] == 0).collect();
+        let mut i = 0;
+        while i < topo.len() {
+            let s = topo[i] as usize;
+            i += 1;
+            for &(_, t) in self.edges(s) {
+                indeg[t as usize] -= 1;
+                if indeg[t as usize] == 0 {
+                    topo.push(t);
+                }
+            }
+        }
+        if topo.len() < n {
+            return false;
+        }
+        // A signature is `[final, letter, class, letter, class, …]`.
+        let mut sigs = SliceInterner::default();
+        let mut class = vec![0u32; n];
+        let mut sig: Vec<u32> = Vec::new();
+        for &s in topo.iter().rev() {
+            sig.clear();
+            sig.push(self.finals[s as usize] as u32);
+            for &(l, t) in self.edges(s as usize) {
+                sig.extend([l, class[t as usize]]);
+            }
+            class[s as usize] = sigs.intern(&sig).0;
+        }
+        self.merge_classes(&class, sigs.len());
+        true
+    }
+
+    /// Keeps one state per class (the first, so the start stays state 0).
+    fn merge_classes(&mut self, class: &[u32], n_classes: usize) {
+        let mut id_of_class = vec![DEAD; n_classes];
+        let mut map = vec![DEAD; class.len()];
+        let mut order = Vec::new();
+        for (s, &c) in class.iter().enumerate() {
+            if id_of_class[c as usize] == DEAD {
+                id_of_class[c as usize] = order.len() as u32;
+                order.push(s as u32);
+            }
+            map[s] = id_of_class[c as usize];
+        }
+        self.renumber(&order, &map);
+    }
+
     /// Hopcroft minimization: merges states with identical futures.
     ///
     /// Letters are the byte classes plus one letter per rule referenced; the automaton is
@@ -237,7 +342,7 @@ impl Dfa {
     /// Hopcroft's "process only the smaller half" step is only sound on complete DFAs.
     /// `O(m log n)` for `m` edges: long chains (`maxLength: 254`, `{1,255}`) that make
     /// round-based Moore refinement quadratic stay linear-logarithmic here.
-    pub fn minimize(&mut self) {
+    fn minimize_hopcroft(&mut self) {
         let n = self.len();
         let nc = self.n_classes;
         let sink = n;
@@ -361,18 +466,93 @@ impl Dfa {
                 }
             }
         }
-        // Representative of each block: its first state; the start's block stays first.
-        let mut id_of_block = vec![DEAD; start.len()];
-        let mut map = vec![DEAD; n];
-        let mut order = Vec::new();
-        for s in 0..n {
-            let b = block_of[s] as usize;
-            if id_of_block[b] == DEAD {
-                id_of_block[b] = order.len() as u32;
-                order.push(s as u32);
+        self.merge_classes(&block_of[..n], start.len());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::grammar::Grammar;
+
+    /// The determinized and trimmed DFA of a one-rule grammar, with its byte → class map.
+    fn dfa(ebnf: &str) -> (Dfa, [u8; 256]) {
+        let g = Grammar::from_ebnf(ebnf).unwrap();
+        let nfa = Nfa::build(&g.rules[0].body, 1 << 20).unwrap();
+        let (class, n) = super::super::byte_classes(std::slice::from_ref(&nfa));
+        let rep: Vec<u8> =
+            (0..n).map(|c| (0..=255u8).find(|&b| class[b as usize] as usize == c).unwrap()).collect();
+        let mut d = Dfa::determinize(&nfa, &rep, 1 << 20).unwrap();
+        d.trim();
+        (d, class)
+    }
+
+    fn accepts(d: &Dfa, class: &[u8; 256], s: &[u8]) -> bool {
+        let mut cur = 0usize;
+        for &b in s {
+            match d.edges(cur).iter().find(|e| e.0 == class[b as usize] as u32) {
+                Some(&(_, t)) => cur = t as usize,
+                None => return false,
             }
-            map[s] = id_of_block[b];
         }
-        self.renumber(&order, &map);
+        d.finals[cur]
+    }
+
+    /// Strings over `alphabet` of length ≤ `max`.
+    fn strings(alphabet: &[u8], max: usize) -> Vec<Vec<u8>> {
+        let mut out = vec![vec![]];
+        let mut level = vec![vec![]];
+        for _ in 0..max {
+            level = level
+                .iter()
+                .flat_map(|s: &Vec<u8>| alphabet.iter().map(move |&b| [s.as_slice(), &[b]].concat()))
+                .collect();
+            out.extend(level.iter().cloned());
+        }
+        out
+    }
+
+    #[test]
+    fn acyclic_minimization_matches_hopcroft() {
+        // Pseudo-random alternations of short words from a 3-letter alphabet, followed by a
+        // shared or a varying suffix: the shapes of enumerations and object members.
+        let mut seed = 0x9e37_79b9u32;
+        let mut rand = |n: u32| {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            seed % n
+        };
+        let all = strings(b"abc", 5);
+        for case in 0..60 {
+            let words: Vec<String> = (0..1 + rand(8))
+                .map(|_| (0..1 + rand(4)).map(|_| (b'a' + rand(3) as u8) as char).collect())
+                .collect();
+            let alts = words.iter().map(|w| format!("\"{w}\"")).collect::<Vec<_>>().join(" | ");
+            let ebnf = format!("root ::= ({alts}) (\"b\" | \"cb\")?");
+            let (mut a, class) = dfa(&ebnf);
+            let mut h = a.clone();
+            assert!(a.minimize_acyclic(), "case {case}: {ebnf} is acyclic");
+            h.minimize_hopcroft();
+            assert_eq!(a.len(), h.len(), "case {case}: {ebnf}");
+            for s in &all {
+                assert_eq!(accepts(&a, &class, s), accepts(&h, &class, s), "case {case}: {ebnf} on {s:?}");
+            }
+        }
+        // The merge is real: the six words end in two classes of suffix.
+        let (mut d, _) = dfa("root ::= (\"ab\" | \"cb\" | \"bb\") (\"a\" | \"ca\")");
+        let before = d.len();
+        d.minimize();
+        assert!(d.len() < before, "{before} -> {}", d.len());
+        assert_eq!(d.len(), 5);
+    }
+
+    #[test]
+    fn cycles_go_to_hopcroft() {
+        let (mut d, class) = dfa("root ::= (\"ab\" | \"a\" \"b\")* \"c\"");
+        assert!(!d.clone().minimize_acyclic());
+        d.minimize();
+        assert_eq!(d.len(), 3);
+        assert!(accepts(&d, &class, b"ababc") && !accepts(&d, &class, b"abac"));
     }
 }

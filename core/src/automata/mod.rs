@@ -194,8 +194,9 @@ impl Automata {
             prediction: Vec::new(),
             prediction_ends: Vec::new(),
         };
-        a.nullable = a.compute_nullable();
-        a.follow = a.compute_follow();
+        let with_edges = a.states_with_rule_edges();
+        a.nullable = a.compute_nullable(&with_edges);
+        a.follow = a.compute_follow(&with_edges);
         a.compute_predictions();
         a
     }
@@ -277,13 +278,19 @@ impl Automata {
         set
     }
 
+    /// States with at least one rule edge, in order: the only ones the fixpoints below
+    /// update (a state without rule edges has its facts from its own bytes and finality).
+    fn states_with_rule_edges(&self) -> Vec<u32> {
+        (0..self.nodes.len() as u32).filter(|&s| !self.edges(s).is_empty()).collect()
+    }
+
     /// `nullable_from[s]`: a final state is reachable from `s` through nullable rule edges only.
-    fn nullable_from(&self, nullable: &[bool]) -> Vec<bool> {
-        let n = self.nodes.len();
+    fn nullable_from(&self, nullable: &[bool], with_edges: &[u32]) -> Vec<bool> {
         let mut nf: Vec<bool> = self.nodes.iter().map(|x| x.is_final).collect();
         loop {
             let mut changed = false;
-            for s in (0..n).rev() {
+            for &s in with_edges.iter().rev() {
+                let s = s as usize;
                 if !nf[s] && self.edges(s as u32).iter().any(|&(r, t)| nullable[r as usize] && nf[t as usize])
                 {
                     nf[s] = true;
@@ -296,10 +303,10 @@ impl Automata {
         }
     }
 
-    fn compute_nullable(&self) -> Vec<bool> {
+    fn compute_nullable(&self, with_edges: &[u32]) -> Vec<bool> {
         let mut nullable = vec![false; self.rule_start.len()];
         loop {
-            let nf = self.nullable_from(&nullable);
+            let nf = self.nullable_from(&nullable, with_edges);
             let next: Vec<bool> = self.rule_start.iter().map(|&s| nf[s as usize]).collect();
             if next == nullable {
                 return nullable;
@@ -308,23 +315,35 @@ impl Automata {
         }
     }
 
-    /// FIRST bytes of each state (bytes it can scan, directly or through predicted rules),
-    /// then FOLLOW bytes of each rule.
-    fn compute_follow(&self) -> Vec<ByteSet> {
+    /// FIRST bytes of the states that follow a rule or start one (bytes they can scan,
+    /// directly or through predicted rules), then FOLLOW bytes of each rule. Only those
+    /// states need FIRST, and they are closed under the recursion, so the fixpoint runs
+    /// over them rather than over every state.
+    fn compute_follow(&self, with_edges: &[u32]) -> Vec<ByteSet> {
         let n = self.nodes.len();
-        let nf = self.nullable_from(&self.nullable);
-        let mut first: Vec<ByteSet> = (0..n as u32).map(|s| self.out_bytes(s)).collect();
+        let nf = self.nullable_from(&self.nullable, with_edges);
+        let mut slot = vec![u32::MAX; n];
+        let mut needed: Vec<u32> = Vec::new();
+        let targets = self.rule_edges.iter().map(|e| e.1);
+        for s in self.rule_start.iter().copied().chain(targets) {
+            if slot[s as usize] == u32::MAX {
+                slot[s as usize] = needed.len() as u32;
+                needed.push(s);
+            }
+        }
+        let at = |s: u32| slot[s as usize] as usize;
+        let mut first: Vec<ByteSet> = needed.iter().map(|&s| self.out_bytes(s)).collect();
         loop {
             let mut changed = false;
-            for s in 0..n {
-                let mut acc = first[s];
-                for &(r, t) in self.edges(s as u32) {
-                    acc.union(&first[self.rule_start[r as usize] as usize]);
+            for (i, &s) in needed.iter().enumerate() {
+                let mut acc = first[i];
+                for &(r, t) in self.edges(s) {
+                    acc.union(&first[at(self.rule_start[r as usize])]);
                     if self.nullable[r as usize] {
-                        acc.union(&first[t as usize]);
+                        acc.union(&first[at(t)]);
                     }
                 }
-                changed |= first[s].union(&acc);
+                changed |= first[i].union(&acc);
             }
             if !changed {
                 break;
@@ -333,10 +352,10 @@ impl Automata {
         let mut follow = vec![ByteSet::default(); self.rule_start.len()];
         loop {
             let mut changed = false;
-            for s in 0..n {
-                let parent = self.nodes[s].rule as usize;
-                for &(r, t) in self.edges(s as u32) {
-                    let mut acc = first[t as usize];
+            for &s in with_edges {
+                let parent = self.nodes[s as usize].rule as usize;
+                for &(r, t) in self.edges(s) {
+                    let mut acc = first[at(t)];
                     if nf[t as usize] {
                         acc.union(&follow[parent]);
                     }

@@ -44,6 +44,9 @@ pub(crate) struct Nfa {
     pub rules: Csr<(u32, u32)>,
     pub end: u32,
     len: usize,
+    /// States with a byte or rule edge, and `end`: the only states a DFA state's future
+    /// depends on.
+    important: Vec<bool>,
 }
 
 /// Edge lists while building.
@@ -61,12 +64,21 @@ impl Nfa {
         let mut b = Builder::default();
         let start = b.state(max_states)?;
         let end = b.expr(body, start, max_states)?;
+        let mut important = vec![false; b.len];
+        important[end as usize] = true;
+        for &(from, _) in &b.bytes {
+            important[from as usize] = true;
+        }
+        for &(from, _) in &b.rules {
+            important[from as usize] = true;
+        }
         Ok(Nfa {
             eps: Csr::build(b.len, b.eps),
             bytes: Csr::build(b.len, b.bytes),
             rules: Csr::build(b.len, b.rules),
             end,
             len: b.len,
+            important,
         })
     }
 
@@ -74,7 +86,11 @@ impl Nfa {
         self.len
     }
 
-    /// Epsilon closure of `set` (sorted, deduplicated).
+    /// Epsilon closure of `set` (sorted, deduplicated), keeping only the states with a byte
+    /// or rule edge and the final state. Two subsets that differ only in pass-through
+    /// states (the joins and loop heads of the Thompson construction) have the same future,
+    /// so the subset construction keys DFA states by what is left: the ends of `(a | b) c`
+    /// meet in one DFA state instead of two that minimization would have to merge.
     pub fn closure(&self, set: &mut Vec<u32>, seen: &mut [bool]) {
         let mut i = 0;
         for &s in set.iter() {
@@ -93,6 +109,7 @@ impl Nfa {
         for &s in set.iter() {
             seen[s as usize] = false;
         }
+        set.retain(|&s| self.important[s as usize]);
         set.sort_unstable();
     }
 }
