@@ -182,3 +182,81 @@ fn long_history_fork_and_rollback() {
     m.rollback(m.num_steps()).unwrap();
     assert_eq!(fill(&mut m), fill(&mut matcher(0)));
 }
+
+/// Replays `tokens` on a fresh matcher of grammar `g` and fills its mask.
+fn fresh_mask(g: usize, tokens: &[u32]) -> Vec<u32> {
+    let mut fresh = matcher(g);
+    for &id in tokens {
+        fresh.accept_token(id).unwrap();
+    }
+    fill(&mut fresh)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    /// A long-lived matcher (whose last checked mask is remembered across steps,
+    /// rollbacks and resets) fills exactly what a fresh matcher fills after the same tokens.
+    #[test]
+    fn remembered_masks_match_fresh_matchers(g in 0..4usize, seed in 1..u64::MAX) {
+        let mut m = matcher(g);
+        let mut rng = Rng(seed);
+        let mut tokens: Vec<u32> = Vec::new();
+        let stops = m.compiled().tokenizer().stop_tokens().to_vec();
+        for _ in 0..40 {
+            match rng.below(6) {
+                0 if !tokens.is_empty() => {
+                    let back = 1 + rng.below(tokens.len().min(5));
+                    m.rollback(back).unwrap();
+                    tokens.truncate(tokens.len() - back);
+                }
+                1 if rng.below(4) == 0 => {
+                    m.reset();
+                    tokens.clear();
+                }
+                _ => {
+                    let ids: Vec<u32> = allowed(&fill(&mut m)).into_iter().filter(|i| !stops.contains(i)).collect();
+                    if ids.is_empty() {
+                        continue;
+                    }
+                    let id = ids[rng.below(ids.len())];
+                    m.accept_token(id).unwrap();
+                    tokens.push(id);
+                }
+            }
+            prop_assert_eq!(fill(&mut m), fresh_mask(g, &tokens), "after {:?}", tokens);
+        }
+    }
+}
+
+/// Inside a string the mask is remembered from the previous step; after a rollback into a
+/// different context, the same string state at the same position must not reuse it.
+#[test]
+fn remembered_masks_follow_the_context_not_the_position() {
+    let tok = tokenizer("llama3_1");
+    let c = GrammarCompiler::new(tok.clone());
+    let g = c
+        .compile_ebnf("root ::= \"[\" s \"]!\" | \"{\" s \"}?\"\ns ::= [a-z]* \".\" | \"<\" s \">\"")
+        .unwrap();
+    let encode = |s: &str| -> Vec<u32> {
+        (0..tok.vocab_size() as u32).find(|&id| tok.token_bytes(id) == s.as_bytes()).into_iter().collect()
+    };
+    let (open_sq, open_br, word) = (encode("["), encode("{"), encode("abc"));
+    assert!(open_sq.len() == 1 && open_br.len() == 1 && word.len() == 1);
+    let mut m = GrammarMatcher::new(g.clone());
+    for id in [open_sq[0], word[0], word[0]] {
+        m.accept_token(id).unwrap();
+    }
+    let square = fill(&mut m);
+    m.rollback(3).unwrap();
+    for id in [open_br[0], word[0], word[0]] {
+        m.accept_token(id).unwrap();
+    }
+    let brace = fill(&mut m);
+    let mut fresh = GrammarMatcher::new(g);
+    for id in [open_br[0], word[0], word[0]] {
+        fresh.accept_token(id).unwrap();
+    }
+    assert_eq!(brace, fill(&mut fresh));
+    assert_ne!(square, brace, "`]` vs `}}` tokens differ");
+}

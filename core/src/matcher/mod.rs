@@ -9,6 +9,12 @@
 //!    matcher's real parse state, in byte-sorted order so neighbours share prefixes, and
 //!    popping back;
 //! 4. allow the stop tokens if the root rule can end here.
+//!
+//! A fill that needed step 3 is remembered with the latest set's items, their origins
+//! named by set uid. Inside a JSON string every token loops the string state back onto
+//! itself, so the next latest set has the same items with the same origins: the parse
+//! configuration is the same, and so is the mask, which is then copied instead of
+//! re-checking the ~100 tokens (`",`, `"}`, …) whose legality depends on the context.
 
 pub(crate) mod earley;
 
@@ -29,6 +35,24 @@ struct Step {
     stop: bool,
 }
 
+/// The last mask that needed run-time checks, and the configuration it belongs to.
+#[derive(Debug, Default)]
+struct MaskMemo {
+    /// `(state, uid of the origin set)` of each item of the latest set. Set uids are never
+    /// reused within one matcher's lineage (rollback and reset included), so equal keys
+    /// mean the same items over the same earlier sets: the same future.
+    key: Vec<(u32, u64)>,
+    row: Vec<u32>,
+    all: bool,
+}
+
+impl Clone for MaskMemo {
+    /// Forks start without it: forking stays a copy of a few small vectors.
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
 /// The parse state of one generation. Cheap to [`fork`](Self::fork); unlimited rollback.
 #[derive(Debug, Clone)]
 pub struct GrammarMatcher {
@@ -40,6 +64,8 @@ pub struct GrammarMatcher {
     scratch_states: Vec<u32>,
     scratch_ranks: Vec<u32>,
     scratch_words: Vec<u32>,
+    scratch_key: Vec<(u32, u64)>,
+    memo: MaskMemo,
 }
 
 impl GrammarMatcher {
@@ -54,6 +80,8 @@ impl GrammarMatcher {
             scratch_states: Vec::new(),
             scratch_ranks: Vec::new(),
             scratch_words: Vec::new(),
+            scratch_key: Vec::new(),
+            memo: MaskMemo::default(),
         }
     }
 
@@ -182,6 +210,14 @@ impl GrammarMatcher {
             row.fill(0);
             return Ok(false);
         }
+        self.scratch_key.clear();
+        for it in self.parser.last_set() {
+            self.scratch_key.push((it.state, self.parser.uid_at(it.origin)));
+        }
+        if self.memo.key == self.scratch_key && self.memo.row.len() == row.len() {
+            row.copy_from_slice(&self.memo.row);
+            return Ok(self.memo.all);
+        }
         let compiled = self.compiled.clone();
         let a = compiled.automata();
         self.scratch_states.clear();
@@ -237,6 +273,7 @@ impl GrammarMatcher {
             self.scratch_ranks.sort();
             self.scratch_ranks.dedup();
         }
+        let checked = !self.scratch_ranks.is_empty();
         self.check_uncertain(row);
         if self.parser.can_end() {
             for &s in tok.stop_tokens() {
@@ -247,6 +284,14 @@ impl GrammarMatcher {
         let rem = tok.vocab_size() % 32;
         let all = row[..full_words].iter().all(|&w| w == u32::MAX)
             && (rem == 0 || row[full_words] == (1u32 << rem) - 1);
+        // Remembering costs a row copy: worth it only when the fill ran tokens through
+        // the parser.
+        if checked {
+            std::mem::swap(&mut self.memo.key, &mut self.scratch_key);
+            self.memo.row.clear();
+            self.memo.row.extend_from_slice(row);
+            self.memo.all = all;
+        }
         Ok(all)
     }
 
