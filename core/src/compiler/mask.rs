@@ -23,7 +23,7 @@
 //! shares prefixes between neighbours.
 
 use super::store::MaskStore;
-use crate::automata::{Automata, DEAD};
+use crate::automata::{Automata, ByteSet, DEAD};
 use crate::matcher::earley::{Earley, Item};
 use crate::tokenizer::{utf8, TokenizerInfo};
 use std::sync::Arc;
@@ -89,6 +89,13 @@ impl StateMask {
         // (and no completion into a parent), a move is one table lookup; the Earley parser
         // stays at depth `e_depth` and is synced only when a move needs it.
         let mut e_depth = 0usize;
+        // First bytes some item of the seed set can scan. A token starting with any other
+        // byte dies at its first byte, before any rule could end, so it is rejected
+        // outright (never uncertain): the walk jumps over such root subtrees in runs.
+        let first_live = parser.last_set().iter().fold(ByteSet::default(), |mut set, it| {
+            set.union(&a.out_bytes(it.state));
+            set
+        });
         // `Some(origin)` when the Earley set at `e_depth` is a single item (DFA mode usable).
         let mut single = single_item(&parser, &mut dstate, 0);
         let mut loops: rustc_hash::FxHashMap<u32, Option<Skip>> = Default::default();
@@ -103,6 +110,13 @@ impl StateMask {
             }
             let node = nodes[k];
             let d = node.depth as usize - 1;
+            if d == 0 && !first_live.contains(node.byte) {
+                let next = trie.next_root_child(node.byte, &first_live.0);
+                let last = nodes.get(next).map_or(trie.token_ids.len() as u32, |n| n.tokens.0);
+                excluded_ranks.push((node.tokens.0, last));
+                k = next;
+                continue;
+            }
             path[d] = node.byte;
             if d < e_depth {
                 parser.truncate(d);

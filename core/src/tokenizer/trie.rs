@@ -26,6 +26,9 @@ pub(crate) struct TokenTrie {
     pub token_ids: Vec<u32>,
     /// Longest token, in bytes.
     pub max_depth: usize,
+    /// `root_child[b]`: the node of the one-byte prefix `b` (`u32::MAX` if no token starts
+    /// with `b`); see [`TokenTrie::next_root_child`].
+    root_child: Vec<u32>,
     /// [`TokenTrie::next_outside`] tables already built, by byte set.
     outside: TableCache<u32>,
     /// [`TokenTrie::clean_subtrees`] bitsets already built, by ASCII byte set.
@@ -96,7 +99,25 @@ impl TokenTrie {
         while let Some(k) = stack.pop() {
             trie.nodes[k as usize].subtree_end = trie.nodes.len() as u32;
         }
+        trie.root_child = vec![u32::MAX; 256];
+        for (k, n) in trie.nodes.iter().enumerate() {
+            if n.depth == 1 {
+                trie.root_child[n.byte as usize] = k as u32;
+            }
+        }
         trie
+    }
+
+    /// The first one-byte-prefix node after byte `after` whose byte is in `set` (bit `b` of
+    /// word `b / 64`), or `nodes.len()`. The nodes in between are consecutive siblings, so
+    /// a walk that knows no token may start with their bytes skips them in one jump
+    /// instead of looking at each of the ~250 subtrees of the root.
+    pub fn next_root_child(&self, after: u8, set: &[u64; 4]) -> usize {
+        (after as usize + 1..256)
+            .filter(|&b| set[b / 64] >> (b % 64) & 1 == 1)
+            .map(|b| self.root_child[b])
+            .find(|&k| k != u32::MAX)
+            .map_or(self.nodes.len(), |k| k as usize)
     }
 
     /// The ranks (positions in `token_ids`) of the tokens in the subtree of node `k`:
@@ -232,6 +253,25 @@ mod tests {
             assert!(std::sync::Arc::ptr_eq(&hot, &t.next_outside(&set(0))));
         }
         assert!(t.outside.lock().unwrap().len() <= OUTSIDE_CACHE);
+    }
+
+    #[test]
+    fn next_root_child_jumps_to_live_first_bytes() {
+        let toks: Vec<Vec<u8>> =
+            ["ab", "a", "b", "abc", "ba", "d", "x"].iter().map(|s| s.as_bytes().to_vec()).collect();
+        let t = TokenTrie::build(&toks, |_| true);
+        // Preorder: a ab abc b ba d x
+        let set = |bytes: &[u8]| {
+            let mut s = [0u64; 4];
+            bytes.iter().for_each(|&b| s[b as usize / 64] |= 1 << (b % 64));
+            s
+        };
+        assert_eq!(t.next_root_child(b'a', &set(b"dx")), 5);
+        assert_eq!(t.next_root_child(b'a', &set(b"ax")), 6);
+        assert_eq!(t.next_root_child(0, &set(b"a")), 0);
+        // Bytes no token starts with, or nothing after `after`: past the end.
+        assert_eq!(t.next_root_child(b'a', &set(b"cz")), t.nodes.len());
+        assert_eq!(t.next_root_child(b'x', &set(b"abdx")), t.nodes.len());
     }
 
     #[test]
