@@ -14,6 +14,8 @@ mod builtin;
 pub(crate) mod class;
 mod ebnf;
 mod print;
+#[cfg(test)]
+pub(crate) mod testing;
 
 pub use builtin::{json_grammar, JSON_EBNF};
 pub use ebnf::{parse_ebnf, parse_ebnf_bytes, ParseLimits};

@@ -495,35 +495,7 @@ pub(crate) fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::grammar::{Grammar, Rule, RuleId};
-
-    fn matches(e: &Expr, s: &str) -> bool {
-        let g = Grammar {
-            rules: vec![Rule { name: "root".into(), body: e.clone(), keep: false }],
-            root: RuleId(0),
-        };
-        let re = regex::Regex::new(&format!("^(?:{})$", to_regex(&g.rules[0].body))).unwrap();
-        re.is_match(s)
-    }
-
-    fn to_regex(e: &Expr) -> String {
-        match e {
-            Expr::Empty => String::new(),
-            Expr::Literal(s) => regex::escape(s),
-            Expr::Class(r) if r.is_empty() => "[^\\s\\S]".into(),
-            Expr::Class(r) => format!(
-                "[{}]",
-                r.iter().map(|&(a, b)| format!("\\x{{{a:x}}}-\\x{{{b:x}}}")).collect::<String>()
-            ),
-            Expr::Seq(v) => v.iter().map(|x| format!("(?:{})", to_regex(x))).collect(),
-            Expr::Alt(v) if v.is_empty() => "[^\\s\\S]".into(),
-            Expr::Alt(v) => v.iter().map(|x| format!("(?:{})", to_regex(x))).collect::<Vec<_>>().join("|"),
-            Expr::Repeat { expr, min, max } => {
-                format!("(?:{}){{{min},{}}}", to_regex(expr), max.map_or(String::new(), |m| m.to_string()))
-            }
-            Expr::Rule(_) => unreachable!(),
-        }
-    }
+    use crate::grammar::testing::matches;
 
     #[test]
     fn integer_ranges_are_exact() {

@@ -297,7 +297,16 @@ pub(crate) fn build(
         };
         extras.push(seq(vec![key, l.colon(), v]));
     }
-    let extra = if extras.is_empty() { None } else { Some(alt(extras)) };
+    // One rule, referenced wherever extra members may come: its key automaton is written
+    // in place (quotes, colon and value in the same automaton as the key), and the
+    // optimizer decides whether it is small enough to copy.
+    let extra = if extras.is_empty() {
+        None
+    } else {
+        let id = b.new_rule("obj_extra", ptr)?;
+        b.rules[id.index()].body = alt(extras);
+        Some(Expr::Rule(id))
+    };
     let counting = min > 0 || max.is_some();
     let mut plan = Plan { members, extra, min, max, counting, memo: HashMap::new(), level };
     let nreq = plan.members.iter().filter(|m| m.1).count() as u64;
@@ -393,12 +402,12 @@ impl<'s> KeyClasses<'s> {
     /// The keys of class `label` as a JSON string body, or `None` if there are none.
     fn rules(&self, b: &mut Builder, label: u64, ptr: &str) -> Result<Option<Expr>, SchemaError> {
         let first = b.rules.len() as u32;
-        let Some(bodies) = self.set.class_rules(|l| l == label, first) else { return Ok(None) };
+        let Some((start, bodies)) = self.set.class_rules(|l| l == label, first) else { return Ok(None) };
         for body in bodies {
             let id = b.new_rule("key", ptr)?;
             b.rules[id.index()].body = body;
         }
-        Ok(Some(Expr::Rule(crate::grammar::RuleId(first))))
+        Ok(Some(start))
     }
 }
 

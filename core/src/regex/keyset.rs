@@ -278,9 +278,10 @@ impl KeySet {
     }
 
     /// The JSON string bodies (without quotes) of the keys whose label satisfies
-    /// `accept`, as the bodies of consecutive grammar rules numbered from `first`; the
-    /// first one is the start. `None` when no key qualifies.
-    pub(crate) fn class_rules(&self, accept: impl Fn(u64) -> bool, first: u32) -> Option<Vec<Expr>> {
+    /// `accept`: an expression for the whole class, and the bodies of the consecutive
+    /// grammar rules, numbered from `first`, that it refers to (states entered from more
+    /// than one place). `None` when no key qualifies.
+    pub(crate) fn class_rules(&self, accept: impl Fn(u64) -> bool, first: u32) -> Option<(Expr, Vec<Expr>)> {
         // A virtual sink state stands for "left the automaton" (label 0, loops on ANY).
         let n = self.edges.len();
         let sink = n;
@@ -327,36 +328,110 @@ impl KeySet {
         if !live[0] {
             return None;
         }
-        let mut rule_of = vec![None; n + 1];
-        for (made, s) in (0..=n).filter(|&s| live[s]).enumerate() {
-            rule_of[s] = Some(RuleId(first + made as u32));
+        // One rule per state would leave a key class as a chain of rule calls, which the
+        // matcher walks item by item; instead a state reached from exactly one other
+        // state is written inside that state's body (a trie becomes one expression), and
+        // the sink — "any characters" — is written in place wherever it is entered.
+        let mut indegree = vec![0u32; n + 1];
+        for s in (0..=n).filter(|&s| live[s]) {
+            for (_, t) in &succs[s] {
+                if *t != s && live[*t] {
+                    indegree[*t] += 1;
+                }
+            }
         }
-        let bodies = (0..=n)
-            .filter(|&s| live[s])
-            .map(|s| {
-                // Self-loops become a repetition, so that the rules of a DFA whose only
-                // cycles are self-loops (tries, `[a-z]+`, `.{1,9}`) are not recursive
-                // and the grammar optimizer can inline them into one automaton.
-                let mut alts = Vec::new();
-                let mut self_loop = None;
-                if is_final(s) {
-                    alts.push(Expr::Empty);
-                }
-                for (ranges, t) in &succs[s] {
-                    if *t == s {
-                        self_loop = Some(json_string_char(ranges));
-                    } else if let Some(r) = rule_of[*t] {
-                        alts.push(Expr::Seq(vec![json_string_char(ranges), Expr::Rule(r)]));
-                    }
-                }
-                let rest = if alts.len() == 1 { alts.pop().unwrap_or(Expr::Empty) } else { Expr::Alt(alts) };
-                match self_loop {
-                    Some(c) => Expr::Seq(vec![Expr::Repeat { expr: Box::new(c), min: 0, max: None }, rest]),
-                    None => rest,
-                }
-            })
-            .collect();
-        Some(bodies)
+        let sink_expr = || Expr::Repeat { expr: Box::new(json_string_char(ANY)), min: 0, max: None };
+        let mut emit = Emit {
+            succs: &succs,
+            live: &live,
+            indegree: &indegree,
+            sink,
+            rule_of: vec![None; n + 1],
+            queue: Vec::new(),
+            first,
+        };
+        // The start is written in place too unless some state leads back to it.
+        let start = if indegree[0] == 0 {
+            emit.body(0, 0, &is_final, &sink_expr)
+        } else {
+            Expr::Rule(emit.rule_for(0))
+        };
+        let mut bodies = Vec::new();
+        while let Some(s) = emit.queue.get(bodies.len()).copied() {
+            let body = emit.body(s, 0, &is_final, &sink_expr);
+            bodies.push(body);
+        }
+        Some((start, bodies))
+    }
+}
+
+/// Writes a key-class automaton back as grammar rules (see [`KeySet::class_rules`]).
+struct Emit<'a> {
+    succs: &'a [Vec<(Vec<(u32, u32)>, usize)>],
+    live: &'a [bool],
+    indegree: &'a [u32],
+    sink: usize,
+    /// The rule of each state that has one.
+    rule_of: Vec<Option<RuleId>>,
+    /// States with a rule, in rule order.
+    queue: Vec<usize>,
+    first: u32,
+}
+
+/// How deep one rule body may nest states before the next one gets a rule of its own
+/// (long chains, e.g. `^a{300}$`, would otherwise make deeply nested expressions).
+const EMBED_DEPTH_MAX: usize = 48;
+
+impl Emit<'_> {
+    fn rule_for(&mut self, s: usize) -> RuleId {
+        if let Some(r) = self.rule_of[s] {
+            return r;
+        }
+        let r = RuleId(self.first + self.queue.len() as u32);
+        self.rule_of[s] = Some(r);
+        self.queue.push(s);
+        r
+    }
+
+    fn body(
+        &mut self,
+        s: usize,
+        depth: usize,
+        is_final: &dyn Fn(usize) -> bool,
+        sink: &dyn Fn() -> Expr,
+    ) -> Expr {
+        // Self-loops become a repetition, so that the rules of a DFA whose only cycles
+        // are self-loops (tries, `[a-z]+`, `.{1,9}`) are not recursive and the grammar
+        // optimizer can inline them into one automaton.
+        let mut alts = Vec::new();
+        let mut self_loop = None;
+        if is_final(s) {
+            alts.push(Expr::Empty);
+        }
+        let succs = self.succs;
+        for (ranges, t) in &succs[s] {
+            let t = *t;
+            if t == s {
+                self_loop = Some(json_string_char(ranges));
+                continue;
+            }
+            if !self.live[t] {
+                continue;
+            }
+            let next = if t == self.sink {
+                sink()
+            } else if self.indegree[t] == 1 && depth < EMBED_DEPTH_MAX && self.rule_of[t].is_none() {
+                self.body(t, depth + 1, is_final, sink)
+            } else {
+                Expr::Rule(self.rule_for(t))
+            };
+            alts.push(Expr::Seq(vec![json_string_char(ranges), next]));
+        }
+        let rest = if alts.len() == 1 { alts.pop().unwrap_or(Expr::Empty) } else { Expr::Alt(alts) };
+        match self_loop {
+            Some(c) => Expr::Seq(vec![Expr::Repeat { expr: Box::new(c), min: 0, max: None }, rest]),
+            None => rest,
+        }
     }
 }
 
@@ -374,6 +449,7 @@ const ANY_LEN: u64 = 0xD800 + (0x11_0000 - 0xE000);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::grammar::testing::matches;
 
     fn ks(c: &[Component<'_>]) -> KeySet {
         KeySet::build(c, &RegexLimits::default()).unwrap()
@@ -389,6 +465,47 @@ mod tests {
         assert_eq!(k.label_of("x1"), 0b000);
         assert_eq!(k.label_of("D1d"), 0b100);
         assert_eq!(k.labels(), vec![0, 0b010, 0b011, 0b100, 0b110, 0b111]);
+    }
+
+    fn count_rule_calls(e: &Expr) -> usize {
+        let mut n = 0;
+        e.for_each_rule(&mut |_| n += 1);
+        n
+    }
+
+    #[test]
+    fn key_tries_are_written_as_one_expression() {
+        // "Any key but these" is a trie with a sink: no rule of its own, no rule calls
+        // (a chain of calls makes every key character an Earley step).
+        let names = ["length", "radius", "width", "widths"];
+        let k = ks(&[Component::Names(&names)]);
+        let (start, rules) = k.class_rules(|l| l == 0, 7).unwrap();
+        assert!(rules.is_empty());
+        assert_eq!(count_rule_calls(&start), 0);
+        for key in ["", "len", "lengthy", "width_", "x", "r\\\"", "widt"] {
+            assert!(matches(&start, key), "{key:?}");
+        }
+        for key in ["length", "radius", "width", "widths"] {
+            assert!(!matches(&start, key), "{key:?}");
+        }
+        let (declared, rules) = k.class_rules(|l| l == 1, 0).unwrap();
+        assert!(rules.is_empty());
+        assert!(matches(&declared, "widths") && !matches(&declared, "wid"));
+    }
+
+    #[test]
+    fn long_chains_and_cycles_get_rules() {
+        // A 200-state chain is cut into rules of bounded nesting.
+        let k = ks(&[Component::Pattern("^a{200}$")]);
+        let (start, rules) = k.class_rules(|l| l == 1, 0).unwrap();
+        assert_eq!(count_rule_calls(&start), 1);
+        assert_eq!(rules.len(), 200 / (EMBED_DEPTH_MAX + 1));
+        // A state entered from two places (the loop of `(ab)*`) is a rule.
+        let k = ks(&[Component::Pattern("^(ab)*$")]);
+        let (start, rules) = k.class_rules(|l| l == 1, 3).unwrap();
+        assert_eq!(count_rule_calls(&start), 1);
+        assert_eq!(rules.len(), 1);
+        assert_eq!(count_rule_calls(&rules[0]), 1);
     }
 
     #[test]

@@ -1,0 +1,28 @@
+//! Test helper: decides membership in the language of a rule-free [`Expr`] by
+//! translating it to a `regex` crate pattern (an oracle independent of the automata).
+
+use super::Expr;
+
+/// Whether `s` is in the language of `e` (which must not call rules).
+pub(crate) fn matches(e: &Expr, s: &str) -> bool {
+    let re = regex::Regex::new(&format!("^(?:{})$", to_regex(e))).expect("translated pattern compiles");
+    re.is_match(s)
+}
+
+fn to_regex(e: &Expr) -> String {
+    match e {
+        Expr::Empty => String::new(),
+        Expr::Literal(s) => regex::escape(s),
+        Expr::Class(r) if r.is_empty() => "[^\\s\\S]".into(),
+        Expr::Class(r) => {
+            format!("[{}]", r.iter().map(|&(a, b)| format!("\\x{{{a:x}}}-\\x{{{b:x}}}")).collect::<String>())
+        }
+        Expr::Seq(v) => v.iter().map(|x| format!("(?:{})", to_regex(x))).collect(),
+        Expr::Alt(v) if v.is_empty() => "[^\\s\\S]".into(),
+        Expr::Alt(v) => v.iter().map(|x| format!("(?:{})", to_regex(x))).collect::<Vec<_>>().join("|"),
+        Expr::Repeat { expr, min, max } => {
+            format!("(?:{}){{{min},{}}}", to_regex(expr), max.map_or(String::new(), |m| m.to_string()))
+        }
+        Expr::Rule(_) => panic!("rule calls cannot be matched by a regex"),
+    }
+}
