@@ -287,7 +287,6 @@ impl KeySet {
         let sink = n;
         let sink_used = accept(0) && self.edges.iter().any(|e| covered(e) < ANY_LEN);
         // Per state: (ranges, target) edges, the sink's gaps included.
-        type Edges = Vec<(Vec<(u32, u32)>, usize)>;
         let succs: Vec<Edges> = (0..=n)
             .map(|s| {
                 if s == sink {
@@ -365,9 +364,12 @@ impl KeySet {
     }
 }
 
+/// A state's `(ranges, target)` edges.
+type Edges = Vec<(Vec<(u32, u32)>, usize)>;
+
 /// Writes a key-class automaton back as grammar rules (see [`KeySet::class_rules`]).
 struct Emit<'a> {
-    succs: &'a [Vec<(Vec<(u32, u32)>, usize)>],
+    succs: &'a [Edges],
     live: &'a [bool],
     indegree: &'a [u32],
     sink: usize,
