@@ -100,7 +100,7 @@ pub(crate) fn build(b: &mut Builder, m: &Map<String, Value>, ptr: &str) -> Resul
     if plain && max.is_some_and(|x| x > lim && (x - min) / BLOCK <= lim) {
         // Long plain strings stay exact through blocks (see `long_chars`).
         let body = long_chars(min as u32, max.unwrap_or(0));
-        return b.string_rule(seq(vec![lit("\""), body, lit("\"")]));
+        return b.leaf_rule(seq(vec![lit("\""), body, lit("\"")]), "string");
     }
     if max.is_some_and(|x| x > lim) {
         b.unsupported(
@@ -168,5 +168,5 @@ pub(crate) fn build(b: &mut Builder, m: &Map<String, Value>, ptr: &str) -> Resul
             }
         }
     };
-    b.string_rule(seq(vec![lit("\""), body, lit("\"")]))
+    b.leaf_rule(seq(vec![lit("\""), body, lit("\"")]), "string")
 }

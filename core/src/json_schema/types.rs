@@ -135,7 +135,7 @@ pub(crate) struct Builder<'a> {
     any_memo: HashMap<u32, RuleId>,
     number_rule: Option<RuleId>,
     string_rule: Option<RuleId>,
-    strings: HashMap<Expr, RuleId>,
+    leaves: HashMap<Expr, RuleId>,
     pub warnings: Vec<SchemaWarning>,
     depth: usize,
 }
@@ -156,7 +156,7 @@ impl<'a> Builder<'a> {
             any_memo: HashMap::new(),
             number_rule: None,
             string_rule: None,
-            strings: HashMap::new(),
+            leaves: HashMap::new(),
             warnings: Vec::new(),
             depth: 0,
         };
@@ -284,21 +284,22 @@ impl<'a> Builder<'a> {
         Ok(Expr::Rule(id))
     }
 
-    /// A constrained string (`pattern`, `format`, lengths) as a rule of its own, one per
-    /// distinct expression: equal string schemas in one grammar share it, and as a rule
-    /// that calls no other it is a leaf, whose masks the compiler shares across grammars
-    /// (`date-time` is the same walk in every schema that uses it).
-    pub fn string_rule(&mut self, e: Expr) -> Result<Expr, SchemaError> {
-        if let Some(&id) = self.strings.get(&e) {
-            return Ok(Expr::Rule(id));
-        }
-        if super::whitespace::is_nothing(&e) {
+    /// A constrained scalar — a string (`pattern`, `format`, lengths) or a number with
+    /// bounds — as a rule of its own, one per distinct expression: equal scalar schemas in
+    /// one grammar share it (every plain `integer` is the same 60-state i64 range), and as
+    /// a rule that calls no other it is a leaf, whose masks the compiler shares across
+    /// grammars (`date-time` is the same walk in every schema that uses it).
+    pub fn leaf_rule(&mut self, e: Expr, hint: &str) -> Result<Expr, SchemaError> {
+        if matches!(e, Expr::Rule(_)) || super::whitespace::is_nothing(&e) {
             return Ok(e);
         }
-        let id = self.new_rule("string", "")?;
+        if let Some(&id) = self.leaves.get(&e) {
+            return Ok(Expr::Rule(id));
+        }
+        let id = self.new_rule(hint, "")?;
         self.rules[id.index()].body = e.clone();
         self.rules[id.index()].keep = true;
-        self.strings.insert(e, id);
+        self.leaves.insert(e, id);
         Ok(Expr::Rule(id))
     }
 
@@ -506,7 +507,9 @@ impl<'a> Builder<'a> {
             alts.push(alt(vec![lit("true"), lit("false")]));
         }
         if types & (NUMBER | INTEGER) != 0 {
-            alts.push(super::number::build(self, m, types & NUMBER == 0, ptr)?);
+            let n = super::number::build(self, m, types & NUMBER == 0, ptr)?;
+            // Small ranges (`[1-5]`) are cheaper written in place than called.
+            alts.push(if n.expanded_size() > 32 { self.leaf_rule(n, "number")? } else { n });
         }
         if types & STRING != 0 {
             alts.push(super::string::build(self, m, ptr)?);
@@ -594,11 +597,15 @@ mod tests {
             "list":{"type":"array","items":{"enum":["north","v1","v2","v3","v4","v5","v6","v7","v8","v9",
                 "v10","v11","v12","v13","v14","v15","v16","v17","v18","v19","v20","v21","v22","v23","v24",
                 "v25","v26","v27","v28","v29","v30","v31","v32","v33","v34","v35","v36","v37","v38","v39"]}},
-            "obj":{"type":"object","properties":{"c2":{"type":"string","maxLength":20}}}}}"#;
+            "obj":{"type":"object","properties":{"c2":{"type":"string","maxLength":20}}},
+            "i":{"type":"integer"},"j":{"type":"integer"},"k":{"type":"integer","minimum":1,"maximum":5}}}"#;
         let g = json_schema_str_to_grammar(s, &JsonSchemaOptions::default()).unwrap();
         let named = |suffix: &str| g.rules.iter().filter(|r| r.name.ends_with(suffix)).count();
-        // Strings: the plain one, and one for `{"maxLength": 20}` written twice.
-        assert_eq!((named("_string"), named("_number"), named("_item")), (2, 1, 1), "{g}");
+        // Strings: the plain one, and one for `{"maxLength": 20}` written twice. Numbers:
+        // any number, and the i64 range of both plain integers (`[1-5]` stays in place).
+        assert_eq!((named("_string"), named("_number"), named("_item")), (2, 2, 1), "{g}");
+        // (The i64 range writes `[0-9]{17}` four times.)
+        assert_eq!(g.to_string().matches("[0-9]{17}").count(), 4, "{g}");
         let text = g.to_string();
         let item = g.rules.iter().find(|r| r.name.ends_with("_item")).unwrap();
         assert_eq!(text.matches(&format!(" {}", item.name)).count(), 2, "{g}");
