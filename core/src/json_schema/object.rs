@@ -225,7 +225,7 @@ pub(crate) fn build(
     // mode (which only closes what the schema is silent about) gives it any value. With an
     // explicit `additionalProperties: false` such a schema is unsatisfiable, as written.
     let implicitly_closed = additional.is_none() && !m.contains_key("additionalProperties");
-    let keys = KeyClasses::new(b, m, props, &required, patterns, ptr)?;
+    let keys = KeyClasses::new(b, m, props, &required, patterns, additional.is_some(), ptr)?;
     // The value schema of a key of class `label`: the declared schema (if any), every
     // matching pattern's schema, and `additionalProperties` when neither applies.
     let value_of = |declared: Option<&Value>, label: u64| -> Option<Value> {
@@ -246,7 +246,7 @@ pub(crate) fn build(
     }
     for name in &names {
         let req = required.contains(name);
-        let label = keys.set.label_of(name);
+        let label = keys.label_of(name);
         let vptr = match props.get(*name) {
             Some(_) => Builder::child(ptr, "properties", name),
             None => Builder::child(ptr, "required", name),
@@ -275,7 +275,7 @@ pub(crate) fn build(
     }
     // Extra members: one key class per label outside the declared names.
     let mut extras = Vec::new();
-    for label in keys.set.labels() {
+    for label in keys.labels() {
         if label & 1 != 0 || !keys.names_ok(label) {
             continue;
         }
@@ -326,7 +326,10 @@ pub(crate) fn build(
 /// label bit 0 = a declared (or required) name, bits `1..=k` = pattern `i` matches,
 /// the bits above = the parts of `propertyNames` every key must satisfy.
 struct KeyClasses<'s> {
-    set: KeySet,
+    /// `None` when every key is a declared name: no patterns, no `propertyNames`, no
+    /// additional members (a closed object in strict mode, the common case, needs no
+    /// key automaton).
+    set: Option<KeySet>,
     patterns: Vec<(&'s str, &'s Value)>,
     /// Mask of the `propertyNames` bits (all must be set for a key to be allowed).
     names_mask: u64,
@@ -342,6 +345,7 @@ impl<'s> KeyClasses<'s> {
         props: &'s Map<String, Value>,
         required: &[&'s str],
         patterns: Option<&'s Map<String, Value>>,
+        additional: bool,
         ptr: &str,
     ) -> Result<Self, SchemaError> {
         let mut names: Vec<&str> = props.keys().map(String::as_str).collect();
@@ -377,6 +381,9 @@ impl<'s> KeyClasses<'s> {
             comps.push(Component::Names(&pn_names));
         }
         let names_mask = ((1u64 << comps.len()) - 1) & !((1u64 << first_pn) - 1);
+        if comps.len() == 1 && !additional {
+            return Ok(KeyClasses { set: None, patterns, names_mask, fallback_names });
+        }
         let set = KeySet::build(&comps, &b.opts.limits.regex).map_err(|e| {
             let at = match &e.pattern {
                 p if patterns.iter().any(|(q, _)| *q == p.as_str()) => {
@@ -386,7 +393,17 @@ impl<'s> KeyClasses<'s> {
             };
             b.err(super::SchemaErrorKind::Regex(e), &at)
         })?;
-        Ok(KeyClasses { set, patterns, names_mask, fallback_names })
+        Ok(KeyClasses { set: Some(set), patterns, names_mask, fallback_names })
+    }
+
+    /// The class of a declared (or required) name.
+    fn label_of(&self, name: &str) -> u64 {
+        self.set.as_ref().map_or(1, |s| s.label_of(name))
+    }
+
+    /// Every class some key falls in (see [`KeySet::labels`]).
+    fn labels(&self) -> Vec<u64> {
+        self.set.as_ref().map_or_else(|| vec![1], KeySet::labels)
     }
 
     /// Whether keys of class `label` satisfy `propertyNames`.
@@ -402,7 +419,8 @@ impl<'s> KeyClasses<'s> {
     /// The keys of class `label` as a JSON string body, or `None` if there are none.
     fn rules(&self, b: &mut Builder, label: u64, ptr: &str) -> Result<Option<Expr>, SchemaError> {
         let first = b.rules.len() as u32;
-        let Some((start, bodies)) = self.set.class_rules(|l| l == label, first) else { return Ok(None) };
+        let Some(set) = &self.set else { return Ok(None) };
+        let Some((start, bodies)) = set.class_rules(|l| l == label, first) else { return Ok(None) };
         for body in bodies {
             let id = b.new_rule("key", ptr)?;
             b.rules[id.index()].body = body;
