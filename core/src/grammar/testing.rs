@@ -5,8 +5,12 @@ use super::Expr;
 
 /// Whether `s` is in the language of `e` (which must not call rules).
 pub(crate) fn matches(e: &Expr, s: &str) -> bool {
-    let re = regex::Regex::new(&format!("^(?:{})$", to_regex(e))).expect("translated pattern compiles");
-    re.is_match(s)
+    recognizer(e).is_match(s)
+}
+
+/// A regex matching exactly the language of `e` (for many strings, compile it once).
+pub(crate) fn recognizer(e: &Expr) -> regex::Regex {
+    regex::Regex::new(&format!("^(?:{})$", to_regex(e))).expect("translated pattern compiles")
 }
 
 fn to_regex(e: &Expr) -> String {

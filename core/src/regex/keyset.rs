@@ -10,7 +10,7 @@
 //! components that accept there. A key class is then "the DFA with these labels final",
 //! written back as grammar rules by [`KeySet::class_rules`].
 
-use super::lower::split_anchors;
+use super::lower::{split_anchors, Branch};
 use super::parse::{Node, Parser};
 use super::{json_string_char, RegexError, RegexErrorKind, RegexLimits};
 use crate::grammar::class::subtract_class;
@@ -154,7 +154,10 @@ impl KeySet {
                     let any =
                         || Node::Repeat { node: Box::new(Node::Class(ANY.to_vec())), min: 0, max: None };
                     let mut alts = Vec::new();
-                    for b in split_anchors(Parser::new(p, limits).parse()?, p)? {
+                    for b in split_anchors(Parser::new(p, limits).parse()?, p)?
+                        .into_iter()
+                        .map(Branch::trim_free_sides)
+                    {
                         let mut seq = Vec::new();
                         if !b.start {
                             seq.push(any());

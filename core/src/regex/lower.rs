@@ -52,6 +52,65 @@ fn seq(items: Vec<Node>) -> Node {
     }
 }
 
+impl Branch {
+    /// The same language with what an unanchored side absorbs removed: with `.*` after
+    /// the body, anything nullable at its end adds nothing (`ab?c*` ≡ `a` there), and a
+    /// repetition there needs only its minimum (`[a-z]+` ≡ `[a-z]`); likewise at the
+    /// start. Unanchored patterns such as a URI regex without `^`/`$` otherwise make
+    /// the subset construction track every way of being inside the optional tail, and a
+    /// fixed-length body lets length bounds combine ([`restrict_branch_len`]).
+    pub(crate) fn trim_free_sides(mut self) -> Branch {
+        if !self.end {
+            self.body = trim(self.body, true);
+        }
+        if !self.start {
+            self.body = trim(self.body, false);
+        }
+        self
+    }
+}
+
+/// `n` with the part a free side (`.*` after it when `at_end`, before it otherwise)
+/// absorbs removed.
+fn trim(n: Node, at_end: bool) -> Node {
+    if nullable(&n) {
+        return Node::Empty;
+    }
+    match n {
+        Node::Seq(mut items) => {
+            loop {
+                let edge = if at_end { items.pop() } else { (!items.is_empty()).then(|| items.remove(0)) };
+                let Some(x) = edge else { break };
+                let x = trim(x, at_end);
+                if !matches!(x, Node::Empty) {
+                    if at_end {
+                        items.push(x);
+                    } else {
+                        items.insert(0, x);
+                    }
+                    break;
+                }
+            }
+            seq(items)
+        }
+        Node::Alt(v) => Node::Alt(v.into_iter().map(|x| trim(x, at_end)).collect()),
+        Node::Repeat { node, min, .. } if min == 1 => trim(*node, at_end),
+        Node::Repeat { node, min, .. } => Node::Repeat { node, min, max: Some(min) },
+        other => other,
+    }
+}
+
+/// Whether `n` matches the empty string.
+fn nullable(n: &Node) -> bool {
+    match n {
+        Node::Empty | Node::Start | Node::End => true,
+        Node::Class(_) => false,
+        Node::Seq(v) => v.iter().all(nullable),
+        Node::Alt(v) => v.iter().any(nullable),
+        Node::Repeat { node, min, .. } => *min == 0 || nullable(node),
+    }
+}
+
 /// Most branches anchor distribution may create (`(^a|b)(c|d$)` multiplies).
 const MAX_BRANCHES: usize = 256;
 

@@ -199,7 +199,7 @@ pub fn regex_to_json_string_expr(
     max_len: Option<u32>,
     limits: &RegexLimits,
 ) -> Result<Expr, RegexError> {
-    let branches = split_anchors(parse(pattern, limits)?, pattern)?;
+    let branches = split_anchors(parse(pattern, limits)?, pattern)?.into_iter().map(Branch::trim_free_sides);
     let any = Node::Class(vec![(0, 0xD7FF), (0xE000, 0x10FFFF)]);
     let any_expr = Expr::Repeat {
         expr: Box::new(lower::json_class(&[(0, 0xD7FF), (0xE000, 0x10FFFF)])),
@@ -295,6 +295,57 @@ mod tests {
             .to_string();
         assert!(s.contains("\\\\\\\""), "{s}");
         assert!(s.contains("\\\\\\\\"), "{s}");
+    }
+
+    #[test]
+    fn free_sides_absorb_optional_tails() {
+        let body = |p: &str| {
+            let e = regex_to_json_string_expr(p, 0, None, &RegexLimits::default()).unwrap();
+            Grammar { rules: vec![Rule { name: "root".into(), body: e, keep: false }], root: RuleId(0) }
+                .to_string()
+        };
+        // `.*` on a side swallows what is optional there, and a repetition's extra copies.
+        assert_eq!(body("ab?c*"), body("a"));
+        assert_eq!(body("^x[a-z]+"), body("^x[a-z]"));
+        assert_eq!(body("(ab)*c$"), body("c$"));
+        assert_eq!(body("q{2,5}"), body("q{2}"));
+        assert_ne!(body("^ab?c*$"), body("^a$"));
+    }
+
+    #[test]
+    fn trimmed_patterns_keep_their_language() {
+        use crate::grammar::testing::recognizer;
+        let patterns = [
+            "ab?c*",
+            "[a-c]+:",
+            "x(y|z)+",
+            "(a|b:)*c",
+            "^a+b*",
+            "c+d$",
+            "(a|)b",
+            "a{2,4}",
+            "(x|y)+z?$",
+            "((ab)+|c)d*",
+            "^(a|b)c+(d|)",
+        ];
+        let alphabet = ['a', 'b', 'c', 'd', 'x', 'y', 'z', ':'];
+        let mut strings = vec![String::new()];
+        for len in 1..=5 {
+            let mut next = Vec::new();
+            for s in strings.iter().filter(|s| s.chars().count() == len - 1) {
+                for c in alphabet {
+                    next.push(format!("{s}{c}"));
+                }
+            }
+            strings.extend(next);
+        }
+        for p in patterns {
+            let e = recognizer(&regex_to_json_string_expr(p, 0, None, &RegexLimits::default()).unwrap());
+            let oracle = regex::Regex::new(p).unwrap();
+            for s in &strings {
+                assert_eq!(e.is_match(s), oracle.is_match(s), "{p:?} on {s:?}");
+            }
+        }
     }
 
     #[test]
