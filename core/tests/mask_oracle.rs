@@ -157,6 +157,24 @@ fn long_counted_repetitions() {
     check_along("chain end", r#"root ::= "<" [a-z]{0,140} ">""#, &near_end, 7);
 }
 
+/// Tokens that leave a rule (`cd",`) are decided by the context around it: the same string
+/// rule is a key (where `":` may follow) and a value (where it may not), and a bounded one
+/// is a chain whose every character is a new state.
+#[test]
+fn tokens_leaving_a_rule() {
+    check_along(
+        "rule exits",
+        r#"root ::= "{" pair ("," ws pair)* "}"
+pair ::= str ":" ws (str | num | "b" bounded)
+str ::= "\"" [a-z ]* "\""
+bounded ::= "\"" [a-z ]{0,40} "\""
+num ::= [0-9]+
+ws ::= [ ]?"#,
+        r#"{"ab":"cd", "x y":12,"q": b"the red fox is here ok"}"#,
+        1,
+    );
+}
+
 #[test]
 fn builtin_json() {
     check_grammar("builtin json", grammask::grammar::JSON_EBNF, 1);
