@@ -94,7 +94,7 @@ fn trim(n: Node, at_end: bool) -> Node {
             seq(items)
         }
         Node::Alt(v) => Node::Alt(v.into_iter().map(|x| trim(x, at_end)).collect()),
-        Node::Repeat { node, min, .. } if min == 1 => trim(*node, at_end),
+        Node::Repeat { node, min: 1, .. } => trim(*node, at_end),
         Node::Repeat { node, min, .. } => Node::Repeat { node, min, max: Some(min) },
         other => other,
     }
