@@ -146,7 +146,7 @@ b ::= [a-zA-Z]+ "\u00f3" [0-9]+ "!" | "(" b ")""#,
 }
 
 /// Positions of a long counted repetition share one mask while a token's length from its
-/// end (`Automata::agree_within`): checked inside such chains, both for a repetition
+/// end (`Automata::agreement_depth`): checked inside such chains, both for a repetition
 /// unrolled into one DFA and for one whose body is outlined into a rule, and through the
 /// last positions, where the masks must differ again.
 #[test]

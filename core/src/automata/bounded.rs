@@ -5,24 +5,28 @@
 //! have the same mask even when the automata tell them apart later. The typical case is a
 //! long counted repetition — a JSON string with `maxLength: 2000` is a chain of 2,000
 //! states, one per character — where every position at least a token's length from the
-//! end has the same mask. The compiler computes one of them and shares it.
+//! end has the same mask. The compiler computes one of them and shares it. Nearer the
+//! end, consecutive positions still agree on every token shorter than the room left, so
+//! only the longer tokens are walked (`StateMask::compute_beyond`).
 
 use super::{Automata, DEAD};
 use rustc_hash::FxHashSet;
 
 impl Automata {
-    /// Whether states `s` and `t` agree on all inputs of fewer than `depth` bytes: along
-    /// every path the paired states are equal, or belong to the same rule, are both final
-    /// or both not, read the same byte classes and call the same rules. Rule edges pair
-    /// their targets one byte deeper when the rule cannot be empty (it consumes at least
-    /// one byte), at the same depth otherwise. Gives up (`false`) after `max_pairs` pairs.
-    pub(crate) fn agree_within(&self, s: u32, t: u32, depth: usize, max_pairs: usize) -> bool {
+    /// How far states `s` and `t` agree: the largest `n ≤ depth` such that along every
+    /// path of fewer than `n` bytes the paired states are equal, or belong to the same
+    /// rule, are both final or both not, read the same byte classes and call the same
+    /// rules — so a token of at most `n` bytes is classified alike from both. Rule edges
+    /// pair their targets one byte deeper when the rule cannot be empty (it consumes at
+    /// least one byte), at the same depth otherwise. Past `max_pairs` pairs the answer is
+    /// the depth checked in full so far.
+    pub(crate) fn agreement_depth(&self, s: u32, t: u32, depth: usize, max_pairs: usize) -> usize {
         let nc = self.n_classes;
         let mut seen: FxHashSet<(u32, u32)> = FxHashSet::default();
         let mut level = vec![(s, t)];
-        for _ in 0..depth {
+        for n in 0..depth {
             if level.is_empty() {
-                return true;
+                return depth;
             }
             let mut next = Vec::new();
             let mut i = 0;
@@ -33,19 +37,19 @@ impl Automata {
                     continue;
                 }
                 if seen.len() > max_pairs {
-                    return false;
+                    return n;
                 }
                 let (np, nq) = (self.nodes[p as usize], self.nodes[q as usize]);
                 if np.rule != nq.rule || np.is_final != nq.is_final {
-                    return false;
+                    return n;
                 }
                 let (ep, eq) = (self.edges(p), self.edges(q));
                 if ep.len() != eq.len() {
-                    return false;
+                    return n;
                 }
                 for (&(rp, tp), &(rq, tq)) in ep.iter().zip(eq) {
                     if rp != rq {
-                        return false;
+                        return n;
                     }
                     if self.nullable[rp as usize] {
                         level.push((tp, tq));
@@ -55,11 +59,15 @@ impl Automata {
                 }
                 let (rowp, rowq) =
                     (&self.trans[p as usize * nc..][..nc], &self.trans[q as usize * nc..][..nc]);
+                // Neighbouring classes mostly lead to the same pair: push it once per run
+                // (the `seen` set drops the remaining repeats).
+                let mut last = (DEAD, DEAD);
                 for (&a, &b) in rowp.iter().zip(rowq) {
                     if (a == DEAD) != (b == DEAD) {
-                        return false;
+                        return n;
                     }
-                    if a != b {
+                    if a != b && (a, b) != last {
+                        last = (a, b);
                         next.push((a, b));
                     }
                 }
@@ -67,6 +75,40 @@ impl Automata {
             // Pairs first reached one byte deeper: checked in the next round, if any.
             level = next;
         }
-        true
+        depth
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::grammar::Grammar;
+
+    /// The state after reading `input` from the root's start (DFA moves only).
+    fn after(a: &Automata, input: &[u8]) -> u32 {
+        input.iter().fold(a.root_start().0, |s, &b| {
+            let t = a.trans[s as usize * a.n_classes + a.byte_class[b as usize] as usize];
+            assert_ne!(t, DEAD, "{input:?} dies");
+            t
+        })
+    }
+
+    #[test]
+    fn chain_positions_agree_up_to_the_room_left() {
+        let g = Grammar::from_ebnf(r#"root ::= "<" [a-z]{0,40} ">""#).unwrap();
+        let a = Automata::build(&g, &Default::default()).unwrap();
+        // After "<" + i letters, 40 - i more may come, then ">": positions i and i + 1
+        // differ first on an input of 40 - i letters (one side may still read a letter).
+        for i in [0usize, 5, 20, 38] {
+            let s = after(&a, &[b"<".as_slice(), &vec![b'a'; i]].concat());
+            let t = after(&a, &[b"<".as_slice(), &vec![b'a'; i + 1]].concat());
+            assert_eq!(a.agreement_depth(s, t, 64, 4096), 39 - i, "position {i}");
+            assert_eq!(a.agreement_depth(s, t, 8, 4096), 8.min(39 - i));
+        }
+        // Equal states agree everywhere; the pair limit cuts the answer short.
+        let s = after(&a, b"<ab");
+        assert_eq!(a.agreement_depth(s, s, 64, 4096), 64);
+        let t = after(&a, b"<abc");
+        assert!(a.agreement_depth(s, t, 64, 3) < 37);
     }
 }

@@ -68,6 +68,59 @@ impl StateMask {
         store: &MaskStore,
         deadline: Option<Instant>,
     ) -> Option<StateMask> {
+        Some(Self::classify(a, tok, state, deadline, 0)?.encode(tok, store))
+    }
+
+    /// The mask of `state` given `base`, the mask of a state that classifies every token of
+    /// at most `known` bytes alike ([`Automata::agreement_depth`]): only the subtrees holding
+    /// longer tokens are walked. Near the end of a bounded string (`maxLength: 100`) the
+    /// positions differ only for tokens longer than the room left, a few dozen.
+    pub fn compute_beyond(
+        a: &Automata,
+        tok: &TokenizerInfo,
+        state: u32,
+        store: &MaskStore,
+        deadline: Option<Instant>,
+        base: &StateMask,
+        known: usize,
+    ) -> Option<StateMask> {
+        let c = Self::classify(a, tok, state, deadline, known)?;
+        let trie = tok.trie();
+        let ids = &trie.token_ids;
+        // Start from `base`, then overwrite every token the walk classified.
+        let mut bits = base.accepted.to_words(tok);
+        let mut walked = vec![0u64; ids.len().div_ceil(64)];
+        let mut mark = |r: u32| walked[r as usize / 64] |= 1 << (r % 64);
+        for r in c.excluded.iter().flat_map(|&(lo, hi)| lo..hi).chain(c.uncertain.iter().copied()) {
+            let id = ids[r as usize];
+            bits[id as usize / 32] &= !(1 << (id % 32));
+            mark(r);
+        }
+        for r in c.accepted.ranks() {
+            let id = ids[r as usize];
+            bits[id as usize / 32] |= 1 << (id % 32);
+            mark(r);
+        }
+        let mut uncertain: Vec<u32> = base
+            .uncertain
+            .iter()
+            .copied()
+            .filter(|&r| walked[r as usize / 64] >> (r % 64) & 1 == 0)
+            .chain(c.uncertain)
+            .collect();
+        uncertain.sort_unstable();
+        Some(encode_words(bits, uncertain, tok, store))
+    }
+
+    /// Classifies the producible tokens for `state`, skipping the subtrees whose tokens
+    /// all have at most `skip_upto` bytes (0: none).
+    fn classify(
+        a: &Automata,
+        tok: &TokenizerInfo,
+        state: u32,
+        deadline: Option<Instant>,
+        skip_upto: usize,
+    ) -> Option<Classes> {
         let trie = tok.trie();
         let follow = &a.follow[a.nodes[state as usize].rule as usize];
         let mut parser = Earley::new(a, state);
@@ -110,6 +163,10 @@ impl StateMask {
             }
             let node = nodes[k];
             let d = node.depth as usize - 1;
+            if trie.deepest[k] as usize <= skip_upto {
+                k = node.subtree_end as usize;
+                continue;
+            }
             if d == 0 && !first_live.contains(node.byte) {
                 let next = trie.next_root_child(node.byte, &first_live.0);
                 let last = nodes.get(next).map_or(trie.token_ids.len() as u32, |n| n.tokens.0);
@@ -237,6 +294,22 @@ impl StateMask {
             }
             k = end;
         }
+        Some(Classes { accepted, excluded: excluded_ranks, uncertain })
+    }
+}
+
+/// The outcome of one classification walk, as trie ranks.
+struct Classes {
+    accepted: RankRuns,
+    excluded: Vec<(u32, u32)>,
+    uncertain: Vec<u32>,
+}
+
+impl Classes {
+    /// Stores the walk's result in the smallest fitting form (see the module docs).
+    fn encode(self, tok: &TokenizerInfo, store: &MaskStore) -> StateMask {
+        let trie = tok.trie();
+        let Classes { accepted, excluded: excluded_ranks, uncertain } = self;
         let n_rejected: usize = excluded_ranks.iter().map(|&(a, b)| (b - a) as usize).sum();
         let n_except = n_rejected + uncertain.len();
         // A list is applied one bit at a time; a bitset is OR-ed a word at a time, about as
@@ -270,7 +343,63 @@ impl StateMask {
             }
             store.bitset(bits)
         };
-        Some(StateMask { accepted, uncertain: store.intern(uncertain) })
+        StateMask { accepted, uncertain: store.intern(uncertain) }
+    }
+}
+
+/// A mask from its accepted ids as a bitset in mask layout, choosing the form as
+/// [`Classes::encode`] does.
+fn encode_words(bits: Vec<u32>, uncertain: Vec<u32>, tok: &TokenizerInfo, store: &MaskStore) -> StateMask {
+    let words = bits.len();
+    let normal = tok.normal_words();
+    let n_accepted = bits.iter().map(|w| w.count_ones() as usize).sum::<usize>();
+    let n_except = normal.iter().zip(&bits).map(|(n, b)| (n & !b).count_ones() as usize).sum::<usize>();
+    let ids_of = |f: &dyn Fn(usize) -> u32| -> Vec<u32> {
+        (0..words)
+            .flat_map(|w| {
+                let mut x = f(w);
+                std::iter::from_fn(move || {
+                    (x != 0).then(|| {
+                        let b = x.trailing_zeros();
+                        x &= x - 1;
+                        (w * 32) as u32 + b
+                    })
+                })
+            })
+            .collect()
+    };
+    let accepted = if n_accepted <= n_except && n_accepted * 4 <= words {
+        Accepted::List(store.intern(ids_of(&|w| bits[w])))
+    } else if n_except * 4 <= words {
+        Accepted::AllExcept(store.intern(ids_of(&|w| normal[w] & !bits[w])))
+    } else {
+        store.bitset(bits)
+    };
+    StateMask { accepted, uncertain: store.intern(uncertain) }
+}
+
+impl Accepted {
+    /// The accepted ids as a bitset in mask layout.
+    fn to_words(&self, tok: &TokenizerInfo) -> Vec<u32> {
+        let words = tok.vocab_size().div_ceil(32);
+        match self {
+            Accepted::List(ids) => {
+                let mut w = vec![0u32; words];
+                ids.iter().for_each(|&id| w[id as usize / 32] |= 1 << (id % 32));
+                w
+            }
+            Accepted::AllExcept(ex) => {
+                let mut w = tok.normal_words().to_vec();
+                ex.iter().for_each(|&id| w[id as usize / 32] &= !(1 << (id % 32)));
+                w
+            }
+            Accepted::Bitset(b) => b.to_vec(),
+            Accepted::Delta { base, flips } => {
+                let mut w = base.to_vec();
+                flips.iter().for_each(|&id| w[id as usize / 32] ^= 1 << (id % 32));
+                w
+            }
+        }
     }
 }
 

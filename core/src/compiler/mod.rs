@@ -221,7 +221,7 @@ pub struct CompiledGrammar {
     store: MaskStore,
     /// Per rule, the last state whose mask was computed by a vocabulary walk: the next
     /// state of the rule that needs one first tries to share it (see
-    /// [`Automata::agree_within`]; consecutive positions of a long counted repetition).
+    /// [`Automata::agreement_depth`]; consecutive positions of a long counted repetition).
     recent: Mutex<FxHashMap<u32, u32>>,
     /// Leaf-rule masks shared with the other grammars of the same compiler.
     leaf: Option<Arc<LeafMasks>>,
@@ -321,19 +321,31 @@ impl CompiledGrammar {
     }
 
     /// The mask of `state`: shared with the rule's last walked state when the two agree
-    /// on every input a token can hold, otherwise walked (`None` past `deadline`).
+    /// on every input a token can hold, completed from it by walking only the longer
+    /// tokens when they agree on the shorter ones, otherwise walked (`None` past
+    /// `deadline`).
     fn compute_mask(&self, state: u32, deadline: Option<Instant>) -> Option<StateMask> {
         /// Pairs of states compared before giving up on sharing (the comparison is then
         /// still far cheaper than a walk).
         const MAX_PAIRS: usize = 4096;
         let a = &self.automata;
         let rule = a.nodes[state as usize].rule;
+
         let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner()).get(&rule).copied();
+        // A state that agrees with the recent one for tokens up to some length takes
+        // their classes from its mask and walks only the longer tokens.
+        let mut partial = None;
         if let Some(r) = recent.filter(|&r| r != state) {
             if let Some(m) = self.masks[r as usize].get() {
-                if a.agree_within(state, r, self.tokenizer.trie().max_depth, MAX_PAIRS) {
+                let depth = self.tokenizer.trie().max_depth;
+                let known = a.agreement_depth(state, r, depth, MAX_PAIRS);
+                if known >= depth {
                     return Some(m.clone());
                 }
+                // Worth it only when few tokens are longer (chains near their end): the
+                // merge costs a pass over the tokens the walk classified.
+                let trie = self.tokenizer.trie();
+                partial = (trie.longer_than(known) * 8 <= trie.token_ids.len()).then_some((m, known));
             }
         }
         let key = self.leaf_key(state);
@@ -343,7 +355,12 @@ impl CompiledGrammar {
                 return Some(m);
             }
         }
-        let m = StateMask::compute_until(a, &self.tokenizer, state, &self.store, deadline)?;
+        let m = match partial {
+            Some((base, known)) => {
+                StateMask::compute_beyond(a, &self.tokenizer, state, &self.store, deadline, base, known)?
+            }
+            None => StateMask::compute_until(a, &self.tokenizer, state, &self.store, deadline)?,
+        };
         self.recent.lock().unwrap_or_else(|p| p.into_inner()).insert(rule, state);
         if let (Some(cache), Some(key)) = (&self.leaf, key) {
             cache.insert(key, &m);

@@ -26,6 +26,11 @@ pub(crate) struct TokenTrie {
     pub token_ids: Vec<u32>,
     /// Longest token, in bytes.
     pub max_depth: usize,
+    /// Per node: the longest token in its subtree, in bytes (a walk that needs only the
+    /// tokens longer than some length skips the subtrees below it).
+    pub deepest: Vec<u32>,
+    /// `longer[n]`: how many tokens have more than `n` bytes.
+    longer: Vec<u32>,
     /// `root_child[b]`: the node of the one-byte prefix `b` (`u32::MAX` if no token starts
     /// with `b`); see [`TokenTrie::next_root_child`].
     root_child: Vec<u32>,
@@ -99,6 +104,24 @@ impl TokenTrie {
         while let Some(k) = stack.pop() {
             trie.nodes[k as usize].subtree_end = trie.nodes.len() as u32;
         }
+        // Children come after their parent: fold the subtrees bottom-up.
+        trie.deepest = vec![0; trie.nodes.len()];
+        for k in (0..trie.nodes.len()).rev() {
+            let n = trie.nodes[k];
+            let mut deepest = if n.tokens.0 < n.tokens.1 { n.depth } else { 0 };
+            let mut c = k + 1;
+            while c < n.subtree_end as usize {
+                deepest = deepest.max(trie.deepest[c]);
+                c = trie.nodes[c].subtree_end as usize;
+            }
+            trie.deepest[k] = deepest;
+        }
+        trie.longer = vec![0; trie.max_depth + 1];
+        for n in &trie.nodes {
+            for len in 0..n.depth as usize {
+                trie.longer[len] += n.tokens.1 - n.tokens.0;
+            }
+        }
         trie.root_child = vec![u32::MAX; 256];
         for (k, n) in trie.nodes.iter().enumerate() {
             if n.depth == 1 {
@@ -106,6 +129,11 @@ impl TokenTrie {
             }
         }
         trie
+    }
+
+    /// How many tokens have more than `n` bytes.
+    pub fn longer_than(&self, n: usize) -> usize {
+        self.longer.get(n).map_or(0, |&c| c as usize)
     }
 
     /// The first one-byte-prefix node after byte `after` whose byte is in `set` (bit `b` of
