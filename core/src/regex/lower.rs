@@ -78,18 +78,20 @@ fn trim(n: Node, at_end: bool) -> Node {
     }
     match n {
         Node::Seq(mut items) => {
-            loop {
-                let edge = if at_end { items.pop() } else { (!items.is_empty()).then(|| items.remove(0)) };
-                let Some(x) = edge else { break };
+            // Work at the vector's end either way (removing from the front is quadratic
+            // on `a?a?a?…b`).
+            if !at_end {
+                items.reverse();
+            }
+            while let Some(x) = items.pop() {
                 let x = trim(x, at_end);
                 if !matches!(x, Node::Empty) {
-                    if at_end {
-                        items.push(x);
-                    } else {
-                        items.insert(0, x);
-                    }
+                    items.push(x);
                     break;
                 }
+            }
+            if !at_end {
+                items.reverse();
             }
             seq(items)
         }
