@@ -168,9 +168,8 @@ impl StateMask {
                 continue;
             }
             if d == 0 && !first_live.contains(node.byte) {
-                let next = trie.next_root_child(node.byte, &first_live.0);
-                let last = nodes.get(next).map_or(trie.token_ids.len() as u32, |n| n.tokens.0);
-                excluded_ranks.push((node.tokens.0, last));
+                let next = trie.next_sibling_where(k, |b| first_live.contains(b));
+                excluded_ranks.push((node.tokens.0, trie.rank_at(next)));
                 k = next;
                 continue;
             }
@@ -284,15 +283,28 @@ impl StateMask {
             }
             // Every token below `k` dies at byte `d`. It is uncertain if the rule could end
             // after `i` bytes (1 ≤ i ≤ d) and byte `i` could follow the rule.
-            let straddles = (1..=d).any(|i| ends[i] && follow.contains(path[i]));
-            let (first, last) = trie.ranks_below(k);
-            let end = node.subtree_end as usize;
-            if straddles {
+            if (1..d).any(|i| ends[i] && follow.contains(path[i])) {
+                let (first, last) = trie.ranks_below(k);
                 uncertain.extend(first..last);
-            } else {
-                excluded_ranks.push((first, last));
+                k = node.subtree_end as usize;
+                continue;
             }
-            k = end;
+            // Rejected outright, and so is every following sibling that dies on its byte
+            // without a chance to straddle: skip them all in one range.
+            let ends_here = d > 0 && ends[d];
+            if ends_here && follow.contains(node.byte) {
+                let (first, last) = trie.ranks_below(k);
+                uncertain.extend(first..last);
+                k = node.subtree_end as usize;
+                continue;
+            }
+            let dies = |b: u8| match single {
+                Some(_) => a.trans[dstate[d] as usize * nc + a.byte_class[b as usize] as usize] == DEAD,
+                None => eloops.dies(a, parser.last_set(), b),
+            };
+            let next = trie.next_sibling_where(k, |b| !dies(b) || (ends_here && follow.contains(b)));
+            excluded_ranks.push((node.tokens.0, trie.rank_at(next)));
+            k = next;
         }
         Some(Classes { accepted, excluded: excluded_ranks, uncertain })
     }

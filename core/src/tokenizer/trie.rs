@@ -31,14 +31,25 @@ pub(crate) struct TokenTrie {
     pub deepest: Vec<u32>,
     /// `longer[n]`: how many tokens have more than `n` bytes.
     longer: Vec<u32>,
-    /// `root_child[b]`: the node of the one-byte prefix `b` (`u32::MAX` if no token starts
-    /// with `b`); see [`TokenTrie::next_root_child`].
-    root_child: Vec<u32>,
+    /// Per node: its place in `sib_byte` / `sib_node`, where the children of each node (and
+    /// the one-byte prefixes) lie together, each group ended by an [`END_OF_SIBLINGS`]
+    /// entry naming the node after the group. A walk that rejects a node scans the bytes
+    /// of the siblings after it here, a dense array, instead of jumping from subtree to
+    /// subtree through the node array: a cache miss per sibling, and most siblings die
+    /// on their byte (a chess move reads a dozen of the hundreds of bytes after `a`).
+    pub sib_pos: Vec<u32>,
+    /// Sibling bytes, grouped by parent; `END_OF_SIBLINGS` ends each group.
+    pub sib_byte: Vec<u16>,
+    /// The node of each `sib_byte` entry (for an end entry: the node after the group).
+    pub sib_node: Vec<u32>,
     /// [`TokenTrie::next_outside`] tables already built, by byte set.
     outside: TableCache<u32>,
     /// [`TokenTrie::clean_subtrees`] bitsets already built, by ASCII byte set.
     clean: TableCache<u64>,
 }
+
+/// Ends a group of siblings in [`TokenTrie::sib_byte`] (no byte has this value).
+pub(crate) const END_OF_SIBLINGS: u16 = 0x100;
 
 /// Per-byte-set tables, built on first use.
 type TableCache<T> = std::sync::Mutex<Vec<([u64; 4], std::sync::Arc<[T]>)>>;
@@ -122,30 +133,59 @@ impl TokenTrie {
                 trie.longer[len] += n.tokens.1 - n.tokens.0;
             }
         }
-        trie.root_child = vec![u32::MAX; 256];
-        for (k, n) in trie.nodes.iter().enumerate() {
-            if n.depth == 1 {
-                trie.root_child[n.byte as usize] = k as u32;
+        trie.group_siblings();
+        trie
+    }
+
+    /// Lays out [`Self::sib_byte`] / [`Self::sib_node`]: the one-byte prefixes first, then
+    /// the children of each node with any, in preorder.
+    fn group_siblings(&mut self) {
+        let n = self.nodes.len();
+        self.sib_pos = vec![0; n];
+        let group = |first: usize, end: usize, trie: &mut TokenTrie| {
+            let mut c = first;
+            while c < end {
+                trie.sib_pos[c] = trie.sib_byte.len() as u32;
+                trie.sib_byte.push(trie.nodes[c].byte as u16);
+                trie.sib_node.push(c as u32);
+                c = trie.nodes[c].subtree_end as usize;
+            }
+            trie.sib_byte.push(END_OF_SIBLINGS);
+            trie.sib_node.push(end as u32);
+        };
+        group(0, n, self);
+        for k in 0..n {
+            let end = self.nodes[k].subtree_end as usize;
+            if end > k + 1 {
+                group(k + 1, end, self);
             }
         }
-        trie
+    }
+
+    /// The first sibling after node `k` (in byte order) whose byte satisfies `stop`, or the
+    /// node after the last sibling: the walk jumps there over siblings that all die alike.
+    #[inline]
+    pub fn next_sibling_where(&self, k: usize, mut stop: impl FnMut(u8) -> bool) -> usize {
+        let mut i = self.sib_pos[k] as usize + 1;
+        loop {
+            let b = self.sib_byte[i];
+            if b == END_OF_SIBLINGS || stop(b as u8) {
+                return self.sib_node[i] as usize;
+            }
+            i += 1;
+        }
+    }
+
+    /// The rank of the first token at or after node `k` in preorder (`k` may be
+    /// `nodes.len()`).
+    #[inline]
+    pub fn rank_at(&self, k: usize) -> u32 {
+        self.nodes.get(k).map_or(self.token_ids.len() as u32, |n| n.tokens.0)
     }
 
     /// How many tokens have more than `n` bytes.
     pub fn longer_than(&self, n: usize) -> usize {
         self.longer.get(n).map_or(0, |&c| c as usize)
-    }
-
-    /// The first one-byte-prefix node after byte `after` whose byte is in `set` (bit `b` of
-    /// word `b / 64`), or `nodes.len()`. The nodes in between are consecutive siblings, so
-    /// a walk that knows no token may start with their bytes skips them in one jump
-    /// instead of looking at each of the ~250 subtrees of the root.
-    pub fn next_root_child(&self, after: u8, set: &[u64; 4]) -> usize {
-        (after as usize + 1..256)
-            .filter(|&b| set[b / 64] >> (b % 64) & 1 == 1)
-            .map(|b| self.root_child[b])
-            .find(|&k| k != u32::MAX)
-            .map_or(self.nodes.len(), |k| k as usize)
     }
 
     /// The ranks (positions in `token_ids`) of the tokens in the subtree of node `k`:
@@ -217,7 +257,11 @@ impl TokenTrie {
     }
 
     pub fn memory_bytes(&self) -> usize {
-        self.nodes.len() * std::mem::size_of::<TrieNode>() + self.token_ids.len() * 4
+        self.nodes.len() * std::mem::size_of::<TrieNode>()
+            + self.token_ids.len() * 4
+            + self.deepest.len() * 4
+            + self.sib_pos.len() * 4
+            + self.sib_byte.len() * 6
     }
 }
 
@@ -284,22 +328,27 @@ mod tests {
     }
 
     #[test]
-    fn next_root_child_jumps_to_live_first_bytes() {
-        let toks: Vec<Vec<u8>> =
-            ["ab", "a", "b", "abc", "ba", "d", "x"].iter().map(|s| s.as_bytes().to_vec()).collect();
+    fn siblings_are_scanned_in_byte_order_to_the_group_end() {
+        let toks: Vec<Vec<u8>> = ["ab", "a", "b", "abc", "ac", "ad", "ba", "d", "x"]
+            .iter()
+            .map(|s| s.as_bytes().to_vec())
+            .collect();
         let t = TokenTrie::build(&toks, |_| true);
-        // Preorder: a ab abc b ba d x
-        let set = |bytes: &[u8]| {
-            let mut s = [0u64; 4];
-            bytes.iter().for_each(|&b| s[b as usize / 64] |= 1 << (b % 64));
-            s
-        };
-        assert_eq!(t.next_root_child(b'a', &set(b"dx")), 5);
-        assert_eq!(t.next_root_child(b'a', &set(b"ax")), 6);
-        assert_eq!(t.next_root_child(0, &set(b"a")), 0);
-        // Bytes no token starts with, or nothing after `after`: past the end.
-        assert_eq!(t.next_root_child(b'a', &set(b"cz")), t.nodes.len());
-        assert_eq!(t.next_root_child(b'x', &set(b"abdx")), t.nodes.len());
+        // Preorder: 0 a, 1 ab, 2 abc, 3 ac, 4 ad, 5 b, 6 ba, 7 d, 8 x.
+        let bytes = |k: usize| t.nodes[k].byte;
+        assert_eq!((0..9).map(bytes).collect::<Vec<_>>(), b"abccdbadx");
+        // Children of `a`: ab, ac, ad; past the last one comes `b`, the node after `a`'s subtree.
+        assert_eq!(t.next_sibling_where(1, |b| b == b'd'), 4);
+        assert_eq!(t.next_sibling_where(1, |_| false), 5);
+        assert_eq!(t.next_sibling_where(4, |_| true), 5);
+        // One-byte prefixes: a, b, d, x, then the end of the trie.
+        assert_eq!(t.next_sibling_where(0, |b| b == b'x'), 8);
+        assert_eq!(t.next_sibling_where(5, |_| false), t.nodes.len());
+        assert_eq!(t.next_sibling_where(0, |b| b == b'c'), t.nodes.len());
+        // The only child of `ab` and of `b`.
+        assert_eq!(t.next_sibling_where(2, |_| true), 3);
+        assert_eq!(t.next_sibling_where(6, |_| true), 7);
+        assert_eq!((t.rank_at(3), t.rank_at(t.nodes.len())), (3, 9));
     }
 
     #[test]
