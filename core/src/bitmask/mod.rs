@@ -63,6 +63,20 @@ pub(crate) fn set_bit(row: &mut [u32], id: u32) {
     row[id as usize / 32] |= 1 << (id % 32);
 }
 
+/// The positions of the set bits of `words` (bit `b` of word `w` is `32 w + b`), in
+/// increasing order; costs one step per word plus one per set bit.
+pub(crate) fn set_bits(words: impl IntoIterator<Item = u32>) -> impl Iterator<Item = u32> {
+    words.into_iter().enumerate().flat_map(|(w, mut x)| {
+        std::iter::from_fn(move || {
+            (x != 0).then(|| {
+                let b = x.trailing_zeros();
+                x &= x - 1;
+                (w * 32) as u32 + b
+            })
+        })
+    })
+}
+
 /// True if token `id` is allowed in `row`.
 #[inline]
 pub fn is_allowed(row: &[u32], id: u32) -> bool {
@@ -151,7 +165,7 @@ impl TokenBitmask {
 
     /// Allowed token ids in row `r`.
     pub fn allowed_ids(&self, r: usize) -> Vec<u32> {
-        (0..self.vocab_size as u32).filter(|&i| is_allowed(self.row(r), i)).collect()
+        set_bits(self.row(r).iter().copied()).take_while(|&i| (i as usize) < self.vocab_size).collect()
     }
 
     /// Masks `logits` in place with these rows: `batch × stride` values, every one
@@ -198,6 +212,16 @@ mod tests {
     //! re-exports, next to the CUDA tests that share its reference.
     use super::*;
     use half::{bf16, f16};
+
+    #[test]
+    fn set_bits_lists_positions_in_order() {
+        assert_eq!(set_bits([0b1010u32, 0, 1 << 31 | 1]).collect::<Vec<_>>(), [1, 3, 64, 95]);
+        assert_eq!(set_bits([0u32; 3]).count(), 0);
+        let mut m = TokenBitmask::new(1, 70);
+        m.row_mut(0).fill(0);
+        [0u32, 33, 69].iter().for_each(|&i| set_bit(m.row_mut(0), i));
+        assert_eq!(m.allowed_ids(0), [0, 33, 69]);
+    }
 
     #[test]
     fn logits_wider_than_the_mask_are_masked_past_it() {

@@ -163,13 +163,13 @@ impl StateMask {
             }
             let node = nodes[k];
             let d = node.depth as usize - 1;
-            if trie.deepest[k] as usize <= skip_upto {
+            if skip_upto > 0 && trie.deepest[k] as usize <= skip_upto {
                 k = node.subtree_end as usize;
                 continue;
             }
             if d == 0 && !first_live.contains(node.byte) {
-                let next = trie.next_sibling_where(k, |b| first_live.contains(b));
-                excluded_ranks.push((node.tokens.0, trie.rank_at(next)));
+                let (next, last) = trie.next_sibling_where(k, |b| first_live.contains(b));
+                excluded_ranks.push((node.tokens.0, last));
                 k = next;
                 continue;
             }
@@ -302,8 +302,8 @@ impl StateMask {
                 Some(_) => a.trans[dstate[d] as usize * nc + a.byte_class[b as usize] as usize] == DEAD,
                 None => eloops.dies(a, parser.last_set(), b),
             };
-            let next = trie.next_sibling_where(k, |b| !dies(b) || (ends_here && follow.contains(b)));
-            excluded_ranks.push((node.tokens.0, trie.rank_at(next)));
+            let (next, last) = trie.next_sibling_where(k, |b| !dies(b) || (ends_here && follow.contains(b)));
+            excluded_ranks.push((node.tokens.0, last));
             k = next;
         }
         Some(Classes { accepted, excluded: excluded_ranks, uncertain })
@@ -366,20 +366,8 @@ fn encode_words(bits: Vec<u32>, uncertain: Vec<u32>, tok: &TokenizerInfo, store:
     let normal = tok.normal_words();
     let n_accepted = bits.iter().map(|w| w.count_ones() as usize).sum::<usize>();
     let n_except = normal.iter().zip(&bits).map(|(n, b)| (n & !b).count_ones() as usize).sum::<usize>();
-    let ids_of = |f: &dyn Fn(usize) -> u32| -> Vec<u32> {
-        (0..words)
-            .flat_map(|w| {
-                let mut x = f(w);
-                std::iter::from_fn(move || {
-                    (x != 0).then(|| {
-                        let b = x.trailing_zeros();
-                        x &= x - 1;
-                        (w * 32) as u32 + b
-                    })
-                })
-            })
-            .collect()
-    };
+    let ids_of =
+        |f: &dyn Fn(usize) -> u32| -> Vec<u32> { crate::bitmask::set_bits((0..words).map(f)).collect() };
     let accepted = if n_accepted <= n_except && n_accepted * 4 <= words {
         Accepted::List(store.intern(ids_of(&|w| bits[w])))
     } else if n_except * 4 <= words {

@@ -68,15 +68,7 @@ impl MaskStore {
             if d == 0 {
                 return Accepted::Bitset(base);
             }
-            let flips = bits
-                .iter()
-                .zip(base.iter())
-                .enumerate()
-                .flat_map(|(w, (a, b))| {
-                    let x = a ^ b;
-                    (0..32).filter(move |i| x >> i & 1 == 1).map(move |i| (w * 32 + i) as u32)
-                })
-                .collect();
+            let flips = crate::bitmask::set_bits(bits.iter().zip(base.iter()).map(|(a, b)| a ^ b)).collect();
             return Accepted::Delta { base, flips: self.intern(flips) };
         }
         let shared = self.intern(bits);

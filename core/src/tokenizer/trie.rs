@@ -17,6 +17,9 @@ pub(crate) struct TrieNode {
     pub subtree_end: u32,
     /// Tokens whose bytes are exactly this prefix: `token_ids[tokens.0..tokens.1]`.
     pub tokens: (u32, u32),
+    /// This node's entry in [`TokenTrie::sib_byte`] (kept here: the walk reads it with
+    /// the node, where a separate array would cost a cache miss of its own).
+    pub sib: u32,
 }
 
 /// Flattened byte trie over the producible tokens.
@@ -31,17 +34,19 @@ pub(crate) struct TokenTrie {
     pub deepest: Vec<u32>,
     /// `longer[n]`: how many tokens have more than `n` bytes.
     longer: Vec<u32>,
-    /// Per node: its place in `sib_byte` / `sib_node`, where the children of each node (and
-    /// the one-byte prefixes) lie together, each group ended by an [`END_OF_SIBLINGS`]
-    /// entry naming the node after the group. A walk that rejects a node scans the bytes
-    /// of the siblings after it here, a dense array, instead of jumping from subtree to
-    /// subtree through the node array: a cache miss per sibling, and most siblings die
-    /// on their byte (a chess move reads a dozen of the hundreds of bytes after `a`).
-    pub sib_pos: Vec<u32>,
-    /// Sibling bytes, grouped by parent; `END_OF_SIBLINGS` ends each group.
+    /// Sibling bytes: the children of each node (and the one-byte prefixes) lie together,
+    /// in byte order, each group ended by an [`END_OF_SIBLINGS`] entry standing for the
+    /// node after the group ([`TrieNode::sib`] is a node's entry). A walk that rejects a
+    /// node scans the bytes of the siblings after it here, a dense array, instead of
+    /// jumping from subtree to subtree through the node array (a cache miss per sibling,
+    /// and most siblings die on their byte: a chess move reads a dozen of the hundreds of
+    /// bytes after `a`).
     pub sib_byte: Vec<u16>,
     /// The node of each `sib_byte` entry (for an end entry: the node after the group).
     pub sib_node: Vec<u32>,
+    /// The rank of the first token at or after each entry's node: a subtree's tokens are
+    /// `sib_rank[i]..sib_rank[i + 1]`, read without touching the node after it.
+    pub sib_rank: Vec<u32>,
     /// [`TokenTrie::next_outside`] tables already built, by byte set.
     outside: TableCache<u32>,
     /// [`TokenTrie::clean_subtrees`] bitsets already built, by ASCII byte set.
@@ -103,7 +108,13 @@ impl TokenTrie {
             for (d, &b) in t.iter().enumerate().skip(lcp) {
                 stack.push(trie.nodes.len() as u32);
                 let n = trie.token_ids.len() as u32;
-                trie.nodes.push(TrieNode { byte: b, depth: d as u32 + 1, subtree_end: 0, tokens: (n, n) });
+                trie.nodes.push(TrieNode {
+                    byte: b,
+                    depth: d as u32 + 1,
+                    subtree_end: 0,
+                    tokens: (n, n),
+                    sib: 0,
+                });
             }
             if let Some(&k) = stack.last() {
                 trie.token_ids.push(id);
@@ -137,15 +148,14 @@ impl TokenTrie {
         trie
     }
 
-    /// Lays out [`Self::sib_byte`] / [`Self::sib_node`]: the one-byte prefixes first, then
-    /// the children of each node with any, in preorder.
+    /// Lays out [`Self::sib_byte`] / [`Self::sib_node`] / [`Self::sib_rank`]: the one-byte
+    /// prefixes first, then the children of each node with any, in preorder.
     fn group_siblings(&mut self) {
         let n = self.nodes.len();
-        self.sib_pos = vec![0; n];
         let group = |first: usize, end: usize, trie: &mut TokenTrie| {
             let mut c = first;
             while c < end {
-                trie.sib_pos[c] = trie.sib_byte.len() as u32;
+                trie.nodes[c].sib = trie.sib_byte.len() as u32;
                 trie.sib_byte.push(trie.nodes[c].byte as u16);
                 trie.sib_node.push(c as u32);
                 c = trie.nodes[c].subtree_end as usize;
@@ -160,27 +170,23 @@ impl TokenTrie {
                 group(k + 1, end, self);
             }
         }
+        let rank_at = |k: u32| self.nodes.get(k as usize).map_or(self.token_ids.len() as u32, |n| n.tokens.0);
+        self.sib_rank = self.sib_node.iter().map(|&k| rank_at(k)).collect();
     }
 
     /// The first sibling after node `k` (in byte order) whose byte satisfies `stop`, or the
-    /// node after the last sibling: the walk jumps there over siblings that all die alike.
+    /// node after the last sibling, with the rank of its first token: the walk jumps there
+    /// over siblings that all die alike, their tokens being the ranks up to that one.
     #[inline]
-    pub fn next_sibling_where(&self, k: usize, mut stop: impl FnMut(u8) -> bool) -> usize {
-        let mut i = self.sib_pos[k] as usize + 1;
+    pub fn next_sibling_where(&self, k: usize, mut stop: impl FnMut(u8) -> bool) -> (usize, u32) {
+        let mut i = self.nodes[k].sib as usize + 1;
         loop {
             let b = self.sib_byte[i];
             if b == END_OF_SIBLINGS || stop(b as u8) {
-                return self.sib_node[i] as usize;
+                return (self.sib_node[i] as usize, self.sib_rank[i]);
             }
             i += 1;
         }
-    }
-
-    /// The rank of the first token at or after node `k` in preorder (`k` may be
-    /// `nodes.len()`).
-    #[inline]
-    pub fn rank_at(&self, k: usize) -> u32 {
-        self.nodes.get(k).map_or(self.token_ids.len() as u32, |n| n.tokens.0)
     }
 
     /// How many tokens have more than `n` bytes.
@@ -190,10 +196,10 @@ impl TokenTrie {
 
     /// The ranks (positions in `token_ids`) of the tokens in the subtree of node `k`:
     /// a subtree's tokens are consecutive in byte order.
+    #[inline]
     pub fn ranks_below(&self, k: usize) -> (u32, u32) {
-        let end = self.nodes[k].subtree_end as usize;
-        let b = if end < self.nodes.len() { self.nodes[end].tokens.0 } else { self.token_ids.len() as u32 };
-        (self.nodes[k].tokens.0, b)
+        let n = &self.nodes[k];
+        (n.tokens.0, self.sib_rank[n.sib as usize + 1])
     }
 
     /// For the byte set `set` (bit `b` of word `b / 64`): entry `k` is the first node at or
@@ -260,8 +266,7 @@ impl TokenTrie {
         self.nodes.len() * std::mem::size_of::<TrieNode>()
             + self.token_ids.len() * 4
             + self.deepest.len() * 4
-            + self.sib_pos.len() * 4
-            + self.sib_byte.len() * 6
+            + self.sib_byte.len() * 10
     }
 }
 
@@ -338,17 +343,18 @@ mod tests {
         let bytes = |k: usize| t.nodes[k].byte;
         assert_eq!((0..9).map(bytes).collect::<Vec<_>>(), b"abccdbadx");
         // Children of `a`: ab, ac, ad; past the last one comes `b`, the node after `a`'s subtree.
-        assert_eq!(t.next_sibling_where(1, |b| b == b'd'), 4);
-        assert_eq!(t.next_sibling_where(1, |_| false), 5);
-        assert_eq!(t.next_sibling_where(4, |_| true), 5);
+        assert_eq!(t.next_sibling_where(1, |b| b == b'd'), (4, 4));
+        assert_eq!(t.next_sibling_where(1, |_| false), (5, 5));
+        assert_eq!(t.next_sibling_where(4, |_| true), (5, 5));
         // One-byte prefixes: a, b, d, x, then the end of the trie.
-        assert_eq!(t.next_sibling_where(0, |b| b == b'x'), 8);
-        assert_eq!(t.next_sibling_where(5, |_| false), t.nodes.len());
-        assert_eq!(t.next_sibling_where(0, |b| b == b'c'), t.nodes.len());
+        assert_eq!(t.next_sibling_where(0, |b| b == b'x'), (8, 8));
+        assert_eq!(t.next_sibling_where(5, |_| false), (t.nodes.len(), 9));
+        assert_eq!(t.next_sibling_where(0, |b| b == b'c'), (t.nodes.len(), 9));
         // The only child of `ab` and of `b`.
-        assert_eq!(t.next_sibling_where(2, |_| true), 3);
-        assert_eq!(t.next_sibling_where(6, |_| true), 7);
-        assert_eq!((t.rank_at(3), t.rank_at(t.nodes.len())), (3, 9));
+        assert_eq!(t.next_sibling_where(2, |_| true), (3, 3));
+        assert_eq!(t.next_sibling_where(6, |_| true), (7, 7));
+        // Ranks below a node end where the next sibling's (or the group's end) begin.
+        assert_eq!((t.ranks_below(0), t.ranks_below(1), t.ranks_below(8)), ((0, 5), (1, 3), (8, 9)));
     }
 
     #[test]
