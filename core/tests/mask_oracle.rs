@@ -24,8 +24,7 @@ struct Setup {
     mask: TokenBitmask,
 }
 
-fn setup(tname: &str, ebnf: &str) -> Setup {
-    let tok = tokenizer(tname);
+fn setup(tok: std::sync::Arc<grammask::TokenizerInfo>, ebnf: &str) -> Setup {
     let compiled = GrammarCompiler::new(tok.clone()).compile_ebnf(ebnf).unwrap();
     let tokens = (0..tok.tokenizer_size() as u32)
         .map(|id| (!tok.is_special(id)).then(|| tok.token_bytes(id).to_vec()))
@@ -39,7 +38,7 @@ fn check_grammar(name: &str, ebnf: &str, seed: u64) {
     let grammar = Grammar::from_ebnf(ebnf).unwrap_or_else(|e| panic!("{name}: {e}"));
     let bnf = Bnf::new(&grammar);
     for (ti, tname) in TOKENIZERS.iter().enumerate() {
-        let Setup { tok, tokens, mut m, mut mask } = setup(tname, ebnf);
+        let Setup { tok, tokens, mut m, mut mask } = setup(tokenizer(tname), ebnf);
         let mut oracle = Recognizer::new(&bnf);
         let mut rng = Rng(seed ^ ((ti as u64 + 1) * 0x9E3779B97F4A7C15));
         let n_checks = checks();
@@ -89,29 +88,40 @@ fn check_grammar(name: &str, ebnf: &str, seed: u64) {
 /// Compares fast and oracle masks after every byte of `text` (which `ebnf` must accept),
 /// on every tokenizer: each state the text passes through is checked, not a random few.
 fn check_along(name: &str, ebnf: &str, text: &str, stride: usize) {
-    let grammar = Grammar::from_ebnf(ebnf).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let bnf = Bnf::new(&grammar);
     for tname in TOKENIZERS {
         // Every byte on Llama-2 (whose vocabulary has letters around non-ASCII characters,
         // "ación"), every third on the others: the oracle is slow.
         let stride = if tname == "llama2" { stride } else { 3 * stride };
-        let Setup { tok, tokens, mut m, mut mask } = setup(tname, ebnf);
-        let mut oracle = Recognizer::new(&bnf);
-        for (i, &b) in text.as_bytes().iter().enumerate() {
-            m.fill_next_token_bitmask(mask.row_mut(0)).unwrap();
-            if i % stride == 0 {
-                let want = oracle_mask(&mut oracle, &tokens, tok.stop_tokens(), tok.vocab_size());
-                assert!(
-                    want == mask.row(0),
-                    "{name} on {tname} after {:?}: {} allowed, oracle {}",
-                    &text[..i],
-                    allowed(mask.row(0)).len(),
-                    allowed(&want).len()
-                );
-            }
-            m.accept_bytes(&[b]).unwrap();
-            assert!(oracle.push(b), "{name}: oracle rejects {:?}", &text[..=i]);
+        check_along_on(&format!("{name} on {tname}"), tokenizer(tname), ebnf, text, stride);
+    }
+}
+
+/// [`check_along`] on one tokenizer.
+fn check_along_on(
+    name: &str,
+    tok: std::sync::Arc<grammask::TokenizerInfo>,
+    ebnf: &str,
+    text: &str,
+    stride: usize,
+) {
+    let grammar = Grammar::from_ebnf(ebnf).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let bnf = Bnf::new(&grammar);
+    let Setup { tok, tokens, mut m, mut mask } = setup(tok, ebnf);
+    let mut oracle = Recognizer::new(&bnf);
+    for (i, &b) in text.as_bytes().iter().enumerate() {
+        m.fill_next_token_bitmask(mask.row_mut(0)).unwrap();
+        if i % stride == 0 {
+            let want = oracle_mask(&mut oracle, &tokens, tok.stop_tokens(), tok.vocab_size());
+            assert!(
+                want == mask.row(0),
+                "{name} after {:?}: {:?} allowed, oracle {:?}",
+                &text[..i],
+                allowed(mask.row(0)),
+                allowed(&want)
+            );
         }
+        m.accept_bytes(&[b]).unwrap();
+        assert!(oracle.push(b), "{name}: oracle rejects {:?}", &text[..=i]);
     }
 }
 
@@ -173,6 +183,43 @@ ws ::= [ ]?"#,
         r#"{"ab":"cd", "x y":12,"q": b"the red fox is here ok"}"#,
         1,
     );
+    // The same value filling its bound: the last positions of the chain take their masks
+    // from the previous one plus a walk of the tokens longer than the room left, among
+    // them the uncertain ones that close the string and the object (`ok"}`, `",`).
+    check_along(
+        "bounded exits",
+        r#"root ::= "{" pair ("," ws pair)* "}"
+pair ::= str ":" ws bounded
+str ::= "\"" [a-z ]* "\""
+bounded ::= "\"" [a-z ]{0,22} "\""
+ws ::= [ ]?"#,
+        r#"{"q": "the red fox is here", "ab":"the red fox is here ok"}"#,
+        1,
+    );
+}
+
+/// Near the end of a bounded chain a position's mask is the previous one's with only the
+/// tokens longer than the room left walked again (few, on a real vocabulary, and none that
+/// leave the rule): a small vocabulary of single bytes and long tokens that close the
+/// string and go on past it (`abcdefgh"]`: uncertain, decided by what follows the rule)
+/// puts every kind of long token into that merge.
+#[test]
+fn long_tokens_near_a_chain_end() {
+    let mut vocab: Vec<Vec<u8>> = (0x20u8..0x7f).map(|b| vec![b]).collect();
+    for t in ["fghij\",\"", "abcdefgh\"]", "klmnopq\",\"ab", "bcdefghijk", "xyz\"]\n", "ghij\"]"] {
+        vocab.push(t.as_bytes().to_vec());
+    }
+    let tok = std::sync::Arc::new(
+        grammask::TokenizerInfo::from_byte_tokens(vocab, &Default::default()).expect("small vocabulary"),
+    );
+    // `items` is recursive, so a rule of its own: its last string ends inside tokens
+    // such as `ghij"]`, whose `]` only the context (`root`) can read.
+    let ebnf = r#"root ::= "[" items "]"
+items ::= s | s "," items
+s ::= "\"" [a-z]{0,16} "\""
+"#;
+    let text = r#"["abcdefghijklmnop","klmnopq","ab","fghij","bcdefghijk","xyz"]"#;
+    check_along_on("chain end, small vocabulary", tok, ebnf, text, 1);
 }
 
 #[test]

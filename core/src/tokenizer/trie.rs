@@ -51,6 +51,8 @@ pub(crate) struct TokenTrie {
     outside: TableCache<u32>,
     /// [`TokenTrie::clean_subtrees`] bitsets already built, by ASCII byte set.
     clean: TableCache<u64>,
+    /// [`TokenTrie::ranks_longer_than`] lists already built, keyed by `[n, 0, 0, 0]`.
+    long_ranks: TableCache<u32>,
 }
 
 /// Ends a group of siblings in [`TokenTrie::sib_byte`] (no byte has this value).
@@ -187,6 +189,20 @@ impl TokenTrie {
             }
             i += 1;
         }
+    }
+
+    /// The ranks of the tokens of more than `n` bytes, in increasing order. Built once per
+    /// tokenizer and length (kept like the byte-set tables): a mask derived from another
+    /// that agrees on every shorter token only needs these
+    /// ([`StateMask::compute_beyond`](crate::compiler::StateMask)).
+    pub fn ranks_longer_than(&self, n: usize) -> std::sync::Arc<[u32]> {
+        cached_table(&self.long_ranks, &[n as u64, 0, 0, 0], || {
+            self.nodes
+                .iter()
+                .filter(|node| node.depth as usize > n)
+                .flat_map(|node| node.tokens.0..node.tokens.1)
+                .collect()
+        })
     }
 
     /// How many tokens have more than `n` bytes.
