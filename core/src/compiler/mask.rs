@@ -89,33 +89,28 @@ impl StateMask {
         let ids = &trie.token_ids;
         // Only tokens longer than `known` can differ from `base`, and the walk classified
         // each of them (it skips only subtrees of shorter tokens): start from `base` and
-        // overwrite just those, a merge of three sorted lists. (Overwriting every token the
-        // walk touched cost a pass over the whole vocabulary: its excluded runs hold the
-        // short tokens of each subtree, ~0.5 ms per integer digit position.)
+        // overwrite just those, looking each up in the walk's sorted runs. (Overwriting
+        // every token the walk touched cost a pass over the whole vocabulary: its excluded
+        // runs hold the short tokens of each subtree, ~0.5 ms per integer digit position.)
         let long = trie.ranks_longer_than(known);
         let mut bits = base.accepted.to_words(tok);
-        let (mut runs, mut unc) = (c.accepted.0.iter().peekable(), c.uncertain.iter().peekable());
+        let runs = &c.accepted.0;
         let mut uncertain_long = Vec::new();
-        for &r in long.iter() {
-            while runs.next_if(|run| run.1 <= r).is_some() {}
+        for &r in long {
             let id = ids[r as usize];
-            if runs.peek().is_some_and(|run| run.0 <= r) {
+            let i = runs.partition_point(|run| run.1 <= r);
+            if runs.get(i).is_some_and(|run| run.0 <= r) {
                 bits[id as usize / 32] |= 1 << (id % 32);
                 continue;
             }
             bits[id as usize / 32] &= !(1 << (id % 32));
-            while unc.next_if(|&&u| u < r).is_some() {}
-            if unc.peek().is_some_and(|&&u| u == r) {
+            if c.uncertain.binary_search(&r).is_ok() {
                 uncertain_long.push(r);
             }
         }
-        let mut uncertain: Vec<u32> = base
-            .uncertain
-            .iter()
-            .copied()
-            .filter(|r| long.binary_search(r).is_err())
-            .chain(uncertain_long)
-            .collect();
+        let short = |r: &u32| tok.token_bytes(ids[*r as usize]).len() <= known;
+        let mut uncertain: Vec<u32> =
+            base.uncertain.iter().copied().filter(short).chain(uncertain_long).collect();
         uncertain.sort_unstable();
         Some(encode_words(bits, uncertain, tok, store))
     }

@@ -223,6 +223,10 @@ pub struct CompiledGrammar {
     /// state of the rule that needs one first tries to share it (see
     /// [`Automata::agreement_depth`]; consecutive positions of a long counted repetition).
     recent: Mutex<FxHashMap<u32, u32>>,
+    /// Per rule, on first need: a predecessor of each of its states inside the rule (a
+    /// state with a byte move to it; `DEAD` if none), to find the nearest walked state up
+    /// a chain (`"\n" [ \t]{0,20}`: the tokens jump from position 0 to 5 to 9).
+    preds: Vec<OnceLock<Option<Box<[u32]>>>>,
     /// Leaf-rule masks shared with the other grammars of the same compiler.
     leaf: Option<Arc<LeafMasks>>,
     /// Per rule, its leaf signature (`None`: not a leaf), computed on first use.
@@ -230,6 +234,13 @@ pub struct CompiledGrammar {
     /// Bytes of the masks taken from `leaf` (counted in [`Self::memory_bytes`]).
     shared_bytes: std::sync::atomic::AtomicUsize,
 }
+
+/// Moves up a chain of predecessors searched for a walked state to share a mask with.
+const CHAIN_LOOKBACK: usize = 32;
+
+/// Largest rule (states × byte classes) given a predecessor table: building it reads the
+/// rule's transitions once, which must stay small next to the walk it saves (~30 µs).
+const MAX_PRED_ENTRIES: usize = 1 << 15;
 
 impl CompiledGrammar {
     /// Builds the automata for `grammar`; masks are computed on first use.
@@ -246,12 +257,14 @@ impl CompiledGrammar {
         let automata = Automata::build(grammar, &options.automata)?;
         let masks = (0..automata.num_states()).map(|_| OnceLock::new()).collect();
         let leaf_sigs = (0..automata.rule_start.len()).map(|_| OnceLock::new()).collect();
+        let preds = (0..automata.rule_start.len()).map(|_| OnceLock::new()).collect();
         let compiled = Self {
             automata,
             tokenizer,
             masks,
             store: MaskStore::default(),
             recent: Mutex::default(),
+            preds,
             leaf,
             leaf_sigs,
             shared_bytes: Default::default(),
@@ -332,21 +345,31 @@ impl CompiledGrammar {
         let rule = a.nodes[state as usize].rule;
 
         let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner()).get(&rule).copied();
-        // A state that agrees with the recent one for tokens up to some length takes
-        // their classes from its mask and walks only the longer tokens.
-        let mut partial = None;
-        if let Some(r) = recent.filter(|&r| r != state) {
-            if let Some(m) = self.masks[r as usize].get() {
-                let depth = self.tokenizer.trie().max_depth;
-                let known = a.agreement_depth(state, r, depth, MAX_PAIRS);
-                if known >= depth {
-                    return Some(m.clone());
-                }
-                // Worth it only when few tokens are longer (chains near their end): the
-                // merge costs a pass over the tokens the walk classified.
-                let trie = self.tokenizer.trie();
-                partial = (trie.longer_than(known) * 8 <= trie.token_ids.len()).then_some((m, known));
+        // A state that agrees with a walked one for tokens up to some length takes their
+        // classes from its mask and walks only the longer tokens. Candidates: the nearest
+        // walked state up its chain, and the rule's last walked state.
+        let depth = self.tokenizer.trie().max_depth;
+        let mut best: Option<(&StateMask, usize)> = None;
+        for r in [self.walked_ancestor(state), recent].into_iter().flatten() {
+            if r == state || best.is_some_and(|(_, known)| known >= depth) {
+                continue;
             }
+            if let Some(m) = self.masks[r as usize].get() {
+                let known = a.agreement_depth(state, r, depth, MAX_PAIRS);
+                if best.map_or(true, |(_, k)| known > k) {
+                    best = Some((m, known));
+                }
+            }
+        }
+        let mut partial = None;
+        if let Some((m, known)) = best {
+            if known >= depth {
+                return Some(m.clone());
+            }
+            // Worth it only when few tokens are longer (chains near their end): the walk
+            // still visits the paths down to every longer token.
+            let trie = self.tokenizer.trie();
+            partial = (trie.longer_than(known) * 8 <= trie.token_ids.len()).then_some((m, known));
         }
         let key = self.leaf_key(state);
         if let (Some(cache), Some(key)) = (&self.leaf, &key) {
@@ -366,6 +389,46 @@ impl CompiledGrammar {
             cache.insert(key, &m);
         }
         Some(m)
+    }
+
+    /// The nearest state up `state`'s chain of predecessors (at most [`CHAIN_LOOKBACK`]
+    /// moves) whose mask is computed. Rules too large for the predecessor table
+    /// ([`MAX_PRED_ENTRIES`] transitions) have none.
+    fn walked_ancestor(&self, state: u32) -> Option<u32> {
+        let a = &self.automata;
+        let rule = a.nodes[state as usize].rule as usize;
+        let first = a.rule_start[rule];
+        let preds = self.preds[rule].get_or_init(|| {
+            let end = a.rule_start.get(rule + 1).map_or(a.num_states() as u32, |&e| e);
+            let n = (end - first) as usize;
+            (n * a.n_classes <= MAX_PRED_ENTRIES).then(|| {
+                let mut pred = vec![DEAD; n];
+                for p in first..end {
+                    for &t in &a.trans[p as usize * a.n_classes..][..a.n_classes] {
+                        if t != DEAD
+                            && t != p
+                            && (first..end).contains(&t)
+                            && pred[(t - first) as usize] == DEAD
+                        {
+                            pred[(t - first) as usize] = p;
+                        }
+                    }
+                }
+                pred.into_boxed_slice()
+            })
+        });
+        let preds = preds.as_ref()?;
+        let mut s = state;
+        for _ in 0..CHAIN_LOOKBACK {
+            s = preds[(s - first) as usize];
+            if s == DEAD || s == state {
+                return None;
+            }
+            if self.masks[s as usize].get().is_some() {
+                return Some(s);
+            }
+        }
+        None
     }
 
     /// The key of `state` in the shared leaf-mask cache, if its rule is a leaf.
@@ -406,5 +469,36 @@ impl CompiledGrammar {
             + self.store.memory_bytes()
             + self.shared_bytes.load(std::sync::atomic::Ordering::Relaxed)
             + self.masks.len() * std::mem::size_of::<OnceLock<StateMask>>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokenizer::TokenizerOptions;
+
+    /// The state after reading `input` from the root's start (DFA moves only).
+    fn after(a: &Automata, input: &[u8]) -> u32 {
+        input.iter().fold(a.root_start().0, |s, &b| {
+            a.trans[s as usize * a.n_classes + a.byte_class[b as usize] as usize]
+        })
+    }
+
+    #[test]
+    fn a_chain_position_finds_the_nearest_walked_one_above_it() {
+        let vocab: Vec<Vec<u8>> =
+            ["[", "]", "\n", " ", "  ", "     ", "x"].iter().map(|s| s.as_bytes().to_vec()).collect();
+        let tok = Arc::new(TokenizerInfo::from_byte_tokens(vocab, &TokenizerOptions::default()).unwrap());
+        let g = Grammar::from_ebnf(r#"root ::= "[" ("\n" [ \t]{0,20})? "]""#).unwrap();
+        let opts = CompileOptions { eager_budget: Duration::ZERO, ..Default::default() };
+        let c = CompiledGrammar::new(&g, tok, &opts).unwrap();
+        let a = c.automata();
+        let at = |spaces: usize| after(a, format!("[\n{}", " ".repeat(spaces)).as_bytes());
+        assert_eq!(c.walked_ancestor(at(5)), None, "nothing walked yet");
+        c.mask(at(0));
+        assert_eq!(c.walked_ancestor(at(5)), Some(at(0)));
+        c.mask(at(3));
+        assert_eq!(c.walked_ancestor(at(5)), Some(at(3)), "the nearest one");
+        assert_eq!(c.walked_ancestor(at(2)), Some(at(0)));
     }
 }
