@@ -25,7 +25,7 @@
 use super::store::MaskStore;
 use crate::automata::{Automata, ByteSet, DEAD};
 use crate::matcher::earley::{Earley, Item};
-use crate::tokenizer::{utf8, TokenizerInfo};
+use crate::tokenizer::{first_clear_bit, utf8, TokenizerInfo};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -203,16 +203,15 @@ impl StateMask {
                             loops.entry(here).or_insert_with(|| wide_loop(a, tok, here, origin)).clone();
                     }
                     if loop_state == here {
-                        let end = node.subtree_end;
-                        let whole = match &loop_table {
-                            Some(Skip::Outside(next)) => t == here && next[k] >= end,
-                            Some(Skip::Clean(bits)) => bits[k / 64] >> (k % 64) & 1 == 1,
-                            None => false,
-                        };
-                        if whole {
-                            accepted.push(trie.ranks_below(k));
-                            k = end as usize;
-                            continue;
+                        // This sibling and the following ones read whole: one run of ranks.
+                        if let Some(whole) = &loop_table {
+                            let i = node.sib as usize;
+                            if whole[i / 64] >> (i % 64) & 1 == 1 {
+                                let j = first_clear_bit(whole, i + 1);
+                                accepted.push((node.tokens.0, trie.sib_rank[j]));
+                                k = trie.sib_node[j] as usize;
+                                continue;
+                            }
                         }
                     }
                     if t == DEAD {
@@ -441,15 +440,9 @@ impl RankRuns {
 /// Bytes with at least this many members make a self-loop worth a subtree-skip table.
 const WIDE_LOOP: u32 = 32;
 
-/// How a wide self-looping state takes whole trie subtrees.
-#[derive(Clone)]
-enum Skip {
-    /// [`next_outside`](crate::tokenizer::TokenTrie::next_outside) of the loop bytes.
-    Outside(Arc<[u32]>),
-    /// [`clean_subtrees`](crate::tokenizer::TokenTrie::clean_subtrees) of the ASCII loop
-    /// bytes: the state also reads every well-formed non-ASCII character back to itself.
-    Clean(Arc<[u64]>),
-}
+/// How a wide self-looping state takes whole trie subtrees: the
+/// [`whole_siblings`](crate::tokenizer::TokenTrie::whole_siblings) bits of its loop bytes.
+type Skip = Arc<[u64]>;
 
 /// The subtree-skip table for DFA state `s`, when the bytes on which it loops form a wide
 /// set and staying in `s` is a DFA-mode move (no rule edges; not a final state with a
@@ -493,13 +486,11 @@ fn wide_loop(a: &Automata, tok: &TokenizerInfo, s: u32, origin: u32) -> Option<S
             }
         }
     }
-    Some(if utf8_loops {
+    if utf8_loops {
         set[2] = 0;
         set[3] = 0;
-        Skip::Clean(tok.trie().clean_subtrees(&set))
-    } else {
-        Skip::Outside(tok.trie().next_outside(&set))
-    })
+    }
+    Some(tok.trie().whole_siblings(&set, utf8_loops))
 }
 
 /// Subtree skipping for Earley-mode walks.

@@ -52,17 +52,33 @@ pub(crate) struct TokenTrie {
     pub sib_rank: Vec<u32>,
     /// [`TokenTrie::next_outside`] tables already built, by byte set.
     outside: TableCache<u32>,
-    /// [`TokenTrie::clean_subtrees`] bitsets already built, by ASCII byte set.
-    clean: TableCache<u64>,
+    /// [`TokenTrie::whole_siblings`] bitsets already built, by byte set (plain sets).
+    whole_plain: TableCache<u64>,
+    /// The same, by ASCII byte set, for states that also loop on every UTF-8 character.
+    whole_utf8: TableCache<u64>,
 }
 
 /// Ends a group of siblings in [`TokenTrie::sib_byte`] (no byte has this value).
 pub(crate) const END_OF_SIBLINGS: u16 = 0x100;
 
+/// The first position at or after `i` whose bit is clear in `bits` (bit `i` of word
+/// `i / 64`); positions past the end count as clear.
+#[inline]
+pub(crate) fn first_clear_bit(bits: &[u64], i: usize) -> usize {
+    let (mut w, shift) = (i / 64, i % 64);
+    // The positions below `i` in the first word count as set.
+    let mut word = bits.get(w).copied().unwrap_or(0) | ((1u64 << shift) - 1);
+    while word == u64::MAX {
+        w += 1;
+        word = bits.get(w).copied().unwrap_or(0);
+    }
+    w * 64 + word.trailing_ones() as usize
+}
+
 /// Per-byte-set tables, built on first use.
 type TableCache<T> = std::sync::Mutex<Vec<([u64; 4], std::sync::Arc<[T]>)>>;
 
-/// Most byte sets whose [`TokenTrie::next_outside`] / [`TokenTrie::clean_subtrees`]
+/// Most byte sets whose [`TokenTrie::next_outside`] / [`TokenTrie::whole_siblings`]
 /// tables are kept (string bodies, comments and the like: a grammar family uses a
 /// handful; a server compiling many schemas sees more, so the least recently used goes).
 const OUTSIDE_CACHE: usize = 32;
@@ -237,15 +253,41 @@ impl TokenTrie {
         })
     }
 
-    /// For the ASCII byte set `set`: bit `k` is set iff node `k`'s subtree, read from a
-    /// character boundary, holds only bytes of `set` and well-formed UTF-8 encodings of
-    /// non-ASCII scalar values other than surrogates (a token may end inside one). A
-    /// state that loops on `set` and on every such character (a JSON string body) accepts
-    /// such a subtree whole. Built once per tokenizer and set.
-    pub fn clean_subtrees(&self, set: &[u64; 4]) -> std::sync::Arc<[u64]> {
-        cached_table(&self.clean, set, || self.build_clean(set))
+    /// For a state that loops on the byte set `set`: bit `i` is set iff sibling entry `i`
+    /// ([`Self::sib_byte`]) is a node whose subtree the state reads whole without leaving
+    /// it — every byte in `set` or, with `utf8`, every byte in the ASCII set `set` or part
+    /// of a well-formed UTF-8 encoding of a non-ASCII scalar value other than a surrogate
+    /// (a token may end inside one; a JSON string body loops on all of them). End entries
+    /// are clear, so a run of set bits is a run of siblings the walk accepts at once
+    /// ([`first_clear_bit`]): one bit per entry (~50 KB for a 128k vocabulary) instead of
+    /// a node and a table entry loaded per sibling. Built once per tokenizer and set.
+    pub fn whole_siblings(&self, set: &[u64; 4], utf8: bool) -> std::sync::Arc<[u64]> {
+        if utf8 {
+            cached_table(&self.whole_utf8, set, || {
+                let clean = self.build_clean(set);
+                self.sibling_bits(|k| clean[k / 64] >> (k % 64) & 1 == 1)
+            })
+        } else {
+            cached_table(&self.whole_plain, set, || {
+                let next = self.next_outside(set);
+                self.sibling_bits(|k| next[k] >= self.nodes[k].subtree_end)
+            })
+        }
     }
 
+    /// One bit per sibling entry: set iff the entry is a node and `node(k)` holds.
+    fn sibling_bits(&self, node: impl Fn(usize) -> bool) -> Vec<u64> {
+        let mut bits = vec![0u64; self.sib_byte.len().div_ceil(64)];
+        for (i, (&b, &k)) in self.sib_byte.iter().zip(&self.sib_node).enumerate() {
+            if b != END_OF_SIBLINGS && node(k as usize) {
+                bits[i / 64] |= 1 << (i % 64);
+            }
+        }
+        bits
+    }
+
+    /// Node-level [`Self::whole_siblings`] with `utf8`: bit `k` is set iff node `k`'s
+    /// subtree, read from a character boundary, is clean.
     fn build_clean(&self, set: &[u64; 4]) -> Vec<u64> {
         // clean[k]: bit p set iff the subtree of k is clean when entered in phase p.
         let n = self.nodes.len();
@@ -288,7 +330,7 @@ impl TokenTrie {
 }
 
 /// UTF-8 well-formedness as a byte automaton over "phases" (RFC 3629 table 3-7, without
-/// surrogates), shared by [`TokenTrie::clean_subtrees`] and the mask compiler's check that
+/// surrogates), shared by [`TokenTrie::whole_siblings`] and the mask compiler's check that
 /// a DFA state accepts every non-ASCII character.
 pub(crate) mod utf8 {
     /// At a character boundary.
@@ -337,7 +379,7 @@ mod tests {
         for i in 0..3 * OUTSIDE_CACHE {
             let (a, b) = (t.next_outside(&set(i)), t.next_outside(&set(i)));
             assert!(std::sync::Arc::ptr_eq(&a, &b), "set {i}");
-            let (a, b) = (t.clean_subtrees(&set(i)), t.clean_subtrees(&set(i)));
+            let (a, b) = (t.whole_siblings(&set(i), true), t.whole_siblings(&set(i), true));
             assert!(std::sync::Arc::ptr_eq(&a, &b), "set {i}");
         }
         // A set in steady use survives the churn.
@@ -391,6 +433,17 @@ mod tests {
     }
 
     #[test]
+    fn first_clear_bit_crosses_words() {
+        let bits = [u64::MAX, 0b1011, 0];
+        assert_eq!(first_clear_bit(&bits, 0), 66);
+        assert_eq!(first_clear_bit(&bits, 64), 66);
+        assert_eq!(first_clear_bit(&bits, 66), 66);
+        assert_eq!(first_clear_bit(&bits, 67), 68);
+        assert_eq!(first_clear_bit(&[u64::MAX], 5), 64);
+        assert_eq!(first_clear_bit(&bits, 200), 200);
+    }
+
+    #[test]
     fn preorder_ranges() {
         let toks: Vec<Vec<u8>> =
             ["ab", "a", "b", "abc", "ab", "ba"].iter().map(|s| s.as_bytes().to_vec()).collect();
@@ -423,7 +476,7 @@ mod tests {
         for b in [b'a', b'b'] {
             set[b as usize / 64] |= 1 << (b % 64);
         }
-        let clean = t.clean_subtrees(&set);
+        let clean = t.build_clean(&set);
         let is_clean = |k: usize| clean[k / 64] >> (k % 64) & 1 == 1;
         let node = |prefix: &[u8]| {
             let mut k = 0;
@@ -447,5 +500,21 @@ mod tests {
         let outside = t.next_outside(&set);
         let a = node(b"a");
         assert!(outside[a] < t.nodes[a].subtree_end, "the subtree of `a` holds non-ASCII bytes");
+        // The same per sibling entry, plain and UTF-8 aware.
+        let bit = |bits: &[u64], k: usize| {
+            let i = t.nodes[k].sib as usize;
+            bits[i / 64] >> (i % 64) & 1 == 1
+        };
+        let (plain, utf8) = (t.whole_siblings(&set, false), t.whole_siblings(&set, true));
+        for k in 0..t.nodes.len() {
+            assert_eq!(bit(&utf8, k), is_clean(k), "node {k}");
+            assert_eq!(bit(&plain, k), outside[k] >= t.nodes[k].subtree_end, "node {k}");
+        }
+        assert!(bit(&utf8, a) && !bit(&plain, a));
+        for (i, &b) in t.sib_byte.iter().enumerate() {
+            if b == END_OF_SIBLINGS {
+                assert_eq!(utf8[i / 64] >> (i % 64) & 1, 0, "end entries stay clear");
+            }
+        }
     }
 }
