@@ -204,14 +204,10 @@ impl StateMask {
                     }
                     if loop_state == here {
                         // This sibling and the following ones read whole: one run of ranks.
-                        if let Some(whole) = &loop_table {
-                            let i = node.sib as usize;
-                            if whole[i / 64] >> (i % 64) & 1 == 1 {
-                                let j = first_clear_bit(whole, i + 1);
-                                accepted.push((node.tokens.0, trie.sib_rank[j]));
-                                k = trie.sib_node[j] as usize;
-                                continue;
-                            }
+                        if let Some(j) = loop_table.as_ref().and_then(|w| whole_run(w, node.sib as usize)) {
+                            accepted.push((node.tokens.0, trie.sib_rank[j]));
+                            k = trie.sib_node[j] as usize;
+                            continue;
                         }
                     }
                     if t == DEAD {
@@ -237,10 +233,10 @@ impl StateMask {
                     // Nodes deeper than the parser lie on loop bytes of its latest set (see
                     // `EarleyLoops`): each stands for that same set, so needs no push.
                     if d > e_depth {
-                        let (bytes, next) = eloops.found(e_depth);
-                        if next.is_some_and(|next| next[k] >= node.subtree_end) {
-                            accepted.push(trie.ranks_below(k));
-                            k = node.subtree_end as usize;
+                        let (bytes, whole) = eloops.found(e_depth);
+                        if let Some(j) = whole.and_then(|w| whole_run(w, node.sib as usize)) {
+                            accepted.push((node.tokens.0, trie.sib_rank[j]));
+                            k = trie.sib_node[j] as usize;
                             continue 'walk;
                         }
                         if contains(bytes, node.byte) {
@@ -260,10 +256,10 @@ impl StateMask {
                     // An Earley set that reproduces itself on a wide byte set takes every
                     // subtree inside the set at once (an identifier inside an expression).
                     let prev = d.checked_sub(1).map(|i| path[i]);
-                    if let Some(next) = prev.and_then(|p| eloops.table(a, tok, &parser, d, p, node.byte)) {
-                        if next[k] >= node.subtree_end {
-                            accepted.push(trie.ranks_below(k));
-                            k = node.subtree_end as usize;
+                    if let Some(whole) = prev.and_then(|p| eloops.table(a, tok, &parser, d, p, node.byte)) {
+                        if let Some(j) = whole_run(whole, node.sib as usize) {
+                            accepted.push((node.tokens.0, trie.sib_rank[j]));
+                            k = trie.sib_node[j] as usize;
                             continue 'walk;
                         }
                     }
@@ -444,6 +440,13 @@ const WIDE_LOOP: u32 = 32;
 /// [`whole_siblings`](crate::tokenizer::TokenTrie::whole_siblings) bits of its loop bytes.
 type Skip = Arc<[u64]>;
 
+/// If sibling entry `i` is set in `whole`, the entry ending its run of set entries: the
+/// walk accepts those siblings' subtrees as one run of ranks and goes on from there.
+#[inline]
+fn whole_run(whole: &[u64], i: usize) -> Option<usize> {
+    (whole[i / 64] >> (i % 64) & 1 == 1).then(|| first_clear_bit(whole, i + 1))
+}
+
 /// The subtree-skip table for DFA state `s`, when the bytes on which it loops form a wide
 /// set and staying in `s` is a DFA-mode move (no rule edges; not a final state with a
 /// parent to complete into).
@@ -513,7 +516,7 @@ struct EarleyLoops {
 }
 
 /// The loop bytes of one Earley set and their skip table (`None`: not a wide set).
-type Loop = ([u64; 4], Option<Arc<[u32]>>);
+type Loop = ([u64; 4], Option<Skip>);
 
 #[derive(Clone, Default)]
 struct LoopProbe {
@@ -526,7 +529,7 @@ struct LoopProbe {
 }
 
 impl EarleyLoops {
-    /// The [`next_outside`](crate::tokenizer::TokenTrie::next_outside) table of the loop
+    /// The [`whole_siblings`](crate::tokenizer::TokenTrie::whole_siblings) bits of the loop
     /// bytes of the parser's latest set (at depth `d`, entered by byte `prev`), if they
     /// form a wide set. Looked for only once a child byte `b` is seen to loop (a check as
     /// cheap as the push it may save), then kept for the set's other children.
@@ -538,7 +541,7 @@ impl EarleyLoops {
         d: usize,
         prev: u8,
         b: u8,
-    ) -> Option<&Arc<[u32]>> {
+    ) -> Option<&Skip> {
         let uid = parser.last_uid();
         if self.at.len() <= d {
             self.at.resize(d + 1, LoopProbe { uid: u64::MAX, ..Default::default() });
@@ -572,7 +575,7 @@ impl EarleyLoops {
                     }
                 }
                 let wide = bytes.iter().map(|w| w.count_ones()).sum::<u32>() >= WIDE_LOOP;
-                (bytes, wide.then(|| tok.trie().next_outside(&bytes)))
+                (bytes, wide.then(|| tok.trie().whole_siblings(&bytes, false)))
             });
             probe.found = Some(found.clone());
         }
@@ -581,7 +584,7 @@ impl EarleyLoops {
 
     /// The loop bytes and table of the set at depth `d`, which must be known (the walk
     /// only goes below the parser along loop bytes).
-    fn found(&self, d: usize) -> (&[u64; 4], Option<&Arc<[u32]>>) {
+    fn found(&self, d: usize) -> (&[u64; 4], Option<&Skip>) {
         match self.at.get(d).and_then(|p| p.found.as_ref()) {
             Some((bytes, next)) => (bytes, next.as_ref()),
             None => (&[0; 4], None),

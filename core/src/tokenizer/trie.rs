@@ -50,8 +50,6 @@ pub(crate) struct TokenTrie {
     /// The rank of the first token at or after each entry's node: a subtree's tokens are
     /// `sib_rank[i]..sib_rank[i + 1]`, read without touching the node after it.
     pub sib_rank: Vec<u32>,
-    /// [`TokenTrie::next_outside`] tables already built, by byte set.
-    outside: TableCache<u32>,
     /// [`TokenTrie::whole_siblings`] bitsets already built, by byte set (plain sets).
     whole_plain: TableCache<u64>,
     /// The same, by ASCII byte set, for states that also loop on every UTF-8 character.
@@ -78,8 +76,7 @@ pub(crate) fn first_clear_bit(bits: &[u64], i: usize) -> usize {
 /// Per-byte-set tables, built on first use.
 type TableCache<T> = std::sync::Mutex<Vec<([u64; 4], std::sync::Arc<[T]>)>>;
 
-/// Most byte sets whose [`TokenTrie::next_outside`] / [`TokenTrie::whole_siblings`]
-/// tables are kept (string bodies, comments and the like: a grammar family uses a
+/// Most byte sets whose [`TokenTrie::whole_siblings`] tables are kept (string bodies, comments and the like: a grammar family uses a
 /// handful; a server compiling many schemas sees more, so the least recently used goes).
 const OUTSIDE_CACHE: usize = 32;
 
@@ -236,21 +233,18 @@ impl TokenTrie {
 
     /// For the byte set `set` (bit `b` of word `b / 64`): entry `k` is the first node at or
     /// after `k` (in preorder) whose byte is outside the set, so node `k`'s subtree stays
-    /// inside the set iff `entry[k] >= subtree_end[k]`. The mask compiler uses it to take
-    /// whole subtrees at once in states that loop on a wide byte set (inside a string).
-    /// Built once per tokenizer and byte set, shared by every grammar.
-    pub fn next_outside(&self, set: &[u64; 4]) -> std::sync::Arc<[u32]> {
-        cached_table(&self.outside, set, || {
-            let mut next = vec![0u32; self.nodes.len()];
-            let mut at = self.nodes.len() as u32;
-            for (k, node) in self.nodes.iter().enumerate().rev() {
-                if set[node.byte as usize / 64] >> (node.byte % 64) & 1 == 0 {
-                    at = k as u32;
-                }
-                next[k] = at;
+    /// inside the set iff `entry[k] >= subtree_end[k]` (how [`Self::whole_siblings`] are
+    /// found for a plain set).
+    fn next_outside(&self, set: &[u64; 4]) -> Vec<u32> {
+        let mut next = vec![0u32; self.nodes.len()];
+        let mut at = self.nodes.len() as u32;
+        for (k, node) in self.nodes.iter().enumerate().rev() {
+            if set[node.byte as usize / 64] >> (node.byte % 64) & 1 == 0 {
+                at = k as u32;
             }
-            next
-        })
+            next[k] = at;
+        }
+        next
     }
 
     /// For a state that loops on the byte set `set`: bit `i` is set iff sibling entry `i`
@@ -377,18 +371,18 @@ mod tests {
         // Far more sets than the cache holds: each new one is still kept (the least
         // recently used goes), so its second use is the same table, not a rebuild.
         for i in 0..3 * OUTSIDE_CACHE {
-            let (a, b) = (t.next_outside(&set(i)), t.next_outside(&set(i)));
+            let (a, b) = (t.whole_siblings(&set(i), false), t.whole_siblings(&set(i), false));
             assert!(std::sync::Arc::ptr_eq(&a, &b), "set {i}");
             let (a, b) = (t.whole_siblings(&set(i), true), t.whole_siblings(&set(i), true));
             assert!(std::sync::Arc::ptr_eq(&a, &b), "set {i}");
         }
         // A set in steady use survives the churn.
-        let hot = t.next_outside(&set(0));
+        let hot = t.whole_siblings(&set(0), false);
         for i in 1..2 * OUTSIDE_CACHE {
-            t.next_outside(&set(1000 + i));
-            assert!(std::sync::Arc::ptr_eq(&hot, &t.next_outside(&set(0))));
+            t.whole_siblings(&set(1000 + i), false);
+            assert!(std::sync::Arc::ptr_eq(&hot, &t.whole_siblings(&set(0), false)));
         }
-        assert!(t.outside.lock().unwrap().len() <= OUTSIDE_CACHE);
+        assert!(t.whole_plain.lock().unwrap().len() <= OUTSIDE_CACHE);
     }
 
     #[test]
@@ -506,9 +500,9 @@ mod tests {
             bits[i / 64] >> (i % 64) & 1 == 1
         };
         let (plain, utf8) = (t.whole_siblings(&set, false), t.whole_siblings(&set, true));
-        for k in 0..t.nodes.len() {
+        for (k, &next) in outside.iter().enumerate() {
             assert_eq!(bit(&utf8, k), is_clean(k), "node {k}");
-            assert_eq!(bit(&plain, k), outside[k] >= t.nodes[k].subtree_end, "node {k}");
+            assert_eq!(bit(&plain, k), next >= t.nodes[k].subtree_end, "node {k}");
         }
         assert!(bit(&utf8, a) && !bit(&plain, a));
         for (i, &b) in t.sib_byte.iter().enumerate() {
