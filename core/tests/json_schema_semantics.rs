@@ -2,7 +2,7 @@
 //! twice: the `jsonschema` crate must agree with the expected verdict (so the test's own
 //! expectations are validated by an independent implementation), and grammask must accept
 //! exactly the valid instances (small objects in any order; objects with more members
-//! than `any_order_max` in schema order, the order grammask generates).
+//! than `any_order_max` in schema order or required-first order).
 
 use grammask::json_schema::{json_schema_str_to_grammar, JsonSchemaOptions, SchemaErrorKind};
 use grammask::{GrammarCompiler, GrammarMatcher, GrammarSpec, TokenizerInfo, TokenizerOptions};
@@ -390,4 +390,62 @@ fn small_objects_accept_members_in_any_order() {
     let s = r#"{"type":"object","properties":{"a":{},"b":{},"c":{}}}"#;
     assert!(accepts(&compiler(), s, &opts, r#"{"a": 1, "c": 2}"#));
     assert!(!accepts(&compiler(), s, &opts, r#"{"c": 1, "a": 2}"#));
+}
+
+#[test]
+fn large_objects_accept_schema_order_or_required_first() {
+    let opts = JsonSchemaOptions { any_order_max: 2, ..Default::default() };
+    let s = r#"{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"},
+        "c":{"type":"boolean"},"d":{"type":"null"}},"required":["d","b"],"minProperties":3}"#;
+    let cases: &[(&str, bool)] = &[
+        // Schema order.
+        (r#"{"a": 1, "b": "x", "c": true, "d": null}"#, true),
+        (r#"{"b": "x", "c": true, "d": null}"#, true),
+        // Required first, in `required` order, then the optional ones in schema order.
+        (r#"{"d": null, "b": "x", "a": 1, "c": true}"#, true),
+        (r#"{"d": null, "b": "x", "c": false}"#, true),
+        // Counting still applies to the second order.
+        (r#"{"d": null, "b": "x"}"#, false),
+        // Values are still checked in the second order.
+        (r#"{"d": null, "b": 1, "c": false}"#, false),
+        // A required member missing.
+        (r#"{"d": null, "a": 1, "c": false}"#, false),
+    ];
+    let c = compiler();
+    let v: serde_json::Value = serde_json::from_str(s).unwrap();
+    let validator = jsonschema::validator_for(&v).unwrap();
+    for &(text, valid) in cases {
+        let inst: serde_json::Value = serde_json::from_str(text).unwrap();
+        assert_eq!(validator.is_valid(&inst), valid, "oracle disagrees on {text}");
+        assert_eq!(accepts(&c, s, &opts, text), valid, "{text}");
+    }
+    // Valid by JSON Schema but in neither order: rejected (documented).
+    assert!(!accepts(&c, s, &opts, r#"{"b": "x", "d": null, "c": true}"#));
+    assert!(!accepts(&c, s, &opts, r#"{"c": true, "b": "x", "d": null}"#));
+    // `any_order_max` ≤ 1: schema order only.
+    let only = JsonSchemaOptions { any_order_max: 1, ..Default::default() };
+    assert!(!accepts(&c, s, &only, r#"{"d": null, "b": "x", "c": false}"#));
+    assert!(accepts(&c, s, &only, r#"{"b": "x", "c": false, "d": null}"#));
+}
+
+#[test]
+fn ref_siblings_are_ignored_before_draft_2019() {
+    // Draft 4–7: `$ref` stands alone, its siblings are ignored; 2020-12: both apply.
+    let body = r##""definitions":{"obj":{"type":"object"}},"properties":{"x":{"$ref":"#/definitions/obj","type":"string"}}"##;
+    let draft7 = format!(r#"{{"$schema":"http://json-schema.org/draft-07/schema#",{body}}}"#);
+    let draft4 = format!(r#"{{"$schema":"http://json-schema.org/draft-04/schema#",{body}}}"#);
+    let current = format!(r#"{{{body}}}"#);
+    let c = compiler();
+    let opts = json_semantics();
+    for s in [&draft7, &draft4] {
+        let v: serde_json::Value = serde_json::from_str(s).unwrap();
+        let validator = jsonschema::validator_for(&v).unwrap();
+        for (text, valid) in [(r#"{"x": {}}"#, true), (r#"{"x": "s"}"#, false)] {
+            assert_eq!(validator.is_valid(&serde_json::from_str(text).unwrap()), valid, "oracle: {text} {s}");
+            assert_eq!(accepts(&c, s, &opts, text), valid, "{text} for {s}");
+        }
+    }
+    // 2020-12: an object that must also be a string: unsatisfiable for `x`.
+    assert!(!accepts(&c, &current, &opts, r#"{"x": {}}"#));
+    assert!(accepts(&c, &current, &opts, r#"{}"#));
 }

@@ -48,9 +48,9 @@
 //! Known deliberate differences from a validator:
 //! - declared object members come before additional ones, and objects with more than
 //!   [`JsonSchemaOptions::any_order_max`] (4) declared members take them in schema order
-//!   (declared `properties`, then `required` names not declared), as XGrammar and
-//!   llguidance do for all objects; such an instance with its members in another order
-//!   is rejected;
+//!   (declared `properties`, then `required` names not declared; XGrammar and llguidance
+//!   keep this order for all objects) or with the required members first, in the order
+//!   `required` lists them; an instance with its members in any other order is rejected;
 //! - with [`JsonSchemaOptions::strict`] (the default) an object schema that declares
 //!   `properties` or `patternProperties` and is silent about `additionalProperties`
 //!   allows no extra properties (one that declares no members, `{"type": "object"}`,
@@ -166,9 +166,11 @@ pub struct JsonSchemaOptions {
     /// instead of an error (default false).
     pub lenient: bool,
     /// Objects with at most this many declared members accept them in any order (member
-    /// order carries no meaning in JSON Schema); larger ones keep schema order, which
-    /// costs `2^n` grammar rules otherwise (default 4; 0 or 1: always schema order).
-    /// Generation is unaffected in practice: models follow the schema's order.
+    /// order carries no meaning in JSON Schema); any order for larger ones would cost
+    /// `2^n` grammar rules, so they take two orders: the schema's, and the required
+    /// members first in the order `required` lists them, then the optional ones
+    /// (default 4; 0 or 1: schema order only). Generation is unaffected in practice:
+    /// models follow the schema's order.
     pub any_order_max: usize,
     /// Size limits.
     pub limits: SchemaLimits,

@@ -4,8 +4,10 @@
 //! Members come in this order: declared `properties`, then names that are `required` but
 //! not declared, then any number of extra members (pattern properties and additional
 //! properties). The declared members are in any order when there are at most
-//! [`JsonSchemaOptions::any_order_max`](super::JsonSchemaOptions::any_order_max) of them,
-//! in schema order otherwise. Commas are placed exactly by building the list back to
+//! [`JsonSchemaOptions::any_order_max`](super::JsonSchemaOptions::any_order_max) of them;
+//! otherwise in one of two orders: the schema's, or the required members first in the
+//! order `required` lists them, then the optional ones in the schema's order (two copies
+//! of the rule families below, sharing one rule per member). Commas are placed exactly by building the list back to
 //! front with two families of rules:
 //! - `first(i)`: members `i..` when nothing has been written yet (no leading comma);
 //! - `rest(i, c)`: members `i..`, each preceded by a comma, after `c` members
@@ -238,6 +240,7 @@ pub(crate) fn build(
         }
     };
     let mut members = Vec::new();
+    let mut member_names: Vec<&str> = Vec::new();
     let mut names: Vec<&str> = props.keys().map(String::as_str).collect();
     for r in &required {
         if !props.contains_key(*r) && !names.contains(r) {
@@ -264,9 +267,27 @@ pub(crate) fn build(
             continue;
         }
         members.push((seq(vec![Builder::key_literal(name), l.colon(), v]), req));
+        member_names.push(name);
     }
     let any_order = (2..=b.opts.any_order_max.min(16)).contains(&members.len());
-    if any_order {
+    // Too many members for any order: besides the schema's order, accept the required
+    // members first, in the order `required` lists them (the order writers, models
+    // included, most often use when it differs), then the optional ones in schema order.
+    let required_first: Vec<usize> = {
+        let mut order: Vec<usize> = Vec::with_capacity(members.len());
+        for i in required.iter().filter_map(|r| member_names.iter().position(|n| n == r)) {
+            if !order.contains(&i) {
+                order.push(i);
+            }
+        }
+        order.extend((0..members.len()).filter(|i| !members[*i].1));
+        order
+    };
+    let second_order = !any_order
+        && b.opts.any_order_max > 1
+        && required_first.len() == members.len()
+        && required_first.iter().enumerate().any(|(i, &j)| i != j);
+    if any_order || second_order {
         // Each member is written in up to 2^(n-1) places: one rule each, not copies.
         for m in members.iter_mut() {
             let id = b.new_rule("obj_member", ptr)?;
@@ -308,12 +329,21 @@ pub(crate) fn build(
         Some(Expr::Rule(id))
     };
     let counting = min > 0 || max.is_some();
+    let reordered: Vec<(Expr, bool)> = required_first.iter().map(|&i| members[i].clone()).collect();
     let mut plan = Plan { members, extra, min, max, counting, memo: HashMap::new(), level };
     let nreq = plan.members.iter().filter(|m| m.1).count() as u64;
     if max.is_some_and(|x| x < nreq || x < min) {
         return Ok(nothing());
     }
-    let body = if any_order { plan.any_first(b, ptr)? } else { plan.first(b, 0, ptr)? };
+    let body = if any_order {
+        plan.any_first(b, ptr)?
+    } else if second_order {
+        let schema_order = plan.first(b, 0, ptr)?;
+        let mut other = Plan { members: reordered, extra: plan.extra.clone(), memo: HashMap::new(), ..plan };
+        alt(vec![schema_order, other.first(b, 0, ptr)?])
+    } else {
+        plan.first(b, 0, ptr)?
+    };
     if is_nothing(&body) {
         return Ok(nothing());
     }

@@ -132,9 +132,12 @@ fn percent_decode(s: &str) -> String {
 }
 
 impl Resolver {
-    pub fn new(root: &Value) -> Resolver {
+    /// Indexes `root`. With `ref_alone` (Draft 4–7 documents) an `$id` beside a `$ref` is
+    /// ignored like every other sibling of `$ref`, so it changes no base URI.
+    pub fn new(root: &Value, ref_alone: bool) -> Resolver {
         let mut r = Resolver { bases: HashMap::new(), resources: HashMap::new(), anchors: HashMap::new() };
-        let root_base = match root.get("$id").and_then(Value::as_str) {
+        let root_id = root.get("$id").filter(|_| !(ref_alone && root.get("$ref").is_some()));
+        let root_base = match root_id.and_then(Value::as_str) {
             Some(id) if !id.starts_with('#') => join(DEFAULT_BASE, id),
             _ => DEFAULT_BASE.to_string(),
         };
@@ -145,7 +148,8 @@ impl Resolver {
             match v {
                 Value::Object(m) => {
                     let mut base = base;
-                    if let Some(id) = m.get("$id").and_then(Value::as_str) {
+                    let id = m.get("$id").and_then(Value::as_str);
+                    if let Some(id) = id.filter(|_| !(ref_alone && m.contains_key("$ref"))) {
                         if let Some(anchor) = id.strip_prefix('#') {
                             r.anchors.insert(format!("{}#{anchor}", strip_fragment(&base)), ptr.clone());
                         } else {
@@ -237,7 +241,7 @@ mod tests {
                 "b": {"type": "string"}
             }
         });
-        let r = Resolver::new(&s);
+        let r = Resolver::new(&s, false);
         assert_eq!(r.resolve(&s, "#/$defs/b", "").unwrap(), "/$defs/b");
         assert_eq!(r.resolve(&s, "a.json#xx", "").unwrap(), "/$defs/a/$defs/x");
         assert_eq!(r.resolve(&s, "http://e.com/a.json#/$defs/x", "").unwrap(), "/$defs/a/$defs/x");

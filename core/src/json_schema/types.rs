@@ -124,6 +124,12 @@ pub(crate) fn declared_types(m: &Map<String, Value>, ptr: &str) -> Result<u8, Sc
     }
 }
 
+/// Whether the document's `$schema` names a draft before 2019-09 (Draft 3, 4, 6 or 7).
+fn legacy_draft(root: &Value) -> bool {
+    let Some(uri) = root.get("$schema").and_then(Value::as_str) else { return false };
+    ["draft-03", "draft-04", "draft-06", "draft-07"].iter().any(|d| uri.contains(d))
+}
+
 /// The conversion state.
 pub(crate) struct Builder<'a> {
     pub root: &'a Value,
@@ -138,6 +144,9 @@ pub(crate) struct Builder<'a> {
     leaves: HashMap<Expr, RuleId>,
     pub warnings: Vec<SchemaWarning>,
     depth: usize,
+    /// The root's `$schema` names Draft 4, 6 or 7, where `$ref` stands alone: its sibling
+    /// keywords are ignored (Draft 7 §8.3). From 2019-09 on they apply alongside it.
+    ref_alone: bool,
 }
 
 impl<'a> Builder<'a> {
@@ -150,7 +159,7 @@ impl<'a> Builder<'a> {
             root,
             opts,
             layout: Layout(opts.whitespace),
-            resolver: Resolver::new(root),
+            resolver: Resolver::new(root, legacy_draft(root)),
             rules: vec![Rule { name: "root".into(), body: Expr::Empty, keep: false }],
             memo: HashMap::new(),
             any_memo: HashMap::new(),
@@ -159,6 +168,7 @@ impl<'a> Builder<'a> {
             leaves: HashMap::new(),
             warnings: Vec::new(),
             depth: 0,
+            ref_alone: legacy_draft(root),
         };
         let body = b.schema(root, "", 0)?;
         if is_nothing(&body) {
@@ -398,9 +408,10 @@ impl<'a> Builder<'a> {
         }
         if let Some(r) = m.get("$ref") {
             let r = r.as_str().ok_or_else(|| self.not_schema("`$ref` must be a string", ptr))?;
-            let siblings = m
-                .keys()
-                .any(|k| k != "$ref" && (ENFORCED.contains(&k.as_str()) || UNENFORCED.contains(&k.as_str())));
+            let siblings = !self.ref_alone
+                && m.keys().any(|k| {
+                    k != "$ref" && (ENFORCED.contains(&k.as_str()) || UNENFORCED.contains(&k.as_str()))
+                });
             if !siblings {
                 return self.ref_rule(r, ptr, level);
             }
