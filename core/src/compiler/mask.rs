@@ -24,7 +24,7 @@
 
 use super::store::MaskStore;
 use crate::automata::{Automata, ByteSet, DEAD};
-use crate::matcher::earley::{Earley, Item};
+use crate::matcher::earley::{Earley, Item, Stamps};
 use crate::tokenizer::{first_clear_bit, utf8, TokenizerInfo};
 use std::sync::Arc;
 use std::time::Instant;
@@ -124,10 +124,29 @@ impl StateMask {
         deadline: Option<Instant>,
         skip_upto: usize,
     ) -> Option<Classes> {
+        thread_local! {
+            // One set of stamp arrays per thread (4 bytes × 2 × the largest automaton's
+            // states seen on it), instead of two zeroed arrays per computed state.
+            static STAMPS: std::cell::Cell<Stamps> = Default::default();
+        }
+        let mut parser = Earley::with_stamps(a, state, STAMPS.take());
+        parser.set_memoize(true);
+        let classes = Self::classify_with(&mut parser, a, tok, state, deadline, skip_upto);
+        STAMPS.set(parser.into_stamps());
+        classes
+    }
+
+    /// [`StateMask::classify`] with its parser, seeded with `state`.
+    fn classify_with(
+        parser: &mut Earley,
+        a: &Automata,
+        tok: &TokenizerInfo,
+        state: u32,
+        deadline: Option<Instant>,
+        skip_upto: usize,
+    ) -> Option<Classes> {
         let trie = tok.trie();
         let follow = &a.follow[a.nodes[state as usize].rule as usize];
-        let mut parser = Earley::new(a, state);
-        parser.set_memoize(true);
         let max = trie.max_depth + 1;
         // Per depth (bytes consumed): the byte, whether the seed rule could end there, and
         // (in DFA mode) the single item's state.
@@ -157,7 +176,7 @@ impl StateMask {
             set
         });
         // `Some(origin)` when the Earley set at `e_depth` is a single item (DFA mode usable).
-        let mut single = single_item(&parser, &mut dstate, 0);
+        let mut single = single_item(parser, &mut dstate, 0);
         let mut loops: rustc_hash::FxHashMap<u32, Option<Skip>> = Default::default();
         let mut eloops = EarleyLoops::default();
         let (mut loop_state, mut loop_table): (u32, Option<Skip>) = (u32::MAX, None);
@@ -184,7 +203,7 @@ impl StateMask {
             if d < e_depth {
                 parser.truncate(d);
                 e_depth = d;
-                single = single_item(&parser, &mut dstate, d);
+                single = single_item(parser, &mut dstate, d);
             }
             let ok = match single {
                 Some(origin) => {
@@ -222,7 +241,7 @@ impl StateMask {
                             }
                             e_depth = d + 1;
                             ends[d + 1] = parser.can_end();
-                            single = single_item(&parser, &mut dstate, d + 1);
+                            single = single_item(parser, &mut dstate, d + 1);
                         }
                         true
                     }
@@ -254,7 +273,7 @@ impl StateMask {
                     // An Earley set that reproduces itself on a wide byte set takes every
                     // subtree inside the set at once (an identifier inside an expression).
                     let prev = d.checked_sub(1).map(|i| path[i]);
-                    if let Some(whole) = prev.and_then(|p| eloops.table(a, tok, &parser, d, p, node.byte)) {
+                    if let Some(whole) = prev.and_then(|p| eloops.table(a, tok, parser, d, p, node.byte)) {
                         if let Some(j) = whole_run(whole, node.sib as usize) {
                             accepted.push((node.tokens.0, trie.sib_rank[j]));
                             k = trie.sib_node[j] as usize;
@@ -271,7 +290,7 @@ impl StateMask {
                         }
                         e_depth = d + 1;
                         ends[d + 1] = parser.can_end();
-                        single = single_item(&parser, &mut dstate, d + 1);
+                        single = single_item(parser, &mut dstate, d + 1);
                         true
                     } else {
                         false
