@@ -25,9 +25,50 @@
 use super::store::MaskStore;
 use crate::automata::{Automata, ByteSet, DEAD};
 use crate::matcher::earley::{Earley, Item, Stamps};
-use crate::tokenizer::{first_clear_bit, utf8, TokenizerInfo};
+use crate::tokenizer::{first_clear_bit, utf8, TokenTrie, TokenizerInfo};
 use std::sync::Arc;
 use std::time::Instant;
+
+/// Which tokens a walk must classify; it may skip the subtrees holding none of them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Focus<'f> {
+    /// Every token.
+    All,
+    /// The tokens of more than this many bytes.
+    LongerThan(usize),
+    /// The tokens in these trie node ranges (`k..subtree_end`, ascending, disjoint).
+    Subtrees(&'f [(u32, u32)]),
+}
+
+impl Focus<'_> {
+    /// Where the walk goes instead of node `k` when it may skip `k`'s subtree (and maybe
+    /// more); `None` when it must visit `k`.
+    #[inline]
+    fn skip_from(&self, trie: &TokenTrie, k: usize) -> Option<usize> {
+        let end = trie.nodes[k].subtree_end;
+        match *self {
+            Focus::All => None,
+            Focus::LongerThan(n) => (trie.deepest[k] as usize <= n).then_some(end as usize),
+            Focus::Subtrees(ranges) => {
+                // The first range ending after `k` overlaps `k`'s subtree (holds `k`, or
+                // starts below it) unless it starts past the subtree's end; then the walk
+                // goes to the sibling on its way (none left: the walk is over).
+                let i = ranges.partition_point(|r| r.1 <= k as u32);
+                match ranges.get(i) {
+                    None => Some(trie.nodes.len()),
+                    Some(r) if r.0 < end => None,
+                    Some(r) => Some(trie.sibling_towards(k, r.0)),
+                }
+            }
+        }
+    }
+}
+
+/// The token ranks of trie node ranges (`k..subtree_end`), ascending.
+pub(crate) fn rank_ranges(trie: &TokenTrie, subtrees: &[(u32, u32)]) -> Vec<(u32, u32)> {
+    let rank_at = |k: u32| trie.nodes.get(k as usize).map_or(trie.token_ids.len() as u32, |n| n.tokens.0);
+    subtrees.iter().map(|&(k, end)| (rank_at(k), rank_at(end))).collect()
+}
 
 /// The accepted part of a [`StateMask`].
 #[derive(Debug, Clone)]
@@ -53,6 +94,9 @@ pub(crate) struct StateMask {
     pub accepted: Accepted,
     /// Trie ranks (indices into the trie's byte-sorted token list) of uncertain tokens.
     pub uncertain: Arc<[u32]>,
+    /// Trie nodes the walk that computed this mask visited — for a mask derived from
+    /// another's, that one's: what computing it afresh would roughly cost.
+    pub walk_steps: u32,
 }
 
 impl StateMask {
@@ -68,7 +112,7 @@ impl StateMask {
         store: &MaskStore,
         deadline: Option<Instant>,
     ) -> Option<StateMask> {
-        Some(Self::classify(a, tok, state, deadline, 0)?.encode(tok, store))
+        Some(Self::classify(a, tok, state, deadline, Focus::All)?.encode(tok, store))
     }
 
     /// The mask of `state` given `base`, the mask of a state that classifies every token of
@@ -84,45 +128,98 @@ impl StateMask {
         base: &StateMask,
         known: usize,
     ) -> Option<StateMask> {
-        let c = Self::classify(a, tok, state, deadline, known)?;
+        let c = Self::classify(a, tok, state, deadline, Focus::LongerThan(known))?;
         let trie = tok.trie();
-        let ids = &trie.token_ids;
-        // Only tokens longer than `known` can differ from `base`, and the walk classified
-        // each of them (it skips only subtrees of shorter tokens): start from `base` and
-        // overwrite just those, looking each up in the walk's sorted runs. (Overwriting
-        // every token the walk touched cost a pass over the whole vocabulary: its excluded
-        // runs hold the short tokens of each subtree, ~0.5 ms per integer digit position.)
-        let long = trie.ranks_longer_than(known);
-        let mut bits = base.accepted.to_words(tok);
-        let runs = &c.accepted.0;
-        let mut uncertain_long = Vec::new();
-        for &r in long {
-            let id = ids[r as usize];
-            let i = runs.partition_point(|run| run.1 <= r);
-            if runs.get(i).is_some_and(|run| run.0 <= r) {
-                bits[id as usize / 32] |= 1 << (id % 32);
-                continue;
-            }
-            bits[id as usize / 32] &= !(1 << (id % 32));
-            if c.uncertain.binary_search(&r).is_ok() {
-                uncertain_long.push(r);
-            }
-        }
-        let short = |r: &u32| tok.token_bytes(ids[*r as usize]).len() <= known;
-        let mut uncertain: Vec<u32> =
-            base.uncertain.iter().copied().filter(short).chain(uncertain_long).collect();
-        uncertain.sort_unstable();
-        Some(encode_words(bits, uncertain, tok, store))
+        let long = trie.ranks_longer_than(known).iter().copied();
+        let walked = |r: u32| tok.token_bytes(trie.token_ids[r as usize]).len() > known;
+        Some(Self::overlay(tok, store, base, &c, long, walked))
     }
 
-    /// Classifies the producible tokens for `state`, skipping the subtrees whose tokens
-    /// all have at most `skip_upto` bytes (0: none).
+    /// The mask of `state` given `base`, the mask of a state that classifies alike every
+    /// token outside the trie node ranges `subtrees` ([`super::diverge`]): only those
+    /// are walked.
+    pub fn compute_focused(
+        a: &Automata,
+        tok: &TokenizerInfo,
+        state: u32,
+        store: &MaskStore,
+        deadline: Option<Instant>,
+        base: &StateMask,
+        subtrees: &[(u32, u32)],
+    ) -> Option<StateMask> {
+        let c = Self::classify(a, tok, state, deadline, Focus::Subtrees(subtrees))?;
+        let ranges = rank_ranges(tok.trie(), subtrees);
+        let walked = |r: u32| {
+            let i = ranges.partition_point(|x| x.1 <= r);
+            ranges.get(i).is_some_and(|x| x.0 <= r)
+        };
+        let ranks = ranges.iter().flat_map(|&(lo, hi)| lo..hi);
+        Some(Self::overlay(tok, store, base, &c, ranks, walked))
+    }
+
+    /// `base` with the classes of `ranks` — the tokens for which `walked` holds — taken
+    /// from the walk `c`, which classified each of them.
+    fn overlay(
+        tok: &TokenizerInfo,
+        store: &MaskStore,
+        base: &StateMask,
+        c: &Classes,
+        ranks: impl Iterator<Item = u32>,
+        walked: impl Fn(u32) -> bool,
+    ) -> StateMask {
+        let ids = &tok.trie().token_ids;
+        let runs = &c.accepted.0;
+        // The ids whose verdict differs from `base`'s, looked up one by one in the walk's
+        // sorted runs: a few dozen to a few thousand, where re-encoding the whole mask
+        // (a pass over the vocabulary, then a search for the nearest stored bitset) cost
+        // tens of microseconds even when nothing changed.
+        let mut bits = base.accepted.to_words(tok);
+        let mut flips = Vec::new();
+        let mut uncertain_walked = Vec::new();
+        // Ascending ranks (whole subtrees) advance through the runs in step; others
+        // (the longest-first order of `compute_beyond`) search them.
+        let (mut i, mut last) = (0usize, 0u32);
+        for r in ranks {
+            let id = ids[r as usize];
+            if r >= last {
+                while runs.get(i).is_some_and(|run| run.1 <= r) {
+                    i += 1;
+                }
+            } else {
+                i = runs.partition_point(|run| run.1 <= r);
+            }
+            last = r;
+            let accepted = runs.get(i).is_some_and(|run| run.0 <= r);
+            if accepted != (bits[id as usize / 32] >> (id % 32) & 1 == 1) {
+                flips.push(id);
+            }
+            if !accepted && c.uncertain.binary_search(&r).is_ok() {
+                uncertain_walked.push(r);
+            }
+        }
+        let mut uncertain: Vec<u32> =
+            base.uncertain.iter().copied().filter(|&r| !walked(r)).chain(uncertain_walked).collect();
+        uncertain.sort_unstable();
+        flips.sort_unstable();
+        flips.iter().for_each(|&id| bits[id as usize / 32] ^= 1 << (id % 32));
+        if flips.len() * 4 > bits.len() {
+            // Too many changes for a patch to stay compact: encode afresh.
+            return encode_words(bits, uncertain, base.walk_steps, tok, store);
+        }
+        StateMask {
+            accepted: base.accepted.patched(&flips, &bits, store),
+            uncertain: store.intern(uncertain),
+            walk_steps: base.walk_steps,
+        }
+    }
+
+    /// Classifies the producible tokens for `state` (at least those `focus` names).
     fn classify(
         a: &Automata,
         tok: &TokenizerInfo,
         state: u32,
         deadline: Option<Instant>,
-        skip_upto: usize,
+        focus: Focus<'_>,
     ) -> Option<Classes> {
         thread_local! {
             // One set of stamp arrays per thread (4 bytes × 2 × the largest automaton's
@@ -131,7 +228,7 @@ impl StateMask {
         }
         let mut parser = Earley::with_stamps(a, state, STAMPS.take());
         parser.set_memoize(true);
-        let classes = Self::classify_with(&mut parser, a, tok, state, deadline, skip_upto);
+        let classes = Self::classify_with(&mut parser, a, tok, state, deadline, focus);
         STAMPS.set(parser.into_stamps());
         classes
     }
@@ -143,7 +240,7 @@ impl StateMask {
         tok: &TokenizerInfo,
         state: u32,
         deadline: Option<Instant>,
-        skip_upto: usize,
+        focus: Focus<'_>,
     ) -> Option<Classes> {
         let trie = tok.trie();
         let follow = &a.follow[a.nodes[state as usize].rule as usize];
@@ -189,8 +286,8 @@ impl StateMask {
             }
             let node = nodes[k];
             let d = node.depth as usize - 1;
-            if skip_upto > 0 && trie.deepest[k] as usize <= skip_upto {
-                k = node.subtree_end as usize;
+            if let Some(next) = focus.skip_from(trie, k) {
+                k = next;
                 continue;
             }
             if d == 0 && !first_live.contains(node.byte) {
@@ -327,7 +424,7 @@ impl StateMask {
             excluded_ranks.push((node.tokens.0, last));
             k = next;
         }
-        Some(Classes { accepted, excluded: excluded_ranks, uncertain })
+        Some(Classes { accepted, excluded: excluded_ranks, uncertain, steps })
     }
 }
 
@@ -336,13 +433,15 @@ struct Classes {
     accepted: RankRuns,
     excluded: Vec<(u32, u32)>,
     uncertain: Vec<u32>,
+    /// Trie nodes visited.
+    steps: u32,
 }
 
 impl Classes {
     /// Stores the walk's result in the smallest fitting form (see the module docs).
     fn encode(self, tok: &TokenizerInfo, store: &MaskStore) -> StateMask {
         let trie = tok.trie();
-        let Classes { accepted, excluded: excluded_ranks, uncertain } = self;
+        let Classes { accepted, excluded: excluded_ranks, uncertain, steps } = self;
         let n_rejected: usize = excluded_ranks.iter().map(|&(a, b)| (b - a) as usize).sum();
         let n_except = n_rejected + uncertain.len();
         // A list is applied one bit at a time; a bitset is OR-ed a word at a time, about as
@@ -376,13 +475,19 @@ impl Classes {
             }
             store.bitset(bits)
         };
-        StateMask { accepted, uncertain: store.intern(uncertain) }
+        StateMask { accepted, uncertain: store.intern(uncertain), walk_steps: steps }
     }
 }
 
 /// A mask from its accepted ids as a bitset in mask layout, choosing the form as
 /// [`Classes::encode`] does.
-fn encode_words(bits: Vec<u32>, uncertain: Vec<u32>, tok: &TokenizerInfo, store: &MaskStore) -> StateMask {
+fn encode_words(
+    bits: Vec<u32>,
+    uncertain: Vec<u32>,
+    walk_steps: u32,
+    tok: &TokenizerInfo,
+    store: &MaskStore,
+) -> StateMask {
     let words = bits.len();
     let normal = tok.normal_words();
     let n_accepted = bits.iter().map(|w| w.count_ones() as usize).sum::<usize>();
@@ -396,10 +501,30 @@ fn encode_words(bits: Vec<u32>, uncertain: Vec<u32>, tok: &TokenizerInfo, store:
     } else {
         store.bitset(bits)
     };
-    StateMask { accepted, uncertain: store.intern(uncertain) }
+    StateMask { accepted, uncertain: store.intern(uncertain), walk_steps }
 }
 
 impl Accepted {
+    /// The same set with the membership of each of `flips` (ascending producible ids)
+    /// toggled, in the same form; `now` is the resulting set as a bitset. (Lists are in
+    /// trie order, not id order: they are filtered, not merged.)
+    fn patched(&self, flips: &[u32], now: &[u32], store: &MaskStore) -> Accepted {
+        let has = |id: &&u32| now[**id as usize / 32] >> (**id % 32) & 1 == 1;
+        match self {
+            Accepted::List(ids) => {
+                Accepted::List(store.intern(ids.iter().chain(flips).filter(has).copied().collect()))
+            }
+            Accepted::AllExcept(ex) => Accepted::AllExcept(
+                store.intern(ex.iter().chain(flips).filter(|id| !has(id)).copied().collect()),
+            ),
+            Accepted::Bitset(b) if flips.is_empty() => Accepted::Bitset(b.clone()),
+            Accepted::Bitset(b) => Accepted::Delta { base: b.clone(), flips: store.intern(flips.to_vec()) },
+            Accepted::Delta { base, flips: f } => {
+                Accepted::Delta { base: base.clone(), flips: store.intern(toggled(f, flips)) }
+            }
+        }
+    }
+
     /// The accepted ids as a bitset in mask layout.
     fn to_words(&self, tok: &TokenizerInfo) -> Vec<u32> {
         let words = tok.vocab_size().div_ceil(32);
@@ -422,6 +547,31 @@ impl Accepted {
             }
         }
     }
+}
+
+/// The symmetric difference of two ascending lists.
+fn toggled(a: &[u32], b: &[u32]) -> Vec<u32> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        match a[i].cmp(&b[j]) {
+            std::cmp::Ordering::Less => {
+                out.push(a[i]);
+                i += 1;
+            }
+            std::cmp::Ordering::Greater => {
+                out.push(b[j]);
+                j += 1;
+            }
+            std::cmp::Ordering::Equal => {
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    out.extend_from_slice(&a[i..]);
+    out.extend_from_slice(&b[j..]);
+    out
 }
 
 /// A set of trie ranks as sorted, merged half-open runs.

@@ -18,6 +18,7 @@
 //! while the prompt is prefilled.
 
 mod cache;
+mod diverge;
 mod leaf;
 pub(crate) mod mask;
 mod store;
@@ -341,6 +342,15 @@ impl CompiledGrammar {
         /// Pairs of states compared before giving up on sharing (the comparison is then
         /// still far cheaper than a walk).
         const MAX_PAIRS: usize = 4096;
+        /// Trie nodes visited looking for where two states differ (a few microseconds).
+        const MAX_FOCUS_NODES: usize = 16_384;
+        /// Walks of fewer trie nodes than this are redone rather than patched.
+        const MIN_FOCUS_WALK: u32 = 128;
+        /// Which tokens a state sharing a walked state's mask still classifies itself.
+        enum Partial {
+            LongerThan(usize),
+            Subtrees(Vec<(u32, u32)>),
+        }
         let a = &self.automata;
         let rule = a.nodes[state as usize].rule;
 
@@ -348,28 +358,47 @@ impl CompiledGrammar {
         // A state that agrees with a walked one for tokens up to some length takes their
         // classes from its mask and walks only the longer tokens. Candidates: the nearest
         // walked state up its chain, and the rule's last walked state.
-        let depth = self.tokenizer.trie().max_depth;
-        let mut best: Option<(&StateMask, usize)> = None;
+        let trie = self.tokenizer.trie();
+        let depth = trie.max_depth;
+        let mut best: Option<(u32, &StateMask, usize)> = None;
         for r in [self.walked_ancestor(state), recent].into_iter().flatten() {
-            if r == state || best.is_some_and(|(_, known)| known >= depth) {
+            if r == state || best.is_some_and(|(_, _, known)| known >= depth) {
                 continue;
             }
             if let Some(m) = self.masks[r as usize].get() {
                 let known = a.agreement_depth(state, r, depth, MAX_PAIRS);
-                if best.map_or(true, |(_, k)| known > k) {
-                    best = Some((m, known));
+                if best.map_or(true, |(_, _, k)| known > k) {
+                    best = Some((r, m, known));
                 }
             }
         }
         let mut partial = None;
-        if let Some((m, known)) = best {
+        if let Some((r, m, known)) = best {
             if known >= depth {
                 return Some(m.clone());
             }
-            // Worth it only when few tokens are longer (chains near their end): the walk
-            // still visits the paths down to every longer token.
-            let trie = self.tokenizer.trie();
-            partial = (trie.longer_than(known) * 8 <= trie.token_ids.len()).then_some((m, known));
+            // The walk then classifies only the tokens below the subtrees where the two
+            // states can differ at all ([`diverge`]: indentation positions differ on a
+            // few dozen runs of blanks), or else those longer than the agreement depth
+            // (chains near their end). Worth it only when these are few — under a
+            // sixty-fourth, or an eighth, of the vocabulary — and when the walk to redo
+            // is not itself cheap: a walk that visited few nodes (a state most tokens
+            // leave at their first byte: chess moves) costs less than a patch. The
+            // search for where the states differ stops once it costs a few such walks.
+            let longer = trie.longer_than(known);
+            let focus = (m.walk_steps >= MIN_FOCUS_WALK)
+                .then(|| {
+                    let max_nodes = (m.walk_steps as usize * 4).min(MAX_FOCUS_NODES);
+                    let max_tokens = (trie.token_ids.len() / 64).min(longer.saturating_sub(1));
+                    diverge::divergent_subtrees(a, trie, (state, r), max_nodes, max_tokens)
+                })
+                .flatten()
+                .map(|(f, _)| f);
+            partial = match focus {
+                Some(f) if f.is_empty() => return Some(m.clone()),
+                Some(f) => Some((m, Partial::Subtrees(f))),
+                None => (longer * 8 <= trie.token_ids.len()).then_some((m, Partial::LongerThan(known))),
+            };
         }
         let key = self.leaf_key(state);
         if let (Some(cache), Some(key)) = (&self.leaf, &key) {
@@ -378,11 +407,15 @@ impl CompiledGrammar {
                 return Some(m);
             }
         }
+        let (tok, store) = (&self.tokenizer, &self.store);
         let m = match partial {
-            Some((base, known)) => {
-                StateMask::compute_beyond(a, &self.tokenizer, state, &self.store, deadline, base, known)?
+            Some((base, Partial::LongerThan(known))) => {
+                StateMask::compute_beyond(a, tok, state, store, deadline, base, known)?
             }
-            None => StateMask::compute_until(a, &self.tokenizer, state, &self.store, deadline)?,
+            Some((base, Partial::Subtrees(f))) => {
+                StateMask::compute_focused(a, tok, state, store, deadline, base, &f)?
+            }
+            None => StateMask::compute_until(a, tok, state, store, deadline)?,
         };
         self.recent.lock().unwrap_or_else(|p| p.into_inner()).insert(rule, state);
         if let (Some(cache), Some(key)) = (&self.leaf, key) {

@@ -15,7 +15,7 @@ mod decode;
 mod trie;
 
 pub use decode::VocabKind;
-pub(crate) use trie::{first_clear_bit, utf8, TokenTrie};
+pub(crate) use trie::{first_clear_bit, utf8, TokenTrie, END_OF_SIBLINGS};
 
 use crate::error::{Error, Result};
 use rustc_hash::FxHasher;

@@ -209,6 +209,20 @@ impl TokenTrie {
         }
     }
 
+    /// Node `k`'s first later sibling whose subtree holds node `target` (which lies past
+    /// `k`'s subtree), or the node after the last sibling: a walk that needs only the
+    /// subtree of `target` goes there over the sibling entries, a dense array, instead of
+    /// loading the first node of every sibling subtree in between.
+    #[inline]
+    pub fn sibling_towards(&self, k: usize, target: u32) -> usize {
+        let mut i = self.nodes[k].sib as usize + 1;
+        // Each sibling's subtree ends where the next entry's node begins.
+        while self.sib_byte[i] != END_OF_SIBLINGS && self.sib_node[i + 1] <= target {
+            i += 1;
+        }
+        self.sib_node[i] as usize
+    }
+
     /// The ranks of the tokens of more than `n` bytes, longest first (ties in rank order):
     /// a mask derived from another that agrees on every shorter token only needs these
     /// ([`StateMask::compute_beyond`](crate::compiler::StateMask)). A slice of one table
