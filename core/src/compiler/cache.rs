@@ -27,6 +27,11 @@ impl CompileCache {
         Self { max_bytes, inner: Mutex::new(Inner::default()) }
     }
 
+    /// Whether anything is ever kept (a zero byte bound keeps nothing).
+    pub fn enabled(&self) -> bool {
+        self.max_bytes > 0
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // A panic while holding the lock cannot leave the map inconsistent (every update
         // is a single insert/remove), so a poisoned lock is still usable.

@@ -26,7 +26,7 @@ mod store;
 use crate::automata::{Automata, AutomataLimits, DEAD};
 use crate::error::Result;
 use crate::grammar::{parse_ebnf, Grammar, ParseLimits};
-use crate::json_schema::{json_schema_str_to_grammar, JsonSchemaOptions};
+use crate::json_schema::{json_schema_str_to_grammar, json_schema_to_grammar, parse_text, JsonSchemaOptions};
 use crate::regex::{regex_to_grammar, RegexLimits};
 use crate::tokenizer::TokenizerInfo;
 use cache::CompileCache;
@@ -75,14 +75,14 @@ impl GrammarSpec {
         GrammarSpec::JsonSchema { schema: schema.into(), options: JsonSchemaOptions::default() }
     }
 
-    fn cache_key(&self) -> String {
+    /// The spec's text for the compile cache; `parsed` is a JSON Schema's document.
+    fn cache_key(&self, parsed: Option<&serde_json::Value>) -> String {
         match self {
             GrammarSpec::Ebnf { text, root } => format!("ebnf\0{root}\0{text}"),
             GrammarSpec::BuiltinJson => "builtin-json".into(),
             // Canonical JSON: the same schema with different spacing hits the same entry.
             GrammarSpec::JsonSchema { schema, options } => {
-                let canonical = serde_json::from_str::<serde_json::Value>(schema)
-                    .map_or_else(|_| schema.clone(), |v| v.to_string());
+                let canonical = parsed.map_or_else(|| schema.clone(), |v| v.to_string());
                 format!("json-schema\0{options:?}\0{canonical}")
             }
             GrammarSpec::Regex(r) => format!("regex\0{r}"),
@@ -177,15 +177,31 @@ impl GrammarCompiler {
 
     /// Compiles `spec`, or returns the cached result for the same spec and options.
     pub fn compile(&self, spec: &GrammarSpec) -> Result<Arc<CompiledGrammar>> {
-        let key = format!("{}\0{:?}\0{}", spec.cache_key(), self.options, self.tokenizer.fingerprint());
-        if let Some(hit) = self.cache.get(&key) {
+        // A JSON Schema is parsed once, for the key and the conversion (a large schema's
+        // parse is several percent of its compile); without a cache there is no key.
+        let parsed = match spec {
+            GrammarSpec::JsonSchema { schema, .. } => Some(parse_text(schema)),
+            _ => None,
+        };
+        let key = self.cache.enabled().then(|| {
+            let value = parsed.as_ref().and_then(|p| p.as_ref().ok());
+            format!("{}\0{:?}\0{}", spec.cache_key(value), self.options, self.tokenizer.fingerprint())
+        });
+        if let Some(hit) = key.as_deref().and_then(|k| self.cache.get(k)) {
             return Ok(hit);
         }
-        let grammar = spec.to_grammar(&self.options.parse)?;
+        let grammar = match (spec, parsed) {
+            (GrammarSpec::JsonSchema { options, .. }, Some(value)) => {
+                json_schema_to_grammar(&value?, options)?
+            }
+            _ => spec.to_grammar(&self.options.parse)?,
+        };
         let leaf = (self.options.leaf_cache_bytes > 0).then(|| self.leaf_masks.clone());
         let compiled =
             Arc::new(CompiledGrammar::build(&grammar, self.tokenizer.clone(), &self.options, leaf)?);
-        self.cache.insert(key, compiled.clone());
+        if let Some(key) = key {
+            self.cache.insert(key, compiled.clone());
+        }
         Ok(compiled)
     }
 

@@ -295,11 +295,15 @@ pub fn json_schema_to_grammar_with_warnings(
 
 /// Parses `text` as JSON (errors carry line and column) and converts it.
 pub fn json_schema_str_to_grammar(text: &str, options: &JsonSchemaOptions) -> Result<Grammar, SchemaError> {
-    let v: Value = serde_json::from_str(text).map_err(|e| SchemaError {
+    json_schema_to_grammar(&parse_text(text)?, options)
+}
+
+/// Parses schema text as JSON; an error carries line and column.
+pub(crate) fn parse_text(text: &str) -> Result<Value, SchemaError> {
+    serde_json::from_str(text).map_err(|e| SchemaError {
         kind: SchemaErrorKind::InvalidJson { line: e.line(), column: e.column(), message: e.to_string() },
         pointer: String::new(),
-    })?;
-    json_schema_to_grammar(&v, options)
+    })
 }
 
 /// `value` serialized as `json.dumps(value, ensure_ascii=False)` writes it in

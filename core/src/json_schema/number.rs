@@ -437,7 +437,7 @@ pub(crate) fn build(
             hi.as_ref().filter(|(d, _)| d.int < HUGE).map_or(i64::MAX as i128, |(d, s)| to_int(d, false, *s)),
         );
         let Some(k) = int_mult else {
-            return Ok(signed_range(ilo, ihi));
+            return b.int_range(ilo, ihi);
         };
         let pow10 = {
             let s = k.to_string();
@@ -484,7 +484,7 @@ pub(crate) fn build(
             "multipleOf ignored",
             ptr,
         )?;
-        return Ok(signed_range(ilo, ihi));
+        return b.int_range(ilo, ihi);
     }
     if lo.is_none() && hi.is_none() && budget.is_none() {
         return b.any_number();
