@@ -45,7 +45,7 @@ pub fn optimize(g: &Grammar) -> Result<Grammar, GrammarError> {
     remove_unproductive(&mut g)?;
     inline_fragments(&mut g);
     outline_large_repeats(&mut g);
-    Ok(drop_unreachable(&g))
+    Ok(drop_unreachable(g))
 }
 
 fn productive(e: &Expr, p: &[bool]) -> bool {
@@ -61,6 +61,15 @@ fn productive(e: &Expr, p: &[bool]) -> bool {
 
 /// Replaces references to rules that derive no finite string with the empty set.
 pub fn remove_unproductive(g: &mut Grammar) -> Result<(), GrammarError> {
+    let p = productive_rules(g)?;
+    for r in &mut g.rules {
+        r.body.map_rules(&mut |id| if p[id.index()] { Expr::Rule(id) } else { Expr::Alt(vec![]) });
+    }
+    Ok(())
+}
+
+/// Which rules derive some finite string; an error when the root does not.
+pub fn productive_rules(g: &Grammar) -> Result<Vec<bool>, GrammarError> {
     let mut p = vec![false; g.rules.len()];
     loop {
         let mut changed = false;
@@ -77,10 +86,7 @@ pub fn remove_unproductive(g: &mut Grammar) -> Result<(), GrammarError> {
     if !p[g.root.index()] {
         return Err(GrammarError::global(GrammarErrorKind::EmptyLanguage));
     }
-    for r in &mut g.rules {
-        r.body.map_rules(&mut |id| if p[id.index()] { Expr::Rule(id) } else { Expr::Alt(vec![]) });
-    }
-    Ok(())
+    Ok(p)
 }
 
 /// Rules in an order where every rule comes after the rules it calls (except within a
@@ -287,7 +293,7 @@ fn flatten(e: &mut Expr) {
 }
 
 /// Removes rules unreachable from the root and renumbers the rest (root first).
-pub fn drop_unreachable(g: &Grammar) -> Grammar {
+pub fn drop_unreachable(mut g: Grammar) -> Grammar {
     let n = g.rules.len();
     let mut seen = vec![false; n];
     let mut stack = vec![g.root];
@@ -309,9 +315,9 @@ pub fn drop_unreachable(g: &Grammar) -> Grammar {
     let rules = order
         .iter()
         .map(|&i| {
-            let mut body = g.rules[i].body.clone();
+            let mut body = std::mem::replace(&mut g.rules[i].body, Expr::Empty);
             body.map_rules(&mut |r| Expr::Rule(new_id[r.index()]));
-            Rule { name: g.rules[i].name.clone(), body, keep: g.rules[i].keep }
+            Rule { name: std::mem::take(&mut g.rules[i].name), body, keep: g.rules[i].keep }
         })
         .collect();
     Grammar { rules, root: RuleId(0) }

@@ -185,7 +185,7 @@ impl<'a> Builder<'a> {
         let g = Grammar { rules: b.rules, root: RuleId(0) };
         // Catch grammars whose root cannot finish (e.g. a required property that
         // recursively requires itself) as a typed error.
-        if let Err(e) = crate::automata::optimize::remove_unproductive(&mut g.clone()) {
+        if let Err(e) = crate::automata::optimize::productive_rules(&g) {
             return Err(SchemaError {
                 kind: SchemaErrorKind::Unsatisfiable(e.to_string()),
                 pointer: String::new(),
