@@ -84,15 +84,6 @@ mod tests {
     use super::*;
     use crate::grammar::Grammar;
 
-    /// The state after reading `input` from the root's start (DFA moves only).
-    fn after(a: &Automata, input: &[u8]) -> u32 {
-        input.iter().fold(a.root_start().0, |s, &b| {
-            let t = a.trans[s as usize * a.n_classes + a.byte_class[b as usize] as usize];
-            assert_ne!(t, DEAD, "{input:?} dies");
-            t
-        })
-    }
-
     #[test]
     fn chain_positions_agree_up_to_the_room_left() {
         let g = Grammar::from_ebnf(r#"root ::= "<" [a-z]{0,40} ">""#).unwrap();
@@ -100,15 +91,15 @@ mod tests {
         // After "<" + i letters, 40 - i more may come, then ">": positions i and i + 1
         // differ first on an input of 40 - i letters (one side may still read a letter).
         for i in [0usize, 5, 20, 38] {
-            let s = after(&a, &[b"<".as_slice(), &vec![b'a'; i]].concat());
-            let t = after(&a, &[b"<".as_slice(), &vec![b'a'; i + 1]].concat());
+            let s = a.after(&[b"<".as_slice(), &vec![b'a'; i]].concat());
+            let t = a.after(&[b"<".as_slice(), &vec![b'a'; i + 1]].concat());
             assert_eq!(a.agreement_depth(s, t, 64, 4096), 39 - i, "position {i}");
             assert_eq!(a.agreement_depth(s, t, 8, 4096), 8.min(39 - i));
         }
         // Equal states agree everywhere; the pair limit cuts the answer short.
-        let s = after(&a, b"<ab");
+        let s = a.after(b"<ab");
         assert_eq!(a.agreement_depth(s, s, 64, 4096), 64);
-        let t = after(&a, b"<abc");
+        let t = a.after(b"<abc");
         assert!(a.agreement_depth(s, t, 64, 3) < 37);
     }
 }

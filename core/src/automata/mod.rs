@@ -445,3 +445,15 @@ fn byte_classes(nfas: &[Nfa]) -> ([u8; 256], usize) {
     }
     (class, c + 1)
 }
+
+#[cfg(test)]
+impl Automata {
+    /// The state after reading `input` from the root's start, by DFA moves only (tests).
+    pub(crate) fn after(&self, input: &[u8]) -> u32 {
+        input.iter().fold(self.root_start().0, |s, &b| {
+            let t = self.trans[s as usize * self.n_classes + self.byte_class[b as usize] as usize];
+            assert_ne!(t, DEAD, "{input:?} dies");
+            t
+        })
+    }
+}

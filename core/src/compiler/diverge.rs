@@ -91,14 +91,6 @@ mod tests {
     use crate::grammar::Grammar;
     use crate::tokenizer::{TokenizerInfo, TokenizerOptions};
 
-    fn after(a: &Automata, input: &[u8]) -> u32 {
-        input.iter().fold(a.root_start().0, |s, &b| {
-            let t = a.trans[s as usize * a.n_classes + a.byte_class[b as usize] as usize];
-            assert_ne!(t, DEAD, "{input:?} dies");
-            t
-        })
-    }
-
     #[test]
     fn indentation_positions_differ_only_on_long_blank_runs() {
         let vocab: Vec<Vec<u8>> = [" ", "  ", "    ", "       ", " \"a", "\"", "]", "abc", " ]", "     ]"]
@@ -109,7 +101,7 @@ mod tests {
         let trie = tok.trie();
         let g = Grammar::from_ebnf(r#"root ::= "[" "\n" [ \t]{0,8} ("\"a" | "]")"#).unwrap();
         let a = Automata::build(&g, &Default::default()).unwrap();
-        let at = |n: usize| after(&a, format!("[\n{}", " ".repeat(n)).as_bytes());
+        let at = |n: usize| a.after(format!("[\n{}", " ".repeat(n)).as_bytes());
         let tokens_in = |subtrees: &[(u32, u32)]| -> Vec<String> {
             let mut v: Vec<String> = subtrees
                 .iter()

@@ -526,13 +526,6 @@ mod tests {
     use super::*;
     use crate::tokenizer::TokenizerOptions;
 
-    /// The state after reading `input` from the root's start (DFA moves only).
-    fn after(a: &Automata, input: &[u8]) -> u32 {
-        input.iter().fold(a.root_start().0, |s, &b| {
-            a.trans[s as usize * a.n_classes + a.byte_class[b as usize] as usize]
-        })
-    }
-
     #[test]
     fn a_chain_position_finds_the_nearest_walked_one_above_it() {
         let vocab: Vec<Vec<u8>> =
@@ -542,7 +535,7 @@ mod tests {
         let opts = CompileOptions { eager_budget: Duration::ZERO, ..Default::default() };
         let c = CompiledGrammar::new(&g, tok, &opts).unwrap();
         let a = c.automata();
-        let at = |spaces: usize| after(a, format!("[\n{}", " ".repeat(spaces)).as_bytes());
+        let at = |spaces: usize| a.after(format!("[\n{}", " ".repeat(spaces)).as_bytes());
         assert_eq!(c.walked_ancestor(at(5)), None, "nothing walked yet");
         c.mask(at(0));
         assert_eq!(c.walked_ancestor(at(5)), Some(at(0)));
