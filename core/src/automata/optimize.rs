@@ -3,16 +3,21 @@
 //! 1. [`remove_unproductive`] — rules that can never finish (`a ::= "x" a`) become the
 //!    empty set. AFTER THIS: every remaining path through a rule can complete, which the
 //!    matcher relies on so that every prefix it accepts can still be finished.
-//! 2. [`inline_fragments`] — small non-recursive rules are substituted into their callers,
+//! 2. [`merge_duplicate_rules`] — rules with equal bodies (after their references are
+//!    merged the same way) become one: a JSON Schema's `anyOf` branches that each copy the
+//!    same object members share those members' rules instead of building an automaton
+//!    per copy. AFTER THIS: no two reachable rules have equal bodies (up to recursion
+//!    through each other).
+//! 3. [`inline_fragments`] — small non-recursive rules are substituted into their callers,
 //!    so lexical pieces (`ws`, `string`, `number`) become part of one automaton instead of
 //!    separate Earley items. Growth is bounded. AFTER THIS: references remain only to
 //!    recursive or large rules.
-//! 3. [`outline_large_repeats`] — a bounded repetition whose unrolled copies would be
+//! 4. [`outline_large_repeats`] — a bounded repetition whose unrolled copies would be
 //!    large (`minItems: 600` of an object) gets its body moved into a rule of its own, so
 //!    unrolling copies one rule reference instead of the whole body. AFTER THIS: no
 //!    repetition unrolls to more than [`UNROLL_MAX_SIZE`] IR nodes of inline body
 //!    ([`UNROLL_MAX_SIZE_REGULAR`] for small rule-free bodies).
-//! 4. [`drop_unreachable`] — rules not reachable from the root are removed and rules are
+//! 5. [`drop_unreachable`] — rules not reachable from the root are removed and rules are
 //!    renumbered. AFTER THIS: every rule is reachable from the root.
 
 use crate::error::{GrammarError, GrammarErrorKind};
@@ -43,6 +48,7 @@ pub const CHAR_MAX_SIZE: usize = 16;
 pub fn optimize(g: &Grammar) -> Result<Grammar, GrammarError> {
     let mut g = g.clone();
     remove_unproductive(&mut g)?;
+    merge_duplicate_rules(&mut g);
     inline_fragments(&mut g);
     outline_large_repeats(&mut g);
     Ok(drop_unreachable(g))
@@ -66,6 +72,71 @@ pub fn remove_unproductive(g: &mut Grammar) -> Result<(), GrammarError> {
         r.body.map_rules(&mut |id| if p[id.index()] { Expr::Rule(id) } else { Expr::Alt(vec![]) });
     }
     Ok(())
+}
+
+/// Points every reference to a rule at one rule with an equal body (and `keep`), then
+/// re-examines the callers of merged rules, whose bodies may have become equal in turn;
+/// the merged-away rules are left unreferenced for [`drop_unreachable`].
+pub fn merge_duplicate_rules(g: &mut Grammar) {
+    use std::hash::BuildHasher;
+    let n = g.rules.len();
+    let hasher = rustc_hash::FxBuildHasher;
+    let mut callers = vec![Vec::new(); n];
+    for (i, r) in g.rules.iter().enumerate() {
+        r.body.for_each_rule(&mut |j| {
+            if callers[j.index()].last() != Some(&i) {
+                callers[j.index()].push(i);
+            }
+        });
+    }
+    // `rep` is a union-find forest: a merged rule points at the rule it merged into.
+    let mut rep: Vec<usize> = (0..n).collect();
+    fn find(rep: &mut [usize], mut i: usize) -> usize {
+        while rep[i] != i {
+            rep[i] = rep[rep[i]];
+            i = rep[i];
+        }
+        i
+    }
+    let mut buckets: rustc_hash::FxHashMap<u64, Vec<usize>> = Default::default();
+    let mut hash = vec![0u64; n];
+    let mut work: Vec<usize> = (0..n).collect();
+    let mut queued = vec![false; n];
+    while !work.is_empty() {
+        let mut merged = Vec::new();
+        for i in std::mem::take(&mut work) {
+            queued[i] = false;
+            if rep[i] != i {
+                continue;
+            }
+            if let Some(b) = buckets.get_mut(&hash[i]) {
+                b.retain(|&j| j != i);
+            }
+            g.rules[i].body.map_rules(&mut |id| Expr::Rule(RuleId(find(&mut rep, id.index()) as u32)));
+            let r = &g.rules[i];
+            hash[i] = hasher.hash_one((&r.body, r.keep));
+            let same = buckets.entry(hash[i]).or_default();
+            match same.iter().find(|&&j| g.rules[j].keep == r.keep && g.rules[j].body == r.body) {
+                Some(&j) => {
+                    rep[i] = j;
+                    merged.push(i);
+                }
+                None => same.push(i),
+            }
+        }
+        for i in merged {
+            for &c in &callers[i] {
+                if !queued[c] {
+                    queued[c] = true;
+                    work.push(c);
+                }
+            }
+        }
+    }
+    for r in &mut g.rules {
+        r.body.map_rules(&mut |id| Expr::Rule(RuleId(find(&mut rep, id.index()) as u32)));
+    }
+    g.root = RuleId(find(&mut rep, g.root.index()) as u32);
 }
 
 /// Which rules derive some finite string; an error when the root does not.
@@ -423,6 +494,23 @@ mod tests {
         let after: usize = o.rules.iter().map(|r| r.body.size()).sum();
         assert!(after <= before + INLINE_GROWTH_MAX, "{before} -> {after}");
         assert!(o.rules.len() > 1 && o.rules.len() < 300, "{} rules", o.rules.len());
+    }
+
+    #[test]
+    fn duplicate_rules_merge_through_their_references() {
+        // b and c are equal; d and e become equal once b and c are one; f differs, and the
+        // recursive r and s are kept apart (each refers to itself).
+        let mut g = Grammar::from_ebnf(
+            "root ::= d e f r s\nb ::= \"(\" x \")\"\nc ::= \"(\" x \")\"\nx ::= \"y\"\n\
+             d ::= \"[\" b \"]\"\ne ::= \"[\" c \"]\"\nf ::= \"[\" b \"}\"\n\
+             r ::= \"<\" r? \">\"\ns ::= \"<\" s? \">\"",
+        )
+        .unwrap();
+        merge_duplicate_rules(&mut g);
+        let names = |g: &Grammar| g.rules.iter().map(|r| r.name.clone()).collect::<Vec<_>>();
+        let g = drop_unreachable(g);
+        assert_eq!(names(&g), ["root", "b", "x", "d", "f", "r", "s"]);
+        assert!(g.to_string().starts_with("root ::= d d f r s\n"), "{g}");
     }
 
     #[test]

@@ -349,6 +349,54 @@ mod tests {
     }
 
     #[test]
+    fn length_bounds_combine_exactly() {
+        use crate::grammar::testing::recognizer;
+        let cases: [(&str, u32, Option<u32>); 10] = [
+            ("[0-9a]", 2, Some(4)),
+            ("x", 0, Some(3)),
+            ("x", 3, None),
+            ("ab", 1, Some(5)),
+            ("ab", 4, None),
+            ("(ab|ba)", 2, Some(4)),
+            ("^a", 2, Some(3)),
+            ("c$", 2, None),
+            ("^[a-c]+$", 1, Some(3)),
+            ("[^x]", 5, Some(5)),
+        ];
+        let alphabet = ['a', 'b', 'c', 'x', '0'];
+        let mut strings = vec![String::new()];
+        for len in 1..=6 {
+            let mut next = Vec::new();
+            for s in strings.iter().filter(|s| s.chars().count() == len - 1) {
+                next.extend(alphabet.iter().map(|c| format!("{s}{c}")));
+            }
+            strings.extend(next);
+        }
+        for (p, lo, hi) in cases {
+            let e = recognizer(&regex_to_json_string_expr(p, lo, hi, &RegexLimits::default()).unwrap());
+            let oracle = regex::Regex::new(p).unwrap();
+            for s in &strings {
+                let n = s.chars().count() as u32;
+                let want = oracle.is_match(s) && n >= lo && hi.map_or(true, |h| n <= h);
+                assert_eq!(e.is_match(s), want, "{p:?} {lo}..{hi:?} on {s:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn bounded_search_determinizes_in_polynomial_states() {
+        // "Contains a hex digit, 8 to 32 characters": the first occurrence is tracked
+        // alone, so determinization stays polynomial; a union of one branch per start
+        // keeps every occurrence alive and needs a state per subset of them.
+        use crate::automata::{Automata, AutomataLimits};
+        let e = regex_to_json_string_expr("[0-9a-f]", 8, Some(32), &RegexLimits::default()).unwrap();
+        let g = Grammar { rules: vec![Rule { name: "root".into(), body: e, keep: false }], root: RuleId(0) };
+        let limits = AutomataLimits { max_dfa_states: 20_000, ..AutomataLimits::default() };
+        let a = Automata::build(&g, &limits).unwrap();
+        assert!(a.num_states() < 1_000, "{}", a.num_states());
+    }
+
+    #[test]
     fn error_display_has_caret() {
         let e = regex_to_grammar("ab(?!c)", &RegexLimits::default()).unwrap_err();
         assert_eq!(
