@@ -1,9 +1,8 @@
 //! `$ref` resolution within one document: `$id` base URIs, `$anchor`s (and Draft-07
 //! `$id: "#name"`), `$defs` / `definitions` via JSON pointers.
 //!
-//! [`Resolver::new`] walks the document once (iteratively, no recursion) and records, for
-//! every object it meets, the base URI in force there, plus every resource (`$id`) and
-//! anchor. [`Resolver::resolve`] turns a reference into an absolute JSON pointer into the
+//! [`Resolver::new`] walks the document once (iteratively, no recursion, one pointer
+//! buffer) and records every resource (`$id`), the base URI it sets, and every anchor. [`Resolver::resolve`] turns a reference into an absolute JSON pointer into the
 //! root document. Remote documents are never fetched: a reference to one is
 //! [`SchemaErrorKind::UnresolvableRef`].
 
@@ -19,7 +18,8 @@ const DATA_KEYWORDS: &[&str] = &["const", "enum", "examples", "default"];
 
 #[derive(Debug)]
 pub(crate) struct Resolver {
-    /// Base URI in force at each object's JSON pointer.
+    /// Base URI at the root and at each object whose `$id` changes it (elsewhere: the
+    /// nearest such ancestor's).
     bases: HashMap<String, String>,
     /// Resource URI (no fragment) → pointer of its root.
     resources: HashMap<String, String>,
@@ -28,8 +28,12 @@ pub(crate) struct Resolver {
 }
 
 /// Escapes a key for a JSON pointer.
-pub(crate) fn escape_token(key: &str) -> String {
-    key.replace('~', "~0").replace('/', "~1")
+pub(crate) fn escape_token(key: &str) -> std::borrow::Cow<'_, str> {
+    if key.contains(['~', '/']) {
+        key.replace('~', "~0").replace('/', "~1").into()
+    } else {
+        key.into()
+    }
 }
 
 fn strip_fragment(uri: &str) -> &str {
@@ -143,17 +147,44 @@ impl Resolver {
         };
         r.resources.insert(strip_fragment(&root_base).to_string(), String::new());
         r.resources.insert(DEFAULT_BASE.to_string(), String::new());
-        let mut stack: Vec<(&Value, String, String)> = vec![(root, String::new(), root_base)];
-        while let Some((v, ptr, base)) = stack.pop() {
+        // Bases are recorded only where an `$id` changes them (most documents: the root
+        // alone); `base_at` looks up the nearest recorded ancestor.
+        r.bases.insert(String::new(), root_base.clone());
+        let mut bases = vec![root_base];
+        // Depth-first with an explicit stack: when a node is popped, every node handled
+        // since its parent was pushed is a descendant of that parent, so the pointer
+        // buffer still starts with the parent's pointer.
+        enum Seg<'a> {
+            Root,
+            Key(&'a str),
+            Index(usize),
+        }
+        let mut ptr = String::new();
+        let mut stack: Vec<(&Value, usize, Seg, usize)> = vec![(root, 0, Seg::Root, 0)];
+        while let Some((v, parent_len, seg, base_ix)) = stack.pop() {
+            ptr.truncate(parent_len);
+            match seg {
+                Seg::Root => {}
+                Seg::Key(k) => {
+                    ptr.push('/');
+                    ptr.push_str(&escape_token(k));
+                }
+                Seg::Index(i) => {
+                    use std::fmt::Write;
+                    let _ = write!(ptr, "/{i}");
+                }
+            }
+            let len = ptr.len();
             match v {
                 Value::Object(m) => {
-                    let mut base = base;
+                    let mut base_ix = base_ix;
                     let id = m.get("$id").and_then(Value::as_str);
                     if let Some(id) = id.filter(|_| !(ref_alone && m.contains_key("$ref"))) {
+                        let base = &bases[base_ix];
                         if let Some(anchor) = id.strip_prefix('#') {
-                            r.anchors.insert(format!("{}#{anchor}", strip_fragment(&base)), ptr.clone());
+                            r.anchors.insert(format!("{}#{anchor}", strip_fragment(base)), ptr.clone());
                         } else {
-                            base = join(&base, id);
+                            let base = join(base, id);
                             r.resources.insert(strip_fragment(&base).to_string(), ptr.clone());
                             if let Some((_, frag)) = id.split_once('#') {
                                 if !frag.is_empty() && !frag.starts_with('/') {
@@ -161,27 +192,28 @@ impl Resolver {
                                         .insert(format!("{}#{frag}", strip_fragment(&base)), ptr.clone());
                                 }
                             }
+                            r.bases.insert(ptr.clone(), base.clone());
+                            bases.push(base);
+                            base_ix = bases.len() - 1;
                         }
                     }
                     for key in ["$anchor", "$dynamicAnchor"] {
                         if let Some(a) = m.get(key).and_then(Value::as_str) {
                             r.anchors
-                                .entry(format!("{}#{a}", strip_fragment(&base)))
+                                .entry(format!("{}#{a}", strip_fragment(&bases[base_ix])))
                                 .or_insert_with(|| ptr.clone());
                         }
                     }
-                    r.bases.insert(ptr.clone(), base.clone());
-                    for (k, child) in m {
-                        if DATA_KEYWORDS.contains(&k.as_str()) {
-                            continue;
-                        }
-                        stack.push((child, format!("{ptr}/{}", escape_token(k)), base.clone()));
-                    }
+                    let children = m.iter().filter(|(k, _)| !DATA_KEYWORDS.contains(&k.as_str()));
+                    stack.extend(
+                        children
+                            .filter(|(_, c)| c.is_object() || c.is_array())
+                            .map(|(k, c)| (c, len, Seg::Key(k), base_ix)),
+                    );
                 }
                 Value::Array(a) => {
-                    for (i, child) in a.iter().enumerate() {
-                        stack.push((child, format!("{ptr}/{i}"), base.clone()));
-                    }
+                    let children = a.iter().enumerate().filter(|(_, c)| c.is_object() || c.is_array());
+                    stack.extend(children.map(|(i, c)| (c, len, Seg::Index(i), base_ix)));
                 }
                 _ => {}
             }
@@ -191,7 +223,16 @@ impl Resolver {
 
     /// Base URI in force at `pointer`.
     pub fn base_at(&self, pointer: &str) -> String {
-        self.bases.get(pointer).cloned().unwrap_or_else(|| DEFAULT_BASE.to_string())
+        let mut p = pointer;
+        loop {
+            if let Some(b) = self.bases.get(p) {
+                return b.clone();
+            }
+            match p.rfind('/') {
+                Some(i) => p = &p[..i],
+                None => return DEFAULT_BASE.to_string(),
+            }
+        }
     }
 
     /// Resolves `reference` (as written at `pointer`) to a JSON pointer into the root.
