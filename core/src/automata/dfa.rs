@@ -252,7 +252,7 @@ impl Dfa {
 
     /// Keeps states `order` (new id = position), remapping targets through `map`; edges
     /// into states `map` drops (`DEAD`) are dropped.
-    fn renumber(&mut self, order: &[u32], map: &[u32]) {
+    pub(super) fn renumber(&mut self, order: &[u32], map: &[u32]) {
         let mut edges = Vec::with_capacity(self.edges.len());
         let mut ends = Vec::with_capacity(order.len() + 1);
         let mut finals = Vec::with_capacity(order.len());

@@ -20,12 +20,13 @@
 //!   owns a token-mask cache entry.
 
 mod bounded;
+mod chain;
 mod dfa;
 mod nfa;
 pub mod optimize;
 
 use crate::error::Error;
-use crate::grammar::Grammar;
+use crate::grammar::{Grammar, RuleId};
 use dfa::Dfa;
 use nfa::Nfa;
 
@@ -115,23 +116,57 @@ impl Automata {
     /// Optimizes `grammar` and builds its automata.
     pub fn build(grammar: &Grammar, limits: &AutomataLimits) -> Result<Automata, Error> {
         let g = optimize::optimize(grammar).map_err(Error::Grammar)?;
-        let nfas = g
+        // A placeholder rule id (one past the last) stands for a counted repetition taken
+        // out of its rule to be spliced back in as copies (`chain`).
+        let placeholder = RuleId(g.rules.len() as u32);
+        let plans = g
             .rules
             .iter()
-            .map(|r| Nfa::build(&r.body, limits.max_nfa_states))
-            .collect::<Result<Vec<_>, _>>()?;
-        let (byte_class, n_classes) = byte_classes(&nfas);
+            .map(|r| match chain::split(&r.body, placeholder) {
+                Some(sp) => Ok(Plan {
+                    nfa: Nfa::build(&sp.outer, limits.max_nfa_states)?,
+                    chain: Some((Nfa::build(sp.link, limits.max_nfa_states)?, sp.min, sp.max)),
+                }),
+                None => Ok(Plan { nfa: Nfa::build(&r.body, limits.max_nfa_states)?, chain: None }),
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        let (byte_class, n_classes) = byte_classes(
+            plans.iter().flat_map(|p| std::iter::once(&p.nfa).chain(p.chain.as_ref().map(|c| &c.0))),
+        );
         let mut class_bytes = vec![Vec::new(); n_classes];
         for b in 0..=255u8 {
             class_bytes[byte_class[b as usize] as usize].push(b);
         }
         let class_rep: Vec<u8> = class_bytes.iter().map(|v| v[0]).collect();
-        let mut dfas = Vec::with_capacity(nfas.len());
-        let mut total = 0;
-        for nfa in &nfas {
+        let minimal = |nfa: &Nfa| -> Result<Dfa, Error> {
             let mut d = Dfa::determinize(nfa, &class_rep, limits.max_dfa_states)?;
             d.trim();
             d.minimize();
+            Ok(d)
+        };
+        let mut dfas = Vec::with_capacity(plans.len());
+        let mut total = 0;
+        for (plan, rule) in plans.iter().zip(&g.rules) {
+            let spliced = match &plan.chain {
+                Some((link, min, max)) => {
+                    let letter = n_classes as u32 + placeholder.0;
+                    chain::splice(
+                        &minimal(&plan.nfa)?,
+                        letter,
+                        &minimal(link)?,
+                        (*min, *max),
+                        limits.max_dfa_states,
+                    )
+                    .transpose()?
+                }
+                None => None,
+            };
+            let d = match (spliced, &plan.chain) {
+                (Some(d), _) => d,
+                (None, None) => minimal(&plan.nfa)?,
+                // The shapes did not allow splicing: the whole body, as usual.
+                (None, Some(_)) => minimal(&Nfa::build(&rule.body, limits.max_nfa_states)?)?,
+            };
             total += d.len();
             if total > limits.max_dfa_states {
                 return Err(Error::Limit {
@@ -423,9 +458,15 @@ fn show_bytes(bytes: &[u8]) -> String {
     }
 }
 
+/// One rule's NFA, and the counted repetition taken out of it to be spliced back in.
+struct Plan {
+    nfa: Nfa,
+    chain: Option<(Nfa, u32, u32)>,
+}
+
 /// Byte equivalence classes: two bytes share a class when every edge of every rule treats
 /// them alike.
-fn byte_classes(nfas: &[Nfa]) -> ([u8; 256], usize) {
+fn byte_classes<'n>(nfas: impl IntoIterator<Item = &'n Nfa>) -> ([u8; 256], usize) {
     let mut boundary = [false; 257];
     for nfa in nfas {
         for s in 0..nfa.len() as u32 {
