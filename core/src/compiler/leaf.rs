@@ -39,16 +39,20 @@ pub(crate) fn signature(a: &Automata, rule: u32) -> Option<Arc<[u32]>> {
         let at = sig.len();
         sig.push(0);
         let mut run: Option<(u32, u32, u32)> = None;
-        for b in 0..=255u32 {
-            let t = row[a.byte_class[b as usize] as usize];
+        // Byte classes are contiguous byte ranges in byte order (`automata::byte_classes`),
+        // so a pass over the classes visits the bytes in order, a range at a time.
+        for (c, bytes) in a.class_bytes.iter().enumerate() {
+            let (Some(&first), Some(&last)) = (bytes.first(), bytes.last()) else { continue };
+            let (first, last) = (first as u32, last as u32);
+            let t = row[c];
             let t = if t == DEAD { DEAD } else { t - start as u32 };
             match run {
-                Some((lo, _, rt)) if rt == t => run = Some((lo, b, t)),
+                Some((lo, _, rt)) if rt == t => run = Some((lo, last, t)),
                 _ => {
                     if let Some((lo, hi, rt)) = run.filter(|r| r.2 != DEAD) {
                         sig.extend([lo, hi, rt]);
                     }
-                    run = Some((b, b, t));
+                    run = Some((first, last, t));
                 }
             }
         }
@@ -111,4 +115,64 @@ pub(crate) fn mask_bytes(m: &StateMask) -> usize {
         Accepted::Delta { base, flips } => base.len() + flips.len(),
     };
     (accepted + m.uncertain.len()) * 4
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::automata::AutomataLimits;
+    use crate::grammar::Grammar;
+
+    /// The signature written byte by byte, as its definition reads.
+    fn by_bytes(a: &Automata, rule: u32) -> Vec<u32> {
+        let start = a.rule_start[rule as usize] as usize;
+        let end = a.rule_start.get(rule as usize + 1).map_or(a.nodes.len(), |&e| e as usize);
+        let mut sig = vec![(end - start) as u32];
+        for s in start..end {
+            sig.push(a.nodes[s].is_final as u32);
+            let mut ranges: Vec<[u32; 3]> = Vec::new();
+            for b in 0..=255u32 {
+                let t = a.trans[s * a.n_classes + a.byte_class[b as usize] as usize];
+                if t == DEAD {
+                    continue;
+                }
+                let t = t - start as u32;
+                match ranges.last_mut() {
+                    Some(r) if r[1] + 1 == b && r[2] == t => r[1] = b,
+                    _ => ranges.push([b, b, t]),
+                }
+            }
+            sig.push(ranges.len() as u32);
+            sig.extend(ranges.into_iter().flatten());
+        }
+        sig
+    }
+
+    fn rule_of(a: &Automata, name: &str) -> u32 {
+        a.grammar().rules.iter().position(|r| r.name == name).unwrap() as u32
+    }
+
+    #[test]
+    fn signatures_name_the_byte_automaton_whatever_the_classes() {
+        // Enough alternatives that the optimizer keeps `s` a rule of its own.
+        let words: Vec<String> = (0..60).map(|i| format!("\"w{i}\"")).collect();
+        let s = format!(r#"s ::= "\"" ({})* "\"""#, words.join(" | "));
+        let one = Grammar::from_ebnf(&format!("root ::= s \":\" s\n{s}")).unwrap();
+        let two = Grammar::from_ebnf(&format!(
+            "root ::= \"[\" s \",\" n \",\" s \",\" n \"]\"\n{s}\nn ::= {}",
+            words.iter().map(|w| format!("\"9\" {w}")).collect::<Vec<_>>().join(" | ")
+        ))
+        .unwrap();
+        let (a1, a2) = (
+            Automata::build(&one, &AutomataLimits::default()).unwrap(),
+            Automata::build(&two, &AutomataLimits::default()).unwrap(),
+        );
+        assert_ne!(a1.n_classes, a2.n_classes, "the grammars split the bytes differently");
+        let (s1, s2, n2) = (rule_of(&a1, "s"), rule_of(&a2, "s"), rule_of(&a2, "n"));
+        let sig = |a: &Automata, r: u32| signature(a, r).unwrap().to_vec();
+        assert_eq!(sig(&a1, s1), by_bytes(&a1, s1));
+        assert_eq!(sig(&a2, n2), by_bytes(&a2, n2));
+        assert_eq!(sig(&a1, s1), sig(&a2, s2));
+        assert_ne!(sig(&a2, s2), sig(&a2, n2));
+    }
 }

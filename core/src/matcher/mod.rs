@@ -308,20 +308,28 @@ impl GrammarMatcher {
         let mut prev: &[u8] = &[];
         // Bytes of `prev` that are currently pushed.
         let mut pushed = 0usize;
+        // `prev[..dead]` cannot be parsed (0: no such prefix): a token starting with it
+        // fails without a push (sorted order puts the tokens sharing it next).
+        let mut dead = 0usize;
         for &rank in &self.scratch_ranks {
             let id = trie.token_ids[rank as usize];
             if row[id as usize / 32] >> (id % 32) & 1 == 1 {
                 continue;
             }
-            let bytes = tok.token_bytes(id);
+            let bytes = trie.bytes_of(rank);
             let lcp = bytes.iter().zip(prev).take_while(|(x, y)| x == y).count();
+            if dead > 0 && lcp >= dead {
+                continue;
+            }
             let keep = lcp.min(pushed);
             self.parser.truncate(base + keep);
             pushed = keep;
+            dead = 0;
             let mut ok = true;
             for &b in &bytes[keep..] {
                 if !self.parser.push(a, b) {
                     ok = false;
+                    dead = pushed + 1;
                     break;
                 }
                 pushed += 1;
