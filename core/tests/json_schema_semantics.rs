@@ -449,3 +449,22 @@ fn ref_siblings_are_ignored_before_draft_2019() {
     assert!(!accepts(&c, &current, &opts, r#"{"x": {}}"#));
     assert!(accepts(&c, &current, &opts, r#"{}"#));
 }
+
+#[test]
+fn any_order_members_are_built_once() {
+    // Each member is written in up to 2^(n-1) places of the any-order lattice; its value
+    // must be one rule there, not a copy per place (copies multiplied a Kubernetes
+    // object's automaton states and compile time).
+    let s = r#"{"type":"object","properties":{
+        "alpha":{"enum":["first-long-value","second-long-value","third-long-value"]},
+        "beta":{"enum":["fourth-long-value","fifth-long-value","sixth-long-value"]},
+        "gamma":{"enum":["seventh-long-value","eighth-long-value","ninth-long-value"]},
+        "delta":{"enum":["tenth-long-value","eleventh-long-value","twelfth-long-value"]}}}"#;
+    let states = |any_order_max: usize| {
+        let opts = JsonSchemaOptions { any_order_max, ..Default::default() };
+        let g = json_schema_str_to_grammar(s, &opts).unwrap();
+        compiler().compile(&GrammarSpec::Grammar(g)).unwrap().automata().num_states()
+    };
+    let (ordered, any) = (states(1), states(4));
+    assert!(any < 2 * ordered, "schema order: {ordered} states, any order: {any}");
+}

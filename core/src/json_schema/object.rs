@@ -288,9 +288,13 @@ pub(crate) fn build(
         && required_first.len() == members.len()
         && required_first.iter().enumerate().any(|(i, &j)| i != j);
     if any_order || second_order {
-        // Each member is written in up to 2^(n-1) places: one rule each, not copies.
+        // Each member is written in up to 2^(n-1) places: one rule each, not copies. Kept
+        // out of line: inlined, every place would determinize its own copy (a
+        // Kubernetes object's lattice grew 17k states instead of 10k, and compiled
+        // correspondingly slower), while a reference costs the matcher one item.
         for m in members.iter_mut() {
             let id = b.new_rule("obj_member", ptr)?;
+            b.rules[id.index()].keep = true;
             b.rules[id.index()].body = std::mem::replace(&mut m.0, Expr::Rule(id));
         }
     }
