@@ -113,9 +113,14 @@ pub struct Automata {
 }
 
 impl Automata {
-    /// Optimizes `grammar` and builds its automata.
+    /// Optimizes a copy of `grammar` and builds its automata.
     pub fn build(grammar: &Grammar, limits: &AutomataLimits) -> Result<Automata, Error> {
-        let g = optimize::optimize(grammar).map_err(Error::Grammar)?;
+        Self::build_owned(grammar.clone(), limits)
+    }
+
+    /// Optimizes `grammar` in place and builds its automata.
+    pub fn build_owned(grammar: Grammar, limits: &AutomataLimits) -> Result<Automata, Error> {
+        let g = optimize::optimize_owned(grammar).map_err(Error::Grammar)?;
         // A placeholder rule id (one past the last) stands for a counted repetition taken
         // out of its rule to be spliced back in as copies (`chain`).
         let placeholder = RuleId(g.rules.len() as u32);

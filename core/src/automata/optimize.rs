@@ -44,9 +44,14 @@ pub const UNROLL_MAX_SIZE_REGULAR: usize = 4_000;
 /// Largest rule-free body that [`UNROLL_MAX_SIZE_REGULAR`] applies to.
 pub const CHAR_MAX_SIZE: usize = 16;
 
-/// Runs all IR passes in order.
+/// Runs all IR passes in order on a copy of `g` (see [`optimize_owned`]).
 pub fn optimize(g: &Grammar) -> Result<Grammar, GrammarError> {
-    let mut g = g.clone();
+    optimize_owned(g.clone())
+}
+
+/// Runs all IR passes in order, in place: a compile owns the grammar it converted, and
+/// copying then freeing a large schema's IR costs a millisecond.
+pub fn optimize_owned(mut g: Grammar) -> Result<Grammar, GrammarError> {
     remove_unproductive(&mut g)?;
     merge_duplicate_rules(&mut g);
     inline_fragments(&mut g);

@@ -198,7 +198,7 @@ impl GrammarCompiler {
         };
         let leaf = (self.options.leaf_cache_bytes > 0).then(|| self.leaf_masks.clone());
         let compiled =
-            Arc::new(CompiledGrammar::build(&grammar, self.tokenizer.clone(), &self.options, leaf)?);
+            Arc::new(CompiledGrammar::build(grammar, self.tokenizer.clone(), &self.options, leaf)?);
         if let Some(key) = key {
             self.cache.insert(key, compiled.clone());
         }
@@ -262,16 +262,16 @@ const MAX_PRED_ENTRIES: usize = 1 << 15;
 impl CompiledGrammar {
     /// Builds the automata for `grammar`; masks are computed on first use.
     pub fn new(grammar: &Grammar, tokenizer: Arc<TokenizerInfo>, options: &CompileOptions) -> Result<Self> {
-        Self::build(grammar, tokenizer, options, None)
+        Self::build(grammar.clone(), tokenizer, options, None)
     }
 
     fn build(
-        grammar: &Grammar,
+        grammar: Grammar,
         tokenizer: Arc<TokenizerInfo>,
         options: &CompileOptions,
         leaf: Option<Arc<LeafMasks>>,
     ) -> Result<Self> {
-        let automata = Automata::build(grammar, &options.automata)?;
+        let automata = Automata::build_owned(grammar, &options.automata)?;
         let masks = (0..automata.num_states()).map(|_| OnceLock::new()).collect();
         let leaf_sigs = (0..automata.rule_start.len()).map(|_| OnceLock::new()).collect();
         let preds = (0..automata.rule_start.len()).map(|_| OnceLock::new()).collect();
