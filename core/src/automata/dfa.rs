@@ -45,6 +45,14 @@ impl SliceInterner {
         self.ranges.len()
     }
 
+    /// Empties the interner, keeping its allocations.
+    fn clear(&mut self) {
+        self.arena.clear();
+        self.ranges.clear();
+        self.by_hash.clear();
+        self.next_same_hash.clear();
+    }
+
     fn get(&self, id: u32) -> &[u32] {
         let (a, b) = self.ranges[id as usize];
         &self.arena[a as usize..b as usize]
@@ -73,6 +81,48 @@ impl SliceInterner {
     }
 }
 
+/// Buffers of the subset construction, reused across the rules of one grammar.
+pub(crate) struct Scratch {
+    /// Class of each byte.
+    class_of: Vec<usize>,
+    per_class: Vec<Vec<u32>>,
+    /// Classes with at least one target in the current state, in increasing order.
+    touched: Vec<usize>,
+    prev_targets: Vec<u32>,
+    set: Vec<u32>,
+    by_rule: Vec<(u32, u32)>,
+    next: Vec<u32>,
+    /// All false between uses (`Nfa::closure` clears what it sets).
+    seen: Vec<bool>,
+    sets: SliceInterner,
+}
+
+impl Scratch {
+    /// Buffers for byte classes with representatives `class_rep` (classes are contiguous
+    /// byte ranges in increasing order).
+    pub fn new(class_rep: &[u8]) -> Self {
+        let mut class_of = vec![0usize; 256];
+        let mut cur = 0;
+        for (b, slot) in class_of.iter_mut().enumerate() {
+            if class_rep.get(cur + 1).is_some_and(|&r| r as usize == b) {
+                cur += 1;
+            }
+            *slot = cur;
+        }
+        Scratch {
+            class_of,
+            per_class: vec![Vec::new(); class_rep.len()],
+            touched: Vec::new(),
+            prev_targets: Vec::new(),
+            set: Vec::new(),
+            by_rule: Vec::new(),
+            next: Vec::new(),
+            seen: Vec::new(),
+            sets: SliceInterner::default(),
+        }
+    }
+}
+
 impl Dfa {
     pub fn len(&self) -> usize {
         self.finals.len()
@@ -84,39 +134,25 @@ impl Dfa {
     }
 
     /// Subset construction. `class_rep[c]` is one byte of class `c`.
+    #[cfg(test)]
     pub fn determinize(nfa: &Nfa, class_rep: &[u8], max_states: usize) -> Result<Dfa, Error> {
-        let nc = class_rep.len();
-        let mut seen = vec![false; nfa.len()];
+        Self::determinize_with(nfa, &mut Scratch::new(class_rep), max_states)
+    }
+
+    /// Subset construction with buffers reused across rules (a schema has hundreds of
+    /// small rules: allocating the per-class lists for each cost more than filling them).
+    pub fn determinize_with(nfa: &Nfa, sc: &mut Scratch, max_states: usize) -> Result<Dfa, Error> {
+        let nc = sc.per_class.len();
+        if sc.seen.len() < nfa.len() {
+            sc.seen.resize(nfa.len(), false);
+        }
+        let Scratch { class_of, per_class, touched, prev_targets, set, by_rule, next, seen, sets } = sc;
         // DFA state id = id of its (closed) NFA set.
-        let mut sets = SliceInterner::default();
+        sets.clear();
         let mut start = vec![0u32];
-        nfa.closure(&mut start, &mut seen);
+        nfa.closure(&mut start, seen);
         sets.intern(&start);
         let mut dfa = Dfa { n_classes: nc, edges: Vec::new(), ends: vec![0], finals: Vec::new() };
-        // Per-class target lists, reused across states. Byte edges are ranges, so each edge
-        // is spread over the consecutive classes it covers.
-        let class_of: Vec<usize> = {
-            let mut v = vec![0usize; 256];
-            for (c, &rep) in class_rep.iter().enumerate() {
-                v[rep as usize] = c;
-            }
-            // Fill bytes between representatives: classes are contiguous byte ranges.
-            let mut cur = 0;
-            for (b, slot) in v.iter_mut().enumerate() {
-                if class_rep.get(cur + 1).is_some_and(|&r| r as usize == b) {
-                    cur += 1;
-                }
-                *slot = cur;
-            }
-            v
-        };
-        let mut per_class: Vec<Vec<u32>> = vec![Vec::new(); nc];
-        // Classes with at least one target in the current state, in increasing order.
-        let mut touched: Vec<usize> = Vec::new();
-        let mut prev_targets: Vec<u32> = Vec::new();
-        let mut set: Vec<u32> = Vec::new();
-        let mut by_rule: Vec<(u32, u32)> = Vec::new();
-        let mut next: Vec<u32> = Vec::new();
         let mut i = 0;
         while i < sets.len() {
             // `intern` appends to `sets`: copy into a reused buffer.
@@ -124,7 +160,9 @@ impl Dfa {
             set.extend_from_slice(sets.get(i as u32));
             i += 1;
             dfa.finals.push(set.binary_search(&nfa.end).is_ok());
-            for &s in &set {
+            // Per-class target lists. Byte edges are ranges, so each edge is spread over
+            // the consecutive classes it covers.
+            for &s in set.iter() {
                 for &(lo, hi, t) in nfa.bytes.of(s) {
                     let (first, last) = (class_of[lo as usize], class_of[hi as usize]);
                     for (c, targets) in per_class[first..=last].iter_mut().enumerate() {
@@ -138,16 +176,16 @@ impl Dfa {
             touched.sort_unstable();
             // Neighbouring classes usually lead to the same set: reuse its id.
             let mut prev: Option<u32> = None;
-            for &c in &touched {
+            for &c in touched.iter() {
                 let targets = &mut per_class[c];
                 targets.sort_unstable();
                 targets.dedup();
                 let id = match prev {
-                    Some(id) if *targets == prev_targets => id,
+                    Some(id) if *targets == *prev_targets => id,
                     _ => {
                         prev_targets.clear();
                         prev_targets.extend_from_slice(targets);
-                        let id = Self::intern(nfa, targets, &mut seen, &mut sets, max_states)?;
+                        let id = Self::intern(nfa, targets, seen, sets, max_states)?;
                         prev = Some(id);
                         id
                     }
@@ -168,7 +206,7 @@ impl Dfa {
                     next.push(by_rule[k].1);
                     k += 1;
                 }
-                let id = Self::intern(nfa, &mut next, &mut seen, &mut sets, max_states)?;
+                let id = Self::intern(nfa, next, seen, sets, max_states)?;
                 dfa.edges.push((nc as u32 + r, id));
             }
             dfa.ends.push(dfa.edges.len() as u32);
@@ -271,8 +309,18 @@ impl Dfa {
 
     /// Merges states with identical futures: [`Self::minimize_acyclic`] when the DFA has no
     /// cycle (most rules of a JSON schema: objects, enumerations), Hopcroft otherwise.
+    #[cfg(test)]
     pub fn minimize(&mut self) {
-        if !self.minimize_acyclic() {
+        self.minimize_with(&mut SliceInterner::default())
+    }
+
+    /// [`Self::minimize`] with the signature interner of a [`Scratch`] (reused across rules).
+    pub fn minimize_in(&mut self, sc: &mut Scratch) {
+        self.minimize_with(&mut sc.sets)
+    }
+
+    fn minimize_with(&mut self, sigs: &mut SliceInterner) {
+        if !self.minimize_acyclic(sigs) {
             self.minimize_hopcroft();
         }
     }
@@ -282,7 +330,7 @@ impl Dfa {
     /// their classes — names its class, since in a trimmed acyclic DFA two states are
     /// equivalent exactly when their signatures are. Linear in the edges, with one hash
     /// lookup per state. Returns false (changing nothing) when the DFA has a cycle.
-    fn minimize_acyclic(&mut self) -> bool {
+    fn minimize_acyclic(&mut self, sigs: &mut SliceInterner) -> bool {
         let n = self.len();
         // Kahn's algorithm: a topological order exists exactly when there is no cycle.
         let mut indeg = vec![0u32; n];
@@ -305,7 +353,7 @@ impl Dfa {
             return false;
         }
         // A signature is `[final, letter, class, letter, class, …]`.
-        let mut sigs = SliceInterner::default();
+        sigs.clear();
         let mut class = vec![0u32; n];
         let mut sig: Vec<u32> = Vec::new();
         for &s in topo.iter().rev() {
@@ -532,7 +580,7 @@ mod tests {
             let ebnf = format!("root ::= ({alts}) (\"b\" | \"cb\")?");
             let (mut a, class) = dfa(&ebnf);
             let mut h = a.clone();
-            assert!(a.minimize_acyclic(), "case {case}: {ebnf} is acyclic");
+            assert!(a.minimize_acyclic(&mut SliceInterner::default()), "case {case}: {ebnf} is acyclic");
             h.minimize_hopcroft();
             assert_eq!(a.len(), h.len(), "case {case}: {ebnf}");
             for s in &all {
@@ -550,9 +598,42 @@ mod tests {
     #[test]
     fn cycles_go_to_hopcroft() {
         let (mut d, class) = dfa("root ::= (\"ab\" | \"a\" \"b\")* \"c\"");
-        assert!(!d.clone().minimize_acyclic());
+        assert!(!d.clone().minimize_acyclic(&mut SliceInterner::default()));
         d.minimize();
         assert_eq!(d.len(), 3);
         assert!(accepts(&d, &class, b"ababc") && !accepts(&d, &class, b"abac"));
+    }
+
+    #[test]
+    fn a_reused_scratch_builds_what_a_fresh_one_builds() {
+        // Rules of different sizes through one scratch (large first, so later rules see
+        // stale capacity): each DFA must equal the one built from fresh buffers.
+        let g = Grammar::from_ebnf(
+            "root ::= (\"key\" | \"kind\" | \"keys\")+ a b\n\
+             a ::= [a-z]{2,6} \"!\" b*\n\
+             b ::= \"x\" | \"yz\" a?",
+        )
+        .unwrap();
+        let nfas: Vec<Nfa> = g.rules.iter().map(|r| Nfa::build(&r.body, 1 << 20).unwrap()).collect();
+        let (class, n) = super::super::byte_classes(nfas.iter());
+        let rep: Vec<u8> =
+            (0..n).map(|c| (0..=255u8).find(|&b| class[b as usize] as usize == c).unwrap()).collect();
+        let mut sc = Scratch::new(&rep);
+        for round in 0..2 {
+            for (i, nfa) in nfas.iter().enumerate() {
+                let mut reused = Dfa::determinize_with(nfa, &mut sc, 1 << 20).unwrap();
+                let mut fresh = Dfa::determinize(nfa, &rep, 1 << 20).unwrap();
+                for d in [&mut reused, &mut fresh] {
+                    d.trim();
+                }
+                reused.minimize_in(&mut sc);
+                fresh.minimize();
+                assert_eq!(
+                    (&reused.edges, &reused.ends, &reused.finals),
+                    (&fresh.edges, &fresh.ends, &fresh.finals),
+                    "rule {i}, round {round}"
+                );
+            }
+        }
     }
 }

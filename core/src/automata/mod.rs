@@ -143,10 +143,11 @@ impl Automata {
             class_bytes[byte_class[b as usize] as usize].push(b);
         }
         let class_rep: Vec<u8> = class_bytes.iter().map(|v| v[0]).collect();
-        let minimal = |nfa: &Nfa| -> Result<Dfa, Error> {
-            let mut d = Dfa::determinize(nfa, &class_rep, limits.max_dfa_states)?;
+        let mut scratch = dfa::Scratch::new(&class_rep);
+        let mut minimal = |nfa: &Nfa| -> Result<Dfa, Error> {
+            let mut d = Dfa::determinize_with(nfa, &mut scratch, limits.max_dfa_states)?;
             d.trim();
-            d.minimize();
+            d.minimize_in(&mut scratch);
             Ok(d)
         };
         let mut dfas = Vec::with_capacity(plans.len());

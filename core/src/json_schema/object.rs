@@ -27,8 +27,8 @@ use super::whitespace::{alt, is_nothing, lit, nothing, seq};
 use super::SchemaError;
 use crate::grammar::Expr;
 use crate::regex::keyset::{Component, KeySet};
+use rustc_hash::FxHashMap;
 use serde_json::{json, Map, Value};
-use std::collections::HashMap;
 
 /// JSON string bodies (no quotes) whose decoded value is not one of `names`.
 struct Plan {
@@ -37,7 +37,7 @@ struct Plan {
     min: u64,
     max: Option<u64>,
     counting: bool,
-    memo: HashMap<(usize, u64), crate::grammar::RuleId>,
+    memo: FxHashMap<(usize, u64), crate::grammar::RuleId>,
     level: u32,
 }
 
@@ -334,7 +334,7 @@ pub(crate) fn build(
     };
     let counting = min > 0 || max.is_some();
     let reordered: Vec<(Expr, bool)> = required_first.iter().map(|&i| members[i].clone()).collect();
-    let mut plan = Plan { members, extra, min, max, counting, memo: HashMap::new(), level };
+    let mut plan = Plan { members, extra, min, max, counting, memo: FxHashMap::default(), level };
     let nreq = plan.members.iter().filter(|m| m.1).count() as u64;
     if max.is_some_and(|x| x < nreq || x < min) {
         return Ok(nothing());
@@ -343,7 +343,8 @@ pub(crate) fn build(
         plan.any_first(b, ptr)?
     } else if second_order {
         let schema_order = plan.first(b, 0, ptr)?;
-        let mut other = Plan { members: reordered, extra: plan.extra.clone(), memo: HashMap::new(), ..plan };
+        let mut other =
+            Plan { members: reordered, extra: plan.extra.clone(), memo: FxHashMap::default(), ..plan };
         alt(vec![schema_order, other.first(b, 0, ptr)?])
     } else {
         plan.first(b, 0, ptr)?

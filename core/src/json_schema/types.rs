@@ -13,6 +13,7 @@ use super::resolve::{escape_token, Resolver};
 use super::whitespace::{alt, is_nothing, lit, nothing, seq, write_string, Layout};
 use super::{JsonSchemaOptions, SchemaError, SchemaErrorKind, SchemaWarning, Whitespace};
 use crate::grammar::{Expr, Grammar, Rule, RuleId};
+use rustc_hash::FxHashMap;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 
@@ -138,12 +139,12 @@ pub(crate) struct Builder<'a> {
     pub resolver: Resolver,
     pub rules: Vec<Rule>,
     memo: HashMap<(String, u32), RuleId>,
-    any_memo: HashMap<u32, RuleId>,
+    any_memo: FxHashMap<u32, RuleId>,
     number_rule: Option<RuleId>,
     /// Integer ranges already built, by bounds (see [`Builder::int_range`]).
-    int_ranges: HashMap<(Option<i128>, Option<i128>), Expr>,
+    int_ranges: FxHashMap<(Option<i128>, Option<i128>), Expr>,
     string_rule: Option<RuleId>,
-    leaves: HashMap<Expr, RuleId>,
+    leaves: FxHashMap<Expr, RuleId>,
     pub warnings: Vec<SchemaWarning>,
     depth: usize,
     /// The root's `$schema` names Draft 4, 6 or 7, where `$ref` stands alone: its sibling
@@ -164,11 +165,11 @@ impl<'a> Builder<'a> {
             resolver: Resolver::new(root, legacy_draft(root)),
             rules: vec![Rule { name: "root".into(), body: Expr::Empty, keep: false }],
             memo: HashMap::new(),
-            any_memo: HashMap::new(),
+            any_memo: FxHashMap::default(),
             number_rule: None,
-            int_ranges: HashMap::new(),
+            int_ranges: FxHashMap::default(),
             string_rule: None,
-            leaves: HashMap::new(),
+            leaves: FxHashMap::default(),
             warnings: Vec::new(),
             depth: 0,
             ref_alone: legacy_draft(root),
