@@ -199,12 +199,16 @@ impl Automata {
         let mut rule_edges = Vec::new();
         let total: usize = dfas.iter().map(Dfa::len).sum();
         nodes.reserve(total);
-        trans.resize(total * n_classes, DEAD);
+        trans.reserve_exact(total * n_classes);
         for (r, d) in dfas.iter().enumerate() {
             let base = nodes.len() as u32;
             rule_start.push(base);
             for s in 0..d.len() {
-                let row = &mut trans[(base as usize + s) * n_classes..][..n_classes];
+                // Row by row: each row is written while it is in cache (a table-wide fill
+                // first would stream megabytes twice).
+                let at = trans.len();
+                trans.resize(at + n_classes, DEAD);
+                let row = &mut trans[at..];
                 let edges = d.edges(s);
                 // Byte classes sort before rule letters.
                 let n_bytes = edges.partition_point(|e| (e.0 as usize) < n_classes);
