@@ -214,6 +214,58 @@ impl Dfa {
         Ok(dfa)
     }
 
+    /// The minimal DFA of an NFA that is one straight path (each state has one way on: an
+    /// epsilon, a rule, or byte ranges that all lead to the same state) ending at `end`:
+    /// an object member's key and value reference, a literal. `None` for any other shape.
+    /// Equal to determinizing, trimming and minimizing such an NFA (its states are the
+    /// path in order, which is also the order those passes number them), at a fraction of
+    /// the cost: a third of a large schema's rules are straight.
+    pub fn straight_line(nfa: &Nfa, sc: &Scratch) -> Option<Dfa> {
+        let nc = sc.per_class.len();
+        let mut dfa = Dfa { n_classes: nc, edges: Vec::new(), ends: vec![0], finals: Vec::new() };
+        let mut s = 0u32;
+        // A path visits each state once: more steps than states means a cycle.
+        for _ in 0..=nfa.len() {
+            let (eps, bytes, rules) = (nfa.eps.of(s), nfa.bytes.of(s), nfa.rules.of(s));
+            let next = match (eps, bytes, rules) {
+                ([t], [], []) if s != nfa.end => {
+                    s = *t;
+                    continue;
+                }
+                ([], [], []) if s == nfa.end => {
+                    dfa.finals.push(true);
+                    dfa.ends.push(dfa.edges.len() as u32);
+                    return Some(dfa);
+                }
+                ([], [(_, _, t), ..], []) if bytes.iter().all(|e| e.2 == *t) => {
+                    let id = dfa.finals.len() as u32 + 1;
+                    let from = dfa.edges.len();
+                    for &(lo, hi, _) in bytes {
+                        dfa.edges.extend(
+                            (sc.class_of[lo as usize]..=sc.class_of[hi as usize]).map(|c| (c as u32, id)),
+                        );
+                    }
+                    dfa.edges[from..].sort_unstable();
+                    dfa.edges.dedup();
+                    *t
+                }
+                ([], [], [(r, t)]) => {
+                    dfa.edges.push((nc as u32 + r, dfa.finals.len() as u32 + 1));
+                    *t
+                }
+                _ => return None,
+            };
+            if s == nfa.end {
+                // The end with a way on: final in the middle of the path.
+                return None;
+            }
+            dfa.finals.push(false);
+            dfa.ends.push(dfa.edges.len() as u32);
+            s = next;
+        }
+        None
+    }
+
     /// The DFA state of the closure of `next` (clobbered), added if new.
     fn intern(
         nfa: &Nfa,
@@ -635,5 +687,39 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn straight_lines_are_built_as_the_general_construction_builds_them() {
+        let g = Grammar::from_ebnf(
+            "root ::= \"\\\"key\\\": \" b \"!\" [a-f0-9] b b\n\
+             b ::= \"xy\"\n\
+             c ::= \"\"\n\
+             d ::= \"a\" | \"b\"\n\
+             e ::= \"a\"*\n\
+             f ::= \"ab\"?",
+        )
+        .unwrap();
+        let nfas: Vec<Nfa> = g.rules.iter().map(|r| Nfa::build(&r.body, 1 << 20).unwrap()).collect();
+        let (class, n) = super::super::byte_classes(nfas.iter());
+        let rep: Vec<u8> =
+            (0..n).map(|c| (0..=255u8).find(|&b| class[b as usize] as usize == c).unwrap()).collect();
+        let sc = Scratch::new(&rep);
+        let mut straight = Vec::new();
+        for (i, nfa) in nfas.iter().enumerate() {
+            let mut general = Dfa::determinize(nfa, &rep, 1 << 20).unwrap();
+            general.trim();
+            general.minimize();
+            if let Some(d) = Dfa::straight_line(nfa, &sc) {
+                assert_eq!(
+                    (&d.edges, &d.ends, &d.finals),
+                    (&general.edges, &general.ends, &general.finals),
+                    "rule {i}"
+                );
+                straight.push(g.rules[i].name.clone());
+            }
+        }
+        // Alternatives, loops and optional parts take the general construction.
+        assert_eq!(straight, ["root", "b", "c"]);
     }
 }

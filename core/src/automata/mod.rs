@@ -145,6 +145,9 @@ impl Automata {
         let class_rep: Vec<u8> = class_bytes.iter().map(|v| v[0]).collect();
         let mut scratch = dfa::Scratch::new(&class_rep);
         let mut minimal = |nfa: &Nfa| -> Result<Dfa, Error> {
+            if let Some(d) = Dfa::straight_line(nfa, &scratch) {
+                return Ok(d);
+            }
             let mut d = Dfa::determinize_with(nfa, &mut scratch, limits.max_dfa_states)?;
             d.trim();
             d.minimize_in(&mut scratch);
