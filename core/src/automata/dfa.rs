@@ -587,6 +587,15 @@ mod tests {
         (d, class)
     }
 
+    /// The NFAs of a grammar's rules and one byte per byte class over all of them.
+    fn rules(ebnf: &str) -> (Grammar, Vec<Nfa>, Vec<u8>) {
+        let g = Grammar::from_ebnf(ebnf).unwrap();
+        let nfas: Vec<Nfa> = g.rules.iter().map(|r| Nfa::build(&r.body, 1 << 20).unwrap()).collect();
+        let (class, n) = super::super::byte_classes(nfas.iter());
+        let rep = (0..n).map(|c| (0..=255u8).find(|&b| class[b as usize] as usize == c).unwrap()).collect();
+        (g, nfas, rep)
+    }
+
     fn accepts(d: &Dfa, class: &[u8; 256], s: &[u8]) -> bool {
         let mut cur = 0usize;
         for &b in s {
@@ -660,16 +669,11 @@ mod tests {
     fn a_reused_scratch_builds_what_a_fresh_one_builds() {
         // Rules of different sizes through one scratch (large first, so later rules see
         // stale capacity): each DFA must equal the one built from fresh buffers.
-        let g = Grammar::from_ebnf(
+        let (_, nfas, rep) = rules(
             "root ::= (\"key\" | \"kind\" | \"keys\")+ a b\n\
              a ::= [a-z]{2,6} \"!\" b*\n\
              b ::= \"x\" | \"yz\" a?",
-        )
-        .unwrap();
-        let nfas: Vec<Nfa> = g.rules.iter().map(|r| Nfa::build(&r.body, 1 << 20).unwrap()).collect();
-        let (class, n) = super::super::byte_classes(nfas.iter());
-        let rep: Vec<u8> =
-            (0..n).map(|c| (0..=255u8).find(|&b| class[b as usize] as usize == c).unwrap()).collect();
+        );
         let mut sc = Scratch::new(&rep);
         for round in 0..2 {
             for (i, nfa) in nfas.iter().enumerate() {
@@ -691,19 +695,14 @@ mod tests {
 
     #[test]
     fn straight_lines_are_built_as_the_general_construction_builds_them() {
-        let g = Grammar::from_ebnf(
+        let (g, nfas, rep) = rules(
             "root ::= \"\\\"key\\\": \" b \"!\" [a-f0-9] b b\n\
              b ::= \"xy\"\n\
              c ::= \"\"\n\
              d ::= \"a\" | \"b\"\n\
              e ::= \"a\"*\n\
              f ::= \"ab\"?",
-        )
-        .unwrap();
-        let nfas: Vec<Nfa> = g.rules.iter().map(|r| Nfa::build(&r.body, 1 << 20).unwrap()).collect();
-        let (class, n) = super::super::byte_classes(nfas.iter());
-        let rep: Vec<u8> =
-            (0..n).map(|c| (0..=255u8).find(|&b| class[b as usize] as usize == c).unwrap()).collect();
+        );
         let sc = Scratch::new(&rep);
         let mut straight = Vec::new();
         for (i, nfa) in nfas.iter().enumerate() {
