@@ -51,6 +51,31 @@ fn masks_reports_rejection() {
 }
 
 #[test]
+fn extra_properties_are_an_option_of_json_schemas() {
+    let dir = std::env::temp_dir().join(format!("grammask-cli-extra-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let schema = dir.join("schema.json");
+    std::fs::write(&schema, r#"{"type": "object", "properties": {"name": {"type": "string"}}}"#).unwrap();
+    let tok = common::data_dir().join("tokenizers/llama3_1");
+    let last_line = |extra: bool| {
+        let mut cmd = grammask();
+        cmd.args(["masks", "--tokenizer"]).arg(&tok).arg("--json-schema").arg(&schema);
+        if extra {
+            cmd.arg("--allow-extra-properties");
+        }
+        let out = cmd.args(["--text", r#"{"name": "x", "size": 3}"#]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().lines().last().unwrap().to_string()
+    };
+    // Strict by default: the undeclared `size` is refused; allowed on request.
+    assert_eq!(last_line(false), r#"{"accepted":false,"can_terminate":false}"#);
+    assert_eq!(last_line(true), r#"{"accepted":true,"can_terminate":true}"#);
+    // The option belongs to JSON Schemas only.
+    let out = grammask().args(["inspect", "--builtin-json", "--allow-extra-properties"]).output().unwrap();
+    assert!(!out.status.success());
+}
+
+#[test]
 fn bad_grammar_is_an_error_not_a_panic() {
     let dir = std::env::temp_dir().join(format!("grammask-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

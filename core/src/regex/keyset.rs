@@ -332,8 +332,7 @@ impl KeySet {
         }
         // One rule per state would leave a key class as a chain of rule calls, which the
         // matcher walks item by item; instead a state reached from exactly one other
-        // state is written inside that state's body (a trie becomes one expression), and
-        // the sink — "any characters" — is written in place wherever it is entered.
+        // state is written inside that state's body (a trie becomes one expression).
         let mut indegree = vec![0u32; n + 1];
         for s in (0..=n).filter(|&s| live[s]) {
             for (_, t) in &succs[s] {
@@ -342,25 +341,50 @@ impl KeySet {
                 }
             }
         }
-        let sink_expr = || Expr::Repeat { expr: Box::new(json_string_char(ANY)), min: 0, max: None };
+        // Each edge's characters as an expression, once (every pass reads them).
+        let classes: Vec<Vec<EdgeClass>> = succs
+            .iter()
+            .enumerate()
+            .map(|(s, edges)| {
+                if !live[s] {
+                    return Vec::new();
+                }
+                edges
+                    .iter()
+                    .map(|(ranges, t)| {
+                        if *t != sink {
+                            return EdgeClass::Stay(json_string_char(ranges));
+                        }
+                        // Where the gap holds all of OTHER, only its printable ASCII
+                        // part is written at the state (see `Emit::body`).
+                        if subtract_class(OTHER, ranges).is_empty() {
+                            let ascii = subtract_class(ranges, OTHER);
+                            EdgeClass::Leave {
+                                by_other: true,
+                                rest: (!ascii.is_empty()).then(|| json_string_char(&ascii)),
+                            }
+                        } else {
+                            EdgeClass::Leave { by_other: false, rest: Some(json_string_char(ranges)) }
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
         let mut emit = Emit {
             succs: &succs,
+            classes: &classes,
             live: &live,
             indegree: &indegree,
-            sink,
+            is_final: &is_final,
             rule_of: vec![None; n + 1],
             queue: Vec::new(),
             first,
         };
         // The start is written in place too unless some state leads back to it.
-        let start = if indegree[0] == 0 {
-            emit.body(0, 0, &is_final, &sink_expr)
-        } else {
-            Expr::Rule(emit.rule_for(0))
-        };
+        let start = if indegree[0] == 0 { emit.body(0) } else { Expr::Rule(emit.rule_for(0)) };
         let mut bodies = Vec::new();
         while let Some(s) = emit.queue.get(bodies.len()).copied() {
-            let body = emit.body(s, 0, &is_final, &sink_expr);
+            let body = emit.body(s);
             bodies.push(body);
         }
         Some((start, bodies))
@@ -370,12 +394,39 @@ impl KeySet {
 /// A state's `(ranges, target)` edges.
 type Edges = Vec<(Vec<(u32, u32)>, usize)>;
 
+/// The characters no key of printable ASCII spells: those written escaped (`"`, `\`,
+/// control characters) and all non-ASCII. At a state of such keys, each of them leaves
+/// the automaton.
+const OTHER: &[(u32, u32)] = &[(0, 0x1F), (0x22, 0x22), (0x5C, 0x5C), (0x80, 0xD7FF), (0xE000, 0x10FFFF)];
+
+/// An edge's characters, written as an expression.
+enum EdgeClass {
+    /// To a state of the automaton.
+    Stay(Expr),
+    /// To the sink: whether the gap holds all of [`OTHER`], and the rest of it.
+    Leave { by_other: bool, rest: Option<Expr> },
+}
+
+/// Which paths of a rule body one pass writes (see [`Emit::body`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    /// Paths that stay in the automaton: to final states and to other rules.
+    Stay,
+    /// Paths that leave it: a prefix, then the state's gap (what no edge takes), less
+    /// [`OTHER`] where the gap holds all of it.
+    Leave,
+    /// Prefixes whose state's gap holds all of [`OTHER`].
+    LeaveByOther,
+}
+
 /// Writes a key-class automaton back as grammar rules (see [`KeySet::class_rules`]).
 struct Emit<'a> {
     succs: &'a [Edges],
+    /// `classes[s][k]`: the characters of `succs[s][k]`.
+    classes: &'a [Vec<EdgeClass>],
     live: &'a [bool],
     indegree: &'a [u32],
-    sink: usize,
+    is_final: &'a dyn Fn(usize) -> bool,
     /// The rule of each state that has one.
     rule_of: Vec<Option<RuleId>>,
     /// States with a rule, in rule order.
@@ -398,45 +449,96 @@ impl Emit<'_> {
         r
     }
 
-    fn body(
-        &mut self,
-        s: usize,
-        depth: usize,
-        is_final: &dyn Fn(usize) -> bool,
-        sink: &dyn Fn() -> Expr,
-    ) -> Expr {
+    /// The body of state `s`'s rule (or of the start, written in place).
+    ///
+    /// Leaving the automaton — a gap character, then anything — is possible at nearly
+    /// every state of "any key but these names". Written at each state, every copy of
+    /// that tail (a cyclic UTF-8 automaton) was determinized and minimized again before
+    /// the copies collapsed into one: a Kubernetes schema with extra properties allowed
+    /// spent ~1.6G instructions on it. So a body is written as
+    /// `stay | (leave | leave_by_other OTHER) tail`: the paths are spelled out per pass
+    /// (the prefixes are shared again by the subset construction, which walks the copies
+    /// in step), and the tail and the [`OTHER`] class appear once.
+    fn body(&mut self, s: usize) -> Expr {
+        let stay = self.pass(s, 0, Pass::Stay);
+        let leave = self.pass(s, 0, Pass::Leave);
+        let by_other = self.pass(s, 0, Pass::LeaveByOther);
+        let by_other = by_other.map(|p| Expr::Seq(vec![p, json_string_char(OTHER)]));
+        let exits: Vec<Expr> = leave.into_iter().chain(by_other).collect();
+        let mut alts: Vec<Expr> = stay.into_iter().collect();
+        if !exits.is_empty() {
+            let tail = Expr::Repeat { expr: Box::new(json_string_char(ANY)), min: 0, max: None };
+            alts.push(Expr::Seq(vec![alt_of(exits), tail]));
+        }
+        alt_of(alts)
+    }
+
+    /// One pass's paths from `s`, `None` when it has none. States reached from one place
+    /// are nested; the decision is made in the [`Pass::Stay`] pass, which runs first and
+    /// gives the other states their rules, so the later passes nest the same states.
+    fn pass(&mut self, s: usize, depth: usize, pass: Pass) -> Option<Expr> {
         // Self-loops become a repetition, so that the rules of a DFA whose only cycles
         // are self-loops (tries, `[a-z]+`, `.{1,9}`) are not recursive and the grammar
         // optimizer can inline them into one automaton.
         let mut alts = Vec::new();
         let mut self_loop = None;
-        if is_final(s) {
+        if pass == Pass::Stay && (self.is_final)(s) {
             alts.push(Expr::Empty);
         }
-        let succs = self.succs;
-        for (ranges, t) in &succs[s] {
+        let (succs, classes) = (self.succs, self.classes);
+        for ((_, t), class) in succs[s].iter().zip(&classes[s]) {
             let t = *t;
+            let c = match class {
+                EdgeClass::Leave { by_other, rest } => {
+                    match pass {
+                        Pass::Stay => {}
+                        Pass::Leave => alts.extend(rest.iter().cloned()),
+                        Pass::LeaveByOther if *by_other => alts.push(Expr::Empty),
+                        Pass::LeaveByOther => {}
+                    }
+                    continue;
+                }
+                EdgeClass::Stay(c) => c,
+            };
             if t == s {
-                self_loop = Some(json_string_char(ranges));
+                self_loop = Some(c.clone());
                 continue;
             }
             if !self.live[t] {
                 continue;
             }
-            let next = if t == self.sink {
-                sink()
-            } else if self.indegree[t] == 1 && depth < EMBED_DEPTH_MAX && self.rule_of[t].is_none() {
-                self.body(t, depth + 1, is_final, sink)
-            } else {
-                Expr::Rule(self.rule_for(t))
+            let nest = match pass {
+                Pass::Stay => self.indegree[t] == 1 && depth < EMBED_DEPTH_MAX && self.rule_of[t].is_none(),
+                _ => self.rule_of[t].is_none(),
             };
-            alts.push(Expr::Seq(vec![json_string_char(ranges), next]));
+            let next = if nest {
+                self.pass(t, depth + 1, pass)
+            } else if pass == Pass::Stay {
+                Some(Expr::Rule(self.rule_for(t)))
+            } else {
+                None
+            };
+            if let Some(next) = next {
+                alts.push(Expr::Seq(vec![c.clone(), next]));
+            }
         }
-        let rest = if alts.len() == 1 { alts.pop().unwrap_or(Expr::Empty) } else { Expr::Alt(alts) };
-        match self_loop {
+        if alts.is_empty() {
+            return None;
+        }
+        let rest = alt_of(alts);
+        Some(match self_loop {
             Some(c) => Expr::Seq(vec![Expr::Repeat { expr: Box::new(c), min: 0, max: None }, rest]),
             None => rest,
-        }
+        })
+    }
+}
+
+/// One expression for alternatives (a single one stands alone).
+fn alt_of(mut alts: Vec<Expr>) -> Expr {
+    if alts.len() == 1 {
+        alts.pop().unwrap_or(Expr::Empty)
+    } else {
+        Expr::Alt(alts)
     }
 }
 
@@ -454,7 +556,7 @@ const ANY_LEN: u64 = 0xD800 + (0x11_0000 - 0xE000);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::grammar::testing::matches;
+    use crate::grammar::testing::{matches, recognizer};
 
     fn ks(c: &[Component<'_>]) -> KeySet {
         KeySet::build(c, &RegexLimits::default()).unwrap()
@@ -487,7 +589,9 @@ mod tests {
         let (start, rules) = k.class_rules(|l| l == 0, 7).unwrap();
         assert!(rules.is_empty());
         assert_eq!(count_rule_calls(&start), 0);
-        for key in ["", "len", "lengthy", "width_", "x", "r\\\"", "widt"] {
+        for key in
+            ["", "len", "lengthy", "width_", "x", "r\\\"", "widt", "é", "lé", "w\\n", "\\u0001x", "\\\\"]
+        {
             assert!(matches(&start, key), "{key:?}");
         }
         for key in ["length", "radius", "width", "widths"] {
@@ -496,6 +600,50 @@ mod tests {
         let (declared, rules) = k.class_rules(|l| l == 1, 0).unwrap();
         assert!(rules.is_empty());
         assert!(matches(&declared, "widths") && !matches(&declared, "wid"));
+    }
+
+    #[test]
+    fn leaving_the_automaton_is_written_once() {
+        // "Any key but these": exactly the JSON string bodies that spell no declared name
+        // (names with escaped and non-ASCII characters take the other path at their
+        // states), with the "then anything" tail and the OTHER class written once.
+        let names = ["apiVersion", "kind", "metadata", "spec", "status", "a\"b", "é1"];
+        let k = ks(&[Component::Names(&names)]);
+        let (start, rules) = k.class_rules(|l| l == 0, 0).unwrap();
+        assert!(rules.is_empty());
+        let any_body = recognizer(&Expr::Repeat { expr: Box::new(json_string_char(ANY)), min: 0, max: None });
+        let re = recognizer(&start);
+        let alphabet = ["a", "p", "i", "V", "k", "s", "\\\"", "b", "é", "1", "\\u001f", "\\n", "😀", "x"];
+        let mut keys = vec![String::new()];
+        for _ in 0..3 {
+            let longer: Vec<String> =
+                keys.iter().flat_map(|k| alphabet.iter().map(move |c| format!("{k}{c}"))).collect();
+            keys.extend(longer);
+        }
+        keys.extend(["apiVersio", "apiVersionX", "spe", "statuses", "é", "é12", "a\\\"b"].map(String::from));
+        for key in &keys {
+            let declared = names.iter().any(|n| to_json_body(n) == *key);
+            assert_eq!(re.is_match(key), any_body.is_match(key) && !declared, "{key:?}");
+        }
+        let mut tails = 0;
+        count_tails(&start, &mut tails);
+        assert_eq!(tails, 1);
+    }
+
+    /// Unbounded repetitions of a class reaching past ASCII: the "anything" tails.
+    fn count_tails(e: &Expr, n: &mut usize) {
+        match e {
+            Expr::Repeat { expr, max: None, .. } if expr.size() > 8 => *n += 1,
+            Expr::Seq(v) | Expr::Alt(v) => v.iter().for_each(|x| count_tails(x, n)),
+            Expr::Repeat { expr, .. } => count_tails(expr, n),
+            _ => {}
+        }
+    }
+
+    /// `s` as written inside a JSON string (the canonical escapes only).
+    fn to_json_body(s: &str) -> String {
+        let quoted = serde_json::to_string(s).unwrap_or_default();
+        quoted[1..quoted.len() - 1].to_string()
     }
 
     #[test]

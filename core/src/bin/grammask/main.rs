@@ -27,7 +27,7 @@ mod masks;
 mod stats;
 
 use clap::{Args, Parser, Subcommand};
-use grammask::{GrammarSpec, TokenizerInfo, TokenizerOptions};
+use grammask::{GrammarSpec, JsonSchemaOptions, TokenizerInfo, TokenizerOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -54,20 +54,24 @@ enum Command {
 
 /// Where the grammar comes from.
 #[derive(Args, Clone)]
-#[group(required = false, multiple = false)]
+#[group(skip)]
 pub struct GrammarArgs {
     /// EBNF grammar file (root rule `root`).
-    #[arg(long)]
+    #[arg(long, group = "source")]
     grammar: Option<PathBuf>,
     /// The builtin JSON grammar (ECMA-404).
-    #[arg(long)]
+    #[arg(long, group = "source")]
     builtin_json: bool,
     /// A JSON Schema file (compact whitespace, strict).
-    #[arg(long)]
+    #[arg(long, group = "source")]
     json_schema: Option<PathBuf>,
     /// A regular expression the whole output must match.
-    #[arg(long)]
+    #[arg(long, group = "source")]
     regex: Option<String>,
+    /// With `--json-schema`: objects that say nothing about `additionalProperties` allow
+    /// extra members (JSON Schema's meaning) instead of none (strict, the default).
+    #[arg(long, requires = "json_schema", conflicts_with_all = ["grammar", "builtin_json", "regex"])]
+    allow_extra_properties: bool,
 }
 
 impl GrammarArgs {
@@ -75,7 +79,8 @@ impl GrammarArgs {
     pub fn spec(&self) -> Result<GrammarSpec, String> {
         if let Some(p) = &self.json_schema {
             let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
-            return Ok(GrammarSpec::json_schema(text));
+            let options = JsonSchemaOptions { strict: !self.allow_extra_properties, ..Default::default() };
+            return Ok(GrammarSpec::JsonSchema { schema: text, options });
         }
         if let Some(r) = &self.regex {
             return Ok(GrammarSpec::Regex(r.clone()));
