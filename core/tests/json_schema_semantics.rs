@@ -451,6 +451,27 @@ fn ref_siblings_are_ignored_before_draft_2019() {
 }
 
 #[test]
+fn schema_order_members_are_built_once() {
+    // In schema order a member is written after each member that may precede it (the
+    // object's first member is any of them); inlined, each place determinized its own copy
+    // of the member's key and value. One rule each keeps the object near the sum of its
+    // members.
+    let members: Vec<String> = (0..8)
+        .map(|i| {
+            format!(r#""member_{i}":{{"enum":["first-value-{i}","second-value-{i}","third-value-{i}"]}}"#)
+        })
+        .collect();
+    let states = |members: &[String]| {
+        let s = format!(r#"{{"type":"object","properties":{{{}}}}}"#, members.join(","));
+        let g = json_schema_str_to_grammar(&s, &JsonSchemaOptions::default()).unwrap();
+        compiler().compile(&GrammarSpec::Grammar(g)).unwrap().automata().num_states()
+    };
+    let whole = states(&members);
+    let alone: usize = members.iter().map(|m| states(std::slice::from_ref(m))).sum();
+    assert!(whole < alone + alone / 2, "8 members: {whole} states; each alone: {alone} in all");
+}
+
+#[test]
 fn any_order_members_are_built_once() {
     // Each member is written in up to 2^(n-1) places of the any-order lattice; its value
     // must be one rule there, not a copy per place (copies multiplied a Kubernetes
