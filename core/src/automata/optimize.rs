@@ -73,6 +73,9 @@ fn productive(e: &Expr, p: &[bool]) -> bool {
 /// Replaces references to rules that derive no finite string with the empty set.
 pub fn remove_unproductive(g: &mut Grammar) -> Result<(), GrammarError> {
     let p = productive_rules(g)?;
+    if p.iter().all(|&x| x) {
+        return Ok(());
+    }
     for r in &mut g.rules {
         r.body.map_rules(&mut |id| if p[id.index()] { Expr::Rule(id) } else { Expr::Alt(vec![]) });
     }
@@ -149,7 +152,9 @@ pub fn productive_rules(g: &Grammar) -> Result<Vec<bool>, GrammarError> {
     let mut p = vec![false; g.rules.len()];
     loop {
         let mut changed = false;
-        for (i, r) in g.rules.iter().enumerate() {
+        // Last rule first: converters create a rule before the ones it calls, so most
+        // callees are decided before their callers in the same sweep.
+        for (i, r) in g.rules.iter().enumerate().rev() {
             if !p[i] && productive(&r.body, &p) {
                 p[i] = true;
                 changed = true;
