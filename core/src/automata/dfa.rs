@@ -81,6 +81,16 @@ impl SliceInterner {
     }
 }
 
+/// Where [`Dfa::straight_walk`] stopped.
+enum Walk {
+    /// At the final state: the NFA is one path.
+    Whole,
+    /// At this NFA state, the first that branches.
+    At(u32),
+    /// Somewhere a chain cannot end (a final state with a way on, a cycle).
+    No,
+}
+
 /// Buffers of the subset construction, reused across the rules of one grammar.
 pub(crate) struct Scratch {
     /// Class of each byte.
@@ -95,6 +105,8 @@ pub(crate) struct Scratch {
     /// All false between uses (`Nfa::closure` clears what it sets).
     seen: Vec<bool>,
     sets: SliceInterner,
+    /// NFA states passed by the last [`Dfa::straight_walk`].
+    walked: Vec<u32>,
 }
 
 impl Scratch {
@@ -119,6 +131,7 @@ impl Scratch {
             next: Vec::new(),
             seen: Vec::new(),
             sets: SliceInterner::default(),
+            walked: Vec::new(),
         }
     }
 }
@@ -139,17 +152,50 @@ impl Dfa {
         Self::determinize_with(nfa, &mut Scratch::new(class_rep), max_states)
     }
 
+    /// The minimal DFA of `nfa`: [`Self::straight_line`] when the NFA is one path, else the
+    /// subset construction, trimmed and minimized — with a straight start (an object
+    /// member's `"key": ` before its value) built as a chain and only the rest determinized
+    /// when the two provably give the same automaton ([`Self::followed_by`]). About half
+    /// the states of a large schema's non-straight rules are such chains.
+    pub fn minimal(nfa: &Nfa, sc: &mut Scratch, max_states: usize) -> Result<Dfa, Error> {
+        if sc.seen.len() < nfa.len() {
+            sc.seen.resize(nfa.len(), false);
+        }
+        let (chain, walk) = Self::straight_walk(nfa, sc);
+        match walk {
+            Walk::Whole => return Ok(chain),
+            Walk::At(p) if chain.len() >= 2 && nfa.entered_only_along(&sc.walked, &mut sc.seen) => {
+                let mut rest = Self::determinize_from(nfa, p, sc, max_states)?;
+                rest.trim();
+                rest.minimize_in(sc);
+                if let Some(d) = chain.followed_by(rest) {
+                    return Ok(d);
+                }
+            }
+            _ => {}
+        }
+        let mut d = Self::determinize_with(nfa, sc, max_states)?;
+        d.trim();
+        d.minimize_in(sc);
+        Ok(d)
+    }
+
     /// Subset construction with buffers reused across rules (a schema has hundreds of
     /// small rules: allocating the per-class lists for each cost more than filling them).
     pub fn determinize_with(nfa: &Nfa, sc: &mut Scratch, max_states: usize) -> Result<Dfa, Error> {
+        Self::determinize_from(nfa, 0, sc, max_states)
+    }
+
+    /// The subset construction from the closure of NFA state `start`.
+    fn determinize_from(nfa: &Nfa, start: u32, sc: &mut Scratch, max_states: usize) -> Result<Dfa, Error> {
         let nc = sc.per_class.len();
         if sc.seen.len() < nfa.len() {
             sc.seen.resize(nfa.len(), false);
         }
-        let Scratch { class_of, per_class, touched, prev_targets, set, by_rule, next, seen, sets } = sc;
+        let Scratch { class_of, per_class, touched, prev_targets, set, by_rule, next, seen, sets, .. } = sc;
         // DFA state id = id of its (closed) NFA set.
         sets.clear();
-        let mut start = vec![0u32];
+        let mut start = vec![start];
         nfa.closure(&mut start, seen);
         sets.intern(&start);
         let mut dfa = Dfa { n_classes: nc, edges: Vec::new(), ends: vec![0], finals: Vec::new() };
@@ -220,22 +266,35 @@ impl Dfa {
     /// Equal to determinizing, trimming and minimizing such an NFA (its states are the
     /// path in order, which is also the order those passes number them), at a fraction of
     /// the cost: a third of a large schema's rules are straight.
-    pub fn straight_line(nfa: &Nfa, sc: &Scratch) -> Option<Dfa> {
+    #[cfg(test)]
+    pub fn straight_line(nfa: &Nfa, sc: &mut Scratch) -> Option<Dfa> {
+        match Self::straight_walk(nfa, sc) {
+            (d, Walk::Whole) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// Follows the straight start of `nfa` (see [`Self::straight_line`]), one DFA state per
+    /// byte or rule step; the last state's edges lead to state `len()`, the one where the
+    /// walk stopped. The NFA states passed are left in `sc.walked`.
+    fn straight_walk(nfa: &Nfa, sc: &mut Scratch) -> (Dfa, Walk) {
         let nc = sc.per_class.len();
         let mut dfa = Dfa { n_classes: nc, edges: Vec::new(), ends: vec![0], finals: Vec::new() };
+        sc.walked.clear();
         let mut s = 0u32;
         // A path visits each state once: more steps than states means a cycle.
         for _ in 0..=nfa.len() {
             let (eps, bytes, rules) = (nfa.eps.of(s), nfa.bytes.of(s), nfa.rules.of(s));
             let next = match (eps, bytes, rules) {
                 ([t], [], []) if s != nfa.end => {
+                    sc.walked.push(s);
                     s = *t;
                     continue;
                 }
                 ([], [], []) if s == nfa.end => {
                     dfa.finals.push(true);
                     dfa.ends.push(dfa.edges.len() as u32);
-                    return Some(dfa);
+                    return (dfa, Walk::Whole);
                 }
                 ([], [(_, _, t), ..], []) if bytes.iter().all(|e| e.2 == *t) => {
                     let id = dfa.finals.len() as u32 + 1;
@@ -253,17 +312,49 @@ impl Dfa {
                     dfa.edges.push((nc as u32 + r, dfa.finals.len() as u32 + 1));
                     *t
                 }
-                _ => return None,
+                // Where the path branches, the general construction takes over.
+                _ if s != nfa.end => return (dfa, Walk::At(s)),
+                _ => return (dfa, Walk::No),
             };
             if s == nfa.end {
                 // The end with a way on: final in the middle of the path.
-                return None;
+                return (dfa, Walk::No);
             }
+            sc.walked.push(s);
             dfa.finals.push(false);
             dfa.ends.push(dfa.edges.len() as u32);
             s = next;
         }
-        None
+        (dfa, Walk::No)
+    }
+
+    /// This chain (from [`Self::straight_walk`]) followed by `rest`, the trimmed minimal DFA
+    /// from where the walk stopped, if that is the minimal DFA of the whole: `rest`'s start
+    /// is live, and no state of `rest` is equivalent to the chain's last state (then no
+    /// other chain state has an equivalent either: each one's only successor is the next
+    /// chain state). States are numbered as the general construction numbers them: the
+    /// chain in order, then `rest` in its order.
+    fn followed_by(mut self, rest: Dfa) -> Option<Dfa> {
+        let k = self.len() as u32;
+        if rest.len() == 1 && !rest.finals[0] && rest.edges(0).is_empty() {
+            return None;
+        }
+        let last = self.edges(k as usize - 1);
+        // Equivalent to the last chain state: not final, and the same letters, all into
+        // `rest`'s start (in a trimmed minimal DFA, equivalent targets are equal).
+        let same_as_last = |q: usize| {
+            !rest.finals[q]
+                && rest.edges(q).len() == last.len()
+                && rest.edges(q).iter().zip(last).all(|(a, b)| a.0 == b.0 && a.1 == 0)
+        };
+        if (0..rest.len()).any(same_as_last) {
+            return None;
+        }
+        let base = self.edges.len() as u32;
+        self.edges.extend(rest.edges.iter().map(|&(l, t)| (l, t + k)));
+        self.ends.extend(rest.ends[1..].iter().map(|&e| e + base));
+        self.finals.extend_from_slice(&rest.finals);
+        Some(self)
     }
 
     /// The DFA state of the closure of `next` (clobbered), added if new.
@@ -703,13 +794,13 @@ mod tests {
              e ::= \"a\"*\n\
              f ::= \"ab\"?",
         );
-        let sc = Scratch::new(&rep);
+        let mut sc = Scratch::new(&rep);
         let mut straight = Vec::new();
         for (i, nfa) in nfas.iter().enumerate() {
             let mut general = Dfa::determinize(nfa, &rep, 1 << 20).unwrap();
             general.trim();
             general.minimize();
-            if let Some(d) = Dfa::straight_line(nfa, &sc) {
+            if let Some(d) = Dfa::straight_line(nfa, &mut sc) {
                 assert_eq!(
                     (&d.edges, &d.ends, &d.finals),
                     (&general.edges, &general.ends, &general.finals),
@@ -720,5 +811,45 @@ mod tests {
         }
         // Alternatives, loops and optional parts take the general construction.
         assert_eq!(straight, ["root", "b", "c"]);
+    }
+
+    #[test]
+    fn chains_then_the_rest_build_what_the_general_construction_builds() {
+        let (g, nfas, rep) = rules(
+            "root ::= \"\\\"key\\\": \" (\"x\" | \"yz\" | b)\n\
+             b ::= \"ab\" (\"c\" | \"d\")*\n\
+             c ::= (\"ab\" \"c\")*\n\
+             d ::= \"xy\" (\"z\" \"xy\")*\n\
+             e ::= \"k\" b \"v\" (\"1\" | \"2\") b\n\
+             f ::= \"ab\" (\"c\" | \"\")\n\
+             h ::= \"xyz\" (\"q\" \"yz\")+ | \"w\"",
+        );
+        let mut sc = Scratch::new(&rep);
+        let mut split = Vec::new();
+        for (i, nfa) in nfas.iter().enumerate() {
+            let mut general = Dfa::determinize(nfa, &rep, 1 << 20).unwrap();
+            general.trim();
+            general.minimize();
+            let d = Dfa::minimal(nfa, &mut sc, 1 << 20).unwrap();
+            assert_eq!(
+                (&d.edges, &d.ends, &d.finals),
+                (&general.edges, &general.ends, &general.finals),
+                "rule {i}"
+            );
+            // Which rules the chain-then-rest construction took.
+            if let (chain, Walk::At(p)) = Dfa::straight_walk(nfa, &mut sc) {
+                if chain.len() >= 2 && nfa.entered_only_along(&sc.walked, &mut sc.seen) {
+                    let mut rest = Dfa::determinize_from(nfa, p, &mut sc, 1 << 20).unwrap();
+                    rest.trim();
+                    rest.minimize_in(&mut sc);
+                    if chain.followed_by(rest).is_some() {
+                        split.push(g.rules[i].name.clone());
+                    }
+                }
+            }
+        }
+        // `c` starts with a loop, `h` with a choice; in `d` the chain's last state ("x",
+        // then "y" into the loop) is equivalent to the loop's own "x" state.
+        assert_eq!(split, ["root", "b", "e", "f"]);
     }
 }

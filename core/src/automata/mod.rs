@@ -144,15 +144,7 @@ impl Automata {
         }
         let class_rep: Vec<u8> = class_bytes.iter().map(|v| v[0]).collect();
         let mut scratch = dfa::Scratch::new(&class_rep);
-        let mut minimal = |nfa: &Nfa| -> Result<Dfa, Error> {
-            if let Some(d) = Dfa::straight_line(nfa, &scratch) {
-                return Ok(d);
-            }
-            let mut d = Dfa::determinize_with(nfa, &mut scratch, limits.max_dfa_states)?;
-            d.trim();
-            d.minimize_in(&mut scratch);
-            Ok(d)
-        };
+        let mut minimal = |nfa: &Nfa| Dfa::minimal(nfa, &mut scratch, limits.max_dfa_states);
         let mut dfas = Vec::with_capacity(plans.len());
         let mut total = 0;
         for (plan, rule) in plans.iter().zip(&g.rules) {

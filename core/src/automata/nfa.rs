@@ -86,6 +86,24 @@ impl Nfa {
         self.len
     }
 
+    /// No edge enters `path` (states along a path from the start) except from `path`
+    /// itself: nothing else can lead back into it. `seen` is all false, and left so.
+    pub fn entered_only_along(&self, path: &[u32], seen: &mut [bool]) -> bool {
+        for &s in path {
+            seen[s as usize] = true;
+        }
+        let seen_ = &*seen;
+        let ok = (0..self.len as u32).filter(|&s| !seen_[s as usize]).all(|s| {
+            self.eps.of(s).iter().all(|&t| !seen_[t as usize])
+                && self.bytes.of(s).iter().all(|e| !seen_[e.2 as usize])
+                && self.rules.of(s).iter().all(|e| !seen_[e.1 as usize])
+        });
+        for &s in path {
+            seen[s as usize] = false;
+        }
+        ok
+    }
+
     /// Epsilon closure of `set` (sorted, deduplicated), keeping only the states with a byte
     /// or rule edge and the final state. Two subsets that differ only in pass-through
     /// states (the joins and loop heads of the Thompson construction) have the same future,
