@@ -103,10 +103,24 @@ pub(crate) fn int_range(lo: u128, hi: Option<u128>) -> Expr {
     }
     let mut alts = Vec::new();
     let (la, lb) = (digits_of(lo).len() as u32, digits_of(hi).len() as u32);
+    // Consecutive lengths taken whole (`[1-9][0-9]{k}` for k in a..=b) are written as one
+    // counted repetition: the i64 range has 17 of them, and as separate alternatives they
+    // were a ~900-state NFA for a ~60-state DFA.
+    let mut whole: Option<(u32, u32)> = None;
     for len in la..=lb {
         let start = if len == la { lo } else { 10u128.pow(len - 1) };
         let end = if len == lb { hi } else { 10u128.pow(len) - 1 };
+        if start == 10u128.pow(len - 1).max(1) && end == 10u128.pow(len) - 1 {
+            whole = Some((whole.map_or(len, |w| w.0), len));
+            continue;
+        }
+        if let Some((a, b)) = whole.take() {
+            alts.push(seq(vec![digit_class(1, 9), digits(a - 1, Some(b - 1))]));
+        }
         alts.push(same_len(&digits_of(start), &digits_of(end)));
+    }
+    if let Some((a, b)) = whole {
+        alts.push(seq(vec![digit_class(1, 9), digits(a - 1, Some(b - 1))]));
     }
     alt(alts)
 }
@@ -505,9 +519,14 @@ mod tests {
             (None, Some(-3)),
             (Some(0), Some(0)),
             (Some(99), Some(1001)),
+            (Some(-5), Some(100_000_000)),
+            (Some(1), Some(99_999)),
+            (Some(i64::MIN as i128), Some(i64::MAX as i128)),
         ] {
             let e = signed_range(lo, hi);
-            for x in -300i128..1200 {
+            let edges = (1..=19).map(|k| 10i128.pow(k)).flat_map(|p| [p - 1, p, p + 1, -p - 1, -p, -p + 1]);
+            let bounds = [lo, hi].into_iter().flatten().flat_map(|b| [b - 1, b, b + 1]);
+            for x in (-300i128..1200).chain(edges).chain(bounds) {
                 let want = lo.map_or(true, |l| x >= l) && hi.map_or(true, |h| x <= h);
                 assert_eq!(matches(&e, &x.to_string()), want, "{lo:?}..{hi:?} {x}");
             }

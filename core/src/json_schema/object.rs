@@ -257,7 +257,10 @@ pub(crate) fn build(
         let value = value_of(props.get(*name), label)
             .or_else(|| (req && implicitly_closed).then_some(Value::Bool(true)));
         let v = match value.filter(|_| keys.names_ok(label)) {
-            Some(s) => b.schema(&s, &vptr, level + 1)?,
+            Some(s) => {
+                let v = b.schema(&s, &vptr, level + 1)?;
+                b.shared_value(v, &vptr)?
+            }
             None => nothing(),
         };
         if is_nothing(&v) {
@@ -327,13 +330,7 @@ pub(crate) fn build(
     // One rule, referenced wherever extra members may come: its key automaton is written
     // in place (quotes, colon and value in the same automaton as the key), and the
     // optimizer decides whether it is small enough to copy.
-    let extra = if extras.is_empty() {
-        None
-    } else {
-        let id = b.new_rule("obj_extra", ptr)?;
-        b.rules[id.index()].body = alt(extras);
-        Some(Expr::Rule(id))
-    };
+    let extra = if extras.is_empty() { None } else { Some(b.rule_once(alt(extras), "obj_extra", ptr)?) };
     let counting = min > 0 || max.is_some();
     let reordered: Vec<(Expr, bool)> = required_first.iter().map(|&i| members[i].clone()).collect();
     let mut plan = Plan { members, extra, min, max, counting, memo: FxHashMap::default(), level };

@@ -145,6 +145,8 @@ pub(crate) struct Builder<'a> {
     int_ranges: FxHashMap<(Option<i128>, Option<i128>), Expr>,
     string_rule: Option<RuleId>,
     leaves: FxHashMap<Expr, RuleId>,
+    /// Rules by body (see [`Builder::rule_once`]).
+    bodies: FxHashMap<Expr, RuleId>,
     pub warnings: Vec<SchemaWarning>,
     depth: usize,
     /// The root's `$schema` names Draft 4, 6 or 7, where `$ref` stands alone: its sibling
@@ -170,6 +172,7 @@ impl<'a> Builder<'a> {
             int_ranges: FxHashMap::default(),
             string_rule: None,
             leaves: FxHashMap::default(),
+            bodies: FxHashMap::default(),
             warnings: Vec::new(),
             depth: 0,
             ref_alone: legacy_draft(root),
@@ -298,6 +301,38 @@ impl<'a> Builder<'a> {
         self.rules[id.index()].body = e;
         self.rules[id.index()].keep = true;
         Ok(Expr::Rule(id))
+    }
+
+    /// A rule with `body`, one per distinct body, that the optimizer may still copy into
+    /// its uses. Equal bodies built in different places (the extra members of two string
+    /// maps) are one rule from the start, so what references them is equal too (see
+    /// [`Builder::shared_value`]).
+    pub fn rule_once(&mut self, body: Expr, hint: &str, ptr: &str) -> Result<Expr, SchemaError> {
+        if let Some(&id) = self.bodies.get(&body) {
+            return Ok(Expr::Rule(id));
+        }
+        let id = self.new_rule(hint, ptr)?;
+        self.rules[id.index()].body = body.clone();
+        self.bodies.insert(body, id);
+        Ok(Expr::Rule(id))
+    }
+
+    /// An object member's value as a rule, one per distinct value, that the optimizer
+    /// may copy back into its uses. Schemas repeat inline subschemas that differ only in
+    /// annotations (every Kubernetes `labels`, `annotations`, `nodeSelector` … is a string
+    /// map with its own description): written in place, each copy was one more automaton
+    /// to determinize, a tenth of a large workload schema's construction. A value used
+    /// once is copied back (it is at most [`INLINE_MAX_SIZE`] nodes); a shared one stays
+    /// a rule when its body, with what it inlines, is large.
+    ///
+    /// [`INLINE_MAX_SIZE`]: crate::automata::optimize::INLINE_MAX_SIZE
+    pub fn shared_value(&mut self, e: Expr, ptr: &str) -> Result<Expr, SchemaError> {
+        use crate::automata::optimize::INLINE_MAX_SIZE;
+        // Tiny values are copied everywhere anyway; large ones would not be copied back.
+        if matches!(e, Expr::Rule(_)) || e.expanded_size() <= 8 || e.size() > INLINE_MAX_SIZE {
+            return Ok(e);
+        }
+        self.rule_once(e, "value", ptr)
     }
 
     /// A constrained scalar — a string (`pattern`, `format`, lengths) or a number with
@@ -642,8 +677,8 @@ mod tests {
         // Strings: the plain one, and one for `{"maxLength": 20}` written twice. Numbers:
         // any number, and the i64 range of both plain integers (`[1-5]` stays in place).
         assert_eq!((named("_string"), named("_number"), named("_item")), (2, 2, 1), "{g}");
-        // (The i64 range writes `[0-9]{17}` four times.)
-        assert_eq!(g.to_string().matches("[0-9]{17}").count(), 4, "{g}");
+        // (The i64 range writes `[0-9]{17}` once per sign.)
+        assert_eq!(g.to_string().matches("[0-9]{17}").count(), 2, "{g}");
         let text = g.to_string();
         let item = g.rules.iter().find(|r| r.name.ends_with("_item")).unwrap();
         // Its definition and the two references (first item, repetition).
