@@ -128,6 +128,13 @@ pub enum GrammarErrorKind {
     },
     /// The root rule (after removing rules that can never finish) matches nothing.
     EmptyLanguage,
+    /// A rule's [`MemberSet`](crate::grammar::MemberSet) does not fit its body.
+    BadMemberSet {
+        /// The rule.
+        rule: String,
+        /// What does not fit.
+        why: String,
+    },
 }
 
 impl fmt::Display for GrammarErrorKind {
@@ -143,6 +150,7 @@ impl fmt::Display for GrammarErrorKind {
             Self::TooDeep(d) => write!(f, "nesting deeper than {d} levels"),
             Self::NotUtf8 { offset } => write!(f, "grammar is not valid UTF-8 (byte offset {offset})"),
             Self::EmptyLanguage => write!(f, "the root rule can never match a complete string"),
+            Self::BadMemberSet { rule, why } => write!(f, "rule `{rule}`: member set: {why}"),
         }
     }
 }

@@ -50,6 +50,78 @@ fn empty_undefined_duplicate_and_missing_root() {
     assert!(matches!(c.compile_ebnf("root ::= \"a\" root"), Err(Error::Grammar(_))));
 }
 
+/// A hand-built member set that does not fit its rule is a typed error naming the rule,
+/// never a panic or a matcher that can reach a dead end.
+#[test]
+fn malformed_member_sets() {
+    use grammask::grammar::{Expr, MemberSet, Rule, RuleId};
+    use grammask::{Grammar, GrammarSpec};
+    let lit = |s: &str| Expr::Literal(s.into());
+    let rules = |set: MemberSet, body: Option<Expr>| {
+        let mut obj = Rule::new("obj", Expr::Empty);
+        obj.body = body.unwrap_or_else(|| set.body(lit("{")));
+        obj.members = Some(Box::new(set));
+        Grammar {
+            rules: vec![
+                obj,
+                Rule::new("a", lit("\"a\": 1")),
+                Rule::new("b", lit("\"b\": 2")),
+                Rule::new("sep", lit(", ")),
+                Rule::new("close", lit("}")),
+            ],
+            root: RuleId(0),
+        }
+    };
+    let good = MemberSet {
+        members: vec![(RuleId(1), true), (RuleId(2), false)],
+        extra: None,
+        sep: RuleId(3),
+        close: RuleId(4),
+        min: 0,
+        max: None,
+    };
+    let c = toy_compiler();
+    assert!(c.compile(&GrammarSpec::Grammar(rules(good.clone(), None))).is_ok());
+    let bad = |set: MemberSet, body: Option<Expr>| match c
+        .compile(&GrammarSpec::Grammar(rules(set, body)))
+        .map(|_| ())
+        .unwrap_err()
+    {
+        Error::Grammar(e) => match e.kind {
+            GrammarErrorKind::BadMemberSet { rule, why } => {
+                assert_eq!(rule, "obj");
+                why
+            }
+            k => panic!("{k:?}"),
+        },
+        e => panic!("{e}"),
+    };
+    // A body that is not the set's.
+    assert!(bad(good.clone(), Some(lit("{}"))).contains("body"));
+    // A rule that plays two parts.
+    assert!(bad(MemberSet { sep: RuleId(1), ..good.clone() }, None).contains("two parts"));
+    // A rule the grammar does not have (in the set only, and in the body too).
+    let mut g = rules(good.clone(), None);
+    g.rules[0].members.as_mut().unwrap().extra = Some(RuleId(9));
+    let err = c.compile(&GrammarSpec::Grammar(g)).map(|_| ()).unwrap_err();
+    assert!(
+        matches!(err, Error::Grammar(ref e) if e.kind == GrammarErrorKind::UndefinedRule("#9".into())),
+        "{err}"
+    );
+    let err = c.compile(&GrammarSpec::Grammar(rules(MemberSet { close: RuleId(9), ..good.clone() }, None)));
+    assert!(
+        matches!(err.map(|_| ()).unwrap_err(), Error::Grammar(e) if e.kind == GrammarErrorKind::UndefinedRule("#9".into()))
+    );
+    // An opening that calls a rule: the parser could not gate it.
+    let set = good.clone();
+    let body = set.body(Expr::Seq(vec![lit("{"), Expr::Rule(RuleId(2))]));
+    assert!(bad(set, Some(body)).contains("body"));
+    // A required member that can never be written: no output at all.
+    let never = MemberSet { max: Some(0), ..good };
+    let err = c.compile(&GrammarSpec::Grammar(rules(never, None))).map(|_| ()).unwrap_err();
+    assert!(matches!(err, Error::Grammar(ref e) if e.kind == GrammarErrorKind::EmptyLanguage), "{err}");
+}
+
 #[test]
 fn non_utf8_grammar() {
     let e = parse_ebnf_bytes(b"root ::= \"a\xff\"", "root", &ParseLimits::default()).unwrap_err();

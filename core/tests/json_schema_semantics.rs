@@ -1,10 +1,12 @@
 //! Object-keyword semantics that are easy to get subtly wrong, each instance checked
 //! twice: the `jsonschema` crate must agree with the expected verdict (so the test's own
 //! expectations are validated by an independent implementation), and grammask must accept
-//! exactly the valid instances (small objects in any order; objects with more members
-//! than `any_order_max` in schema order or required-first order).
+//! exactly the valid instances (object members in any order, each at most once).
 
-use grammask::json_schema::{json_schema_str_to_grammar, JsonSchemaOptions, SchemaErrorKind};
+mod common;
+
+use common::Rng;
+use grammask::json_schema::{json_schema_str_to_grammar, JsonSchemaOptions, PropertyOrder, SchemaErrorKind};
 use grammask::{GrammarCompiler, GrammarMatcher, GrammarSpec, TokenizerInfo, TokenizerOptions};
 use std::sync::Arc;
 
@@ -359,7 +361,7 @@ fn long_max_length_is_exact() {
 }
 
 #[test]
-fn small_objects_accept_members_in_any_order() {
+fn members_come_in_any_order() {
     let s = r#"{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"},
         "c":{"type":"boolean"}},"required":["a","c"]}"#;
     let cases: &[(&str, bool)] = &[
@@ -373,11 +375,20 @@ fn small_objects_accept_members_in_any_order() {
     ];
     check(s, &JsonSchemaOptions::default(), cases);
     check(s, &json_semantics(), cases);
-    // Extras (JSON Schema semantics) come after the declared members.
-    check(s, &json_semantics(), &[(r#"{"c": true, "a": 1, "z": null}"#, true)]);
+    // Extras (JSON Schema semantics) anywhere among the declared members.
+    check(
+        s,
+        &json_semantics(),
+        &[
+            (r#"{"c": true, "a": 1, "z": null}"#, true),
+            (r#"{"z": null, "c": true, "y": [1], "a": 1}"#, true),
+            (r#"{"z": null, "c": true}"#, false),
+        ],
+    );
     // A repeated member is never accepted (the parse would take the last; a generator
     // must not produce it).
     assert!(!accepts(&compiler(), s, &JsonSchemaOptions::default(), r#"{"a": 1, "c": true, "a": 2}"#));
+    assert!(!accepts(&compiler(), s, &json_semantics(), r#"{"a": 1, "z": 0, "c": true, "a": 2}"#));
     // With minProperties / maxProperties counted across orders.
     let s = r#"{"type":"object","properties":{"a":{},"b":{},"c":{}},"minProperties":2,"maxProperties":2}"#;
     check(
@@ -385,47 +396,101 @@ fn small_objects_accept_members_in_any_order() {
         &JsonSchemaOptions::default(),
         &[(r#"{"b": 1, "a": 2}"#, true), (r#"{"c": 1}"#, false), (r#"{"c": 1, "b": 2, "a": 3}"#, false)],
     );
-    // Above `any_order_max`, schema order only.
-    let opts = JsonSchemaOptions { any_order_max: 2, ..Default::default() };
+    // Extra members count too.
+    check(
+        s,
+        &json_semantics(),
+        &[
+            (r#"{"z": 1, "a": 2}"#, true),
+            (r#"{"z": 1, "y": 2}"#, true),
+            (r#"{"c": 1, "z": 2, "a": 3}"#, false),
+        ],
+    );
+    // `PropertyOrder::Schema`: the schema's order only.
+    let opts = JsonSchemaOptions { property_order: PropertyOrder::Schema, ..Default::default() };
     let s = r#"{"type":"object","properties":{"a":{},"b":{},"c":{}}}"#;
     assert!(accepts(&compiler(), s, &opts, r#"{"a": 1, "c": 2}"#));
     assert!(!accepts(&compiler(), s, &opts, r#"{"c": 1, "a": 2}"#));
 }
 
 #[test]
-fn large_objects_accept_schema_order_or_required_first() {
-    let opts = JsonSchemaOptions { any_order_max: 2, ..Default::default() };
-    let s = r#"{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"},
-        "c":{"type":"boolean"},"d":{"type":"null"}},"required":["d","b"],"minProperties":3}"#;
-    let cases: &[(&str, bool)] = &[
-        // Schema order.
-        (r#"{"a": 1, "b": "x", "c": true, "d": null}"#, true),
-        (r#"{"b": "x", "c": true, "d": null}"#, true),
-        // Required first, in `required` order, then the optional ones in schema order.
-        (r#"{"d": null, "b": "x", "a": 1, "c": true}"#, true),
-        (r#"{"d": null, "b": "x", "c": false}"#, true),
-        // Counting still applies to the second order.
-        (r#"{"d": null, "b": "x"}"#, false),
-        // Values are still checked in the second order.
-        (r#"{"d": null, "b": 1, "c": false}"#, false),
-        // A required member missing.
-        (r#"{"d": null, "a": 1, "c": false}"#, false),
-    ];
-    let c = compiler();
-    let v: serde_json::Value = serde_json::from_str(s).unwrap();
+fn large_objects_accept_every_order_exactly() {
+    // Ten declared members, three required, counts bounded, extras allowed (JSON Schema
+    // semantics) and restricted by a pattern: random subsets in random orders, with
+    // random good and bad values, judged by the `jsonschema` crate.
+    let names = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"];
+    let props: Vec<String> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| format!(r#""{n}":{{"type":"{}"}}"#, if i % 2 == 0 { "integer" } else { "string" }))
+        .collect();
+    let s = format!(
+        r#"{{"type":"object","properties":{{{}}},"required":["theta","beta","alpha"],
+        "patternProperties":{{"^x_":{{"type":"boolean"}}}},"minProperties":4,"maxProperties":8}}"#,
+        props.join(",")
+    );
+    let v: serde_json::Value = serde_json::from_str(&s).unwrap();
     let validator = jsonschema::validator_for(&v).unwrap();
-    for &(text, valid) in cases {
-        let inst: serde_json::Value = serde_json::from_str(text).unwrap();
-        assert_eq!(validator.is_valid(&inst), valid, "oracle disagrees on {text}");
-        assert_eq!(accepts(&c, s, &opts, text), valid, "{text}");
+    let c = compiler();
+    let g = json_schema_str_to_grammar(&s, &json_semantics()).unwrap();
+    let compiled = c.compile(&GrammarSpec::Grammar(g)).unwrap();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let (mut valid, mut invalid) = (0, 0);
+    for _ in 0..3000 {
+        let mut order: Vec<usize> = (0..names.len()).collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.below(i + 1));
+        }
+        // Mostly with the required members (alpha, beta, theta) in, so that both verdicts
+        // are common.
+        if rng.below(4) != 0 {
+            order.retain(|&i| ![0, 1, 7].contains(&i));
+            for r in [0, 1, 7] {
+                order.insert(rng.below(3), r);
+            }
+        }
+        let take = rng.below(names.len() + 1).max(if order[..3].contains(&7) { 3 } else { 0 });
+        order[..take].sort_by_key(|_| rng.next());
+        let bad_odds = 30;
+        let mut members: Vec<String> = order[..take]
+            .iter()
+            .map(|&i| {
+                let good = rng.below(bad_odds) != 0;
+                let value = match (i % 2 == 0, good) {
+                    (true, true) => "7",
+                    (false, true) => "\"s\"",
+                    (true, false) => "\"7\"",
+                    (false, false) => "7",
+                };
+                format!("\"{}\": {value}", names[i])
+            })
+            .collect();
+        for k in 0..rng.below(3) {
+            let at = rng.below(members.len() + 1);
+            let value = if rng.below(10) == 0 { "1" } else { "true" };
+            members.insert(at, format!("\"x_{k}\": {value}"));
+        }
+        let text = format!("{{{}}}", members.join(", "));
+        let inst: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let want = validator.is_valid(&inst);
+        let mut m = GrammarMatcher::new(compiled.clone());
+        let got = m.accept_string(&text).is_ok() && m.can_terminate();
+        assert_eq!(got, want, "{text}");
+        if want {
+            valid += 1;
+        } else {
+            invalid += 1;
+        }
     }
-    // Valid by JSON Schema but in neither order: rejected (documented).
-    assert!(!accepts(&c, s, &opts, r#"{"b": "x", "d": null, "c": true}"#));
-    assert!(!accepts(&c, s, &opts, r#"{"c": true, "b": "x", "d": null}"#));
-    // `any_order_max` ≤ 1: schema order only.
-    let only = JsonSchemaOptions { any_order_max: 1, ..Default::default() };
-    assert!(!accepts(&c, s, &only, r#"{"d": null, "b": "x", "c": false}"#));
-    assert!(accepts(&c, s, &only, r#"{"b": "x", "c": false, "d": null}"#));
+    // Both verdicts are well represented.
+    assert!(valid > 300 && invalid > 300, "{valid} valid, {invalid} invalid");
+    // A repeated member: rejected at the end of the repeated key (`alphabet` would be an
+    // extra member), however far apart.
+    let mut m = GrammarMatcher::new(compiled);
+    m.accept_string(r#"{"alpha": 1, "beta": "b", "gamma": 3, "theta": "t", "alpha"#).unwrap();
+    assert!(m.accept_string("\"").is_err());
+    assert!(m.accept_string("bet\": true, \"").is_ok());
+    assert!(m.accept_string("zeta\": \"z\"}").is_ok() && m.can_terminate());
 }
 
 #[test]
@@ -481,11 +546,11 @@ fn any_order_members_are_built_once() {
         "beta":{"enum":["fourth-long-value","fifth-long-value","sixth-long-value"]},
         "gamma":{"enum":["seventh-long-value","eighth-long-value","ninth-long-value"]},
         "delta":{"enum":["tenth-long-value","eleventh-long-value","twelfth-long-value"]}}}"#;
-    let states = |any_order_max: usize| {
-        let opts = JsonSchemaOptions { any_order_max, ..Default::default() };
+    let states = |property_order: PropertyOrder| {
+        let opts = JsonSchemaOptions { property_order, ..Default::default() };
         let g = json_schema_str_to_grammar(s, &opts).unwrap();
         compiler().compile(&GrammarSpec::Grammar(g)).unwrap().automata().num_states()
     };
-    let (ordered, any) = (states(1), states(4));
+    let (ordered, any) = (states(PropertyOrder::Schema), states(PropertyOrder::Any));
     assert!(any < 2 * ordered, "schema order: {ordered} states, any order: {any}");
 }

@@ -193,7 +193,7 @@ fn write_coverage(results: &[(String, FileStats)], passed: usize, total: usize) 
     );
     md.push_str("Formats are asserted (grammask enforces them), so `format.json`'s annotation-only expectations fail where a format is known; an unknown format is an annotation (any string, with a warning), while `regex` is an unsupported keyword, a typed error by default, like a `oneOf` whose branches may overlap (`oneOf.json`). ");
     md.push_str("Draft 7 schemas are given `\"$schema\": \"http://json-schema.org/draft-07/schema#\"` when they name no dialect (the suite's files do not), so `$ref` overrides its siblings there. ");
-    md.push_str("Objects with at most `any_order_max` (4) declared properties accept them in any order; larger ones in schema order or with the required ones first (in `required` order), so such an instance listing properties in another order is rejected.\n\n");
+    md.push_str("Object members are accepted in any order, each declared one at most once (`PropertyOrder::Any`, the default).\n\n");
     md.push_str(&format!(
         "**Total: {passed} / {total} tests pass ({:.1}%).**\n\n",
         100.0 * passed as f64 / total.max(1) as f64

@@ -7,7 +7,8 @@ mod common;
 
 use common::oracle::{oracle_mask, Bnf, Recognizer};
 use common::{allowed, grammar_text, tokenizer, Rng};
-use grammask::{Grammar, GrammarCompiler, GrammarMatcher, TokenBitmask};
+use grammask::json_schema::{json_schema_str_to_grammar, JsonSchemaOptions};
+use grammask::{Grammar, GrammarCompiler, GrammarMatcher, GrammarSpec, TokenBitmask};
 
 const TOKENIZERS: [&str; 3] = ["llama3_1", "llama2", "qwen3"];
 
@@ -24,8 +25,8 @@ struct Setup {
     mask: TokenBitmask,
 }
 
-fn setup(tok: std::sync::Arc<grammask::TokenizerInfo>, ebnf: &str) -> Setup {
-    let compiled = GrammarCompiler::new(tok.clone()).compile_ebnf(ebnf).unwrap();
+fn setup(tok: std::sync::Arc<grammask::TokenizerInfo>, g: Grammar) -> Setup {
+    let compiled = GrammarCompiler::new(tok.clone()).compile(&GrammarSpec::Grammar(g)).unwrap();
     let tokens = (0..tok.tokenizer_size() as u32)
         .map(|id| (!tok.is_special(id)).then(|| tok.token_bytes(id).to_vec()))
         .collect();
@@ -36,13 +37,19 @@ fn setup(tok: std::sync::Arc<grammask::TokenizerInfo>, ebnf: &str) -> Setup {
 /// Walks randomly through `ebnf` and compares fast and oracle masks at a few steps.
 fn check_grammar(name: &str, ebnf: &str, seed: u64) {
     let grammar = Grammar::from_ebnf(ebnf).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let bnf = Bnf::new(&grammar);
+    let check_at: Vec<usize> = (0..checks()).map(|i| i * i * 4).collect();
+    check_walks(name, &grammar, &grammar, seed, &check_at);
+}
+
+/// Walks randomly through `fast` (the grammar the matcher runs) and compares its masks
+/// with the brute-force oracle's for `slow` (the same language, written out) at the
+/// steps in `check_at`.
+fn check_walks(name: &str, fast: &Grammar, slow: &Grammar, seed: u64, check_at: &[usize]) {
+    let bnf = Bnf::new(slow);
     for (ti, tname) in TOKENIZERS.iter().enumerate() {
-        let Setup { tok, tokens, mut m, mut mask } = setup(tokenizer(tname), ebnf);
+        let Setup { tok, tokens, mut m, mut mask } = setup(tokenizer(tname), fast.clone());
         let mut oracle = Recognizer::new(&bnf);
         let mut rng = Rng(seed ^ ((ti as u64 + 1) * 0x9E3779B97F4A7C15));
-        let n_checks = checks();
-        let check_at: Vec<usize> = (0..n_checks).map(|i| i * i * 4).collect();
         let mut text = Vec::new();
         for step in 0..=*check_at.last().unwrap_or(&0) {
             m.fill_next_token_bitmask(mask.row_mut(0)).unwrap();
@@ -105,8 +112,21 @@ fn check_along_on(
     stride: usize,
 ) {
     let grammar = Grammar::from_ebnf(ebnf).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let bnf = Bnf::new(&grammar);
-    let Setup { tok, tokens, mut m, mut mask } = setup(tok, ebnf);
+    check_grammars_along(name, tok, &grammar, &grammar, text, stride);
+}
+
+/// [`check_along_on`] with the matcher running `fast` and the oracle `slow` (the same
+/// language, written out).
+fn check_grammars_along(
+    name: &str,
+    tok: std::sync::Arc<grammask::TokenizerInfo>,
+    fast: &Grammar,
+    slow: &Grammar,
+    text: &str,
+    stride: usize,
+) {
+    let bnf = Bnf::new(slow);
+    let Setup { tok, tokens, mut m, mut mask } = setup(tok, fast.clone());
     let mut oracle = Recognizer::new(&bnf);
     for (i, &b) in text.as_bytes().iter().enumerate() {
         m.fill_next_token_bitmask(mask.row_mut(0)).unwrap();
@@ -220,6 +240,88 @@ s ::= "\"" [a-z]{0,16} "\""
 "#;
     let text = r#"["abcdefghijklmnop","klmnopq","ab","fghij","bcdefghijk","xyz"]"#;
     check_along_on("chain end, small vocabulary", tok, ebnf, text, 1);
+}
+
+/// Objects whose members come in any order (a member set the parser tracks) against the
+/// same objects written out as a lattice of "members written so far" rules: masks must
+/// agree bit for bit along random walks, where keys, separators and the closing brace
+/// straddle tokens (`"a":`, `, "`, `"}`) and only unwritten members may follow.
+#[test]
+fn member_sets_match_their_lattice() {
+    let schemas = [
+        // Short keys sharing prefixes, two required, a bound on the count, extra keys by
+        // pattern (strict: no others), nested objects.
+        r#"{"type":"object","properties":{"a":{"type":"integer"},"ab":{"type":"string","maxLength":3},
+            "b":{"type":"object","properties":{"a":{"type":"boolean"},"c":{"type":"null"}}},
+            "abc":{"enum":["x","y"]}},"required":["a","b"],"maxProperties":4,
+            "patternProperties":{"^x[0-9]$":{"type":"integer"}}}"#,
+        // Nothing required, at least two members.
+        r#"{"type":"object","properties":{"k":{"type":"integer"},"kk":{"type":"integer"},
+            "kkk":{"type":"boolean"}},"minProperties":2}"#,
+    ];
+    for (i, schema) in schemas.iter().enumerate() {
+        let fast = json_schema_str_to_grammar(schema, &JsonSchemaOptions::default()).unwrap();
+        assert!(fast.rules.iter().any(|r| r.members.is_some()), "{schema}: no member set");
+        let slow = Grammar::from_ebnf(&written_out(&fast)).unwrap();
+        let check_at: Vec<usize> = (0..4 * checks()).map(|k| 2 * k).collect();
+        check_walks(&format!("member set {i}"), &fast, &slow, 11 + i as u64, &check_at);
+    }
+    // Every state along objects that write all their members, then none, in both orders:
+    // once all are in, neither a separator nor a member may follow.
+    let schema = r#"{"type":"array","items":{"type":"object","properties":{"p":{"type":"boolean"},
+        "q":{"type":"null"}},"required":["q"]}}"#;
+    let fast = json_schema_str_to_grammar(schema, &JsonSchemaOptions::default()).unwrap();
+    let slow = Grammar::from_ebnf(&written_out(&fast)).unwrap();
+    let text = r#"[{"p": true, "q": null}, {"q": null, "p": false}, {"q": null}]"#;
+    check_grammars_along("all members written", tokenizer("llama3_1"), &fast, &slow, text, 1);
+}
+
+/// `g` as EBNF with every member-set rule replaced by its lattice: one rule per set of
+/// members written so far (and count of extra members), offering each member not yet
+/// written, and the end once the required members are in and the count allows.
+fn written_out(g: &Grammar) -> String {
+    let mut text = g.to_string();
+    for rule in &g.rules {
+        let Some(set) = &rule.members else { continue };
+        let name = |r: grammask::grammar::RuleId| g.rule(r).name.clone();
+        let n = set.members.len();
+        let max = set.max.unwrap_or(u32::MAX);
+        let cap = if set.extra.is_some() { set.min.max(max.min(n as u32 + 4)) + 1 } else { 1 };
+        let required = set.required_bits();
+        let lat = |w: u64, x: u32, part: &str| format!("{}__{part}_{w}_{x}", rule.name);
+        let mut out = String::new();
+        // The body's `open` is the text before the first member.
+        let open = match &rule.body {
+            grammask::grammar::Expr::Seq(v) => match &v[0] {
+                grammask::grammar::Expr::Literal(l) => l.clone(),
+                e => panic!("open is not a literal: {e:?}"),
+            },
+            e => panic!("unexpected body {e:?}"),
+        };
+        out.push_str(&format!("{} ::= {:?} {}\n", rule.name, open, lat(0, 0, "pick")));
+        for w in 0..1u64 << n {
+            for x in 0..cap {
+                let count = w.count_ones() + x;
+                let mut pick: Vec<String> = (0..n)
+                    .filter(|&i| w >> i & 1 == 0 && count < max)
+                    .map(|i| format!("{} {}", name(set.members[i].0), lat(w | 1 << i, x, "after")))
+                    .collect();
+                if let Some(e) = set.extra.filter(|_| count < max) {
+                    pick.push(format!("{} {}", name(e), lat(w, (x + 1).min(cap - 1), "after")));
+                }
+                let mut after = vec![format!("{} {}", name(set.sep), lat(w, x, "pick"))];
+                if w & required == required && count >= set.min {
+                    after.push(name(set.close));
+                }
+                let or_nothing = |v: Vec<String>| if v.is_empty() { "[]".to_string() } else { v.join(" | ") };
+                out.push_str(&format!("{} ::= {}\n", lat(w, x, "pick"), or_nothing(pick)));
+                out.push_str(&format!("{} ::= {}\n", lat(w, x, "after"), or_nothing(after)));
+            }
+        }
+        let line = text.lines().find(|l| l.starts_with(&format!("{} ::= ", rule.name))).unwrap().to_string();
+        text = text.replace(&format!("{line}\n"), &out);
+    }
+    text
 }
 
 #[test]

@@ -4,24 +4,37 @@
 mod common;
 
 use common::{allowed, grammar_text, tokenizer, Rng};
-use grammask::{GrammarCompiler, GrammarMatcher, TokenBitmask};
+use grammask::{GrammarCompiler, GrammarMatcher, GrammarSpec, TokenBitmask};
 use proptest::prelude::*;
 use std::sync::Arc;
 
-fn grammars() -> Vec<String> {
+fn grammars() -> Vec<GrammarSpec> {
     vec![
-        grammask::grammar::JSON_EBNF.to_string(),
-        grammar_text("llama.cpp/c.gbnf"),
-        grammar_text("llama.cpp/arithmetic.gbnf"),
-        "root ::= expr\nexpr ::= expr \"+\" expr | \"(\" expr \")\" | [a-c]+ | \"ab\" \"c\"?".to_string(),
+        GrammarSpec::ebnf(grammask::grammar::JSON_EBNF),
+        GrammarSpec::ebnf(grammar_text("llama.cpp/c.gbnf")),
+        GrammarSpec::ebnf(grammar_text("llama.cpp/arithmetic.gbnf")),
+        GrammarSpec::ebnf(
+            "root ::= expr\nexpr ::= expr \"+\" expr | \"(\" expr \")\" | [a-c]+ | \"ab\" \"c\"?",
+        ),
+        // Objects whose members come in any order (member sets: progress the parser
+        // tracks, which forks and rollbacks must carry).
+        GrammarSpec::json_schema(
+            r#"{"type":"array","items":{"type":"object","properties":{"id":{"type":"integer"},
+            "name":{"type":"string","maxLength":6},"tags":{"type":"array","items":{"enum":["a","b"]}},
+            "n":{"type":"object","properties":{"x":{"type":"boolean"},"y":{"type":"null"}},"required":["y"]}},
+            "required":["id","name"]}}"#,
+        ),
     ]
 }
+
+/// Number of grammars in [`grammars`].
+const GRAMMARS: usize = 5;
 
 fn matcher(grammar: usize) -> GrammarMatcher {
     static COMPILED: std::sync::OnceLock<Vec<Arc<grammask::CompiledGrammar>>> = std::sync::OnceLock::new();
     let all = COMPILED.get_or_init(|| {
         let c = GrammarCompiler::new(tokenizer("llama3_1"));
-        grammars().iter().map(|g| c.compile_ebnf(g).unwrap()).collect()
+        grammars().iter().map(|g| c.compile(g).unwrap()).collect()
     });
     GrammarMatcher::new(all[grammar].clone())
 }
@@ -49,7 +62,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
     #[test]
-    fn rollback_restores_masks(g in 0..4usize, seed in 1..u64::MAX, pre in 0..12usize, k in 1..8usize) {
+    fn rollback_restores_masks(g in 0..GRAMMARS, seed in 1..u64::MAX, pre in 0..12usize, k in 1..8usize) {
         let mut m = matcher(g);
         let mut rng = Rng(seed);
         walk(&mut m, &mut rng, pre);
@@ -62,7 +75,7 @@ proptest! {
     }
 
     #[test]
-    fn forks_are_independent(g in 0..4usize, seed in 1..u64::MAX, pre in 0..10usize) {
+    fn forks_are_independent(g in 0..GRAMMARS, seed in 1..u64::MAX, pre in 0..10usize) {
         let mut m = matcher(g);
         let mut rng = Rng(seed);
         walk(&mut m, &mut rng, pre);
@@ -78,7 +91,7 @@ proptest! {
     }
 
     #[test]
-    fn jump_forward_is_accepted(g in 0..4usize, seed in 1..u64::MAX, pre in 0..15usize) {
+    fn jump_forward_is_accepted(g in 0..GRAMMARS, seed in 1..u64::MAX, pre in 0..15usize) {
         let mut m = matcher(g);
         let mut rng = Rng(seed);
         walk(&mut m, &mut rng, pre);
@@ -96,7 +109,7 @@ proptest! {
 
     /// Every allowed token is accepted, every forbidden token is rejected.
     #[test]
-    fn mask_agrees_with_accept(g in 0..4usize, seed in 1..u64::MAX, pre in 0..15usize) {
+    fn mask_agrees_with_accept(g in 0..GRAMMARS, seed in 1..u64::MAX, pre in 0..15usize) {
         let mut m = matcher(g);
         let mut rng = Rng(seed);
         walk(&mut m, &mut rng, pre);
@@ -198,7 +211,7 @@ proptest! {
     /// A long-lived matcher (whose last checked mask is remembered across steps,
     /// rollbacks and resets) fills exactly what a fresh matcher fills after the same tokens.
     #[test]
-    fn remembered_masks_match_fresh_matchers(g in 0..4usize, seed in 1..u64::MAX) {
+    fn remembered_masks_match_fresh_matchers(g in 0..GRAMMARS, seed in 1..u64::MAX) {
         let mut m = matcher(g);
         let mut rng = Rng(seed);
         let mut tokens: Vec<u32> = Vec::new();

@@ -79,15 +79,14 @@ fn json_string_mode_is_unanchored_and_escaped() {
     let wrap = |p: &str, min: u32, max: Option<u32>| {
         let e = regex_to_json_string_expr(p, min, max, &limits).unwrap();
         let g = grammask::Grammar {
-            rules: vec![grammask::grammar::Rule {
-                name: "root".into(),
-                body: grammask::grammar::Expr::Seq(vec![
+            rules: vec![grammask::grammar::Rule::new(
+                "root",
+                grammask::grammar::Expr::Seq(vec![
                     grammask::grammar::Expr::Literal("\"".into()),
                     e,
                     grammask::grammar::Expr::Literal("\"".into()),
                 ]),
-                keep: false,
-            }],
+            )],
             root: grammask::grammar::RuleId(0),
         };
         compiler().compile(&GrammarSpec::Grammar(g)).unwrap()

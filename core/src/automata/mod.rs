@@ -22,6 +22,7 @@
 mod bounded;
 mod chain;
 mod dfa;
+mod members;
 mod nfa;
 pub mod optimize;
 
@@ -59,6 +60,8 @@ pub(crate) struct NodeInfo {
     pub rule: u32,
     pub is_final: bool,
     pub scannable: bool,
+    /// The rule carries a member set: its rule edges are gated ([`Automata::set_info`]).
+    pub gated: bool,
     /// `rule_edges[edges.0..edges.1]`.
     pub edges: (u32, u32),
 }
@@ -110,6 +113,10 @@ pub struct Automata {
     /// prediction happens. `prediction[prediction_ends[r - 1]..prediction_ends[r]]`.
     pub(crate) prediction: Vec<u32>,
     pub(crate) prediction_ends: Vec<u32>,
+    /// The member sets of the grammar's rules ([`members`]), and per rule the index of
+    /// its set (`u32::MAX`: none).
+    pub(crate) sets: Vec<members::SetInfo>,
+    pub(crate) set_of: Vec<u32>,
 }
 
 impl Automata {
@@ -178,7 +185,7 @@ impl Automata {
             }
             dfas.push(d);
         }
-        Ok(Self::assemble(g, dfas, byte_class, n_classes, class_bytes))
+        Self::assemble(g, dfas, byte_class, n_classes, class_bytes)
     }
 
     fn assemble(
@@ -187,7 +194,7 @@ impl Automata {
         byte_class: [u8; 256],
         n_classes: usize,
         class_bytes: Vec<Vec<u8>>,
-    ) -> Automata {
+    ) -> Result<Automata, Error> {
         let mut rule_start = Vec::with_capacity(dfas.len());
         let mut nodes = Vec::new();
         let mut trans = Vec::new();
@@ -216,6 +223,7 @@ impl Automata {
                     rule: r as u32,
                     is_final: d.finals[s],
                     scannable: n_bytes > 0,
+                    gated: false,
                     edges: (e0, rule_edges.len() as u32),
                 });
             }
@@ -233,12 +241,15 @@ impl Automata {
             rule_edges,
             prediction: Vec::new(),
             prediction_ends: Vec::new(),
+            sets: Vec::new(),
+            set_of: vec![u32::MAX; dfas.len()],
         };
+        a.compute_sets()?;
         let with_edges = a.states_with_rule_edges();
         a.nullable = a.compute_nullable(&with_edges);
         a.follow = a.compute_follow(&with_edges);
         a.compute_predictions();
-        a
+        Ok(a)
     }
 
     /// Fills [`Automata::prediction`]: a closure per rule over "predict" and "advance over
@@ -306,10 +317,28 @@ impl Automata {
         &self.rule_edges[a as usize..b as usize]
     }
 
+    /// Whether `state` scans bytes. A parser's own states (a member set's progress, see
+    /// [`members`]) are numbered past the automaton's and never do.
+    #[inline]
+    pub(crate) fn scans(&self, state: u32) -> bool {
+        self.nodes.get(state as usize).is_some_and(|n| n.scannable)
+    }
+
+    /// The state after a byte of class `class` from `state` ([`DEAD`] if none, and for a
+    /// parser's own states, which scan nothing).
+    #[inline]
+    pub(crate) fn next(&self, state: u32, class: usize) -> u32 {
+        self.trans.get(state as usize * self.n_classes + class).copied().unwrap_or(DEAD)
+    }
+
     /// Bytes with a transition out of `state`.
     pub(crate) fn out_bytes(&self, state: u32) -> ByteSet {
         let mut set = ByteSet::default();
-        let row = &self.trans[state as usize * self.n_classes..(state as usize + 1) * self.n_classes];
+        let Some(row) =
+            self.trans.get(state as usize * self.n_classes..(state as usize + 1) * self.n_classes)
+        else {
+            return set;
+        };
         for (c, &t) in row.iter().enumerate() {
             if t != DEAD {
                 self.class_bytes[c].iter().for_each(|&b| set.insert(b));

@@ -52,11 +52,33 @@ pub fn optimize(g: &Grammar) -> Result<Grammar, GrammarError> {
 /// Runs all IR passes in order, in place: a compile owns the grammar it converted, and
 /// copying then freeing a large schema's IR costs a millisecond.
 pub fn optimize_owned(mut g: Grammar) -> Result<Grammar, GrammarError> {
+    check_grammar(&g)?;
     remove_unproductive(&mut g)?;
     merge_duplicate_rules(&mut g);
     inline_fragments(&mut g);
     outline_large_repeats(&mut g);
     Ok(drop_unreachable(g))
+}
+
+/// Every rule reference names a rule, and every [`MemberSet`](crate::grammar::MemberSet)
+/// fits its rule: a grammar built in code is checked before any pass relies on it.
+fn check_grammar(g: &Grammar) -> Result<(), GrammarError> {
+    g.check_references()?;
+    for rule in &g.rules {
+        if let Some(set) = &rule.members {
+            set.check(rule)?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether rule `r` can complete, given which rules can (`p`). A member set decides for its
+/// rule: its body over-approximates.
+fn productive_rule(r: &Rule, p: &[bool]) -> bool {
+    match &r.members {
+        Some(set) => set.productive(|id| p[id.index()]),
+        None => productive(&r.body, p),
+    }
 }
 
 fn productive(e: &Expr, p: &[bool]) -> bool {
@@ -121,10 +143,14 @@ pub fn merge_duplicate_rules(g: &mut Grammar) {
                 b.retain(|&j| j != i);
             }
             g.rules[i].body.map_rules(&mut |id| Expr::Rule(RuleId(find(&mut rep, id.index()) as u32)));
+            if let Some(set) = &mut g.rules[i].members {
+                set.map_rules(&mut |id| Some(RuleId(find(&mut rep, id.index()) as u32)));
+            }
             let r = &g.rules[i];
-            hash[i] = hasher.hash_one((&r.body, r.keep));
+            hash[i] = hasher.hash_one((&r.body, r.keep, &r.members));
             let same = buckets.entry(hash[i]).or_default();
-            match same.iter().find(|&&j| g.rules[j].keep == r.keep && g.rules[j].body == r.body) {
+            let equal = |q: &Rule| q.keep == r.keep && q.body == r.body && q.members == r.members;
+            match same.iter().find(|&&j| equal(&g.rules[j])) {
                 Some(&j) => {
                     rep[i] = j;
                     merged.push(i);
@@ -143,6 +169,9 @@ pub fn merge_duplicate_rules(g: &mut Grammar) {
     }
     for r in &mut g.rules {
         r.body.map_rules(&mut |id| Expr::Rule(RuleId(find(&mut rep, id.index()) as u32)));
+        if let Some(set) = &mut r.members {
+            set.map_rules(&mut |id| Some(RuleId(find(&mut rep, id.index()) as u32)));
+        }
     }
     g.root = RuleId(find(&mut rep, g.root.index()) as u32);
 }
@@ -155,7 +184,7 @@ pub fn productive_rules(g: &Grammar) -> Result<Vec<bool>, GrammarError> {
         // Last rule first: converters create a rule before the ones it calls, so most
         // callees are decided before their callers in the same sweep.
         for (i, r) in g.rules.iter().enumerate().rev() {
-            if !p[i] && productive(&r.body, &p) {
+            if !p[i] && productive_rule(r, &p) {
                 p[i] = true;
                 changed = true;
             }
@@ -275,6 +304,14 @@ pub fn inline_fragments(g: &mut Grammar) {
         })
         .collect();
     let (order, recursive) = callees_first(&calls);
+    // A member set's rule and the rules it names are told apart by the parser: they stay.
+    let mut pinned = vec![false; n];
+    for (i, r) in g.rules.iter().enumerate() {
+        if let Some(set) = &r.members {
+            pinned[i] = true;
+            set.for_each_rule(&mut |id| pinned[id.index()] = true);
+        }
+    }
     let mut sizes: Vec<usize> = g.rules.iter().map(|r| r.body.size()).collect();
     let mut size: usize = sizes.iter().sum();
     // Growth is bounded by an absolute amount: the automata of a large grammar grow with
@@ -308,6 +345,7 @@ pub fn inline_fragments(g: &mut Grammar) {
         inlinable[i] = i != g.root.index()
             && !recursive[i]
             && !rule.keep
+            && !pinned[i]
             && sizes[i] <= INLINE_MAX_SIZE
             // Copies of a large rule each become automaton states (and masks).
             && (refs[i] <= 1 || rule.body.expanded_size() <= INLINE_SHARED_MAX);
@@ -341,7 +379,7 @@ fn outline_in(e: &mut Expr, name: &str, base: usize, out: &mut Vec<Rule>) {
             if copies > 1 && body > 1 && body.saturating_mul(copies as u64) > limit {
                 let id = RuleId((base + out.len()) as u32);
                 let body = std::mem::replace(&mut **expr, Expr::Rule(id));
-                out.push(Rule { name: format!("{name}__repeat{}", out.len()), body, keep: false });
+                out.push(Rule::new(format!("{name}__repeat{}", out.len()), body));
             }
         }
         Expr::Empty | Expr::Literal(_) | Expr::Class(_) | Expr::Rule(_) => {}
@@ -398,7 +436,11 @@ pub fn drop_unreachable(mut g: Grammar) -> Grammar {
         .map(|&i| {
             let mut body = std::mem::replace(&mut g.rules[i].body, Expr::Empty);
             body.map_rules(&mut |r| Expr::Rule(new_id[r.index()]));
-            Rule { name: std::mem::take(&mut g.rules[i].name), body, keep: g.rules[i].keep }
+            let mut members = g.rules[i].members.take();
+            if let Some(set) = &mut members {
+                set.map_rules(&mut |r| Some(new_id[r.index()]).filter(|id| id.0 != u32::MAX));
+            }
+            Rule { name: std::mem::take(&mut g.rules[i].name), body, keep: g.rules[i].keep, members }
         })
         .collect();
     Grammar { rules, root: RuleId(0) }

@@ -767,7 +767,7 @@ impl EarleyLoops {
     /// Whether no item of `set` can read `b` (the push would fail).
     fn dies(&self, a: &Automata, set: &[Item], b: u8) -> bool {
         let c = a.byte_class[b as usize] as usize;
-        set.iter().all(|it| a.trans[it.state as usize * a.n_classes + c] == DEAD)
+        set.iter().all(|it| a.next(it.state, c) == DEAD)
     }
 
     /// After pushing byte `b` at depth `d` (new set `uid`): if `b` loops on the set at
@@ -796,7 +796,7 @@ fn contains(set: &[u64; 4], b: u8) -> bool {
 fn scan(a: &Automata, set: &[Item], class: usize, out: &mut Vec<Item>) {
     out.clear();
     for it in set {
-        let t = a.trans[it.state as usize * a.n_classes + class];
+        let t = a.next(it.state, class);
         if t != DEAD {
             out.push(Item { state: t, origin: it.origin });
         }
@@ -810,7 +810,8 @@ fn scan(a: &Automata, set: &[Item], class: usize, out: &mut Vec<Item>) {
 #[inline]
 fn single_item(parser: &Earley, dstate: &mut [u32], depth: usize) -> Option<u32> {
     match parser.last_set() {
-        [it] => {
+        // (A member set's progress state scans nothing: never a DFA-mode item.)
+        [it] if parser.is_automaton_state(it.state) => {
             dstate[depth] = it.state;
             Some(it.origin)
         }

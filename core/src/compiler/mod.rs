@@ -8,7 +8,7 @@
 //! # Time to first mask
 //! Compiling builds the automata (microseconds to a few milliseconds) and then spends at
 //! most [`CompileOptions::eager_budget`] (250 µs) beyond the start states computing the
-//! masks of the states nearest the start; everything else is lazy. A state's [`StateMask`] is computed the first time a matcher
+//! masks of the states nearest the start; everything else is lazy. A state's mask is computed the first time a matcher
 //! needs it, then cached in the shared [`CompiledGrammar`] for every matcher and every
 //! later step (`OnceLock`: concurrent matchers never compute the same state twice, and
 //! readers take no lock afterwards). The first mask therefore costs only the states live
@@ -86,7 +86,8 @@ impl GrammarSpec {
                 format!("json-schema\0{options:?}\0{canonical}")
             }
             GrammarSpec::Regex(r) => format!("regex\0{r}"),
-            GrammarSpec::Grammar(g) => format!("ir\0{g}"),
+            // Debug, not the EBNF text: that leaves out `keep` and member sets.
+            GrammarSpec::Grammar(g) => format!("ir\0{g:?}"),
         }
     }
 
@@ -181,6 +182,11 @@ impl GrammarCompiler {
         // parse is several percent of its compile); without a cache there is no key.
         let parsed = match spec {
             GrammarSpec::JsonSchema { schema, .. } => Some(parse_text(schema)),
+            // A grammar built in code is checked before anything (the cache key) reads it.
+            GrammarSpec::Grammar(g) => {
+                g.check_references()?;
+                None
+            }
             _ => None,
         };
         let key = self.cache.enabled().then(|| {
@@ -301,7 +307,7 @@ impl CompiledGrammar {
         // in full first, then spend the budget on the states nearest to them.
         let start = crate::matcher::earley::Earley::new(a, a.root_start().0);
         for it in start.last_set() {
-            if a.nodes[it.state as usize].scannable {
+            if a.scans(it.state) {
                 self.mask(it.state);
             }
         }

@@ -231,7 +231,7 @@ impl<'a> Parser<'a> {
                 continue;
             };
             body.map_rules(&mut |r| Expr::Rule(new_id[r.index()]));
-            rules.push(Rule { name, body, keep: false });
+            rules.push(Rule::new(name, body));
         }
         let root = rules
             .iter()

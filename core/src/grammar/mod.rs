@@ -13,12 +13,14 @@
 mod builtin;
 pub(crate) mod class;
 mod ebnf;
+mod members;
 mod print;
 #[cfg(test)]
 pub(crate) mod testing;
 
 pub use builtin::{json_grammar, JSON_EBNF};
 pub use ebnf::{parse_ebnf, parse_ebnf_bytes, ParseLimits};
+pub use members::{MemberSet, MAX_SET_MEMBERS};
 
 /// Index of a rule in [`Grammar::rules`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -42,6 +44,17 @@ pub struct Rule {
     /// (the member-set rules of an any-order JSON object), and inlining would multiply
     /// it into every caller. Front-ends set it; it changes no language.
     pub keep: bool,
+    /// Members written in any order, each at most once: a side condition the matcher
+    /// enforces on top of the body (see [`MemberSet`]). The rule and every rule the set
+    /// names stay rules.
+    pub members: Option<Box<MemberSet>>,
+}
+
+impl Rule {
+    /// A rule with no flags and no side condition.
+    pub fn new(name: impl Into<String>, body: Expr) -> Self {
+        Rule { name: name.into(), body, keep: false, members: None }
+    }
 }
 
 /// A grammar expression over Unicode scalar values.
@@ -135,6 +148,35 @@ impl Grammar {
     /// Looks a rule up by name.
     pub fn rule_id(&self, name: &str) -> Option<RuleId> {
         self.rules.iter().position(|r| r.name == name).map(|i| RuleId(i as u32))
+    }
+
+    /// Checks that the root and every rule reference (in bodies and member sets) name a
+    /// rule of this grammar, as parsed grammars always do and grammars built in code may
+    /// not.
+    pub fn check_references(&self) -> Result<(), crate::GrammarError> {
+        let n = self.rules.len();
+        let undefined = |id: RuleId| {
+            crate::GrammarError::global(crate::GrammarErrorKind::UndefinedRule(format!("#{}", id.0)))
+        };
+        if self.root.index() >= n {
+            return Err(undefined(self.root));
+        }
+        for rule in &self.rules {
+            let mut bad = None;
+            let mut check = |id: RuleId| {
+                if id.index() >= n && bad.is_none() {
+                    bad = Some(id);
+                }
+            };
+            rule.body.for_each_rule(&mut check);
+            if let Some(set) = &rule.members {
+                set.for_each_rule(&mut check);
+            }
+            if let Some(id) = bad {
+                return Err(undefined(id));
+            }
+        }
+        Ok(())
     }
 
     /// Parses EBNF text with root rule `root`; see [`parse_ebnf`].

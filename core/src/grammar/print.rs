@@ -1,4 +1,6 @@
-//! Printing the IR back as EBNF that [`super::parse_ebnf`] reads to the same IR.
+//! Printing the IR back as EBNF that [`super::parse_ebnf`] reads to the same IR — except
+//! [`MemberSet`](super::MemberSet)s, which EBNF cannot say: a member-set rule prints its
+//! body (which over-approximates) and the set as a comment.
 
 use super::{Expr, Grammar};
 use std::fmt::{self, Write};
@@ -12,9 +14,27 @@ impl fmt::Display for Grammar {
             let rule = &self.rules[i];
             write!(f, "{} ::= ", rule.name)?;
             write_expr(f, self, &rule.body, Prec::Alt)?;
+            if let Some(set) = &rule.members {
+                write_member_set(f, self, set)?;
+            }
             f.write_char('\n')?;
         }
         Ok(())
+    }
+}
+
+/// ` # each member at most once, any order; required: a, b; 1..=3 members`.
+fn write_member_set(f: &mut fmt::Formatter<'_>, g: &Grammar, set: &super::MemberSet) -> fmt::Result {
+    let name = |r: super::RuleId| g.rules.get(r.index()).map_or("?", |r| r.name.as_str());
+    f.write_str("  # each member at most once, any order")?;
+    let required: Vec<&str> = set.members.iter().filter(|m| m.1).map(|m| name(m.0)).collect();
+    if !required.is_empty() {
+        write!(f, "; required: {}", required.join(", "))?;
+    }
+    match (set.min, set.max) {
+        (0, None) => Ok(()),
+        (lo, None) => write!(f, "; at least {lo} members"),
+        (lo, Some(hi)) => write!(f, "; {lo}..={hi} members"),
     }
 }
 

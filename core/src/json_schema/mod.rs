@@ -6,11 +6,11 @@
 //!        ──▶ Grammar (root rule + one rule per $ref target, recursion through rules)
 //! ```
 //!
-//! The conversion is a single recursive walk ([`types`]) over the schema. Each subschema
+//! The conversion is a single recursive walk (`types`) over the schema. Each subschema
 //! becomes an [`Expr`](crate::grammar::Expr) that generates exactly its JSON-encoded
 //! instances, in the chosen [`Whitespace`] layout. `$ref` targets become rules (so
 //! recursive schemas are recursive grammars); `allOf` is merged into one schema before
-//! building ([`combine`]); `anyOf`/`oneOf` become alternations.
+//! building (`combine`); `anyOf`/`oneOf` become alternations.
 //!
 //! # What is exact and what is approximated
 //! Every keyword is in one of three classes:
@@ -23,7 +23,7 @@
 //!   `dependentRequired`/`dependentSchemas`/`dependencies` (rewritten as `allOf` of
 //!   "absent, or present with its dependency"), `items`, `prefixItems`,
 //!   `additionalItems`, `minItems`/`maxItems`, `minLength`/`maxLength`, `pattern`,
-//!   `format` (see [`format`]; `maxLength` is exact at any size: beyond
+//!   `format` (see [`format`](mod@format); `maxLength` is exact at any size: beyond
 //!   [`SchemaLimits::max_exact_length`] plain strings use 256-character blocks), integer bounds and `multipleOf` (bounded ranges, powers
 //!   of ten), number bounds (no exponent form is generated then), `anyOf`, `oneOf` when
 //!   its branches provably exclude each other (types, enumerations, or a separating
@@ -45,12 +45,15 @@
 //! formats must not fail validation): any string, exactly as a validator decides, with a
 //! [`SchemaWarning`] naming it so that a misspelt format (`url`) does not go unnoticed.
 //!
+//! Object members are accepted in any order, each declared one at most once and extra
+//! ones anywhere among them ([`PropertyOrder::Any`]: a member set the parser tracks, see
+//! [`crate::grammar::MemberSet`]); [`PropertyOrder::Schema`] fixes the schema's order, as
+//! XGrammar and llguidance do.
+//!
 //! Known deliberate differences from a validator:
-//! - declared object members come before additional ones, and objects with more than
-//!   [`JsonSchemaOptions::any_order_max`] (4) declared members take them in schema order
-//!   (declared `properties`, then `required` names not declared; XGrammar and llguidance
-//!   keep this order for all objects) or with the required members first, in the order
-//!   `required` lists them; an instance with its members in any other order is rejected;
+//! - an object with more than [`MAX_SET_MEMBERS`](crate::grammar::MAX_SET_MEMBERS) (64)
+//!   declared members takes them in schema order (with a [`SchemaWarning`]);
+//! - a repeated member is never accepted (a parser would keep one of the values);
 //! - with [`JsonSchemaOptions::strict`] (the default) an object schema that declares
 //!   `properties` or `patternProperties` and is silent about `additionalProperties`
 //!   allows no extra properties (one that declares no members, `{"type": "object"}`,
@@ -114,6 +117,21 @@ pub enum Whitespace {
     Indent(u32),
 }
 
+/// Which orders of an object's members a grammar accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PropertyOrder {
+    /// Any order, as JSON Schema means it: each declared member at most once, extra
+    /// members anywhere among them (objects with more than
+    /// [`MAX_SET_MEMBERS`](crate::grammar::MAX_SET_MEMBERS) declared members take
+    /// [`PropertyOrder::Schema`], with a [`SchemaWarning`]).
+    #[default]
+    Any,
+    /// The order of `properties` (then `required` names not declared, then extra
+    /// members), as XGrammar and llguidance generate: a schema that lists `reasoning`
+    /// before `answer` makes the model write them in that order.
+    Schema,
+}
+
 /// Size and depth bounds for schema conversion.
 #[derive(Debug, Clone)]
 pub struct SchemaLimits {
@@ -165,13 +183,9 @@ pub struct JsonSchemaOptions {
     /// Keywords that are not enforced produce a [`SchemaWarning`] and an approximation
     /// instead of an error (default false).
     pub lenient: bool,
-    /// Objects with at most this many declared members accept them in any order (member
-    /// order carries no meaning in JSON Schema); any order for larger ones would cost
-    /// `2^n` grammar rules, so they take two orders: the schema's, and the required
-    /// members first in the order `required` lists them, then the optional ones
-    /// (default 4; 0 or 1: schema order only). Generation is unaffected in practice:
-    /// models follow the schema's order.
-    pub any_order_max: usize,
+    /// Which orders of an object's members are accepted (default
+    /// [`PropertyOrder::Any`]).
+    pub property_order: PropertyOrder,
     /// Size limits.
     pub limits: SchemaLimits,
 }
@@ -182,7 +196,7 @@ impl Default for JsonSchemaOptions {
             whitespace: Whitespace::Compact,
             strict: true,
             lenient: false,
-            any_order_max: 4,
+            property_order: PropertyOrder::Any,
             limits: SchemaLimits::default(),
         }
     }

@@ -1,31 +1,34 @@
 //! `type: object`: `properties`, `required`, `additionalProperties`,
 //! `patternProperties`, `propertyNames`, `minProperties`, `maxProperties`.
 //!
-//! Members come in this order: declared `properties`, then names that are `required` but
-//! not declared, then any number of extra members (pattern properties and additional
-//! properties). The declared members are in any order when there are at most
-//! [`JsonSchemaOptions::any_order_max`](super::JsonSchemaOptions::any_order_max) of them;
-//! otherwise in one of two orders: the schema's, or the required members first in the
-//! order `required` lists them, then the optional ones in the schema's order (two copies
-//! of the rule families below, sharing one rule per member). Commas are placed exactly by building the list back to
-//! front with two families of rules:
+//! Each declared member (and each name that is `required` but not declared) is one rule,
+//! `"key": value`. By default ([`PropertyOrder::Any`]) the object is one rule carrying a
+//! [`MemberSet`]: its members and extra members (pattern and additional properties) in
+//! any order, each declared one at most once, every required one present, the count
+//! within `minProperties`/`maxProperties` — the parser tracks what an object has written
+//! (see [`crate::grammar::MemberSet`]), so this costs one rule, not one per subset of
+//! members. With [`PropertyOrder::Schema`] (and for objects with more than
+//! [`MAX_SET_MEMBERS`] members) the members come in schema order, then the extra ones;
+//! commas are placed exactly by building the list back to front with two families of
+//! rules:
 //! - `first(i)`: members `i..` when nothing has been written yet (no leading comma);
 //! - `rest(i, c)`: members `i..`, each preceded by a comma, after `c` members
 //!   (`c` saturates at the largest count that matters for min/maxProperties).
 //!
-//! In any order, `i` becomes the set of members already written (`any_first`,
-//! `any_rest(set, c)`): one rule per reachable set, each offering every member not yet
-//! written, and the end (or the extra members) once every required member is in.
-//!
-//! Extra member keys exclude the declared names (a trie complement, [`string_not_in`]);
+//! Extra member keys exclude the declared names (a trie complement, [`KeySet`]);
 //! with `propertyNames` or `patternProperties` keys follow those schemas instead and the
 //! exclusion is not applied.
+//!
+//! [`PropertyOrder::Any`]: super::PropertyOrder::Any
+//! [`PropertyOrder::Schema`]: super::PropertyOrder::Schema
+//! [`MemberSet`]: crate::grammar::MemberSet
 
 use super::string;
 use super::types::Builder;
 use super::whitespace::{alt, is_nothing, lit, nothing, seq};
+use super::PropertyOrder;
 use super::SchemaError;
-use crate::grammar::Expr;
+use crate::grammar::{Expr, MemberSet, MAX_SET_MEMBERS};
 use crate::regex::keyset::{Component, KeySet};
 use rustc_hash::FxHashMap;
 use serde_json::{json, Map, Value};
@@ -39,68 +42,6 @@ struct Plan {
     counting: bool,
     memo: FxHashMap<(usize, u64), crate::grammar::RuleId>,
     level: u32,
-}
-
-impl Plan {
-    /// Members left out of `written` (a bit per member), none of them required.
-    fn done(&self, written: usize) -> bool {
-        self.members.iter().enumerate().all(|(j, m)| !m.1 || written >> j & 1 == 1)
-    }
-
-    /// Any-order members after `c` members (`written` of the declared ones), each with a
-    /// leading comma.
-    fn any_rest(&mut self, b: &mut Builder, written: usize, c: u64, ptr: &str) -> Result<Expr, SchemaError> {
-        let c = c.min(self.cap());
-        if self.max.is_some_and(|m| c > m) {
-            return Ok(nothing());
-        }
-        let comma = b.layout.comma(self.level);
-        let mut alts = Vec::new();
-        for j in (0..self.members.len()).filter(|j| written >> j & 1 == 0) {
-            let next = self.any_rest_rule(b, written | 1 << j, c + 1, ptr)?;
-            alts.push(seq(vec![comma.clone(), self.members[j].0.clone(), next]));
-        }
-        if self.done(written) {
-            // The extra members (or the end): what `rest` does past the last member.
-            alts.push(self.rest(b, self.members.len(), c, ptr)?);
-        }
-        Ok(alt(alts))
-    }
-
-    fn any_rest_rule(
-        &mut self,
-        b: &mut Builder,
-        written: usize,
-        c: u64,
-        ptr: &str,
-    ) -> Result<Expr, SchemaError> {
-        let c = if self.counting { c.min(self.cap()) } else { 0 };
-        // Keys above every member index: no clash with the schema-order memo.
-        let key = (written | 1 << self.members.len(), c);
-        if let Some(&id) = self.memo.get(&key) {
-            return Ok(Expr::Rule(id));
-        }
-        let id = b.new_rule("obj_any", ptr)?;
-        // Shared by up to n supersets: inlined, the lattice would unfold into n! orders.
-        b.rules[id.index()].keep = true;
-        self.memo.insert(key, id);
-        let body = self.any_rest(b, written, c, ptr)?;
-        b.rules[id.index()].body = body;
-        Ok(Expr::Rule(id))
-    }
-
-    /// Any-order members with nothing written yet.
-    fn any_first(&mut self, b: &mut Builder, ptr: &str) -> Result<Expr, SchemaError> {
-        let mut alts = Vec::new();
-        for j in 0..self.members.len() {
-            let next = self.any_rest_rule(b, 1 << j, 1, ptr)?;
-            alts.push(seq(vec![self.members[j].0.clone(), next]));
-        }
-        if self.done(0) {
-            alts.push(self.first(b, self.members.len(), ptr)?);
-        }
-        Ok(alt(alts))
-    }
 }
 
 impl Plan {
@@ -272,32 +213,9 @@ pub(crate) fn build(
         members.push((seq(vec![Builder::key_literal(name), l.colon(), v]), req));
         member_names.push(name);
     }
-    let any_order = (2..=b.opts.any_order_max.min(16)).contains(&members.len());
-    // Too many members for any order: besides the schema's order, accept the required
-    // members first, in the order `required` lists them (the order writers, models
-    // included, most often use when it differs), then the optional ones in schema order.
-    let required_first: Vec<usize> = {
-        let mut order: Vec<usize> = Vec::with_capacity(members.len());
-        for i in required.iter().filter_map(|r| member_names.iter().position(|n| n == r)) {
-            if !order.contains(&i) {
-                order.push(i);
-            }
-        }
-        order.extend((0..members.len()).filter(|i| !members[*i].1));
-        order
-    };
-    let second_order = !any_order
-        && b.opts.any_order_max > 1
-        && required_first.len() == members.len()
-        && required_first.iter().enumerate().any(|(i, &j)| i != j);
-    // Each member is one rule, not copies. A member is written in several places: up to
-    // 2^(n-1) in the any-order lattice, once per order, and in schema order once after
-    // each member that may precede it (the object's first member, and the rest rules the
-    // optimizer inlines chains of). Inlined, every place determinized its own copy of the
-    // key and value: a Kubernetes object's lattice grew 17k states instead of 10k, and
-    // schema-order objects a further 12 % (kb_146: 10.2k → 9.0k states, −14 % compile
-    // instructions; Github_medium time to first mask −20 %), while a reference costs the
-    // matcher one item (mask times unchanged within noise in A/B runs).
+    // Each member is one rule, not copies: in schema order a member is written after each
+    // member that may precede it (the object's first member is any of them, and the
+    // optimizer inlines chains of rest rules), and a member set names its members' rules.
     for m in members.iter_mut() {
         let id = b.new_rule("obj_member", ptr)?;
         b.rules[id.index()].keep = true;
@@ -331,29 +249,79 @@ pub(crate) fn build(
     // in place (quotes, colon and value in the same automaton as the key), and the
     // optimizer decides whether it is small enough to copy.
     let extra = if extras.is_empty() { None } else { Some(b.rule_once(alt(extras), "obj_extra", ptr)?) };
-    let counting = min > 0 || max.is_some();
-    let reordered: Vec<(Expr, bool)> = required_first.iter().map(|&i| members[i].clone()).collect();
-    let mut plan = Plan { members, extra, min, max, counting, memo: FxHashMap::default(), level };
-    let nreq = plan.members.iter().filter(|m| m.1).count() as u64;
-    if max.is_some_and(|x| x < nreq || x < min) {
-        return Ok(nothing());
-    }
-    let body = if any_order {
-        plan.any_first(b, ptr)?
-    } else if second_order {
-        let schema_order = plan.first(b, 0, ptr)?;
-        let mut other =
-            Plan { members: reordered, extra: plan.extra.clone(), memo: FxHashMap::default(), ..plan };
-        alt(vec![schema_order, other.first(b, 0, ptr)?])
-    } else {
-        plan.first(b, 0, ptr)?
-    };
-    if is_nothing(&body) {
+    let nreq = members.iter().filter(|m| m.1).count() as u64;
+    if max.is_some_and(|x| x < nreq || x < min) || (extra.is_none() && min > members.len() as u64) {
         return Ok(nothing());
     }
     let nullable = nreq == 0 && min == 0;
+    let any_order = b.opts.property_order == PropertyOrder::Any && !members.is_empty();
+    if any_order && members.len() <= MAX_SET_MEMBERS {
+        let set = member_set(b, members, extra, (min, max), level, ptr)?;
+        return Ok(if nullable { alt(vec![l.empty('{', '}'), set]) } else { set });
+    }
+    if any_order {
+        b.warnings.push(super::SchemaWarning {
+            keyword: "properties".into(),
+            pointer: ptr.to_string(),
+            approximation: format!(
+                "{} declared members, more than the {MAX_SET_MEMBERS} tracked in any order: schema order",
+                members.len()
+            ),
+        });
+    }
+    let counting = min > 0 || max.is_some();
+    let mut plan = Plan { members, extra, min, max, counting, memo: FxHashMap::default(), level };
+    let body = plan.first(b, 0, ptr)?;
+    if is_nothing(&body) {
+        return Ok(nothing());
+    }
     let full = seq(vec![l.open('{', level), body, l.close('}', level)]);
     Ok(if nullable { alt(vec![l.empty('{', '}'), full]) } else { full })
+}
+
+/// The object as one rule carrying a [`MemberSet`]: `members` (each a rule reference, and
+/// whether it is required) and extra members in any order, with at least one member.
+fn member_set(
+    b: &mut Builder,
+    members: Vec<(Expr, bool)>,
+    extra: Option<Expr>,
+    (min, max): (u64, Option<u64>),
+    level: u32,
+    ptr: &str,
+) -> Result<Expr, SchemaError> {
+    let l = b.layout;
+    // The separator and the end are rules (the parser gates them), kept apart from equal
+    // rules that are not a set's.
+    let kept = |b: &mut Builder, e: Expr, hint: &str| -> Result<crate::grammar::RuleId, SchemaError> {
+        let id = b.rule_once_id(e, hint, ptr)?;
+        b.rules[id.index()].keep = true;
+        Ok(id)
+    };
+    let sep = kept(b, l.comma(level), "obj_sep")?;
+    let close = kept(b, l.close('}', level), "obj_close")?;
+    let extra = match extra {
+        Some(Expr::Rule(id)) => {
+            b.rules[id.index()].keep = true;
+            Some(id)
+        }
+        Some(e) => Some(kept(b, e, "obj_extra")?),
+        None => None,
+    };
+    let members = members
+        .into_iter()
+        .map(|(e, req)| match e {
+            Expr::Rule(id) => Ok((id, req)),
+            e => kept(b, e, "obj_member").map(|id| (id, req)),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let clamp = |n: u64| n.min(u32::MAX as u64) as u32;
+    let set = MemberSet { members, extra, sep, close, min: clamp(min), max: max.map(clamp) };
+    let id = b.new_rule("obj", ptr)?;
+    let rule = &mut b.rules[id.index()];
+    rule.keep = true;
+    rule.body = set.body(l.open('{', level));
+    rule.members = Some(Box::new(set));
+    Ok(Expr::Rule(id))
 }
 
 /// How the keys of one object schema split into classes (see [`crate::regex::keyset`]):

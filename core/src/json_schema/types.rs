@@ -165,7 +165,7 @@ impl<'a> Builder<'a> {
             opts,
             layout: Layout(opts.whitespace),
             resolver: Resolver::new(root, legacy_draft(root)),
-            rules: vec![Rule { name: "root".into(), body: Expr::Empty, keep: false }],
+            rules: vec![Rule::new("root", Expr::Empty)],
             memo: HashMap::new(),
             any_memo: FxHashMap::default(),
             number_rule: None,
@@ -248,7 +248,7 @@ impl<'a> Builder<'a> {
         name.push_str(&digits);
         name.push('_');
         name.extend(hint.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_').take(40));
-        self.rules.push(Rule { name, body: Expr::Empty, keep: false });
+        self.rules.push(Rule::new(name, Expr::Empty));
         Ok(id)
     }
 
@@ -308,13 +308,18 @@ impl<'a> Builder<'a> {
     /// maps) are one rule from the start, so what references them is equal too (see
     /// [`Builder::shared_value`]).
     pub fn rule_once(&mut self, body: Expr, hint: &str, ptr: &str) -> Result<Expr, SchemaError> {
+        self.rule_once_id(body, hint, ptr).map(Expr::Rule)
+    }
+
+    /// [`Builder::rule_once`], giving the rule's id.
+    pub fn rule_once_id(&mut self, body: Expr, hint: &str, ptr: &str) -> Result<RuleId, SchemaError> {
         if let Some(&id) = self.bodies.get(&body) {
-            return Ok(Expr::Rule(id));
+            return Ok(id);
         }
         let id = self.new_rule(hint, ptr)?;
         self.rules[id.index()].body = body.clone();
         self.bodies.insert(body, id);
-        Ok(Expr::Rule(id))
+        Ok(id)
     }
 
     /// An object member's value as a rule, one per distinct value, that the optimizer

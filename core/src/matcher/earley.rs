@@ -37,6 +37,16 @@ pub(crate) struct Item {
     pub origin: u32,
 }
 
+/// A state of a member-set rule together with one instance's progress: the members it has
+/// written and how many extra ones (saturating; see `automata::members`). Such states are
+/// the parser's own, numbered past the automaton's; they scan no byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Progress {
+    base: u32,
+    written: u64,
+    extra: u32,
+}
+
 /// An item of some set that waits for `rule` to complete, then moves to `target`.
 #[derive(Debug, Clone, Copy)]
 struct Wait {
@@ -158,6 +168,12 @@ pub(crate) struct Earley {
     /// vocabulary trie, checking uncertain tokens — but not when consuming an output
     /// once, where every kernel is new and the memo would only cost.
     memoize: bool,
+    /// Number of automaton states; state `n_static + i` is `progress[i]`.
+    n_static: u32,
+    /// Member-set progress states, interned (never removed: a rolled-back id is only
+    /// unused, and forks copy the table, so ids in shared segments stay valid).
+    progress: Vec<Progress>,
+    progress_ids: rustc_hash::FxHashMap<Progress, u32>,
 }
 
 /// The closure computed for a set whose scanned items (its kernel) were `key`, as
@@ -226,6 +242,9 @@ impl Earley {
             memo: Default::default(),
             scratch_key: Vec::new(),
             memoize: false,
+            n_static: n as u32,
+            progress: Vec::new(),
+            progress_ids: Default::default(),
         };
         let start = e.tail.items.len();
         e.next_generation();
@@ -279,6 +298,12 @@ impl Earley {
     #[inline]
     pub fn depth(&self) -> usize {
         self.num_sets() - 2
+    }
+
+    /// Whether `state` is an automaton state (not one of this parser's progress states).
+    #[inline]
+    pub fn is_automaton_state(&self, state: u32) -> bool {
+        state < self.n_static
     }
 
     /// Items of the latest set.
@@ -391,12 +416,11 @@ impl Earley {
         let hi = self.tail.item_ends[n - 1] as usize;
         let start = self.tail.items.len();
         let class = a.byte_class[byte as usize] as usize;
-        let nc = a.n_classes;
         // Fast path: one item moving to a state with no rule edges and no completion (the
         // inside of strings, numbers, keywords) needs no closure.
         if hi - lo == 1 {
             let it = self.tail.items[lo];
-            let t = a.trans[it.state as usize * nc + class];
+            let t = a.next(it.state, class);
             if t == DEAD {
                 return false;
             }
@@ -413,7 +437,7 @@ impl Earley {
         }
         for i in lo..hi {
             let it = self.tail.items[i];
-            let t = a.trans[it.state as usize * nc + class];
+            let t = a.next(it.state, class);
             if t != DEAD {
                 self.add(start, Item { state: t, origin: it.origin });
             }
@@ -487,6 +511,44 @@ impl Earley {
         }
     }
 
+    /// The state for automaton state `base` with progress `(written, extra)`: `base` itself
+    /// when nothing is written (the progress at the rule's start).
+    fn progress_state(&mut self, base: u32, written: u64, extra: u32) -> u32 {
+        if written == 0 && extra == 0 {
+            return base;
+        }
+        let key = Progress { base, written, extra };
+        if let Some(&id) = self.progress_ids.get(&key) {
+            return id;
+        }
+        let id = self.n_static + self.progress.len() as u32;
+        self.progress.push(key);
+        self.progress_ids.insert(key, id);
+        if self.stamp.len() <= id as usize {
+            let len = (id as usize + 1).next_power_of_two();
+            self.stamp.resize(len, 0);
+            self.state_stamp.resize(len, 0);
+        }
+        id
+    }
+
+    /// Follows the gated rule edges of an item with origin `origin` at progress `p` (a
+    /// member-set rule's state): only the edges the set allows, each target carrying the
+    /// progress after it.
+    #[cold]
+    fn gated_edges(&mut self, a: &Automata, origin: u32, p: Progress, start: usize, pos: u32) {
+        let set = a.set_info(a.nodes[p.base as usize].rule);
+        for &(r, t) in a.edges(p.base) {
+            let Some((w, x)) = set.gate(r, p.written, p.extra) else { continue };
+            let target = self.progress_state(t, w, x);
+            self.tail.waits.push(Wait { rule: r, target, origin });
+            self.predict(a, r, pos);
+            if a.nullable[r as usize] {
+                self.add(start, Item { state: target, origin });
+            }
+        }
+    }
+
     /// Predicts `rule` at `pos`: adds its precomputed prediction closure, with the waits
     /// of each newly added state.
     #[inline]
@@ -551,7 +613,11 @@ impl Earley {
         while j < self.tail.items.len() {
             let it = self.tail.items[j];
             j += 1;
-            let node = a.nodes[it.state as usize];
+            let p = match it.state.checked_sub(self.n_static) {
+                None => Progress { base: it.state, written: 0, extra: 0 },
+                Some(k) => self.progress[k as usize],
+            };
+            let node = a.nodes[p.base as usize];
             if node.is_final {
                 if it.origin == 0 {
                     can_end = true;
@@ -589,7 +655,11 @@ impl Earley {
                 // its waits: nothing left to do (and it cannot complete: Aycock–Horspool).
                 continue;
             }
-            for &(r, t) in a.edges(it.state) {
+            if node.gated {
+                self.gated_edges(a, it.origin, p, start, pos);
+                continue;
+            }
+            for &(r, t) in a.edges(p.base) {
                 self.tail.waits.push(Wait { rule: r, target: t, origin: it.origin });
                 self.predict(a, r, pos);
                 if a.nullable[r as usize] {

@@ -222,7 +222,7 @@ impl GrammarMatcher {
         let a = compiled.automata();
         self.scratch_states.clear();
         for it in self.parser.last_set() {
-            if a.nodes[it.state as usize].scannable && !self.scratch_states.contains(&it.state) {
+            if a.scans(it.state) && !self.scratch_states.contains(&it.state) {
                 self.scratch_states.push(it.state);
             }
         }
@@ -355,7 +355,7 @@ impl GrammarMatcher {
         while out.len() < MAX_JUMP_FORWARD_BYTES && !self.parser.can_end() {
             let mut next = ByteSet::default();
             for it in self.parser.last_set() {
-                if a.nodes[it.state as usize].scannable {
+                if a.scans(it.state) {
                     next.union(&a.out_bytes(it.state));
                 }
             }
