@@ -361,6 +361,34 @@ fn long_max_length_is_exact() {
 }
 
 #[test]
+fn long_strings_share_their_blocks() {
+    // Strings longer than the exact-length limit are blocks of 256 characters: every such
+    // string of a schema uses the same block rule (and the same runs of up to 255), so a
+    // second one costs only the run of its own remainder (`maxLength` mod 256), not
+    // another ~11,000 states.
+    let states = |members: &[&str]| {
+        let props: Vec<String> =
+            members.iter().enumerate().map(|(i, m)| format!(r#""m{i}":{{"type":"string",{m}}}"#)).collect();
+        let s = format!(r#"{{"type":"object","properties":{{{}}}}}"#, props.join(","));
+        let g = json_schema_str_to_grammar(&s, &JsonSchemaOptions::default()).unwrap();
+        compiler().compile(&GrammarSpec::Grammar(g)).unwrap().automata().num_states()
+    };
+    let one = states(&[r#""maxLength":32767"#]);
+    let three =
+        states(&[r#""maxLength":32767"#, r#""maxLength":40000"#, r#""minLength":5,"maxLength":20000"#]);
+    assert!(three < one + one / 3, "one long string: {one} states; three: {three}");
+    // And each is exact at its own bounds.
+    let s = r#"{"type":"string","minLength":3,"maxLength":10260}"#;
+    let c = compiler();
+    for (n, ok) in
+        [(2usize, false), (3, true), (259, true), (3 + 256 * 40, true), (10_260, true), (10_261, false)]
+    {
+        let text = format!("\"{}\"", "a".repeat(n));
+        assert_eq!(accepts(&c, s, &JsonSchemaOptions::default(), &text), ok, "length {n}");
+    }
+}
+
+#[test]
 fn members_come_in_any_order() {
     let s = r#"{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"},
         "c":{"type":"boolean"}},"required":["a","c"]}"#;

@@ -353,33 +353,44 @@ pub fn inline_fragments(g: &mut Grammar) {
 }
 
 /// Moves the bodies of repetitions that would unroll to more than [`UNROLL_MAX_SIZE`]
-/// nodes into new rules (named `<rule>__repeat<k>`).
+/// nodes into new rules (named `<rule>__repeat<k>`), one rule per distinct body: the
+/// 256-character blocks of every long `maxLength` string in a schema are the same rule
+/// (each copy was ~3,600 DFA states to build).
 pub fn outline_large_repeats(g: &mut Grammar) {
-    let mut new_rules: Vec<Rule> = Vec::new();
-    let n = g.rules.len();
-    for i in 0..n {
+    let mut out = Outlined { rules: Vec::new(), by_body: Default::default(), base: g.rules.len() };
+    for i in 0..out.base {
         let mut body = std::mem::replace(&mut g.rules[i].body, Expr::Empty);
         let name = g.rules[i].name.clone();
-        outline_in(&mut body, &name, n, &mut new_rules);
+        outline_in(&mut body, &name, &mut out);
         g.rules[i].body = body;
     }
-    g.rules.extend(new_rules);
+    g.rules.extend(out.rules);
 }
 
-fn outline_in(e: &mut Expr, name: &str, base: usize, out: &mut Vec<Rule>) {
+/// Rules made by [`outline_large_repeats`] (numbered from `base`), by body.
+struct Outlined {
+    rules: Vec<Rule>,
+    by_body: rustc_hash::FxHashMap<Expr, RuleId>,
+    base: usize,
+}
+
+fn outline_in(e: &mut Expr, name: &str, out: &mut Outlined) {
     match e {
-        Expr::Seq(v) | Expr::Alt(v) => v.iter_mut().for_each(|x| outline_in(x, name, base, out)),
+        Expr::Seq(v) | Expr::Alt(v) => v.iter_mut().for_each(|x| outline_in(x, name, out)),
         Expr::Repeat { expr, min, max } => {
-            outline_in(expr, name, base, out);
+            outline_in(expr, name, out);
             let copies = max.unwrap_or(*min).max(*min) as usize;
             let body = expr.expanded_size();
             let mut regular = body <= CHAR_MAX_SIZE as u64;
             expr.for_each_rule(&mut |_| regular = false);
             let limit = if regular { UNROLL_MAX_SIZE_REGULAR } else { UNROLL_MAX_SIZE } as u64;
             if copies > 1 && body > 1 && body.saturating_mul(copies as u64) > limit {
-                let id = RuleId((base + out.len()) as u32);
+                let next = RuleId((out.base + out.rules.len()) as u32);
+                let id = *out.by_body.entry((**expr).clone()).or_insert(next);
                 let body = std::mem::replace(&mut **expr, Expr::Rule(id));
-                out.push(Rule::new(format!("{name}__repeat{}", out.len()), body));
+                if id == next {
+                    out.rules.push(Rule::new(format!("{name}__repeat{}", out.rules.len()), body));
+                }
             }
         }
         Expr::Empty | Expr::Literal(_) | Expr::Class(_) | Expr::Rule(_) => {}
@@ -483,6 +494,14 @@ mod tests {
         // A larger rule-free body repeated many times is outlined.
         let big = Grammar::from_ebnf("root ::= (\"\\\"\" [0-9a-f]{24} \"\\\"\" \", \"){1000}").unwrap();
         assert_eq!(optimize(&big).unwrap().rules.len(), 2);
+        // Equal bodies, wherever they repeat, become one rule.
+        let twice = Grammar::from_ebnf(
+            "root ::= a \"|\" b \"|\" ([0-9a-f]{24} \",\"){300}\na ::= \"x\" ([0-9a-f]{24} \",\"){500}\nb ::= \"y\" ([0-9a-f]{24} \",\"){200,900}",
+        )
+        .unwrap();
+        let o = optimize(&twice).unwrap();
+        assert_eq!(o.rules.len(), 2, "{o}");
+        assert_eq!(o.to_string().matches("root__repeat0{").count(), 3, "{o}");
     }
 
     #[test]

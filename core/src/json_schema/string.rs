@@ -62,25 +62,34 @@ const BLOCK: u64 = 256;
 
 /// `min..=max` JSON string characters for a `maxLength` beyond the exact-length limit
 /// (65,535 is common): `min` characters, then `M = max - min` more written as blocks of
-/// [`BLOCK`] characters — `block{0,q-1} char{0,BLOCK-1} | block{q} char{0,r}` with
+/// [`BLOCK`] characters — `block{0,q-1} chars(BLOCK-1) | block{q} chars(r)` with
 /// `M = q·BLOCK + r` — which is exactly "at most M" and unambiguous (the number of whole
 /// blocks is fixed by the length), so the automaton stays a chain of `q` block calls
-/// instead of `M` unrolled characters.
-fn long_chars(min: u32, max: u64) -> Expr {
+/// instead of `M` unrolled characters. The block and the two runs of at most `BLOCK - 1`
+/// characters are rules of their own, one per distinct body (shared by every long string
+/// of the schema): each is a counted repetition at the top of its rule, which the
+/// automata builder splices from copies of one character's DFA, where written inside the
+/// alternation the two runs were ~7,000 states for the subset construction.
+fn long_chars(b: &mut Builder, min: u32, max: u64, ptr: &str) -> Result<Expr, SchemaError> {
     let ch = || json_string_char(ANY_CHAR);
     let rep = |e: Expr, lo: u32, hi: u32| Expr::Repeat { expr: Box::new(e), min: lo, max: Some(hi) };
+    let mut rule = |e: Expr, hint: &str| -> Result<Expr, SchemaError> {
+        let id = b.rule_once_id(e, hint, ptr)?;
+        b.rules[id.index()].keep = true;
+        Ok(Expr::Rule(id))
+    };
     let extra = max - min as u64;
     let (q, r) = ((extra / BLOCK) as u32, (extra % BLOCK) as u32);
-    let block = || rep(ch(), BLOCK as u32, BLOCK as u32);
     let tail = if q == 0 {
         rep(ch(), 0, r)
     } else {
+        let block = rule(rep(ch(), BLOCK as u32, BLOCK as u32), "block")?;
         alt(vec![
-            seq(vec![rep(block(), 0, q - 1), rep(ch(), 0, BLOCK as u32 - 1)]),
-            seq(vec![rep(block(), q, q), rep(ch(), 0, r)]),
+            seq(vec![rep(block.clone(), 0, q - 1), rule(rep(ch(), 0, BLOCK as u32 - 1), "chars")?]),
+            seq(vec![rep(block, q, q), rule(rep(ch(), 0, r), "chars")?]),
         ])
     };
-    seq(vec![rep(ch(), min, min), tail])
+    Ok(seq(vec![rep(ch(), min, min), tail]))
 }
 
 pub(crate) fn build(b: &mut Builder, m: &Map<String, Value>, ptr: &str) -> Result<Expr, SchemaError> {
@@ -99,7 +108,7 @@ pub(crate) fn build(b: &mut Builder, m: &Map<String, Value>, ptr: &str) -> Resul
     let plain = !m.contains_key("pattern") && !m.contains_key("format");
     if plain && max.is_some_and(|x| x > lim && (x - min) / BLOCK <= lim) {
         // Long plain strings stay exact through blocks (see `long_chars`).
-        let body = long_chars(min as u32, max.unwrap_or(0));
+        let body = long_chars(b, min as u32, max.unwrap_or(0), ptr)?;
         return b.leaf_rule(seq(vec![lit("\""), body, lit("\"")]), "string");
     }
     if max.is_some_and(|x| x > lim) {
