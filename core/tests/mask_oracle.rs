@@ -185,6 +185,18 @@ fn long_counted_repetitions() {
     check_along("outlined chain", r#"root ::= "<" ("ab" | [c-z ]){0,5000} ">""#, &format!("<{body}>"), 1);
     let near_end = format!("<{}>", "abcdefghij".repeat(14));
     check_along("chain end", r#"root ::= "<" [a-z]{0,140} ">""#, &near_end, 7);
+    // Strings longer than any token, through to their end and the next one: the
+    // positions share one mask and the matcher's memo of checked tokens (which close the
+    // string and go on: `",`, `"]`) until a token's length before the end, where each
+    // position differs.
+    let full: String = "abc de.fg".repeat(40).chars().take(200).collect();
+    let text = format!(r#"["{full}","x y"]"#);
+    check_along(
+        "long chain",
+        "root ::= \"[\" s (\",\" s)* \"]\"\ns ::= \"\\\"\" [a-z .]{0,200} \"\\\"\"",
+        &text,
+        9,
+    );
 }
 
 /// Tokens that leave a rule (`cd",`) are decided by the context around it: the same string

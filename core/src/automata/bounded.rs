@@ -21,6 +21,14 @@ impl Automata {
     /// least one byte), at the same depth otherwise. Past `max_pairs` pairs the answer is
     /// the depth checked in full so far.
     pub(crate) fn agreement_depth(&self, s: u32, t: u32, depth: usize, max_pairs: usize) -> usize {
+        match self.chain_agreement(s, t) {
+            Some(n) => n.min(depth),
+            None => self.walked_agreement(s, t, depth, max_pairs),
+        }
+    }
+
+    /// [`Automata::agreement_depth`] by walking pairs of states.
+    fn walked_agreement(&self, s: u32, t: u32, depth: usize, max_pairs: usize) -> usize {
         let nc = self.n_classes;
         let mut seen: FxHashSet<(u32, u32)> = FxHashSet::default();
         let mut level = vec![(s, t)];
@@ -79,10 +87,90 @@ impl Automata {
     }
 }
 
+impl Automata {
+    /// [`Automata::agreement_depth`] of two copies of the same state of a spliced
+    /// repetition, read off its layout instead of walked (the walk visits every pair of
+    /// states a token's length apart: for a JSON character, a few thousand pairs per
+    /// position, so it gave up before a long string's positions were found alike).
+    ///
+    /// Positions `a < b` (copies written) behave alike until a later join tells them
+    /// apart: `b` reaches `max` copies first, after `max - b` more, or only `b` may leave
+    /// the repetition, which happens once `b` reaches `min`. A join `j` copies on is
+    /// reached after at least `j` copies' worth of bytes. Inner states add the bytes left
+    /// in their copy. `None` when the two are not such a pair.
+    /// The same state `back` copies earlier in its spliced repetition, if any (positions
+    /// from 1, copies from 0).
+    pub(crate) fn earlier_copy(&self, s: u32, back: u32) -> Option<u32> {
+        let rule = self.nodes.get(s as usize)?.rule;
+        let i = self.chains.binary_search_by_key(&rule, |c| c.0).ok()?;
+        let l = &self.chains[i].1;
+        if (l.positions..l.positions + l.max).contains(&s) {
+            return (s - l.positions >= back).then(|| s - back);
+        }
+        let k = s.checked_sub(l.inner)?;
+        let step = back.checked_mul(l.to_end.len() as u32)?;
+        (k < l.max * l.to_end.len() as u32 && k >= step).then(|| s - step)
+    }
+
+    fn chain_agreement(&self, s: u32, t: u32) -> Option<usize> {
+        let rule = self.nodes.get(s as usize)?.rule;
+        if s == t || self.nodes.get(t as usize)?.rule != rule {
+            return None;
+        }
+        let i = self.chains.binary_search_by_key(&rule, |c| c.0).ok()?;
+        let l = &self.chains[i].1;
+        let n = l.to_end.len() as u32;
+        // (copies written at the next join, bytes before it)
+        let place = |q: u32| -> Option<(u32, u32, Option<u32>)> {
+            if (l.positions..l.positions + l.max).contains(&q) {
+                return Some((q - l.positions + 1, 0, None));
+            }
+            let k = q.checked_sub(l.inner)?;
+            (n > 0 && k < l.max * n).then(|| (k / n + 1, l.to_end[(k % n) as usize], Some(k % n)))
+        };
+        let ((ka, da, ia), (kb, db, ib)) = (place(s)?, place(t)?);
+        if ia != ib {
+            return None;
+        }
+        debug_assert_eq!(da, db);
+        let (lo, hi) = (ka.min(kb), ka.max(kb));
+        let joins = (l.max - hi).min(if lo < l.min { l.min.saturating_sub(hi) } else { u32::MAX });
+        Some(da as usize + joins as usize * l.link_bytes as usize)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::grammar::Grammar;
+
+    /// The layout of a spliced repetition gives exactly what walking the pairs gives, for
+    /// every pair of copies of a state (positions and inner states), near `min`, `max` and
+    /// far from both, with multi-byte links.
+    #[test]
+    fn chain_layouts_agree_with_walking() {
+        let grammars = [
+            r#"root ::= "<" [a-z]{0,40} ">""#,
+            r#"root ::= "\"" ([ -!#-\[\]-\U0010ffff] | "\\" ["\\/bfnrt] | "\\u" [0-9a-f]{4}){3,30} "\"""#,
+            r#"root ::= "[" ("xy" | "z") (", " ("xy" | "z")){6,25} "]""#,
+            r#"root ::= "k" [0-9]{12,12} "!""#,
+        ];
+        for ebnf in grammars {
+            let a = Automata::build(&Grammar::from_ebnf(ebnf).unwrap(), &Default::default()).unwrap();
+            assert_eq!(a.chains.len(), 1, "{ebnf}: not spliced");
+            let n = a.num_states() as u32;
+            let mut compared = 0;
+            for s in 0..n {
+                for t in 0..n {
+                    if let Some(k) = a.chain_agreement(s, t) {
+                        assert_eq!(k.min(500), a.walked_agreement(s, t, 500, usize::MAX), "{ebnf}: {s} {t}");
+                        compared += 1;
+                    }
+                }
+            }
+            assert!(compared > 100, "{ebnf}: {compared} pairs");
+        }
+    }
 
     #[test]
     fn chain_positions_agree_up_to_the_room_left() {
@@ -100,6 +188,6 @@ mod tests {
         let s = a.after(b"<ab");
         assert_eq!(a.agreement_depth(s, s, 64, 4096), 64);
         let t = a.after(b"<abc");
-        assert!(a.agreement_depth(s, t, 64, 3) < 37);
+        assert!(a.walked_agreement(s, t, 64, 3) < 37);
     }
 }

@@ -64,15 +64,58 @@ pub(crate) fn split(body: &Expr, placeholder: RuleId) -> Option<Split<'_>> {
     }
 }
 
+/// Where the copies of a spliced repetition lie in its rule's DFA (local state numbers),
+/// for deciding how far two of its states agree without walking them
+/// ([`Automata::agreement_depth`](super::Automata::agreement_depth)).
+#[derive(Debug, Clone)]
+pub(crate) struct Layout {
+    /// Position `k` (after `k` copies, `1..=max`) is state `positions + k - 1`.
+    pub positions: u32,
+    /// Link state `i` (an index among the link's inner states) of copy `k` (`0..max`) is
+    /// state `inner + k · to_end.len() + i`.
+    pub inner: u32,
+    pub min: u32,
+    pub max: u32,
+    /// Per inner link state: fewest bytes from it to the end of its copy.
+    pub to_end: Vec<u32>,
+    /// Fewest bytes through one copy.
+    pub link_bytes: u32,
+}
+
+/// Fewest bytes from each state of `link` to its final state `f` (`None` if the link
+/// calls a rule: its length is then not a count of bytes).
+fn bytes_to_end(link: &Dfa, f: usize) -> Option<Vec<u32>> {
+    if link.edges.iter().any(|e| e.0 as usize >= link.n_classes) {
+        return None;
+    }
+    let mut dist = vec![u32::MAX; link.len()];
+    dist[f] = 0;
+    // Few states (a character: a dozen): relax until nothing changes.
+    loop {
+        let mut changed = false;
+        for q in 0..link.len() {
+            let best = link.edges(q).iter().map(|e| dist[e.1 as usize].saturating_add(1)).min();
+            if let Some(d) = best.filter(|&d| d < dist[q]) {
+                dist[q] = d;
+                changed = true;
+            }
+        }
+        if !changed {
+            return Some(dist);
+        }
+    }
+}
+
 /// Replaces the edge reading `letter` in `outer` by `min..=max` copies of `link`; `None`
 /// when the shapes do not allow it (see the module documentation). Both DFAs are trimmed.
+/// With the DFA comes where the copies lie, when the link reads bytes only.
 pub(crate) fn splice(
     outer: &Dfa,
     letter: u32,
     link: &Dfa,
     (min, max): (u32, u32),
     max_states: usize,
-) -> Option<Result<Dfa, Error>> {
+) -> Option<Result<(Dfa, Option<Layout>), Error>> {
     let mut placed = (0..outer.len()).flat_map(|s| outer.edges(s).iter().map(move |&(l, t)| (s, l, t)));
     let (s, _, t) = placed.find(|e| e.1 == letter)?;
     if placed.any(|e| e.1 == letter) || min > max {
@@ -166,8 +209,17 @@ pub(crate) fn splice(
         }
     }
     debug_assert!(d.edges.iter().all(|e| e.1 != DEAD));
+    let mut layout = bytes_to_end(link, f).map(|dist| {
+        let to_end: Vec<u32> = (1..link.len()).filter(|&q| q != f).map(|q| dist[q]).collect();
+        Layout { positions: base as u32, inner: inner_base as u32, min, max, to_end, link_bytes: dist[0] }
+    });
     // `t` is unreachable when the placeholder was its only way in: drop it.
     if t != 0 && !outer.edges.iter().any(|&(l, q)| q as usize == t && l != letter) {
+        // (Every copy lies past the outer states, `t` among them: one lower.)
+        if let Some(l) = &mut layout {
+            l.positions -= 1;
+            l.inner -= 1;
+        }
         let order: Vec<u32> = (0..d.len() as u32).filter(|&q| q as usize != t).collect();
         let map: Vec<u32> = (0..d.len())
             .map(|q| match q.cmp(&t) {
@@ -178,7 +230,7 @@ pub(crate) fn splice(
             .collect();
         d.renumber(&order, &map);
     }
-    Some(Ok(d))
+    Some(Ok((d, layout)))
 }
 
 #[cfg(test)]
@@ -264,7 +316,7 @@ mod tests {
             let got = splice(&p.outer, p.letter, &p.link, p.bounds, 1 << 20);
             assert_eq!(got.is_some(), spliced, "{ebnf}");
             if let Some(d) = got {
-                let d = d.unwrap();
+                let (d, _) = d.unwrap();
                 assert!(equivalent(&d, &p.plain), "{ebnf}: spliced DFA differs");
                 assert!(d.len() <= p.plain.len() + 1, "{ebnf}: {} states vs {}", d.len(), p.plain.len());
             }

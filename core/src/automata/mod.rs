@@ -117,6 +117,9 @@ pub struct Automata {
     /// its set (`u32::MAX`: none).
     pub(crate) sets: Vec<members::SetInfo>,
     pub(crate) set_of: Vec<u32>,
+    /// Spliced counted repetitions, by rule (sorted), with absolute state numbers
+    /// ([`chain::Layout`]).
+    pub(crate) chains: Vec<(u32, chain::Layout)>,
 }
 
 impl Automata {
@@ -153,6 +156,7 @@ impl Automata {
         let mut scratch = dfa::Scratch::new(&class_rep);
         let mut minimal = |nfa: &Nfa| Dfa::minimal(nfa, &mut scratch, limits.max_dfa_states);
         let mut dfas = Vec::with_capacity(plans.len());
+        let mut layouts: Vec<(usize, chain::Layout)> = Vec::new();
         let mut total = 0;
         for (plan, rule) in plans.iter().zip(&g.rules) {
             let spliced = match &plan.chain {
@@ -170,7 +174,10 @@ impl Automata {
                 None => None,
             };
             let d = match (spliced, &plan.chain) {
-                (Some(d), _) => d,
+                (Some((d, layout)), _) => {
+                    layouts.extend(layout.map(|l| (dfas.len(), l)));
+                    d
+                }
                 (None, None) => minimal(&plan.nfa)?,
                 // The shapes did not allow splicing: the whole body, as usual.
                 (None, Some(_)) => minimal(&Nfa::build(&rule.body, limits.max_nfa_states)?)?,
@@ -185,7 +192,17 @@ impl Automata {
             }
             dfas.push(d);
         }
-        Self::assemble(g, dfas, byte_class, n_classes, class_bytes)
+        let mut a = Self::assemble(g, dfas, byte_class, n_classes, class_bytes)?;
+        a.chains = layouts
+            .into_iter()
+            .map(|(r, mut l)| {
+                let base = a.rule_start[r];
+                l.positions += base;
+                l.inner += base;
+                (r as u32, l)
+            })
+            .collect();
+        Ok(a)
     }
 
     fn assemble(
@@ -243,6 +260,7 @@ impl Automata {
             prediction_ends: Vec::new(),
             sets: Vec::new(),
             set_of: vec![u32::MAX; dfas.len()],
+            chains: Vec::new(),
         };
         a.compute_sets()?;
         let with_edges = a.states_with_rule_edges();

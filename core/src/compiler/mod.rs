@@ -239,7 +239,7 @@ impl GrammarCompiler {
 pub struct CompiledGrammar {
     automata: Automata,
     tokenizer: Arc<TokenizerInfo>,
-    masks: Vec<OnceLock<StateMask>>,
+    masks: Vec<OnceLock<Slot>>,
     /// The masks' id lists and bitsets, each stored once and shared.
     store: MaskStore,
     /// Per rule, the last state whose mask was computed by a vocabulary walk: the next
@@ -258,7 +258,19 @@ pub struct CompiledGrammar {
     shared_bytes: std::sync::atomic::AtomicUsize,
 }
 
-/// Moves up a chain of predecessors searched for a walked state to share a mask with.
+/// A state's mask, and the state it behaves like for every token.
+#[derive(Debug)]
+struct Slot {
+    mask: StateMask,
+    /// The walked state whose mask this one shares because the two agree on every input
+    /// a token can hold (the state itself otherwise). Every token then runs alike from
+    /// both — through the rule's end too — so the matcher may reuse a mask it checked
+    /// from one at the other (consecutive positions of a long bounded string).
+    alike: u32,
+}
+
+/// Moves up a chain of predecessors (or back through the copies of a spliced repetition)
+/// searched for a walked state to share a mask with.
 const CHAIN_LOOKBACK: usize = 32;
 
 /// Largest rule (states × byte classes) given a predecessor table: building it reads the
@@ -350,6 +362,18 @@ impl CompiledGrammar {
     /// The token mask of a scannable state, computed now if this is its first use.
     #[inline]
     pub(crate) fn mask(&self, state: u32) -> &StateMask {
+        &self.slot(state).mask
+    }
+
+    /// The state `state` behaves like for every token (see [`Slot::alike`]), computing its
+    /// mask if needed.
+    #[inline]
+    pub(crate) fn alike(&self, state: u32) -> u32 {
+        self.slot(state).alike
+    }
+
+    #[inline]
+    fn slot(&self, state: u32) -> &Slot {
         self.masks[state as usize].get_or_init(|| match self.compute_mask(state, None) {
             Some(m) => m,
             None => unreachable!("a walk without a deadline always finishes"),
@@ -360,7 +384,8 @@ impl CompiledGrammar {
     /// on every input a token can hold, completed from it by walking only the longer
     /// tokens when they agree on the shorter ones, otherwise walked (`None` past
     /// `deadline`).
-    fn compute_mask(&self, state: u32, deadline: Option<Instant>) -> Option<StateMask> {
+    fn compute_mask(&self, state: u32, deadline: Option<Instant>) -> Option<Slot> {
+        let slot = |mask| Some(Slot { mask, alike: state });
         /// Pairs of states compared before giving up on sharing (the comparison is then
         /// still far cheaper than a walk).
         const MAX_PAIRS: usize = 4096;
@@ -382,8 +407,13 @@ impl CompiledGrammar {
         // walked state up its chain, and the rule's last walked state.
         let trie = self.tokenizer.trie();
         let depth = trie.max_depth;
-        let mut best: Option<(u32, &StateMask, usize)> = None;
-        for r in [self.walked_ancestor(state), recent].into_iter().flatten() {
+        let mut best: Option<(u32, &Slot, usize)> = None;
+        // (In a spliced repetition, the nearest earlier copy of the state with a mask: the
+        // two agree as far as the room left, read off the layout.)
+        let copy = (1..=CHAIN_LOOKBACK as u32)
+            .map_while(|k| a.earlier_copy(state, k))
+            .find(|&s| self.masks[s as usize].get().is_some());
+        for r in [copy, self.walked_ancestor(state), recent].into_iter().flatten() {
             if r == state || best.is_some_and(|(_, _, known)| known >= depth) {
                 continue;
             }
@@ -397,8 +427,9 @@ impl CompiledGrammar {
         let mut partial = None;
         if let Some((r, m, known)) = best {
             if known >= depth {
-                return Some(m.clone());
+                return Some(Slot { mask: m.mask.clone(), alike: m.alike });
             }
+            let m = &m.mask;
             // The walk then classifies only the tokens below the subtrees where the two
             // states can differ at all ([`diverge`]: indentation positions differ on a
             // few dozen runs of blanks), or else those longer than the agreement depth
@@ -417,7 +448,7 @@ impl CompiledGrammar {
                 .flatten()
                 .map(|(f, _)| f);
             partial = match focus {
-                Some(f) if f.is_empty() => return Some(m.clone()),
+                Some(f) if f.is_empty() => return slot(m.clone()),
                 Some(f) => Some((m, Partial::Subtrees(f))),
                 None => (longer * 8 <= trie.token_ids.len()).then_some((m, Partial::LongerThan(known))),
             };
@@ -426,7 +457,7 @@ impl CompiledGrammar {
         if let (Some(cache), Some(key)) = (&self.leaf, &key) {
             if let Some(m) = cache.get(key) {
                 self.shared_bytes.fetch_add(leaf::mask_bytes(&m), std::sync::atomic::Ordering::Relaxed);
-                return Some(m);
+                return slot(m);
             }
         }
         let (tok, store) = (&self.tokenizer, &self.store);
@@ -443,7 +474,7 @@ impl CompiledGrammar {
         if let (Some(cache), Some(key)) = (&self.leaf, key) {
             cache.insert(key, &m);
         }
-        Some(m)
+        slot(m)
     }
 
     /// The nearest state up `state`'s chain of predecessors (at most [`CHAIN_LOOKBACK`]
@@ -523,7 +554,7 @@ impl CompiledGrammar {
         self.automata.memory_bytes()
             + self.store.memory_bytes()
             + self.shared_bytes.load(std::sync::atomic::Ordering::Relaxed)
-            + self.masks.len() * std::mem::size_of::<OnceLock<StateMask>>()
+            + self.masks.len() * std::mem::size_of::<OnceLock<Slot>>()
     }
 }
 

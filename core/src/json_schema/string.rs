@@ -60,7 +60,13 @@ pub(crate) fn get_count(
 /// Characters per block in [`long_chars`].
 const BLOCK: u64 = 256;
 
-/// `min..=max` JSON string characters for a `maxLength` beyond the exact-length limit
+/// Longest plain string written as one chain of characters (a DFA of ~14 states per
+/// character, built by splicing); longer ones are [`long_chars`] blocks. A chain's
+/// positions share one mask, while a block's last positions each check the tokens that
+/// may cross into the next block.
+const CHAIN_MAX: u64 = 1024;
+
+/// `min..=max` JSON string characters for a `maxLength` beyond [`CHAIN_MAX`]
 /// (65,535 is common): `min` characters, then `M = max - min` more written as blocks of
 /// [`BLOCK`] characters — `block{0,q-1} chars(BLOCK-1) | block{q} chars(r)` with
 /// `M = q·BLOCK + r` — which is exactly "at most M" and unambiguous (the number of whole
@@ -106,7 +112,7 @@ pub(crate) fn build(b: &mut Builder, m: &Map<String, Value>, ptr: &str) -> Resul
         ));
     }
     let plain = !m.contains_key("pattern") && !m.contains_key("format");
-    if plain && max.is_some_and(|x| x > lim && (x - min) / BLOCK <= lim) {
+    if plain && max.is_some_and(|x| x > CHAIN_MAX && (x - min) / BLOCK <= lim) {
         // Long plain strings stay exact through blocks (see `long_chars`).
         let body = long_chars(b, min as u32, max.unwrap_or(0), ptr)?;
         return b.leaf_rule(seq(vec![lit("\""), body, lit("\"")]), "string");

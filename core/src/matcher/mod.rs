@@ -38,9 +38,10 @@ struct Step {
 /// The last mask that needed run-time checks, and the configuration it belongs to.
 #[derive(Debug, Default)]
 struct MaskMemo {
-    /// `(state, uid of the origin set)` of each item of the latest set. Set uids are never
-    /// reused within one matcher's lineage (rollback and reset included), so equal keys
-    /// mean the same items over the same earlier sets: the same future.
+    /// `(state, uid of the origin set)` of each item of the latest set, a scannable state
+    /// named by the state it behaves like for every token. Set uids are never reused
+    /// within one matcher's lineage (rollback and reset included), so equal keys mean
+    /// alike items over the same earlier sets: the same future as far as a token reaches.
     key: Vec<(u32, u64)>,
     row: Vec<u32>,
     all: bool,
@@ -210,16 +211,20 @@ impl GrammarMatcher {
             row.fill(0);
             return Ok(false);
         }
+        let compiled = self.compiled.clone();
+        let a = compiled.automata();
+        // A scannable state is named by the state it behaves like for every token (the
+        // positions of a long bounded string share one), so the memo also serves the
+        // next position.
         self.scratch_key.clear();
         for it in self.parser.last_set() {
-            self.scratch_key.push((it.state, self.parser.uid_at(it.origin)));
+            let state = if a.scans(it.state) { compiled.alike(it.state) } else { it.state };
+            self.scratch_key.push((state, self.parser.uid_at(it.origin)));
         }
         if self.memo.key == self.scratch_key && self.memo.row.len() == row.len() {
             row.copy_from_slice(&self.memo.row);
             return Ok(self.memo.all);
         }
-        let compiled = self.compiled.clone();
-        let a = compiled.automata();
         self.scratch_states.clear();
         for it in self.parser.last_set() {
             if a.scans(it.state) && !self.scratch_states.contains(&it.state) {
