@@ -194,6 +194,39 @@ fn one_of_with_disjoint_values_is_exact() {
 }
 
 #[test]
+fn one_of_closed_objects_meeting_on_the_empty_object_is_exact() {
+    // Two closed objects with no member in common: they share only `{}`, which is then
+    // valid against both, so not against the `oneOf`. A third branch of another type.
+    let s = r#"{"oneOf":[
+        {"type":"object","additionalProperties":false,"properties":{"dest":{"type":"string"},"n":{"type":"integer"}}},
+        {"type":"object","additionalProperties":false,"properties":{"x86":{"type":"string"},"arm":{"type":"string"}}},
+        {"type":"string"}]}"#;
+    let cases: &[(&str, bool)] = &[
+        (r#"{"dest": "a"}"#, true),
+        (r#"{"n": 1, "dest": "b"}"#, true),
+        (r#"{"x86": "c", "arm": "d"}"#, true),
+        (r#""text""#, true),
+        (r#"{}"#, false),
+        (r#"{"dest": "a", "x86": "c"}"#, false),
+        (r#"{"n": "1"}"#, false),
+    ];
+    check(s, &JsonSchemaOptions::default(), cases);
+    check(s, &json_semantics(), cases);
+    // When one branch alone accepts `{}`, it keeps it.
+    let s = r#"{"oneOf":[
+        {"type":"object","additionalProperties":false,"properties":{"a":{"type":"string"}}},
+        {"type":"object","additionalProperties":false,"properties":{"b":{"type":"string"}},"required":["b"]}]}"#;
+    let cases: &[(&str, bool)] = &[
+        (r#"{}"#, true),
+        (r#"{"a": "x"}"#, true),
+        (r#"{"b": "x"}"#, true),
+        (r#"{"a": "x", "b": "y"}"#, false),
+    ];
+    check(s, &JsonSchemaOptions::default(), cases);
+    check(s, &json_semantics(), cases);
+}
+
+#[test]
 fn strict_one_of_requires_a_separating_property() {
     // Neither branch requires `kind`; `{}` (and `{"x": 1}`) satisfy both, so the `oneOf`
     // rejects them. Strict mode builds each branch with `kind` required: every generated
@@ -212,32 +245,16 @@ fn strict_one_of_requires_a_separating_property() {
             (r#"{"x": 1}"#, false),
         ],
     );
-    // Closed branches with different members: a member of one is forbidden by the other.
-    let closed = r#"{"oneOf":[
-        {"type":"object","properties":{"foo":{"type":"string"}},"additionalProperties":false},
-        {"type":"object","properties":{"bar":{"type":"string"}},"additionalProperties":false}]}"#;
-    check(
-        closed,
+    let (_, warnings) = grammask::json_schema::json_schema_to_grammar_with_warnings(
+        &serde_json::from_str(tagged).unwrap(),
         &JsonSchemaOptions::default(),
-        &[
-            (r#"{"foo": "x"}"#, true),
-            (r#"{"bar": "y"}"#, true),
-            (r#"{}"#, false),
-            (r#"{"foo": "x", "bar": "y"}"#, false),
-        ],
-    );
-    for s in [tagged, closed] {
-        let (_, warnings) = grammask::json_schema::json_schema_to_grammar_with_warnings(
-            &serde_json::from_str(s).unwrap(),
-            &JsonSchemaOptions::default(),
-        )
-        .unwrap();
-        assert_eq!(warnings.len(), 2, "{warnings:?}");
-        assert!(warnings.iter().all(|w| w.keyword == "oneOf"), "{warnings:?}");
-        // With JSON semantics the narrowing would reject valid objects: still an error.
-        let e = json_schema_str_to_grammar(s, &json_semantics()).unwrap_err();
-        assert!(matches!(e.kind, SchemaErrorKind::Unsupported { .. }), "{e}");
-    }
+    )
+    .unwrap();
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(warnings.iter().all(|w| w.keyword == "oneOf"), "{warnings:?}");
+    // With JSON semantics the narrowing would reject valid objects: still an error.
+    let e = json_schema_str_to_grammar(tagged, &json_semantics()).unwrap_err();
+    assert!(matches!(e.kind, SchemaErrorKind::Unsupported { .. }), "{e}");
     // Open branches that declare different members are not separated: `{"foo": 1}`
     // would satisfy the second one too.
     let open =

@@ -9,6 +9,11 @@
 //!   declares `p` with values disjoint from `A`'s (types or enumerations, recursively), or
 //!   `B` is closed (`additionalProperties: false`, no pattern properties) without `p`.
 //!
+//! Closed objects (`additionalProperties: false`, no pattern properties) that reject each
+//! other's members meet on `{}` alone. `{}` is then valid only if exactly one branch
+//! accepts it; when several do, each of those takes `minProperties: 1`, and the branches
+//! are exclusive (when a branch says more than this can judge about `{}`, no rewrite).
+//!
 //! Strict mode ([`JsonSchemaOptions::strict`](super::JsonSchemaOptions::strict)) also
 //! uses a separating property that `A` declares but does not require: `A`'s grammar then
 //! requires it. That grammar generates the objects of `A` that carry `p`, each of which
@@ -42,25 +47,36 @@ const MAX_DEPTH: u32 = 3;
 pub(crate) fn exclusive(b: &Builder, rest: &Map<String, Value>, branches: &[Value], ptr: &str) -> Exclusive {
     let rest_types = declared_types(rest, ptr).unwrap_or(ALL_TYPES);
     let views: Vec<View> = branches.iter().map(|s| View::of(b, s, ptr, rest, rest_types)).collect();
-    let mut required: Vec<Vec<String>> = vec![Vec::new(); branches.len()];
-    let mut exact = true;
+    // Per ordered pair: why `a` excludes `c`, and whether the two meet on `{}` only.
+    let mut pairs = Vec::new();
     for (i, a) in views.iter().enumerate() {
         for (j, c) in views.iter().enumerate() {
-            if i == j {
-                continue;
+            if i != j {
+                let verdict = excludes(b, a, c, 0);
+                let empty =
+                    !matches!(verdict, Some(None)) && (meet_only_empty(b, a, c) || meet_only_empty(b, c, a));
+                pairs.push((i, verdict, empty));
             }
-            match excludes(b, a, c, 0) {
-                Some(None) => {}
-                Some(Some(p)) => {
-                    exact = false;
-                    if !required[i].contains(&p) {
-                        required[i].push(p);
-                    }
+        }
+    }
+    if pairs.iter().any(|p| p.2) && pairs.iter().all(|p| p.2 || matches!(p.1, Some(None))) {
+        if let Some(rewritten) = without_shared_empty(&views, branches) {
+            return Exclusive::Exact(rewritten);
+        }
+    }
+    let mut required: Vec<Vec<String>> = vec![Vec::new(); branches.len()];
+    let mut exact = true;
+    for (i, verdict, _) in pairs {
+        match verdict {
+            Some(None) => {}
+            Some(Some(p)) => {
+                exact = false;
+                if !required[i].contains(&p) {
+                    required[i].push(p);
                 }
-                None => {
-                    return exclusive_required(rest, branches)
-                        .map_or(Exclusive::Overlapping, Exclusive::Exact)
-                }
+            }
+            None => {
+                return exclusive_required(rest, branches).map_or(Exclusive::Overlapping, Exclusive::Exact)
             }
         }
     }
@@ -219,6 +235,81 @@ fn excludes(b: &Builder, a: &View, c: &View, depth: u32) -> Option<Option<String
     }
     // Only the top level may narrow: a nested narrowing would not be written anywhere.
     found.filter(|_| depth == 0).map(|p| Some(p.to_string()))
+}
+
+/// Whether every object `a` and `c` both accept is `{}`: `a` is closed (no pattern
+/// properties) and `c` rejects each member `a` declares (values disjoint, or `c` closed
+/// without it), so an object of `a` with any member fails `c`.
+fn meet_only_empty(b: &Builder, a: &View, c: &View) -> bool {
+    if a.types & c.types & !OBJECT != 0 || !closed(a.schema) {
+        return false;
+    }
+    let Some(props) = a.schema.get("properties").and_then(Value::as_object) else { return false };
+    let c_props = c.schema.get("properties").and_then(Value::as_object);
+    props.iter().all(|(p, ps)| match c_props.and_then(|m| m.get(p)) {
+        Some(cs) => {
+            let (pa, pc) = (Builder::child(&a.ptr, "properties", p), Builder::child(&c.ptr, "properties", p));
+            disjoint(b, ps, &pa, cs, &pc, 0)
+        }
+        None => closed(c.schema),
+    })
+}
+
+/// `additionalProperties: false` and no pattern properties: only declared members.
+fn closed(s: &Value) -> bool {
+    s.get("additionalProperties") == Some(&Value::Bool(false))
+        && s.get("patternProperties").and_then(Value::as_object).map_or(true, Map::is_empty)
+}
+
+/// Whether `{}` satisfies a branch: `None` when the branch says more than this can judge.
+fn accepts_empty(v: &View) -> Option<bool> {
+    if v.types & OBJECT == 0 || !v.required.is_empty() {
+        return Some(false);
+    }
+    let m = v.schema.as_object()?;
+    if m.get("minProperties").and_then(Value::as_u64).is_some_and(|n| n > 0) {
+        return Some(false);
+    }
+    const SAYS_NOTHING_OF_EMPTY: &[&str] = &[
+        "type",
+        "properties",
+        "additionalProperties",
+        "patternProperties",
+        "propertyNames",
+        "required",
+        "minProperties",
+        "maxProperties",
+        "dependentRequired",
+        "dependencies",
+        "title",
+        "description",
+        "$comment",
+        "default",
+        "examples",
+        "$schema",
+        "$id",
+        "$anchor",
+        "$defs",
+        "definitions",
+    ];
+    m.keys().all(|k| SAYS_NOTHING_OF_EMPTY.contains(&k.as_str())).then_some(true)
+}
+
+/// The branches of a `oneOf` whose only common value is `{}`, made exclusive: `{}` is
+/// valid when exactly one branch accepts it, so when several do it leaves them all
+/// (`minProperties: 1`). `None` when whether a branch accepts `{}` is unclear.
+fn without_shared_empty(views: &[View], branches: &[Value]) -> Option<Vec<Value>> {
+    let empty: Vec<bool> = views.iter().map(accepts_empty).collect::<Option<_>>()?;
+    if empty.iter().filter(|&&e| e).count() < 2 {
+        return Some(branches.to_vec());
+    }
+    Some(
+        branches
+            .iter()
+            .zip(&empty)
+            .map(|(s, &e)| if e { json!({ "allOf": [s, { "minProperties": 1 }] }) } else { s.clone() })
+            .collect(),
+    )
 }
 
 /// `oneOf` branches rewritten to be mutually exclusive, for the common "exactly one of

@@ -28,7 +28,9 @@ pub struct MaskbenchArgs {
     /// Files processed in parallel (each file single-threaded).
     #[arg(long, default_value_t = 1)]
     threads: usize,
-    /// Write one JSON line per file, with the reason for every failure, to stderr.
+    /// Write one JSON line per file, with the reason for every failure, to stderr (in
+    /// strict mode, whether each rejected valid instance is accepted with strict mode off:
+    /// rejected for its undeclared properties), then a line of totals.
     #[arg(long)]
     per_file: bool,
     /// Allow properties the schema is silent about (JSON Schema's default; turns off
@@ -61,6 +63,8 @@ struct FileResult {
     mask_us: Vec<f64>,
     ttfm_us: Option<f64>,
     report: Value,
+    /// Valid instances rejected that strict mode off accepts (with `--per-file`).
+    strict_only: usize,
 }
 
 fn collect(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
@@ -108,10 +112,11 @@ pub fn run(a: &MaskbenchArgs) -> Result<(), String> {
             ..Default::default()
         };
         let compiler = GrammarCompiler::with_options(info.clone(), compile_options, 0);
-        files.par_iter().map(|f| run_file(f, &tok, &info, &compiler, &options)).collect()
+        let explain = a.per_file && options.strict;
+        files.par_iter().map(|f| run_file(f, &tok, &info, &compiler, &options, explain)).collect()
     });
     let mut totals = [0usize; 4];
-    let (mut compile_errors, mut tokens) = (0, 0);
+    let (mut compile_errors, mut tokens, mut strict_only) = (0, 0, 0);
     let (mut mask_us, mut ttfm_us) = (Vec::new(), Vec::new());
     for r in &results {
         if a.per_file {
@@ -122,8 +127,15 @@ pub fn run(a: &MaskbenchArgs) -> Result<(), String> {
             *t += c;
         }
         tokens += r.tokens;
+        strict_only += r.strict_only;
         mask_us.extend_from_slice(&r.mask_us);
         ttfm_us.extend(r.ttfm_us);
+    }
+    if a.per_file && options_strict(a) {
+        eprintln!(
+            "{}",
+            json!({ "valid_rejected": totals[1], "of_which_accepted_without_strict_mode": strict_only })
+        );
     }
     out!(
         "{}",
@@ -137,12 +149,34 @@ pub fn run(a: &MaskbenchArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether the run uses strict mode (the default).
+fn options_strict(a: &MaskbenchArgs) -> bool {
+    !a.allow_extra_properties
+}
+
+/// Whether the schema accepts `ids` in full once strict mode is off (JSON Schema's meaning
+/// of a schema silent about `additionalProperties`): tells a valid instance rejected for
+/// its undeclared properties from any other rejection. Not timed.
+fn accepted_without_strict(
+    schema: &str,
+    ids: &[u32],
+    info: &Arc<grammask::TokenizerInfo>,
+    options: &JsonSchemaOptions,
+) -> bool {
+    let options = JsonSchemaOptions { strict: false, ..options.clone() };
+    let spec = GrammarSpec::JsonSchema { schema: schema.to_string(), options };
+    let Ok(compiled) = GrammarCompiler::new(info.clone()).compile(&spec) else { return false };
+    let mut m = GrammarMatcher::new(compiled);
+    ids.iter().all(|&id| m.accept_token(id).is_ok()) && m.can_terminate()
+}
+
 fn run_file(
     path: &Path,
     tok: &tokenizers::Tokenizer,
     info: &Arc<grammask::TokenizerInfo>,
     compiler: &GrammarCompiler,
     options: &JsonSchemaOptions,
+    explain: bool,
 ) -> FileResult {
     let mut r = FileResult::default();
     let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
@@ -159,7 +193,8 @@ fn run_file(
     };
     let schema = doc.get("schema").cloned().unwrap_or(Value::Bool(true)).to_string();
     let t0 = Instant::now();
-    let compiled = match compiler.compile(&GrammarSpec::JsonSchema { schema, options: options.clone() }) {
+    let spec = GrammarSpec::JsonSchema { schema: schema.clone(), options: options.clone() };
+    let compiled = match compiler.compile(&spec) {
         Ok(c) => c,
         Err(e) => {
             r.compile_error = true;
@@ -216,7 +251,13 @@ fn run_file(
                     )
                 },
             );
-            failures.push(json!({"test": i, "valid": valid, "accepted": accepted, "at": at}));
+            let mut failure = json!({"test": i, "valid": valid, "accepted": accepted, "at": at});
+            if explain && valid {
+                let lenient = accepted_without_strict(&schema, &ids, info, options);
+                r.strict_only += lenient as usize;
+                failure["accepted_without_strict_mode"] = json!(lenient);
+            }
+            failures.push(failure);
         }
     }
     let slowest = r.mask_us.iter().copied().fold(0.0, f64::max);
