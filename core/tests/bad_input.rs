@@ -116,6 +116,19 @@ fn malformed_member_sets() {
     let set = good.clone();
     let body = set.body(Expr::Seq(vec![lit("{"), Expr::Rule(RuleId(2))]));
     assert!(bad(set, Some(body)).contains("body"));
+    // Two members that the optimizer finds equal (then one rule, told apart by nothing).
+    let mut g = rules(good.clone(), None);
+    g.rules[2].body = g.rules[1].body.clone();
+    let err = c.compile(&GrammarSpec::Grammar(g)).map(|_| ()).unwrap_err();
+    assert!(
+        matches!(err, Error::Grammar(ref e) if matches!(e.kind, GrammarErrorKind::BadMemberSet { .. })),
+        "{err}"
+    );
+    // An opening that can never be written: nothing can be.
+    let mut g = rules(good.clone(), None);
+    g.rules[0].body = good.body(Expr::Class(vec![]));
+    let err = c.compile(&GrammarSpec::Grammar(g)).map(|_| ()).unwrap_err();
+    assert!(matches!(err, Error::Grammar(ref e) if e.kind == GrammarErrorKind::EmptyLanguage), "{err}");
     // A required member that can never be written: no output at all.
     let never = MemberSet { max: Some(0), ..good };
     let err = c.compile(&GrammarSpec::Grammar(rules(never, None))).map(|_| ()).unwrap_err();

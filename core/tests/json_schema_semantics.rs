@@ -394,14 +394,20 @@ fn long_strings_share_their_blocks() {
     let three =
         states(&[r#""maxLength":32767"#, r#""maxLength":40000"#, r#""minLength":5,"maxLength":20000"#]);
     assert!(three < one + one / 3, "one long string: {one} states; three: {three}");
-    // And each is exact at its own bounds.
-    let s = r#"{"type":"string","minLength":3,"maxLength":10260}"#;
+    // And each is exact at its own bounds, also when the exact-length limit is set below
+    // the chain's length.
     let c = compiler();
-    for (n, ok) in
-        [(2usize, false), (3, true), (259, true), (3 + 256 * 40, true), (10_260, true), (10_261, false)]
-    {
-        let text = format!("\"{}\"", "a".repeat(n));
-        assert_eq!(accepts(&c, s, &JsonSchemaOptions::default(), &text), ok, "length {n}");
+    let mut low = JsonSchemaOptions::default();
+    low.limits.max_exact_length = 500;
+    let cases = [
+        (r#"{"type":"string","minLength":3,"maxLength":10260}"#, JsonSchemaOptions::default(), 3, 10_260),
+        (r#"{"type":"string","maxLength":800}"#, low, 0, 800),
+    ];
+    for (s, opts, min, max) in cases {
+        for n in [min.max(1) - 1, min, min + 259, max - 1, max, max + 1] {
+            let text = format!("\"{}\"", "a".repeat(n));
+            assert_eq!(accepts(&c, s, &opts, &text), (min..=max).contains(&n), "length {n} for {s}");
+        }
     }
 }
 

@@ -88,16 +88,6 @@ impl Automata {
 }
 
 impl Automata {
-    /// [`Automata::agreement_depth`] of two copies of the same state of a spliced
-    /// repetition, read off its layout instead of walked (the walk visits every pair of
-    /// states a token's length apart: for a JSON character, a few thousand pairs per
-    /// position, so it gave up before a long string's positions were found alike).
-    ///
-    /// Positions `a < b` (copies written) behave alike until a later join tells them
-    /// apart: `b` reaches `max` copies first, after `max - b` more, or only `b` may leave
-    /// the repetition, which happens once `b` reaches `min`. A join `j` copies on is
-    /// reached after at least `j` copies' worth of bytes. Inner states add the bytes left
-    /// in their copy. `None` when the two are not such a pair.
     /// The same state `back` copies earlier in its spliced repetition, if any (positions
     /// from 1, copies from 0).
     pub(crate) fn earlier_copy(&self, s: u32, back: u32) -> Option<u32> {
@@ -112,6 +102,16 @@ impl Automata {
         (k < l.max * l.to_end.len() as u32 && k >= step).then(|| s - step)
     }
 
+    /// [`Automata::agreement_depth`] of two copies of the same state of a spliced
+    /// repetition, read off its layout instead of walked (the walk visits every pair of
+    /// states a token's length apart: for a JSON character, a few thousand pairs per
+    /// position, so it gave up before a long string's positions were found alike).
+    ///
+    /// Positions `a < b` (copies written) behave alike until a later join tells them
+    /// apart: `b` reaches `max` copies first, after `max - b` more, or only `b` may leave
+    /// the repetition, which happens once `b` reaches `min`. A join `j` copies on is
+    /// reached after at least `j` copies' worth of bytes. Inner states add the bytes left
+    /// in their copy. `None` when the two are not such a pair.
     fn chain_agreement(&self, s: u32, t: u32) -> Option<usize> {
         let rule = self.nodes.get(s as usize)?.rule;
         if s == t || self.nodes.get(t as usize)?.rule != rule {

@@ -10,7 +10,7 @@
 
 use super::{Automata, DEAD};
 use crate::error::{Error, GrammarError, GrammarErrorKind};
-use crate::grammar::MemberSet;
+use crate::grammar::{can_finish, MemberSet};
 
 /// The part a rule edge of a member-set rule plays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,8 +35,7 @@ pub(crate) struct SetInfo {
     writable: u64,
     extra: bool,
     min: u32,
-    /// `u32::MAX`: no bound.
-    max: u32,
+    max: Option<u32>,
     /// Extra members are counted up to this (0: counts are not constrained).
     cap: u32,
 }
@@ -58,10 +57,14 @@ impl SetInfo {
         roles.push((set.sep.0, Role::Sep));
         roles.push((set.close.0, Role::Close));
         roles.sort_unstable_by_key(|r| r.0);
-        let max = set.max.unwrap_or(u32::MAX);
-        let counted = set.min > 0 || set.max.is_some();
-        let cap = if counted { set.min.max(max.saturating_add(1)) } else { 0 };
-        SetInfo { roles, required: set.required_bits(), writable, extra, min: set.min, max, cap }
+        // Past `max + 1` (or `min` with no `max`), more extras change nothing.
+        let cap = set.max.map_or(set.min, |m| set.min.max(m.saturating_add(1)));
+        SetInfo { roles, required: set.required_bits(), writable, extra, min: set.min, max: set.max, cap }
+    }
+
+    /// Heap and inline bytes.
+    pub fn memory_bytes(&self) -> usize {
+        std::mem::size_of::<Self>() + self.roles.capacity() * std::mem::size_of::<(u32, Role)>()
     }
 
     /// The part rule `rule` plays, if any.
@@ -95,7 +98,9 @@ impl SetInfo {
             }
             // The end carries no progress: nothing follows it in the rule.
             Role::Close => {
-                let done = written & self.required == self.required && count >= self.min && count <= self.max;
+                let done = written & self.required == self.required
+                    && count >= self.min
+                    && self.max.map_or(true, |m| count <= m);
                 done.then_some((0, 0))
             }
         }
@@ -105,11 +110,9 @@ impl SetInfo {
     /// still write (the missing required ones, enough to reach `min`) fit under `max` and
     /// are available (extra members are unlimited).
     fn finishable(&self, written: u64, extra: u32) -> bool {
-        let count = written.count_ones() + extra;
         let missing = (self.required & !written).count_ones();
-        let available = if self.extra { u32::MAX } else { (self.writable & !written).count_ones() };
-        let least = (count + missing).max(self.min);
-        least <= self.max.min(count.saturating_add(available))
+        let available = (!self.extra).then(|| (self.writable & !written).count_ones());
+        can_finish(written.count_ones() + extra, missing, available, self.min, self.max)
     }
 }
 
@@ -130,6 +133,11 @@ impl Automata {
                 (self.rule_start[r], self.rule_start.get(r + 1).copied().unwrap_or(self.nodes.len() as u32));
             let called = |rule: u32| (lo..hi).any(|s| self.edges(s).iter().any(|e| e.0 == rule));
             let info = SetInfo::new(set, called);
+            // (The optimizer may have merged two of the set's rules: their edges would
+            // be told apart by nothing.)
+            if info.roles.windows(2).any(|w| w[0].0 == w[1].0) {
+                return Err(bad(name, "two of its rules became one"));
+            }
             if !self.edges(lo).is_empty() || self.nodes[lo as usize].is_final {
                 return Err(bad(name, "the rule must begin with text, not a rule"));
             }
@@ -172,5 +180,52 @@ impl Automata {
     #[inline]
     pub(crate) fn set_info(&self, rule: u32) -> &SetInfo {
         &self.sets[self.set_of[rule as usize] as usize]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::grammar::{Grammar, RuleId};
+    use crate::json_schema::{json_schema_str_to_grammar, JsonSchemaOptions, Whitespace};
+
+    fn set(min: u32, max: Option<u32>) -> SetInfo {
+        let members = vec![(RuleId(1), true), (RuleId(2), false)];
+        let set = MemberSet { members, extra: Some(RuleId(3)), sep: RuleId(4), close: RuleId(5), min, max };
+        SetInfo::new(&set, |_| true)
+    }
+
+    #[test]
+    fn extra_members_are_counted_only_as_far_as_the_bounds_care() {
+        // No bounds: extras are not counted at all (one progress for any number of them).
+        assert_eq!(set(0, None).gate(3, 1, 0), Some((1, 0)));
+        // Only `minProperties: 3`: counted up to 3, then the count stops changing.
+        let s = set(3, None);
+        assert_eq!(s.gate(3, 1, 1), Some((1, 2)));
+        assert_eq!(s.gate(3, 1, 3), Some((1, 3)));
+        assert_eq!(s.gate(5, 1, 3), Some((0, 0)));
+        assert_eq!(s.gate(5, 1, 1), None);
+        // `maxProperties: 3` with a required member missing: two extras leave room for
+        // it, a third does not.
+        let s = set(0, Some(3));
+        assert_eq!(s.gate(3, 0, 1), Some((0, 2)));
+        assert_eq!(s.gate(3, 0, 2), None);
+        assert_eq!(s.gate(1, 0, 2), Some((1, 2)));
+        // The separator only while something may still follow.
+        assert_eq!(s.gate(4, 0b11, 1), None);
+        assert_eq!(s.gate(4, 0b11, 0), Some((0b11, 0)));
+    }
+
+    #[test]
+    fn optimized_member_set_grammars_build_again() {
+        // The optimizer splices `open` (`"{" ws`) into the body's sequence; the result,
+        // compiled again, is the same language.
+        let schema = r#"{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"boolean"}},"required":["a"]}"#;
+        let opts = JsonSchemaOptions { whitespace: Whitespace::Any { max: 2 }, ..Default::default() };
+        let g = json_schema_str_to_grammar(schema, &opts).unwrap();
+        let once = Automata::build(&g, &Default::default()).unwrap();
+        let again: Grammar = once.grammar().clone();
+        let twice = Automata::build(&again, &Default::default()).unwrap();
+        assert_eq!(once.num_states(), twice.num_states());
     }
 }

@@ -461,6 +461,8 @@ impl Automata {
             + self.nodes.len() * std::mem::size_of::<NodeInfo>()
             + self.rule_edges.len() * 8
             + self.prediction.len() * 4
+            + self.sets.iter().map(members::SetInfo::memory_bytes).sum::<usize>()
+            + self.chains.iter().map(|c| std::mem::size_of_val(c) + c.1.to_end.len() * 4).sum::<usize>()
     }
 
     /// A human-readable dump of every rule's DFA (for `grammask inspect`).

@@ -77,9 +77,11 @@ fn check_grammar(g: &Grammar) -> Result<(), GrammarError> {
 /// Whether rule `r` can complete, given which rules can (`p`). A member set decides for its
 /// rule: its body over-approximates.
 fn productive_rule(r: &Rule, p: &[bool]) -> bool {
-    match &r.members {
-        Some(set) => set.productive(|id| p[id.index()]),
-        None => productive(&r.body, p),
+    match (&r.members, &r.body) {
+        // (Its opening too: the text before the members.)
+        (Some(set), Expr::Seq(v)) => set.productive(|id| p[id.index()]) && productive(&v[0], p),
+        (Some(_), _) => false,
+        (None, body) => productive(body, p),
     }
 }
 
@@ -361,6 +363,10 @@ pub fn inline_fragments(g: &mut Grammar) {
 pub fn outline_large_repeats(g: &mut Grammar) {
     let mut out = Outlined { rules: Vec::new(), by_body: Default::default(), base: g.rules.len() };
     for i in 0..out.base {
+        // A member set's body is the set's own shape (its opening holds no rule).
+        if g.rules[i].members.is_some() {
+            continue;
+        }
         let mut body = std::mem::replace(&mut g.rules[i].body, Expr::Empty);
         let name = g.rules[i].name.clone();
         outline_in(&mut body, &name, &mut out);

@@ -182,11 +182,6 @@ impl GrammarCompiler {
         // parse is several percent of its compile); without a cache there is no key.
         let parsed = match spec {
             GrammarSpec::JsonSchema { schema, .. } => Some(parse_text(schema)),
-            // A grammar built in code is checked before anything (the cache key) reads it.
-            GrammarSpec::Grammar(g) => {
-                g.check_references()?;
-                None
-            }
             _ => None,
         };
         let key = self.cache.enabled().then(|| {

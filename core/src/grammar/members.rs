@@ -89,9 +89,7 @@ pub struct MemberSet {
 impl MemberSet {
     /// The rule body this set constrains: `open (m | x) (sep (m | x))* close`.
     pub fn body(&self, open: Expr) -> Expr {
-        let mut any: Vec<Expr> = self.members.iter().map(|m| Expr::Rule(m.0)).collect();
-        any.extend(self.extra.map(Expr::Rule));
-        let any = Expr::Alt(any);
+        let any = self.any();
         let more = Expr::Seq(vec![Expr::Rule(self.sep), any.clone()]);
         Expr::Seq(vec![
             open,
@@ -101,14 +99,23 @@ impl MemberSet {
         ])
     }
 
+    /// `(m | x)`: any member (but those dropped), or the extra rule.
+    fn any(&self) -> Expr {
+        let mut any: Vec<Expr> =
+            self.members.iter().filter(|m| m.0 != DROPPED).map(|m| Expr::Rule(m.0)).collect();
+        any.extend(self.extra.map(Expr::Rule));
+        Expr::Alt(any)
+    }
+
     /// The members that must be written, as a bit set.
     pub fn required_bits(&self) -> u64 {
         self.members.iter().enumerate().filter(|(_, m)| m.1).fold(0, |acc, (i, _)| acc | 1 << i)
     }
 
-    /// Calls `f` on every rule the set names.
+    /// Calls `f` on every rule the set names (not the members dropped by
+    /// [`MemberSet::map_rules`]).
     pub fn for_each_rule(&self, f: &mut impl FnMut(RuleId)) {
-        self.members.iter().for_each(|m| f(m.0));
+        self.members.iter().filter(|m| m.0 != DROPPED).for_each(|m| f(m.0));
         self.extra.into_iter().for_each(&mut *f);
         f(self.sep);
         f(self.close);
@@ -135,47 +142,57 @@ impl MemberSet {
         if !ok(self.close) || self.members.iter().any(|m| m.1 && !ok(m.0)) {
             return false;
         }
-        let writable = self.members.iter().filter(|m| ok(m.0)).count();
-        let extra = self.extra.is_some_and(ok);
-        let required = self.members.iter().filter(|m| m.1).count();
-        let need = (self.min as usize).max(1).max(required);
-        let most = if extra { usize::MAX } else { writable };
-        if most < need || self.max.is_some_and(|m| (m as usize) < need) {
-            return false;
-        }
+        let writable = self.members.iter().filter(|m| ok(m.0)).count() as u32;
+        let available = (!self.extra.is_some_and(ok)).then_some(writable);
+        let required = self.members.iter().filter(|m| m.1).count() as u32;
         // More than one member needs the separator.
-        need <= 1 || ok(self.sep)
+        can_finish(0, required, available, self.min.max(1), self.max)
+            && (required.max(self.min) <= 1 || ok(self.sep))
     }
 
-    /// Checks that `rule` (which carries this set) has the body the set constrains and
-    /// that the set is one the parser can track.
+    /// Checks that `rule` (which carries this set) has the body the set constrains — as
+    /// built, or as the optimizer leaves it (`open` spliced into the sequence, dropped
+    /// members gone) — and that the set is one the parser can track.
     pub(crate) fn check(&self, rule: &Rule) -> Result<(), GrammarError> {
-        let bad = |why: &str| {
-            Err(GrammarError::global(GrammarErrorKind::BadMemberSet {
-                rule: rule.name.clone(),
-                why: why.into(),
-            }))
+        let bad = |why: String| {
+            Err(GrammarError::global(GrammarErrorKind::BadMemberSet { rule: rule.name.clone(), why }))
         };
         if self.members.len() > MAX_SET_MEMBERS {
-            return bad("more than 64 members");
+            return bad(format!("more than {MAX_SET_MEMBERS} members"));
         }
-        let open = match &rule.body {
-            Expr::Seq(v) if v.len() == 4 => v[0].clone(),
-            _ => return bad("the body is not `open (m | x) (sep (m | x))* close`"),
+        let shape = || "the body is not `open (m | x) (sep (m | x))* close` over its own rules".to_string();
+        let v = match &rule.body {
+            Expr::Seq(v) if v.len() >= 4 => v,
+            _ => return bad(shape()),
         };
+        let (open, tail) = v.split_at(v.len() - 3);
         let mut refs = false;
-        open.for_each_rule(&mut |_| refs = true);
-        if refs || rule.body != self.body(open) {
-            return bad("the body is not `open (m | x) (sep (m | x))* close` over its own rules");
+        open.iter().for_each(|e| e.for_each_rule(&mut |_| refs = true));
+        let expected = self.body(Expr::Empty);
+        if refs || !matches!(&expected, Expr::Seq(w) if w[1..] == *tail) {
+            return bad(shape());
         }
         let mut rules: Vec<RuleId> = Vec::new();
-        self.members.iter().for_each(|m| rules.push(m.0));
-        rules.extend(self.extra);
+        self.for_each_rule(&mut |r| rules.push(r));
         rules.sort_unstable();
-        let twice = rules.windows(2).any(|w| w[0] == w[1]);
-        if twice || rules.contains(&self.sep) || rules.contains(&self.close) || self.sep == self.close {
-            return bad("a rule plays two parts");
+        if rules.windows(2).any(|w| w[0] == w[1]) {
+            return bad("a rule plays two parts".into());
         }
         Ok(())
     }
+}
+
+/// Whether a member set with `count` members written, `missing` required ones among
+/// those not written yet and `available` more that could be written (`None`: no limit,
+/// extra members) can still end with its count within `min..=max`.
+pub(crate) fn can_finish(
+    count: u32,
+    missing: u32,
+    available: Option<u32>,
+    min: u32,
+    max: Option<u32>,
+) -> bool {
+    let least = (count + missing).max(min);
+    let most = available.map_or(u32::MAX, |a| count.saturating_add(a)).min(max.unwrap_or(u32::MAX));
+    least <= most
 }

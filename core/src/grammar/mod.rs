@@ -20,6 +20,7 @@ pub(crate) mod testing;
 
 pub use builtin::{json_grammar, JSON_EBNF};
 pub use ebnf::{parse_ebnf, parse_ebnf_bytes, ParseLimits};
+pub(crate) use members::can_finish;
 pub use members::{MemberSet, MAX_SET_MEMBERS};
 
 /// Index of a rule in [`Grammar::rules`].

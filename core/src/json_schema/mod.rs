@@ -23,9 +23,10 @@
 //!   `dependentRequired`/`dependentSchemas`/`dependencies` (rewritten as `allOf` of
 //!   "absent, or present with its dependency"), `items`, `prefixItems`,
 //!   `additionalItems`, `minItems`/`maxItems`, `minLength`/`maxLength`, `pattern`,
-//!   `format` (see [`format`](mod@format); `maxLength` is exact at any size: beyond
-//!   [`SchemaLimits::max_exact_length`] plain strings use 256-character blocks), integer bounds and `multipleOf` (bounded ranges, powers
-//!   of ten), number bounds (no exponent form is generated then), `anyOf`, `oneOf` when
+//!   `format` (see [`format`](mod@format); a plain string's `maxLength` is exact at any
+//!   size: beyond 1,024 characters, or [`SchemaLimits::max_exact_length`] if lower, it is
+//!   written in 256-character blocks), integer bounds and `multipleOf` (bounded ranges,
+//!   powers of ten), number bounds (no exponent form is generated then), `anyOf`, `oneOf` when
 //!   its branches provably exclude each other (types, enumerations, or a separating
 //!   property; see `one_of`) or are of the "exactly one of these property sets" form
 //!   (every branch a `{"required": [names…]}` on an object), `allOf` (merged), `$ref`/`$defs`/
@@ -53,15 +54,17 @@
 //! Known deliberate differences from a validator:
 //! - an object with more than [`MAX_SET_MEMBERS`](crate::grammar::MAX_SET_MEMBERS) (64)
 //!   declared members takes them in schema order (with a [`SchemaWarning`]);
-//! - a repeated member is never accepted (a parser would keep one of the values);
+//! - a repeated member is never accepted (a parser would keep one of the values) — except
+//!   when a `propertyNames` too general for the key automaton stands for the extra keys,
+//!   which are then not told apart from the declared names;
 //! - with [`JsonSchemaOptions::strict`] (the default) an object schema that declares
 //!   `properties` or `patternProperties` and is silent about `additionalProperties`
 //!   allows no extra properties (one that declares no members, `{"type": "object"}`,
 //!   stays a free-form map);
 //! - `oneOf` is built like `anyOf` once it is exact (see above); in lenient mode an
 //!   overlapping `oneOf` is built as `anyOf` with a [`SchemaWarning`];
-//! - a `maxLength` above [`SchemaLimits::max_exact_length`] is an unsupported keyword (in
-//!   lenient mode it is dropped, with a warning).
+//! - a `maxLength` above [`SchemaLimits::max_exact_length`] on a string with a `pattern`
+//!   or `format` is an unsupported keyword (in lenient mode it is dropped, with a warning).
 //!
 //! # Input safety
 //! [`SchemaLimits`] bounds nesting depth, the number of rules, enum sizes and pattern

@@ -28,7 +28,7 @@ use super::types::Builder;
 use super::whitespace::{alt, is_nothing, lit, nothing, seq};
 use super::PropertyOrder;
 use super::SchemaError;
-use crate::grammar::{Expr, MemberSet, MAX_SET_MEMBERS};
+use crate::grammar::{Expr, MemberSet, RuleId, MAX_SET_MEMBERS};
 use crate::regex::keyset::{Component, KeySet};
 use rustc_hash::FxHashMap;
 use serde_json::{json, Map, Value};
@@ -216,10 +216,12 @@ pub(crate) fn build(
     // Each member is one rule, not copies: in schema order a member is written after each
     // member that may precede it (the object's first member is any of them, and the
     // optimizer inlines chains of rest rules), and a member set names its members' rules.
+    let mut member_rules = Vec::with_capacity(members.len());
     for m in members.iter_mut() {
         let id = b.new_rule("obj_member", ptr)?;
         b.rules[id.index()].keep = true;
         b.rules[id.index()].body = std::mem::replace(&mut m.0, Expr::Rule(id));
+        member_rules.push((id, m.1));
     }
     // Extra members: one key class per label outside the declared names.
     let mut extras = Vec::new();
@@ -248,7 +250,7 @@ pub(crate) fn build(
     // One rule, referenced wherever extra members may come: its key automaton is written
     // in place (quotes, colon and value in the same automaton as the key), and the
     // optimizer decides whether it is small enough to copy.
-    let extra = if extras.is_empty() { None } else { Some(b.rule_once(alt(extras), "obj_extra", ptr)?) };
+    let extra = if extras.is_empty() { None } else { Some(b.rule_once_id(alt(extras), "obj_extra", ptr)?) };
     let nreq = members.iter().filter(|m| m.1).count() as u64;
     if max.is_some_and(|x| x < nreq || x < min) || (extra.is_none() && min > members.len() as u64) {
         return Ok(nothing());
@@ -256,7 +258,7 @@ pub(crate) fn build(
     let nullable = nreq == 0 && min == 0;
     let any_order = b.opts.property_order == PropertyOrder::Any && !members.is_empty();
     if any_order && members.len() <= MAX_SET_MEMBERS {
-        let set = member_set(b, members, extra, (min, max), level, ptr)?;
+        let set = member_set(b, member_rules, extra, (min, max), level, ptr)?;
         return Ok(if nullable { alt(vec![l.empty('{', '}'), set]) } else { set });
     }
     if any_order {
@@ -270,6 +272,7 @@ pub(crate) fn build(
         });
     }
     let counting = min > 0 || max.is_some();
+    let extra = extra.map(Expr::Rule);
     let mut plan = Plan { members, extra, min, max, counting, memo: FxHashMap::default(), level };
     let body = plan.first(b, 0, ptr)?;
     if is_nothing(&body) {
@@ -279,41 +282,21 @@ pub(crate) fn build(
     Ok(if nullable { alt(vec![l.empty('{', '}'), full]) } else { full })
 }
 
-/// The object as one rule carrying a [`MemberSet`]: `members` (each a rule reference, and
-/// whether it is required) and extra members in any order, with at least one member.
+/// The object as one rule carrying a [`MemberSet`]: `members` (each a rule, and whether
+/// it is required) and extra members in any order, with at least one member. The
+/// separator and the end are rules (the parser gates them); the optimizer keeps every
+/// rule a set names.
 fn member_set(
     b: &mut Builder,
-    members: Vec<(Expr, bool)>,
-    extra: Option<Expr>,
+    members: Vec<(RuleId, bool)>,
+    extra: Option<RuleId>,
     (min, max): (u64, Option<u64>),
     level: u32,
     ptr: &str,
 ) -> Result<Expr, SchemaError> {
     let l = b.layout;
-    // The separator and the end are rules (the parser gates them), kept apart from equal
-    // rules that are not a set's.
-    let kept = |b: &mut Builder, e: Expr, hint: &str| -> Result<crate::grammar::RuleId, SchemaError> {
-        let id = b.rule_once_id(e, hint, ptr)?;
-        b.rules[id.index()].keep = true;
-        Ok(id)
-    };
-    let sep = kept(b, l.comma(level), "obj_sep")?;
-    let close = kept(b, l.close('}', level), "obj_close")?;
-    let extra = match extra {
-        Some(Expr::Rule(id)) => {
-            b.rules[id.index()].keep = true;
-            Some(id)
-        }
-        Some(e) => Some(kept(b, e, "obj_extra")?),
-        None => None,
-    };
-    let members = members
-        .into_iter()
-        .map(|(e, req)| match e {
-            Expr::Rule(id) => Ok((id, req)),
-            e => kept(b, e, "obj_member").map(|id| (id, req)),
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let sep = b.rule_once_id(l.comma(level), "obj_sep", ptr)?;
+    let close = b.rule_once_id(l.close('}', level), "obj_close", ptr)?;
     let clamp = |n: u64| n.min(u32::MAX as u64) as u32;
     let set = MemberSet { members, extra, sep, close, min: clamp(min), max: max.map(clamp) };
     let id = b.new_rule("obj", ptr)?;

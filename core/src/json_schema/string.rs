@@ -76,23 +76,20 @@ const CHAIN_MAX: u64 = 1024;
 /// of the schema): each is a counted repetition at the top of its rule, which the
 /// automata builder splices from copies of one character's DFA, where written inside the
 /// alternation the two runs were ~7,000 states for the subset construction.
-fn long_chars(b: &mut Builder, min: u32, max: u64, ptr: &str) -> Result<Expr, SchemaError> {
+fn long_chars(b: &mut Builder, min: u32, max: u64) -> Result<Expr, SchemaError> {
     let ch = || json_string_char(ANY_CHAR);
     let rep = |e: Expr, lo: u32, hi: u32| Expr::Repeat { expr: Box::new(e), min: lo, max: Some(hi) };
-    let mut rule = |e: Expr, hint: &str| -> Result<Expr, SchemaError> {
-        let id = b.rule_once_id(e, hint, ptr)?;
-        b.rules[id.index()].keep = true;
-        Ok(Expr::Rule(id))
-    };
+    // (Leaf rules: one per body, kept, their masks shared between grammars.)
     let extra = max - min as u64;
     let (q, r) = ((extra / BLOCK) as u32, (extra % BLOCK) as u32);
     let tail = if q == 0 {
         rep(ch(), 0, r)
     } else {
-        let block = rule(rep(ch(), BLOCK as u32, BLOCK as u32), "block")?;
+        let block = b.leaf_rule(rep(ch(), BLOCK as u32, BLOCK as u32), "block")?;
+        let last = if r == 0 { Expr::Empty } else { b.leaf_rule(rep(ch(), 0, r), "chars")? };
         alt(vec![
-            seq(vec![rep(block.clone(), 0, q - 1), rule(rep(ch(), 0, BLOCK as u32 - 1), "chars")?]),
-            seq(vec![rep(block, q, q), rule(rep(ch(), 0, r), "chars")?]),
+            seq(vec![rep(block.clone(), 0, q - 1), b.leaf_rule(rep(ch(), 0, BLOCK as u32 - 1), "chars")?]),
+            seq(vec![rep(block, q, q), last]),
         ])
     };
     Ok(seq(vec![rep(ch(), min, min), tail]))
@@ -112,9 +109,9 @@ pub(crate) fn build(b: &mut Builder, m: &Map<String, Value>, ptr: &str) -> Resul
         ));
     }
     let plain = !m.contains_key("pattern") && !m.contains_key("format");
-    if plain && max.is_some_and(|x| x > CHAIN_MAX && (x - min) / BLOCK <= lim) {
+    if plain && max.is_some_and(|x| x > CHAIN_MAX.min(lim) && (x - min) / BLOCK <= lim) {
         // Long plain strings stay exact through blocks (see `long_chars`).
-        let body = long_chars(b, min as u32, max.unwrap_or(0), ptr)?;
+        let body = long_chars(b, min as u32, max.unwrap_or(0))?;
         return b.leaf_rule(seq(vec![lit("\""), body, lit("\"")]), "string");
     }
     if max.is_some_and(|x| x > lim) {

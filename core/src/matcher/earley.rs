@@ -675,6 +675,8 @@ impl Earley {
         self.tail.memory_bytes()
             + self.frozen.iter().map(|s| s.sets.memory_bytes()).sum::<usize>()
             + self.stamp.capacity() * 4
+            + self.progress.capacity() * std::mem::size_of::<Progress>()
+            + self.progress_ids.capacity() * (std::mem::size_of::<Progress>() + 4)
     }
 }
 
