@@ -55,21 +55,28 @@ fn extra_properties_are_an_option_of_json_schemas() {
     let dir = std::env::temp_dir().join(format!("grammask-cli-extra-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let schema = dir.join("schema.json");
-    std::fs::write(&schema, r#"{"type": "object", "properties": {"name": {"type": "string"}}}"#).unwrap();
     let tok = common::data_dir().join("tokenizers/llama3_1");
-    let last_line = |extra: bool| {
+    std::fs::write(
+        &schema,
+        r#"{"type": "object", "properties": {"name": {"type": "string"}, "id": {"type": "integer"}}}"#,
+    )
+    .unwrap();
+    let last_line = |flags: &[&str], text: &str| {
         let mut cmd = grammask();
         cmd.args(["masks", "--tokenizer"]).arg(&tok).arg("--json-schema").arg(&schema);
-        if extra {
-            cmd.arg("--allow-extra-properties");
-        }
-        let out = cmd.args(["--text", r#"{"name": "x", "size": 3}"#]).output().unwrap();
+        let out = cmd.args(flags).args(["--text", text]).output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap().lines().last().unwrap().to_string()
     };
+    let (yes, no) =
+        (r#"{"accepted":true,"can_terminate":true}"#, r#"{"accepted":false,"can_terminate":false}"#);
     // Strict by default: the undeclared `size` is refused; allowed on request.
-    assert_eq!(last_line(false), r#"{"accepted":false,"can_terminate":false}"#);
-    assert_eq!(last_line(true), r#"{"accepted":true,"can_terminate":true}"#);
+    assert_eq!(last_line(&[], r#"{"name": "x", "size": 3}"#), no);
+    assert_eq!(last_line(&["--allow-extra-properties"], r#"{"name": "x", "size": 3}"#), yes);
+    // Members in any order by default; the schema's order on request.
+    assert_eq!(last_line(&[], r#"{"id": 1, "name": "x"}"#), yes);
+    assert_eq!(last_line(&["--schema-order"], r#"{"id": 1, "name": "x"}"#), no);
+    assert_eq!(last_line(&["--schema-order"], r#"{"name": "x", "id": 1}"#), yes);
     // The option belongs to JSON Schemas only.
     let out = grammask().args(["inspect", "--builtin-json", "--allow-extra-properties"]).output().unwrap();
     assert!(!out.status.success());

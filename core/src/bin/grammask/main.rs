@@ -27,6 +27,7 @@ mod masks;
 mod stats;
 
 use clap::{Args, Parser, Subcommand};
+use grammask::json_schema::PropertyOrder;
 use grammask::{GrammarSpec, JsonSchemaOptions, TokenizerInfo, TokenizerOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -72,6 +73,10 @@ pub struct GrammarArgs {
     /// extra members (JSON Schema's meaning) instead of none (strict, the default).
     #[arg(long, requires = "json_schema", conflicts_with_all = ["grammar", "builtin_json", "regex"])]
     allow_extra_properties: bool,
+    /// With `--json-schema`: object members in the schema's order only (as XGrammar and
+    /// llguidance generate) instead of any order.
+    #[arg(long, requires = "json_schema", conflicts_with_all = ["grammar", "builtin_json", "regex"])]
+    schema_order: bool,
 }
 
 impl GrammarArgs {
@@ -79,7 +84,11 @@ impl GrammarArgs {
     pub fn spec(&self) -> Result<GrammarSpec, String> {
         if let Some(p) = &self.json_schema {
             let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
-            let options = JsonSchemaOptions { strict: !self.allow_extra_properties, ..Default::default() };
+            let options = JsonSchemaOptions {
+                strict: !self.allow_extra_properties,
+                property_order: if self.schema_order { PropertyOrder::Schema } else { PropertyOrder::Any },
+                ..Default::default()
+            };
             return Ok(GrammarSpec::JsonSchema { schema: text, options });
         }
         if let Some(r) = &self.regex {

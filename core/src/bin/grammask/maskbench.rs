@@ -10,7 +10,7 @@
 use crate::load_tokenizer;
 use crate::stats::summary;
 use clap::Args;
-use grammask::json_schema::{to_python_json, JsonSchemaOptions, Whitespace};
+use grammask::json_schema::{to_python_json, JsonSchemaOptions, PropertyOrder, Whitespace};
 use grammask::{CompileOptions, GrammarCompiler, GrammarMatcher, GrammarSpec, TokenBitmask};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -40,6 +40,10 @@ pub struct MaskbenchArgs {
     /// Approximate keywords that are not enforced (with a warning) instead of failing.
     #[arg(long)]
     lenient: bool,
+    /// Object members in the schema's order only (as XGrammar and llguidance generate)
+    /// instead of any order.
+    #[arg(long)]
+    schema_order: bool,
     /// Compile every file as if it were the first: no leaf-rule masks shared between
     /// files (by default one compiler serves all files, as in a server, with its
     /// compile cache off so that every schema is compiled).
@@ -102,8 +106,12 @@ pub fn run(a: &MaskbenchArgs) -> Result<(), String> {
         rayon::ThreadPoolBuilder::new().num_threads(a.threads.max(1)).build().map_err(|e| e.to_string())?;
     let results: Vec<FileResult> = pool.install(|| {
         use rayon::prelude::*;
-        let options =
-            JsonSchemaOptions { strict: !a.allow_extra_properties, lenient: a.lenient, ..Default::default() };
+        let options = JsonSchemaOptions {
+            strict: !a.allow_extra_properties,
+            lenient: a.lenient,
+            property_order: if a.schema_order { PropertyOrder::Schema } else { PropertyOrder::Any },
+            ..Default::default()
+        };
         let compile_options = CompileOptions {
             leaf_cache_bytes: if a.no_shared_masks { 0 } else { CompileOptions::default().leaf_cache_bytes },
             eager_budget: a
