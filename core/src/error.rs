@@ -128,6 +128,9 @@ pub enum GrammarErrorKind {
     },
     /// The root rule (after removing rules that can never finish) matches nothing.
     EmptyLanguage,
+    /// An operand of an intersection (`a & b`) in this rule still calls a rule after
+    /// inlining: intersections are built over rule-free expressions.
+    IntersectionCallsRule(String),
     /// A rule's [`MemberSet`](crate::grammar::MemberSet) does not fit its body.
     BadMemberSet {
         /// The rule.
@@ -150,6 +153,10 @@ impl fmt::Display for GrammarErrorKind {
             Self::TooDeep(d) => write!(f, "nesting deeper than {d} levels"),
             Self::NotUtf8 { offset } => write!(f, "grammar is not valid UTF-8 (byte offset {offset})"),
             Self::EmptyLanguage => write!(f, "the root rule can never match a complete string"),
+            Self::IntersectionCallsRule(r) => write!(
+                f,
+                "rule `{r}`: an operand of `&` calls a rule (intersections need rule-free operands)"
+            ),
             Self::BadMemberSet { rule, why } => write!(f, "rule `{rule}`: member set: {why}"),
         }
     }

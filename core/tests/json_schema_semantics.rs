@@ -282,6 +282,12 @@ fn unenforceable_forms_are_typed_errors_unless_lenient() {
             "format",
             "/properties/s",
         ),
+        // A hundred words in 5,000 characters: the intersection would be too large.
+        (
+            r#"{"type":"string","pattern":"^(?:\\S+\\s+){0,99}\\S+$","maxLength":5000}"#,
+            "minLength/maxLength",
+            "",
+        ),
     ];
     for (schema, keyword, pointer) in cases {
         let e = json_schema_str_to_grammar(schema, &JsonSchemaOptions::default()).unwrap_err();
@@ -604,4 +610,118 @@ fn any_order_members_are_built_once() {
     };
     let (ordered, any) = (states(PropertyOrder::Schema), states(PropertyOrder::Any));
     assert!(any < 2 * ordered, "schema order: {ordered} states, any order: {any}");
+}
+
+/// A compiled schema, to run many instances through one compile.
+fn compiled(c: &GrammarCompiler, schema: &str) -> Arc<grammask::CompiledGrammar> {
+    let g = json_schema_str_to_grammar(schema, &JsonSchemaOptions::default())
+        .unwrap_or_else(|e| panic!("{schema}: {e}"));
+    c.compile(&GrammarSpec::Grammar(g)).unwrap()
+}
+
+fn accepted_by(g: &Arc<grammask::CompiledGrammar>, text: &str) -> bool {
+    let mut m = GrammarMatcher::new(g.clone());
+    m.accept_string(text).is_ok() && m.can_terminate()
+}
+
+/// Random strings over `alphabet`, up to `max_len` characters, with `seeds` among them.
+fn random_strings(alphabet: &str, max_len: usize, seeds: &[&str], n: usize) -> Vec<String> {
+    let alphabet: Vec<char> = alphabet.chars().collect();
+    let mut rng = Rng(0x5EED ^ max_len as u64);
+    let mut out: Vec<String> = seeds.iter().map(|s| s.to_string()).collect();
+    for _ in 0..n {
+        let len = rng.below(max_len + 1);
+        out.push((0..len).map(|_| alphabet[rng.below(alphabet.len())]).collect());
+    }
+    out
+}
+
+#[test]
+fn patterns_under_lengths_they_cannot_carry_are_intersected() {
+    // Patterns with several variable-length parts (MaskBench schemas), under lengths:
+    // exact on random strings around the bounds, against the `jsonschema` crate.
+    let c = compiler();
+    let cases = [
+        (
+            r#"{"type":"string","pattern":"^([a-z0-9-]+):([a-z0-9\\.-]+):([a-z0-9-]+)?:([a-z0-9-]+)$","maxLength":12}"#,
+            "a:-.9:::",
+            15,
+            &["a:b::c", "ab:cd:ef:ghij", "ab:cd:ef:ghi", "a:b:c:d", "a::b:c"][..],
+        ),
+        (
+            r#"{"type":"string","pattern":"[A-z]+","minLength":3,"maxLength":6}"#,
+            "aZ_1 é",
+            8,
+            &["__", "1a1"][..],
+        ),
+        (
+            r#"{"type":"string","pattern":"^[A-Za-z0-9]+(-[A-Za-z0-9]+)*$","minLength":2,"maxLength":7}"#,
+            "a0-Z",
+            9,
+            &["a-b-c-d", "a-b-c-dd", "ab", "a-"][..],
+        ),
+        (
+            r#"{"type":"string","pattern":"^(?:\\S+\\s+){0,3}\\S+$","maxLength":9}"#,
+            "ab \t",
+            11,
+            &["a b c d", "a b c d e"][..],
+        ),
+    ];
+    for (schema, alphabet, max_len, seeds) in cases {
+        let g = compiled(&c, schema);
+        let v: serde_json::Value = serde_json::from_str(schema).unwrap();
+        let validator = jsonschema::validator_for(&v).unwrap();
+        let (mut valid, mut invalid) = (0, 0);
+        for s in random_strings(alphabet, max_len, seeds, 600) {
+            let inst = serde_json::Value::String(s);
+            let text = serde_json::to_string(&inst).unwrap();
+            let want = validator.is_valid(&inst);
+            *(if want { &mut valid } else { &mut invalid }) += 1;
+            assert_eq!(accepted_by(&g, &text), want, "{text} for {schema}");
+        }
+        assert!(valid >= 5 && invalid >= 5, "{schema}: {valid} valid, {invalid} invalid instances");
+    }
+}
+
+#[test]
+fn formats_with_patterns_are_intersected() {
+    // A `format` and a `pattern` together (and lengths a format regex cannot carry): each
+    // string is accepted exactly when the schemas of each keyword alone accept it.
+    let c = compiler();
+    let cases = [
+        (
+            r#""format":"ipv4","pattern":"^10\\.""#,
+            vec![r#""format":"ipv4""#, r#""pattern":"^10\\.""#],
+            "10.2.5",
+            13,
+            &["10.0.0.1", "10.25.5.1", "10.2.0.52", "10.300.0.1", "11.0.0.1"][..],
+        ),
+        (
+            r#""format":"duration","maxLength":6"#,
+            vec![r#""format":"duration""#, r#""maxLength":6"#],
+            "P1DTM2H",
+            8,
+            &["P1D", "PT12H", "P1DT2H", "P1DT12H", "P1Y2M3D"][..],
+        ),
+        (
+            r#""format":"date","pattern":"-02-""#,
+            vec![r#""format":"date""#, r#""pattern":"-02-""#],
+            "2019-0",
+            11,
+            &["2019-02-28", "2020-02-01", "1999-02-10", "2019-12-02"][..],
+        ),
+    ];
+    for (both, alone, alphabet, max_len, seeds) in cases {
+        let schema = |kw: &str| format!(r#"{{"type":"string",{kw}}}"#);
+        let g = compiled(&c, &schema(both));
+        let parts: Vec<_> = alone.iter().map(|kw| compiled(&c, &schema(kw))).collect();
+        let mut accepted = 0;
+        for s in random_strings(alphabet, max_len, seeds, 1500) {
+            let text = serde_json::to_string(&s).unwrap();
+            let want = parts.iter().all(|p| accepted_by(p, &text));
+            accepted += want as usize;
+            assert_eq!(accepted_by(&g, &text), want, "{text} for {}", schema(both));
+        }
+        assert!(accepted >= 2, "{both}: only {accepted} strings accepted");
+    }
 }

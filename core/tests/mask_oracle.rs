@@ -288,6 +288,31 @@ fn member_sets_match_their_lattice() {
     check_grammars_along("all members written", tokenizer("llama3_1"), &fast, &slow, text, 1);
 }
 
+/// Intersections (`a & b`: the JSON Schema front-end's `pattern` under lengths it cannot
+/// carry, or with a `format`) are the product of their operands' automata. Masks equal
+/// the oracle's on the same language written out by hand, along random walks and at
+/// every byte of a few texts, where tokens straddle the intersection's end (`x"`, `"5`).
+#[test]
+fn intersections_match_their_written_out_language() {
+    // Two or three lowercase letters, one of them an `x`; then a digit.
+    let fast = Grammar::from_ebnf(r#"root ::= "\"" ([a-z]* "x" [a-z]* & [a-z]{2,3}) "\"" [0-9]"#).unwrap();
+    let slow = Grammar::from_ebnf(
+        r#"root ::= "\"" ("x" [a-z] | [a-z] "x" | "x" [a-z] [a-z] | [a-z] "x" [a-z] | [a-z] [a-z] "x") "\"" [0-9]"#,
+    )
+    .unwrap();
+    let check_at: Vec<usize> = (0..6).collect();
+    check_walks("intersection", &fast, &slow, 5, &check_at);
+    for text in ["\"ax\"5", "\"xyz\"0", "\"abx\"9", "\"xx\"1"] {
+        check_grammars_along("intersection", tokenizer("llama3_1"), &fast, &slow, text, 1);
+    }
+    // Three operands, one of them non-ASCII: words of `é` and `a` with an `é`, 1 to 3
+    // characters, not starting with `a`.
+    let fast = Grammar::from_ebnf(r#"root ::= "<" ([aé]* "é" [aé]* & [aé]{1,3} & "é" [aé]*) ">""#).unwrap();
+    let slow = Grammar::from_ebnf(r#"root ::= "<" "é" [aé]{0,2} ">""#).unwrap();
+    check_walks("three-way intersection", &fast, &slow, 9, &check_at);
+    check_grammars_along("three-way intersection", tokenizer("llama2"), &fast, &slow, "<éaé>", 1);
+}
+
 /// `g` as EBNF with every member-set rule replaced by its lattice: one rule per set of
 /// members written so far (and count of extra members), offering each member not yet
 /// written, and the end once the required members are in and the count allows.

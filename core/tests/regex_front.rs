@@ -171,3 +171,37 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    /// A `pattern` with `minLength`/`maxLength` in a JSON Schema: the pattern carries the
+    /// lengths itself, or is intersected with them; either way a string is accepted
+    /// exactly when the pattern matches it somewhere and its length is in bounds.
+    #[test]
+    fn patterns_under_lengths_agree_with_regex_crate(
+        p in pattern(),
+        min in 0usize..4,
+        span in 0usize..4,
+        inputs in proptest::collection::vec("[abc01\n]{0,7}", 24),
+    ) {
+        let schema = serde_json::json!({"type": "string", "pattern": p, "minLength": min, "maxLength": min + span});
+        let opts = grammask::json_schema::JsonSchemaOptions::default();
+        let oracle = regex::Regex::new(&p).unwrap();
+        let want = |s: &str| oracle.is_match(s) && (min..=min + span).contains(&s.chars().count());
+        // A pattern no string of these lengths matches is a typed error.
+        let c = match grammask::json_schema::json_schema_to_grammar(&schema, &opts) {
+            Ok(g) => compiler().compile(&GrammarSpec::Grammar(g)).unwrap(),
+            Err(e) => {
+                prop_assert!(matches!(e.kind, grammask::json_schema::SchemaErrorKind::Unsatisfiable(_)), "{}", e);
+                for s in &inputs {
+                    prop_assert!(!want(s), "pattern {} lengths {}..={}: {:?} matches", p, min, min + span, s);
+                }
+                return Ok(());
+            }
+        };
+        for s in &inputs {
+            let text = serde_json::to_string(s).unwrap();
+            prop_assert_eq!(full_match(&c, &text), want(s), "pattern {} lengths {}..={} input {:?}", p, min, min + span, s);
+        }
+    }
+}

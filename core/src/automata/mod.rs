@@ -27,7 +27,7 @@ mod nfa;
 pub mod optimize;
 
 use crate::error::Error;
-use crate::grammar::{Grammar, RuleId};
+use crate::grammar::{Expr, Grammar, RuleId};
 use dfa::Dfa;
 use nfa::Nfa;
 
@@ -191,6 +191,22 @@ impl Automata {
                 });
             }
             dfas.push(d);
+        }
+        // An intersection can be empty, which the IR's productivity analysis (operand by
+        // operand) cannot see: a rule whose automaton matches nothing becomes the empty
+        // set and the grammar is built again, so that what calls it is pruned as well
+        // and every prefix the matcher accepts can still be finished.
+        let dead = |d: &Dfa| !d.finals.first().copied().unwrap_or(false) && d.edges(0).is_empty();
+        // (Only rules not already the empty set: no loop.)
+        let empty: Vec<usize> = (0..dfas.len())
+            .filter(|&r| dead(&dfas[r]) && !matches!(&g.rules[r].body, Expr::Alt(v) if v.is_empty()))
+            .collect();
+        if !empty.is_empty() {
+            let mut g = g;
+            for &r in &empty {
+                g.rules[r].body = Expr::Alt(vec![]);
+            }
+            return Self::build_owned(g, limits);
         }
         let mut a = Self::assemble(g, dfas, byte_class, n_classes, class_bytes)?;
         a.chains = layouts

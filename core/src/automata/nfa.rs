@@ -3,8 +3,10 @@
 //! (`regex-syntax`'s `Utf8Sequences` splits a code-point range into byte-range chains).
 
 use crate::error::Error;
+use crate::error::{GrammarError, GrammarErrorKind};
 use crate::grammar::Expr;
 use regex_syntax::utf8::Utf8Sequences;
+use rustc_hash::FxHashMap;
 
 /// Edges out of each state in one flat array (compressed sparse rows): state `s`'s edges
 /// are `edges[starts[s]..starts[s + 1]]`. Built once from an unsorted edge list, so
@@ -64,22 +66,7 @@ impl Nfa {
         let mut b = Builder::default();
         let start = b.state(max_states)?;
         let end = b.expr(body, start, max_states)?;
-        let mut important = vec![false; b.len];
-        important[end as usize] = true;
-        for &(from, _) in &b.bytes {
-            important[from as usize] = true;
-        }
-        for &(from, _) in &b.rules {
-            important[from as usize] = true;
-        }
-        Ok(Nfa {
-            eps: Csr::build(b.len, b.eps),
-            bytes: Csr::build(b.len, b.bytes),
-            rules: Csr::build(b.len, b.rules),
-            end,
-            len: b.len,
-            important,
-        })
+        Ok(b.finish(end))
     }
 
     pub fn len(&self) -> usize {
@@ -132,7 +119,122 @@ impl Nfa {
     }
 }
 
+/// The intersection of two rule-free NFAs: the product construction over pairs of
+/// important states (closures taken on entry, so the product has no epsilon edges of
+/// its own but the joins). A byte edge of the product reads the bytes both operands read
+/// from their states in the pair and leads to a join state, with an epsilon edge to each
+/// pair of the targets' closures.
+fn intersect(a: &Nfa, b: &Nfa, max: usize) -> Result<Nfa, Error> {
+    struct Side<'n> {
+        nfa: &'n Nfa,
+        closures: Vec<Option<Box<[u32]>>>,
+        seen: Vec<bool>,
+    }
+    impl Side<'_> {
+        fn closure(&mut self, s: u32) -> &[u32] {
+            let (nfa, seen) = (self.nfa, &mut self.seen);
+            self.closures[s as usize].get_or_insert_with(|| {
+                let mut set = vec![s];
+                nfa.closure(&mut set, seen);
+                set.into_boxed_slice()
+            })
+        }
+    }
+    let side = |nfa| Side { nfa, closures: vec![None; nfa.len], seen: vec![false; nfa.len] };
+    let (mut sa, mut sb) = (side(a), side(b));
+    let mut out = Builder::default();
+    let start = out.state(max)?;
+    let end = out.state(max)?;
+    /// Pair states by pair, and those not expanded yet.
+    #[derive(Default)]
+    struct Pairs {
+        ids: FxHashMap<(u32, u32), u32>,
+        todo: Vec<(u32, u32, u32)>,
+    }
+    let mut pairs = Pairs::default();
+    // Epsilon edges from `from` to the pair states of `xs × ys`, made on first sight.
+    let enter =
+        |out: &mut Builder, pairs: &mut Pairs, xs: &[u32], ys: &[u32], from: u32| -> Result<(), Error> {
+            let Pairs { ids, todo } = pairs;
+            for &x in xs {
+                for &y in ys {
+                    let id = match ids.get(&(x, y)) {
+                        Some(&id) => id,
+                        None => {
+                            let id = out.state(max)?;
+                            ids.insert((x, y), id);
+                            todo.push((x, y, id));
+                            id
+                        }
+                    };
+                    out.eps.push((from, id));
+                }
+            }
+            Ok(())
+        };
+    let (xs, ys) = (sa.closure(0).to_vec(), sb.closure(0).to_vec());
+    enter(&mut out, &mut pairs, &xs, &ys, start)?;
+    while let Some((x, y, id)) = pairs.todo.pop() {
+        if x == a.end && y == b.end {
+            out.eps.push((id, end));
+        }
+        for &(lo, hi, tx) in a.bytes.of(x) {
+            for &(lo2, hi2, ty) in b.bytes.of(y) {
+                let (l, h) = (lo.max(lo2), hi.min(hi2));
+                if l > h {
+                    continue;
+                }
+                let join = out.state(max)?;
+                out.bytes.push((id, (l, h, join)));
+                let (xs, ys) = (sa.closure(tx).to_vec(), sb.closure(ty).to_vec());
+                enter(&mut out, &mut pairs, &xs, &ys, join)?;
+            }
+        }
+    }
+    Ok(out.finish(end))
+}
+
 impl Builder {
+    /// The NFA of what was built, ending at `end`.
+    fn finish(self, end: u32) -> Nfa {
+        let mut important = vec![false; self.len];
+        important[end as usize] = true;
+        for &(from, _) in &self.bytes {
+            important[from as usize] = true;
+        }
+        for &(from, _) in &self.rules {
+            important[from as usize] = true;
+        }
+        Nfa {
+            eps: Csr::build(self.len, self.eps),
+            bytes: Csr::build(self.len, self.bytes),
+            rules: Csr::build(self.len, self.rules),
+            end,
+            len: self.len,
+            important,
+        }
+    }
+
+    /// A copy of `nfa` entered from `from`; returns the state where it ends.
+    fn embed(&mut self, nfa: &Nfa, from: u32, max: usize) -> Result<u32, Error> {
+        let base = self.len as u32;
+        if self.len + nfa.len > max {
+            return Err(Error::Limit {
+                what: "automaton size (NFA states of one rule)",
+                given: self.len + nfa.len,
+                limit: max,
+            });
+        }
+        self.len += nfa.len;
+        self.eps.push((from, base));
+        for s in 0..nfa.len as u32 {
+            self.eps.extend(nfa.eps.of(s).iter().map(|&t| (base + s, base + t)));
+            self.bytes.extend(nfa.bytes.of(s).iter().map(|&(lo, hi, t)| (base + s, (lo, hi, base + t))));
+            self.rules.extend(nfa.rules.of(s).iter().map(|&(r, t)| (base + s, (r, base + t))));
+        }
+        Ok(base + nfa.end)
+    }
+
     fn state(&mut self, max: usize) -> Result<u32, Error> {
         if self.len >= max {
             return Err(Error::Limit {
@@ -195,6 +297,22 @@ impl Builder {
                     self.eps.push((e, end));
                 }
                 end
+            }
+            Expr::And(v) => {
+                let parts = v
+                    .iter()
+                    .map(|x| Nfa::build(x, max.saturating_sub(self.len)))
+                    .collect::<Result<Vec<_>, _>>()?;
+                if parts.iter().any(|p| (0..p.len as u32).any(|s| !p.rules.of(s).is_empty())) {
+                    // (The optimizer reports it with the rule's name first.)
+                    return Err(Error::Grammar(GrammarError::global(
+                        GrammarErrorKind::IntersectionCallsRule("?".into()),
+                    )));
+                }
+                let mut parts = parts.into_iter();
+                let first = parts.next().unwrap_or_default();
+                let product = parts.try_fold(first, |acc, p| intersect(&acc, &p, max))?;
+                self.embed(&product, from, max)?
             }
             Expr::Repeat { expr, min, max: rep_max } => {
                 let mut cur = from;

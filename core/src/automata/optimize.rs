@@ -59,7 +59,27 @@ pub fn optimize_owned(mut g: Grammar) -> Result<Grammar, GrammarError> {
     merge_duplicate_rules(&mut g);
     inline_fragments(&mut g);
     outline_large_repeats(&mut g);
-    Ok(drop_unreachable(g))
+    let g = drop_unreachable(g);
+    check_intersections(&g)?;
+    Ok(g)
+}
+
+/// Every operand of an intersection is rule-free once inlining is done: the automata
+/// builder intersects byte automata, and a rule call is not one.
+fn check_intersections(g: &Grammar) -> Result<(), GrammarError> {
+    fn calls_in_and(e: &Expr, inside: bool) -> bool {
+        match e {
+            Expr::Rule(_) => inside,
+            Expr::Seq(v) | Expr::Alt(v) => v.iter().any(|x| calls_in_and(x, inside)),
+            Expr::And(v) => v.iter().any(|x| calls_in_and(x, true)),
+            Expr::Repeat { expr, .. } => calls_in_and(expr, inside),
+            Expr::Empty | Expr::Literal(_) | Expr::Class(_) => false,
+        }
+    }
+    match g.rules.iter().find(|r| calls_in_and(&r.body, false)) {
+        Some(r) => Err(GrammarError::global(GrammarErrorKind::IntersectionCallsRule(r.name.clone()))),
+        None => Ok(()),
+    }
 }
 
 /// Every rule reference names a rule, and every [`MemberSet`](crate::grammar::MemberSet)
@@ -90,7 +110,9 @@ fn productive(e: &Expr, p: &[bool]) -> bool {
         Expr::Empty | Expr::Literal(_) => true,
         Expr::Class(r) => !r.is_empty(),
         Expr::Rule(r) => p[r.index()],
-        Expr::Seq(v) => v.iter().all(|x| productive(x, p)),
+        // (An intersection of productive operands may still be empty: its automaton then
+        // has no final state, and trimming leaves the rule nothing to match.)
+        Expr::Seq(v) | Expr::And(v) => v.iter().all(|x| productive(x, p)),
         Expr::Alt(v) => v.iter().any(|x| productive(x, p)),
         Expr::Repeat { expr, min, .. } => *min == 0 || productive(expr, p),
     }
@@ -385,6 +407,9 @@ struct Outlined {
 fn outline_in(e: &mut Expr, name: &str, out: &mut Outlined) {
     match e {
         Expr::Seq(v) | Expr::Alt(v) => v.iter_mut().for_each(|x| outline_in(x, name, out)),
+        // An intersection's operands stay rule-free (its product is bounded by the
+        // automata limits instead).
+        Expr::And(_) => {}
         Expr::Repeat { expr, min, max } => {
             outline_in(expr, name, out);
             let copies = max.unwrap_or(*min).max(*min) as usize;
@@ -426,6 +451,7 @@ fn flatten(e: &mut Expr) {
             }
         }
         Expr::Repeat { expr, .. } => flatten(expr),
+        Expr::And(v) => v.iter_mut().for_each(flatten),
         Expr::Empty | Expr::Literal(_) | Expr::Class(_) | Expr::Rule(_) => {}
     }
 }

@@ -3,7 +3,9 @@
 //! ```text
 //! grammar     := rule*
 //! rule        := NAME "::=" alternation        (a rule ends where the next `NAME ::=` starts)
-//! alternation := sequence ("|" sequence)*
+//! alternation := intersection ("|" intersection)*
+//! intersection := sequence ("&" sequence)*   (the strings every operand matches; operands
+//!                                             must not call rules: see `Expr::And`)
 //! sequence    := postfix*
 //! postfix     := primary ("*" | "+" | "?" | "{" m "}" | "{" m ",}" | "{" m "," n "}")*
 //! primary     := STRING | CLASS | "." | NAME | "(" alternation ")"
@@ -241,20 +243,30 @@ impl<'a> Parser<'a> {
     }
 
     fn alternation(&mut self) -> PResult<Expr> {
-        let mut alts = vec![self.sequence()?];
+        let mut alts = vec![self.intersection()?];
         while self.peek() == Some('|') {
             self.bump();
             self.skip_space();
-            alts.push(self.sequence()?);
+            alts.push(self.intersection()?);
         }
         Ok(if alts.len() == 1 { alts.pop().unwrap_or(Expr::Empty) } else { Expr::Alt(alts) })
+    }
+
+    fn intersection(&mut self) -> PResult<Expr> {
+        let mut parts = vec![self.sequence()?];
+        while self.peek() == Some('&') {
+            self.bump();
+            self.skip_space();
+            parts.push(self.sequence()?);
+        }
+        Ok(if parts.len() == 1 { parts.pop().unwrap_or(Expr::Empty) } else { Expr::And(parts) })
     }
 
     fn sequence(&mut self) -> PResult<Expr> {
         let mut items = Vec::new();
         loop {
             match self.peek() {
-                None | Some('|') | Some(')') => break,
+                None | Some('|') | Some('&') | Some(')') => break,
                 Some(_) if self.at_definition() => break,
                 Some(_) => {
                     items.push(self.postfix()?);

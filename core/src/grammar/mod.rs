@@ -83,6 +83,11 @@ pub enum Expr {
         /// Maximum count, if bounded.
         max: Option<u32>,
     },
+    /// The strings every operand matches (intersection), written `a & b`. Operands must
+    /// not call rules once the optimizer has inlined what it inlines: the automata
+    /// builder takes the product of their automata. The JSON Schema front-end uses it
+    /// for a `pattern` under `minLength`/`maxLength` or a `format`.
+    And(Vec<Expr>),
 }
 
 impl Expr {
@@ -90,7 +95,7 @@ impl Expr {
     pub fn size(&self) -> usize {
         match self {
             Expr::Empty | Expr::Literal(_) | Expr::Class(_) | Expr::Rule(_) => 1,
-            Expr::Seq(v) | Expr::Alt(v) => 1 + v.iter().map(Expr::size).sum::<usize>(),
+            Expr::Seq(v) | Expr::Alt(v) | Expr::And(v) => 1 + v.iter().map(Expr::size).sum::<usize>(),
             Expr::Repeat { expr, .. } => 1 + expr.size(),
         }
     }
@@ -107,6 +112,8 @@ impl Expr {
                 let copies = max.unwrap_or(min.saturating_add(1)).max(*min).max(1) as u64;
                 1u64.saturating_add(expr.expanded_size().saturating_mul(copies))
             }
+            // The product automaton may have as many states as the product of sizes.
+            Expr::And(v) => v.iter().map(Expr::expanded_size).fold(1u64, u64::saturating_mul),
         }
     }
 
@@ -115,7 +122,7 @@ impl Expr {
         match self {
             Expr::Empty | Expr::Literal(_) | Expr::Class(_) => {}
             Expr::Rule(r) => f(*r),
-            Expr::Seq(v) | Expr::Alt(v) => v.iter().for_each(|e| e.for_each_rule(f)),
+            Expr::Seq(v) | Expr::Alt(v) | Expr::And(v) => v.iter().for_each(|e| e.for_each_rule(f)),
             Expr::Repeat { expr, .. } => expr.for_each_rule(f),
         }
     }
@@ -125,7 +132,7 @@ impl Expr {
         match self {
             Expr::Empty | Expr::Literal(_) | Expr::Class(_) => {}
             Expr::Rule(r) => *self = f(*r),
-            Expr::Seq(v) | Expr::Alt(v) => v.iter_mut().for_each(|e| e.map_rules(f)),
+            Expr::Seq(v) | Expr::Alt(v) | Expr::And(v) => v.iter_mut().for_each(|e| e.map_rules(f)),
             Expr::Repeat { expr, .. } => expr.map_rules(f),
         }
     }

@@ -42,6 +42,7 @@ fn write_member_set(f: &mut fmt::Formatter<'_>, g: &Grammar, set: &super::Member
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Prec {
     Alt,
+    And,
     Seq,
     Postfix,
 }
@@ -67,6 +68,15 @@ fn write_expr(f: &mut fmt::Formatter<'_>, g: &Grammar, e: &Expr, ctx: Prec) -> f
             for (i, x) in v.iter().enumerate() {
                 if i > 0 {
                     f.write_str(" | ")?;
+                }
+                write_expr(f, g, x, Prec::And)?;
+            }
+            Ok(())
+        }),
+        Expr::And(v) => paren(f, ctx > Prec::And, |f| {
+            for (i, x) in v.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(" & ")?;
                 }
                 write_expr(f, g, x, Prec::Seq)?;
             }

@@ -3,9 +3,13 @@
 
 use super::Expr;
 
-/// Whether `s` is in the language of `e` (which must not call rules).
+/// Whether `s` is in the language of `e` (which must not call rules, and may intersect
+/// only at the top).
 pub(crate) fn matches(e: &Expr, s: &str) -> bool {
-    recognizer(e).is_match(s)
+    match e {
+        Expr::And(v) => v.iter().all(|x| matches(x, s)),
+        e => recognizer(e).is_match(s),
+    }
 }
 
 /// A regex matching exactly the language of `e` (for many strings, compile it once).
@@ -28,5 +32,6 @@ fn to_regex(e: &Expr) -> String {
             format!("(?:{}){{{min},{}}}", to_regex(expr), max.map_or(String::new(), |m| m.to_string()))
         }
         Expr::Rule(_) => panic!("rule calls cannot be matched by a regex"),
+        Expr::And(_) => panic!("intersections below the top cannot be matched by a regex"),
     }
 }

@@ -152,6 +152,11 @@ pub struct SchemaLimits {
     pub max_enumerated_multiples: u64,
     /// Deepest nesting generated with [`Whitespace::Indent`] (default 32).
     pub max_indent_depth: u32,
+    /// Largest intersection built for a string (a `pattern` with lengths it cannot carry
+    /// itself, or a `pattern` and a `format`), as the product of the operands'
+    /// [`Expr::expanded_size`](crate::grammar::Expr::expanded_size) (default 30,000: a few milliseconds of compile);
+    /// past it the lengths, or the format, are an unsupported keyword.
+    pub max_intersection_size: u64,
     /// Limits for `pattern` regexes.
     pub regex: RegexLimits,
 }
@@ -165,6 +170,7 @@ impl Default for SchemaLimits {
             max_exact_length: 10_000,
             max_enumerated_multiples: 4_096,
             max_indent_depth: 32,
+            max_intersection_size: 30_000,
             regex: RegexLimits::default(),
         }
     }

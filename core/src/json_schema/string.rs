@@ -95,6 +95,75 @@ fn long_chars(b: &mut Builder, min: u32, max: u64) -> Result<Expr, SchemaError> 
     Ok(seq(vec![rep(ch(), min, min), tail]))
 }
 
+/// The characters of a string matching every regex of `regexes` (`pattern`, `format`),
+/// with `min..=max` of them. A regex carries the lengths itself when it can
+/// ([`regex_to_json_string_expr`]); what is left over is intersected ([`Expr::And`]): the
+/// lengths as a counted repetition of any character, a second regex as itself. All
+/// operands spell characters the same (canonical) way, so the intersection of their
+/// encodings is the encoding of the intersection. An intersection larger than
+/// [`max_intersection_size`](super::SchemaLimits::max_intersection_size) drops what is
+/// left over, as an unsupported keyword.
+fn constrained_body(
+    b: &mut Builder,
+    regexes: &[(String, &str)],
+    min: u32,
+    max: Option<u32>,
+    ptr: &str,
+) -> Result<Expr, SchemaError> {
+    let limits = b.opts.limits.regex.clone();
+    // `None`: the regex cannot carry these lengths itself (never for no lengths).
+    let convert = |b: &Builder, p: &str, kw: &str, lo: u32, hi: Option<u32>| match regex_to_json_string_expr(
+        p, lo, hi, &limits,
+    ) {
+        Ok(e) => Ok(Some(e)),
+        Err(e) if e.kind == RegexErrorKind::LengthBounds => Ok(None),
+        Err(e) => Err(b.err(SchemaErrorKind::Regex(e), &format!("{ptr}/{kw}"))),
+    };
+    let mut lengths_left = min > 0 || max.is_some();
+    let mut parts = Vec::new();
+    for (p, kw) in regexes {
+        if lengths_left {
+            if let Some(e) = convert(b, p, kw, min, max)? {
+                lengths_left = false;
+                parts.push(e);
+                continue;
+            }
+        }
+        parts.push(convert(b, p, kw, 0, None)?.unwrap_or_else(nothing));
+    }
+    let mut lengths = None;
+    if lengths_left {
+        lengths = Some(parts.len());
+        parts.push(Expr::Repeat { expr: Box::new(json_string_char(ANY_CHAR)), min, max });
+    }
+    if parts.len() == 1 {
+        return Ok(parts.pop().unwrap_or_else(nothing));
+    }
+    let size = parts.iter().map(Expr::expanded_size).fold(1u64, u64::saturating_mul);
+    if size <= b.opts.limits.max_intersection_size {
+        return Ok(Expr::And(parts));
+    }
+    // Too large to intersect: keep the first regex (the pattern), drop the rest.
+    let why = format!("intersection size {size} over the limit of {}", b.opts.limits.max_intersection_size);
+    if lengths.is_some() {
+        b.unsupported(
+            "minLength/maxLength",
+            &format!("cannot be combined with this pattern exactly: {why}"),
+            "length bounds ignored; the pattern applies",
+            ptr,
+        )?;
+    }
+    if regexes.len() > 1 {
+        b.unsupported(
+            "format",
+            &format!("together with `pattern`: {why}"),
+            "format ignored; the pattern applies",
+            ptr,
+        )?;
+    }
+    Ok(parts.swap_remove(0))
+}
+
 pub(crate) fn build(b: &mut Builder, m: &Map<String, Value>, ptr: &str) -> Result<Expr, SchemaError> {
     let min = get_count(b, m, "minLength", ptr)?.unwrap_or(0);
     let mut max = get_count(b, m, "maxLength", ptr)?;
@@ -123,23 +192,16 @@ pub(crate) fn build(b: &mut Builder, m: &Map<String, Value>, ptr: &str) -> Resul
         )?;
         max = None;
     }
-    let mut pattern = match m.get("pattern") {
-        None => None,
-        Some(Value::String(p)) => Some((p.clone(), "pattern")),
+    let mut regexes: Vec<(String, &str)> = Vec::new();
+    match m.get("pattern") {
+        None => {}
+        Some(Value::String(p)) => regexes.push((p.clone(), "pattern")),
         Some(_) => return Err(b.not_schema("`pattern` must be a string", ptr)),
-    };
+    }
     if let Some(f) = m.get("format") {
         let f = f.as_str().ok_or_else(|| b.not_schema("`format` must be a string", ptr))?;
         match super::format::format_regex(f) {
-            Some(_) if pattern.is_some() => {
-                b.unsupported(
-                    "format",
-                    "together with `pattern`",
-                    "format ignored; the pattern applies",
-                    ptr,
-                )?;
-            }
-            Some(re) => pattern = Some((re, "format")),
+            Some(re) => regexes.push((re, "format")),
             None if super::format::is_defined_format(f) => b.unsupported(
                 "format",
                 &format!("format `{f}` is not enforced"),
@@ -156,29 +218,9 @@ pub(crate) fn build(b: &mut Builder, m: &Map<String, Value>, ptr: &str) -> Resul
             }),
         }
     }
-    if pattern.is_none() && min == 0 && max.is_none() {
+    if regexes.is_empty() && min == 0 && max.is_none() {
         return b.any_string();
     }
-    let (min32, max32) = (min as u32, max.map(|x| x as u32));
-    let body = match pattern {
-        None => Expr::Repeat { expr: Box::new(json_string_char(ANY_CHAR)), min: min32, max: max32 },
-        Some((p, kw)) => {
-            let limits = &b.opts.limits.regex;
-            match regex_to_json_string_expr(&p, min32, max32, limits) {
-                Ok(e) => e,
-                Err(e) if e.kind == RegexErrorKind::LengthBounds => {
-                    b.unsupported(
-                        "minLength/maxLength",
-                        "cannot be combined with this pattern exactly",
-                        "length bounds ignored; the pattern applies",
-                        ptr,
-                    )?;
-                    regex_to_json_string_expr(&p, 0, None, limits)
-                        .map_err(|e| b.err(SchemaErrorKind::Regex(e), &format!("{ptr}/{kw}")))?
-                }
-                Err(e) => return Err(b.err(SchemaErrorKind::Regex(e), &format!("{ptr}/{kw}"))),
-            }
-        }
-    };
+    let body = constrained_body(b, &regexes, min as u32, max.map(|x| x as u32), ptr)?;
     b.leaf_rule(seq(vec![lit("\""), body, lit("\"")]), "string")
 }

@@ -96,6 +96,7 @@ impl Builder {
         }
         let x = self.fresh();
         match e {
+            Expr::And(_) => panic!("the oracle takes no intersections: write the language out"),
             Expr::Alt(v) => {
                 for a in v {
                     let rhs = self.expr_seq(a);
