@@ -25,7 +25,9 @@
 //!   `additionalItems`, `minItems`/`maxItems`, `minLength`/`maxLength`, `pattern`,
 //!   `format` (see [`format`](mod@format); a plain string's `maxLength` is exact at any
 //!   size: beyond 1,024 characters, or [`SchemaLimits::max_exact_length`] if lower, it is
-//!   written in 256-character blocks), integer bounds and `multipleOf` (bounded ranges,
+//!   written in 256-character blocks; beside a `pattern` the lengths are carried by the
+//!   pattern, or intersected with it — as is a `format` with a `pattern` — up to
+//!   [`SchemaLimits::max_intersection_size`]), integer bounds and `multipleOf` (bounded ranges,
 //!   powers of ten), number bounds (no exponent form is generated then), `anyOf`, `oneOf` when
 //!   its branches provably exclude each other (types, enumerations, or a separating
 //!   property; see `one_of`) or are of the "exactly one of these property sets" form
