@@ -243,23 +243,27 @@ impl<'a> Parser<'a> {
     }
 
     fn alternation(&mut self) -> PResult<Expr> {
-        let mut alts = vec![self.intersection()?];
-        while self.peek() == Some('|') {
-            self.bump();
-            self.skip_space();
-            alts.push(self.intersection()?);
-        }
-        Ok(if alts.len() == 1 { alts.pop().unwrap_or(Expr::Empty) } else { Expr::Alt(alts) })
+        self.separated('|', Self::intersection, Expr::Alt)
     }
 
     fn intersection(&mut self) -> PResult<Expr> {
-        let mut parts = vec![self.sequence()?];
-        while self.peek() == Some('&') {
+        self.separated('&', Self::sequence, Expr::And)
+    }
+
+    /// `item (sep item)*`, joined when there is more than one.
+    fn separated(
+        &mut self,
+        sep: char,
+        item: fn(&mut Self) -> PResult<Expr>,
+        join: fn(Vec<Expr>) -> Expr,
+    ) -> PResult<Expr> {
+        let mut items = vec![item(self)?];
+        while self.peek() == Some(sep) {
             self.bump();
             self.skip_space();
-            parts.push(self.sequence()?);
+            items.push(item(self)?);
         }
-        Ok(if parts.len() == 1 { parts.pop().unwrap_or(Expr::Empty) } else { Expr::And(parts) })
+        Ok(if items.len() == 1 { items.pop().unwrap_or(Expr::Empty) } else { join(items) })
     }
 
     fn sequence(&mut self) -> PResult<Expr> {

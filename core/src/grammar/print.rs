@@ -55,33 +55,9 @@ fn write_expr(f: &mut fmt::Formatter<'_>, g: &Grammar, e: &Expr, ctx: Prec) -> f
         Expr::Rule(r) => f.write_str(&g.rule(*r).name),
         Expr::Seq(v) if v.is_empty() => f.write_str("\"\""),
         Expr::Alt(v) if v.is_empty() => f.write_str("[]"),
-        Expr::Seq(v) => paren(f, ctx > Prec::Seq, |f| {
-            for (i, x) in v.iter().enumerate() {
-                if i > 0 {
-                    f.write_char(' ')?;
-                }
-                write_expr(f, g, x, Prec::Postfix)?;
-            }
-            Ok(())
-        }),
-        Expr::Alt(v) => paren(f, ctx > Prec::Alt, |f| {
-            for (i, x) in v.iter().enumerate() {
-                if i > 0 {
-                    f.write_str(" | ")?;
-                }
-                write_expr(f, g, x, Prec::And)?;
-            }
-            Ok(())
-        }),
-        Expr::And(v) => paren(f, ctx > Prec::And, |f| {
-            for (i, x) in v.iter().enumerate() {
-                if i > 0 {
-                    f.write_str(" & ")?;
-                }
-                write_expr(f, g, x, Prec::Seq)?;
-            }
-            Ok(())
-        }),
+        Expr::Seq(v) => paren(f, ctx > Prec::Seq, |f| write_list(f, g, v, " ", Prec::Postfix)),
+        Expr::Alt(v) => paren(f, ctx > Prec::Alt, |f| write_list(f, g, v, " | ", Prec::And)),
+        Expr::And(v) => paren(f, ctx > Prec::And, |f| write_list(f, g, v, " & ", Prec::Seq)),
         Expr::Repeat { expr, min, max } => {
             // A postfix operator applied to a postfix expression needs parentheses:
             // `a**` is not EBNF.
@@ -97,6 +73,17 @@ fn write_expr(f: &mut fmt::Formatter<'_>, g: &Grammar, e: &Expr, ctx: Prec) -> f
             }
         }
     }
+}
+
+/// `v` joined by `sep`, each item printed in context `item`.
+fn write_list(f: &mut fmt::Formatter<'_>, g: &Grammar, v: &[Expr], sep: &str, item: Prec) -> fmt::Result {
+    for (i, x) in v.iter().enumerate() {
+        if i > 0 {
+            f.write_str(sep)?;
+        }
+        write_expr(f, g, x, item)?;
+    }
+    Ok(())
 }
 
 fn paren(
