@@ -1,5 +1,6 @@
 //! `$ref` resolution within one document: `$id` base URIs, `$anchor`s (and Draft-07
-//! `$id: "#name"`), `$defs` / `definitions` via JSON pointers.
+//! `$id: "#name"`), `$defs` / `definitions` via JSON pointers. Draft-03/04 documents
+//! (by `$schema`) spell the identifier `id`.
 //!
 //! [`Resolver::new`] walks the document once (iteratively, no recursion, one pointer
 //! buffer) and records every resource (`$id`), the base URI it sets, and every anchor. [`Resolver::resolve`] turns a reference into an absolute JSON pointer into the
@@ -33,6 +34,14 @@ pub(crate) fn escape_token(key: &str) -> std::borrow::Cow<'_, str> {
         key.replace('~', "~0").replace('/', "~1").into()
     } else {
         key.into()
+    }
+}
+
+/// The identifier keyword: `id` up to Draft 04 (by the root's `$schema`), `$id` since.
+fn id_keyword(root: &Value) -> &'static str {
+    match root.get("$schema").and_then(Value::as_str) {
+        Some(uri) if uri.contains("draft-03") || uri.contains("draft-04") => "id",
+        _ => "$id",
     }
 }
 
@@ -140,7 +149,8 @@ impl Resolver {
     /// ignored like every other sibling of `$ref`, so it changes no base URI.
     pub fn new(root: &Value, ref_alone: bool) -> Resolver {
         let mut r = Resolver { bases: HashMap::new(), resources: HashMap::new(), anchors: HashMap::new() };
-        let root_id = root.get("$id").filter(|_| !(ref_alone && root.get("$ref").is_some()));
+        let id_key = id_keyword(root);
+        let root_id = root.get(id_key).filter(|_| !(ref_alone && root.get("$ref").is_some()));
         let root_base = match root_id.and_then(Value::as_str) {
             Some(id) if !id.starts_with('#') => join(DEFAULT_BASE, id),
             _ => DEFAULT_BASE.to_string(),
@@ -178,7 +188,7 @@ impl Resolver {
             match v {
                 Value::Object(m) => {
                     let mut base_ix = base_ix;
-                    let id = m.get("$id").and_then(Value::as_str);
+                    let id = m.get(id_key).and_then(Value::as_str);
                     if let Some(id) = id.filter(|_| !(ref_alone && m.contains_key("$ref"))) {
                         let base = &bases[base_ix];
                         if let Some(anchor) = id.strip_prefix('#') {
@@ -288,5 +298,21 @@ mod tests {
         assert_eq!(r.resolve(&s, "http://e.com/a.json#/$defs/x", "").unwrap(), "/$defs/a/$defs/x");
         assert_eq!(r.resolve(&s, "#xx", "/$defs/a").unwrap(), "/$defs/a/$defs/x");
         assert!(r.resolve(&s, "#/nope", "").is_err());
+    }
+
+    #[test]
+    fn draft_04_spells_the_identifier_id() {
+        // (Github_easy o35906: `{"$ref": "#solarSystemId"}` names a definition's `id`.)
+        let s = serde_json::json!({
+            "$schema": "http://json-schema.org/draft-04/schema#",
+            "definitions": {"n": {"id": "#nat", "type": "integer"}, "l": {"items": {"$ref": "#nat"}}},
+            "properties": {"id": {"type": "string"}}
+        });
+        let r = Resolver::new(&s, true);
+        assert_eq!(r.resolve(&s, "#nat", "/definitions/l/items").unwrap(), "/definitions/n");
+        // Since Draft 06 `id` is no keyword: a schema that says so does not resolve it.
+        let mut later = s.clone();
+        later["$schema"] = "http://json-schema.org/draft-07/schema#".into();
+        assert!(Resolver::new(&later, true).resolve(&later, "#nat", "").is_err());
     }
 }
