@@ -58,6 +58,9 @@ fn contradictions() {
         json!({"const": 1, "type": "string"}),
         json!(false),
         json!({"$defs": {"a": {"type": "object", "properties": {"x": {"$ref": "#/$defs/a"}}, "required": ["x"]}}, "$ref": "#/$defs/a"}),
+        // Every match of the pattern has at least 2 characters (an empty intersection).
+        json!({"type": "string", "pattern": "^(?:a|aa)a$", "maxLength": 1}),
+        json!({"type": "object", "properties": {"x": {"type": "string", "pattern": "(?:a|aa)a", "maxLength": 1}}, "required": ["x"]}),
     ] {
         let e = json_schema_to_grammar(&s, &opts()).unwrap_err();
         assert!(matches!(e.kind, SchemaErrorKind::Unsatisfiable(_)), "{s}: {e}");

@@ -684,6 +684,19 @@ fn patterns_under_lengths_they_cannot_carry_are_intersected() {
 }
 
 #[test]
+fn empty_intersections_are_pruned_branches() {
+    // No string of at most 2 characters matches `(a|aa)aa`: that `anyOf` branch is the
+    // empty set and the other one stays (an empty root would be a typed error instead).
+    let s = r#"{"anyOf":[{"type":"string","pattern":"^(?:a|aa)aa$","maxLength":2},
+        {"type":"string","pattern":"^b+$","maxLength":2}]}"#;
+    check(
+        s,
+        &JsonSchemaOptions::default(),
+        &[(r#""b""#, true), (r#""bb""#, true), (r#""aa""#, false), (r#""aaa""#, false)],
+    );
+}
+
+#[test]
 fn formats_with_patterns_are_intersected() {
     // A `format` and a `pattern` together (and lengths a format regex cannot carry): each
     // string is accepted exactly when the schemas of each keyword alone accept it.

@@ -24,6 +24,7 @@ mod chain;
 mod dfa;
 mod members;
 mod nfa;
+pub(crate) use nfa::intersection_is_empty;
 pub mod optimize;
 
 use crate::error::Error;

@@ -119,29 +119,101 @@ impl Nfa {
     }
 }
 
+/// One operand of a product: its NFA and the closures of its states, each computed once.
+struct Side<'n> {
+    nfa: &'n Nfa,
+    closures: Vec<Option<Box<[u32]>>>,
+    seen: Vec<bool>,
+}
+
+impl<'n> Side<'n> {
+    fn new(nfa: &'n Nfa) -> Self {
+        Side { nfa, closures: vec![None; nfa.len], seen: vec![false; nfa.len] }
+    }
+
+    fn closure(&mut self, s: u32) -> &[u32] {
+        let (nfa, seen) = (self.nfa, &mut self.seen);
+        self.closures[s as usize].get_or_insert_with(|| {
+            let mut set = vec![s];
+            nfa.closure(&mut set, seen);
+            set.into_boxed_slice()
+        })
+    }
+}
+
+/// The NFAs of the operands of an intersection, which must not call rules: a product of
+/// automata cannot follow a rule reference (the optimizer reports it first, with the
+/// rule's name, so the name is not known here).
+fn operands(parts: &[Expr], max: usize) -> Result<Vec<Nfa>, Error> {
+    let mut nfas = Vec::with_capacity(parts.len());
+    for p in parts {
+        let nfa = Nfa::build(p, max)?;
+        if (0..nfa.len as u32).any(|s| !nfa.rules.of(s).is_empty()) {
+            let kind = GrammarErrorKind::IntersectionCallsRule("?".into());
+            return Err(Error::Grammar(GrammarError::global(kind)));
+        }
+        nfas.push(nfa);
+    }
+    Ok(nfas)
+}
+
+/// Whether the intersection of the rule-free expressions `parts` matches no string at
+/// all. The compiler finds out too (an empty product automaton), but a front-end that
+/// asks first can report the constraint that cannot be met where it was written, and
+/// prune it like any other empty alternative. All operands but the last are intersected
+/// as the compiler does; the last product is searched depth-first and only until a pair
+/// of final states turns up, so a non-empty intersection usually costs a short path.
+/// Fails like [`Nfa::build`] past `max` states in all.
+pub(crate) fn intersection_is_empty(parts: &[Expr], max: usize) -> Result<bool, Error> {
+    let mut nfas = operands(parts, max)?;
+    let Some(last) = nfas.pop() else { return Ok(false) };
+    let mut rest = nfas.into_iter();
+    // One operand: its product with itself is the same language.
+    let a = match rest.next() {
+        Some(first) => rest.try_fold(first, |acc, p| intersect(&acc, &p, max))?,
+        None => Nfa::build(&parts[0], max)?,
+    };
+    let (mut sa, mut sb) = (Side::new(&a), Side::new(&last));
+    let mut seen: rustc_hash::FxHashSet<(u32, u32)> = Default::default();
+    let mut todo = Vec::new();
+    let push =
+        |x: &[u32], y: &[u32], seen: &mut rustc_hash::FxHashSet<(u32, u32)>, todo: &mut Vec<(u32, u32)>| {
+            for &i in x {
+                for &j in y {
+                    if seen.insert((i, j)) {
+                        todo.push((i, j));
+                    }
+                }
+            }
+        };
+    let (xs, ys) = (sa.closure(0).to_vec(), sb.closure(0).to_vec());
+    push(&xs, &ys, &mut seen, &mut todo);
+    while let Some((x, y)) = todo.pop() {
+        if x == a.end && y == last.end {
+            return Ok(false);
+        }
+        if seen.len() > max {
+            return Err(Error::Limit { what: "intersection (NFA states)", given: seen.len(), limit: max });
+        }
+        for &(lo, hi, tx) in a.bytes.of(x) {
+            for &(lo2, hi2, ty) in last.bytes.of(y) {
+                if lo.max(lo2) <= hi.min(hi2) {
+                    let (xs, ys) = (sa.closure(tx).to_vec(), sb.closure(ty).to_vec());
+                    push(&xs, &ys, &mut seen, &mut todo);
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
 /// The intersection of two rule-free NFAs: the product construction over pairs of
 /// important states (closures taken on entry, so the product has no epsilon edges of
 /// its own but the joins). A byte edge of the product reads the bytes both operands read
 /// from their states in the pair and leads to a join state, with an epsilon edge to each
 /// pair of the targets' closures.
 fn intersect(a: &Nfa, b: &Nfa, max: usize) -> Result<Nfa, Error> {
-    struct Side<'n> {
-        nfa: &'n Nfa,
-        closures: Vec<Option<Box<[u32]>>>,
-        seen: Vec<bool>,
-    }
-    impl Side<'_> {
-        fn closure(&mut self, s: u32) -> &[u32] {
-            let (nfa, seen) = (self.nfa, &mut self.seen);
-            self.closures[s as usize].get_or_insert_with(|| {
-                let mut set = vec![s];
-                nfa.closure(&mut set, seen);
-                set.into_boxed_slice()
-            })
-        }
-    }
-    let side = |nfa| Side { nfa, closures: vec![None; nfa.len], seen: vec![false; nfa.len] };
-    let (mut sa, mut sb) = (side(a), side(b));
+    let (mut sa, mut sb) = (Side::new(a), Side::new(b));
     let mut out = Builder::default();
     let start = out.state(max)?;
     let end = out.state(max)?;
@@ -299,17 +371,7 @@ impl Builder {
                 end
             }
             Expr::And(v) => {
-                let parts = v
-                    .iter()
-                    .map(|x| Nfa::build(x, max.saturating_sub(self.len)))
-                    .collect::<Result<Vec<_>, _>>()?;
-                if parts.iter().any(|p| (0..p.len as u32).any(|s| !p.rules.of(s).is_empty())) {
-                    // (The optimizer reports it with the rule's name first.)
-                    return Err(Error::Grammar(GrammarError::global(
-                        GrammarErrorKind::IntersectionCallsRule("?".into()),
-                    )));
-                }
-                let mut parts = parts.into_iter();
+                let mut parts = operands(v, max.saturating_sub(self.len))?.into_iter();
                 let first = parts.next().unwrap_or_default();
                 let product = parts.try_fold(first, |acc, p| intersect(&acc, &p, max))?;
                 self.embed(&product, from, max)?
@@ -344,5 +406,40 @@ impl Builder {
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::regex::{regex_to_expr, RegexLimits};
+
+    fn re(p: &str) -> Expr {
+        regex_to_expr(&format!("^(?:{p})$"), &RegexLimits::default()).unwrap()
+    }
+
+    #[test]
+    fn intersection_emptiness() {
+        let empty = |ps: &[&str]| {
+            let parts: Vec<Expr> = ps.iter().map(|p| re(p)).collect();
+            intersection_is_empty(&parts, 100_000).unwrap()
+        };
+        assert!(empty(&["(a|aa)a", ".?"]));
+        assert!(!empty(&["(a|aa)a", ".{2}"]));
+        assert!(!empty(&["(a|aa)a", ".{3}"]));
+        assert!(empty(&["(a|aa)a", ".{4,}"]));
+        assert!(empty(&["a*", "b+"]));
+        assert!(!empty(&["a*", "b*"]), "both match the empty string");
+        // Three operands: each pair meets, all three do not.
+        assert!(!empty(&["[ab]c", "[bc]c"]));
+        assert!(!empty(&["[ab]c", "[ac]c"]));
+        assert!(empty(&["[ab]c", "[bc]c", "[ac]c"]));
+        assert!(!empty(&["[ab]c", "[bc]c", "[bd]c"]));
+        // One operand: its own emptiness.
+        assert!(!empty(&["x"]));
+        assert!(empty(&["x[^\\s\\S]"]));
+        // Past the state limit: the typed error, not an answer.
+        let parts = [re("[ab]{0,200}c"), re("[bc]{0,200}d")];
+        assert!(matches!(intersection_is_empty(&parts, 300), Err(Error::Limit { .. })));
     }
 }

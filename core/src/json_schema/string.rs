@@ -141,6 +141,14 @@ fn constrained_body(
     }
     let size = parts.iter().map(Expr::expanded_size).fold(1u64, u64::saturating_mul);
     if size <= b.opts.limits.max_intersection_size {
+        // No string meets them all (`(a|aa)a` under `maxLength: 1`): the empty set, so
+        // that an `anyOf` branch is pruned and a required value makes the schema
+        // unsatisfiable here rather than an empty automaton at compile time. (Past the
+        // automaton limits the compiler decides, with its own typed error.)
+        let max = crate::automata::AutomataLimits::default().max_nfa_states;
+        if crate::automata::intersection_is_empty(&parts, max).unwrap_or(false) {
+            return Ok(nothing());
+        }
         return Ok(Expr::And(parts));
     }
     // Too large to intersect: keep the first regex (the pattern), drop the rest.
