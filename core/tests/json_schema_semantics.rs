@@ -684,6 +684,102 @@ fn patterns_under_lengths_they_cannot_carry_are_intersected() {
 }
 
 #[test]
+fn unicode_escapes_decode_to_characters() {
+    // Any `\uXXXX` but a lone surrogate: such a document does not parse (`serde_json`).
+    let c = compiler();
+    let opts = JsonSchemaOptions::default();
+    for schema in [r#"{"type":"string"}"#, r#"{"type":"array"}"#] {
+        let wrap = |s: &str| if schema.contains("array") { format!("[{s}]") } else { s.to_string() };
+        for (text, ok) in [
+            (r#""\u00e9\uD7FF\ue000\uFFFF""#, true),
+            (r#""\ud83d\ude00""#, true),
+            (r#""\uD83D\uDE00x""#, true),
+            (r#""\ud83d""#, false),
+            (r#""\ud83dx""#, false),
+            (r#""\ude00""#, false),
+            (r#""\ud83d\u0041""#, false),
+        ] {
+            let text = wrap(text);
+            assert_eq!(accepts(&c, schema, &opts, &text), ok, "{text} for {schema}");
+            assert_eq!(serde_json::from_str::<serde_json::Value>(&text).is_ok(), ok, "serde_json on {text}");
+        }
+    }
+}
+
+#[test]
+fn not_of_values_excludes_them() {
+    let opts = JsonSchemaOptions::default();
+    // Strings: every other string, including the prefixes and extensions of the words.
+    check(
+        r#"{"type":"string","not":{"enum":["intramural","in"]}}"#,
+        &opts,
+        &[
+            (r#""intramural""#, false),
+            (r#""in""#, false),
+            (r#""intramurals""#, true),
+            (r#""intramura""#, true),
+            (r#""i""#, true),
+            (r#""""#, true),
+            (r#""inx""#, true),
+            (r#""\n""#, true),
+            (r#""intramurä""#, true),
+        ],
+    );
+    // No type: the values go, every other value of every type stays.
+    check(
+        r#"{"not":{"enum":[null,true,"x"]}}"#,
+        &opts,
+        &[
+            ("null", false),
+            ("true", false),
+            (r#""x""#, false),
+            ("false", true),
+            (r#""y""#, true),
+            ("1", true),
+            ("[]", true),
+        ],
+    );
+    // An `enum` loses the values equal to the excluded ones (`1.0` is `1`).
+    check(r#"{"enum":[1,2,"a"],"not":{"const":1.0}}"#, &opts, &[("1", false), ("2", true), (r#""a""#, true)]);
+    // `anyOf` of types and values.
+    check(
+        r#"{"type":["string","integer"],"not":{"anyOf":[{"type":"integer"},{"const":"a"}]}}"#,
+        &opts,
+        &[("1", false), (r#""a""#, false), (r#""b""#, true), (r#""aa""#, true)],
+    );
+    check(r#"{"type":"boolean","not":{"const":false}}"#, &opts, &[("true", true), ("false", false)]);
+    // Numbers and containers by value are only excluded from an enumeration.
+    let e = json_schema_str_to_grammar(r#"{"type":"integer","not":{"const":3}}"#, &opts).unwrap_err();
+    assert!(matches!(&e.kind, SchemaErrorKind::Unsupported { keyword, .. } if keyword == "not"), "{e}");
+    assert_eq!(e.pointer, "/not");
+    // A type the schema does not allow anyway needs nothing.
+    check(r#"{"type":"string","not":{"enum":[3,"b"]}}"#, &opts, &[(r#""b""#, false), (r#""3""#, true)]);
+}
+
+#[test]
+fn not_of_strings_under_patterns_and_lengths_is_exact() {
+    // Github_medium o24621: names with a pattern and lengths, minus reserved words;
+    // random strings around the words, against the `jsonschema` crate.
+    let c = compiler();
+    let schema = r#"{"type":"string","pattern":"^[a-z]+[a-z0-9-]*$","minLength":2,"maxLength":8,
+        "not":{"enum":["test","source","yotta","include","t"]}}"#;
+    let g = compiled(&c, schema);
+    let v: serde_json::Value = serde_json::from_str(schema).unwrap();
+    let validator = jsonschema::validator_for(&v).unwrap();
+    let seeds =
+        ["test", "tests", "tes", "source", "sourc", "yotta", "yott-", "include", "includes", "t", "te"];
+    let (mut valid, mut invalid) = (0, 0);
+    for s in random_strings("tesu-1", 5, &seeds, 1500) {
+        let inst = serde_json::Value::String(s);
+        let text = serde_json::to_string(&inst).unwrap();
+        let want = validator.is_valid(&inst);
+        *(if want { &mut valid } else { &mut invalid }) += 1;
+        assert_eq!(accepted_by(&g, &text), want, "{text} for {schema}");
+    }
+    assert!(valid >= 100 && invalid >= 100, "{valid} valid, {invalid} invalid instances");
+}
+
+#[test]
 fn empty_intersections_are_pruned_branches() {
     // No string of at most 2 characters matches `(a|aa)aa`: that `anyOf` branch is the
     // empty set and the other one stays (an empty root would be a typed error instead).
@@ -736,5 +832,47 @@ fn formats_with_patterns_are_intersected() {
             assert_eq!(accepted_by(&g, &text), want, "{text} for {}", schema(both));
         }
         assert!(accepted >= 2, "{both}: only {accepted} strings accepted");
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 48, ..Default::default() })]
+    /// `not` of random string sets, with and without lengths and a pattern: a string is
+    /// accepted exactly when it is none of the words and meets the rest.
+    #[test]
+    fn not_of_random_string_sets(
+        words in proptest::collection::vec("[ab\"é]{0,3}", 0..5),
+        lengths in proptest::option::of((0u32..3, 0u32..3)),
+        pattern in proptest::option::of(proptest::sample::select(vec!["^a", "b$", "^[ab]*$"])),
+        inputs in proptest::collection::vec("[ab\"é]{0,4}", 32),
+    ) {
+        let mut schema = serde_json::json!({"type": "string", "not": {"enum": words}});
+        if let Some((min, span)) = lengths {
+            schema["minLength"] = min.into();
+            schema["maxLength"] = (min + span).into();
+        }
+        if let Some(p) = pattern {
+            schema["pattern"] = p.into();
+        }
+        let validator = jsonschema::validator_for(&schema).unwrap();
+        let c = compiler();
+        let g = match grammask::json_schema::json_schema_to_grammar(&schema, &JsonSchemaOptions::default()) {
+            Ok(g) => c.compile(&GrammarSpec::Grammar(g)).unwrap(),
+            Err(e) => {
+                // Only when nothing is left: e.g. every string of the lengths excluded.
+                proptest::prop_assert!(matches!(e.kind, SchemaErrorKind::Unsatisfiable(_)), "{}", e);
+                for s in &inputs {
+                    proptest::prop_assert!(!validator.is_valid(&serde_json::json!(s)), "{} valid for {}", s, schema);
+                }
+                return Ok(());
+            }
+        };
+        for s in inputs.iter().chain(&words) {
+            let inst = serde_json::Value::String(s.clone());
+            let text = serde_json::to_string(&inst).unwrap();
+            let mut m = GrammarMatcher::new(g.clone());
+            let got = m.accept_string(&text).is_ok() && m.can_terminate();
+            proptest::prop_assert_eq!(got, validator.is_valid(&inst), "{} for {}", text, schema);
+        }
     }
 }

@@ -24,7 +24,7 @@ mod chain;
 mod dfa;
 mod members;
 mod nfa;
-pub(crate) use nfa::intersection_is_empty;
+pub(crate) use nfa::{intersection_is_empty, intersection_size};
 pub mod optimize;
 
 use crate::error::Error;

@@ -73,6 +73,26 @@ impl Nfa {
         self.len
     }
 
+    /// Whether some path of epsilon and byte edges leads from the start to the end: the
+    /// NFA matches some string (it has no rule edges: see [`operands`]).
+    fn reaches_end(&self) -> bool {
+        let mut seen = vec![false; self.len];
+        let mut todo = vec![0u32];
+        seen[0] = true;
+        while let Some(s) = todo.pop() {
+            if s == self.end {
+                return true;
+            }
+            let next = self.eps.of(s).iter().copied().chain(self.bytes.of(s).iter().map(|e| e.2));
+            for t in next {
+                if !std::mem::replace(&mut seen[t as usize], true) {
+                    todo.push(t);
+                }
+            }
+        }
+        false
+    }
+
     /// No edge enters `path` (states along a path from the start) except from `path`
     /// itself: nothing else can lead back into it. `seen` is all false, and left so.
     pub fn entered_only_along(&self, path: &[u32], seen: &mut [bool]) -> bool {
@@ -207,12 +227,35 @@ pub(crate) fn intersection_is_empty(parts: &[Expr], max: usize) -> Result<bool, 
     Ok(true)
 }
 
+/// The size (NFA states) of the intersection of the rule-free expressions `parts` as the
+/// compiler builds it, or `None` when it matches no string at all. A front-end asks
+/// before it writes an intersection: to keep its cost bounded by the product actually
+/// built (an estimate from the operands' sizes is off by orders of magnitude: most pairs
+/// of states are never reached together), and to report a constraint no string meets
+/// where it was written, pruning it like any other empty alternative. Fails like
+/// [`Nfa::build`] when the product passes `max` states.
+pub(crate) fn intersection_size(parts: &[Expr], max: usize) -> Result<Option<usize>, Error> {
+    // (The operands are bounded like any rule's NFA: a counted repetition can be large
+    // where the product stays small.)
+    let mut nfas = operands(parts, super::AutomataLimits::default().max_nfa_states)?.into_iter();
+    let Some(first) = nfas.next() else { return Ok(None) };
+    let product = nfas.try_fold(first, |acc, p| intersect(&acc, &p, max))?;
+    Ok(product.reaches_end().then_some(product.len))
+}
+
 /// The intersection of two rule-free NFAs: the product construction over pairs of
 /// important states (closures taken on entry, so the product has no epsilon edges of
 /// its own but the joins). A byte edge of the product reads the bytes both operands read
-/// from their states in the pair and leads to a join state, with an epsilon edge to each
-/// pair of the targets' closures.
+/// from their states in the pair and leads to the pairs of the targets' closures: to
+/// the one pair directly, or to a join state with an epsilon edge to each.
+///
+/// Only live pairs become states: those whose two states read some byte in common, or
+/// both end. The closures of two character automata hold the heads of every branch
+/// (plain characters, `\"`, `\u` escapes, …), and most pairs of heads read nothing in
+/// common: building them all made several times the states the product needs.
 fn intersect(a: &Nfa, b: &Nfa, max: usize) -> Result<Nfa, Error> {
+    /// Marks a pair seen and found dead.
+    const DEAD_PAIR: u32 = u32::MAX;
     let (mut sa, mut sb) = (Side::new(a), Side::new(b));
     let mut out = Builder::default();
     let start = out.state(max)?;
@@ -224,28 +267,40 @@ fn intersect(a: &Nfa, b: &Nfa, max: usize) -> Result<Nfa, Error> {
         todo: Vec<(u32, u32, u32)>,
     }
     let mut pairs = Pairs::default();
-    // Epsilon edges from `from` to the pair states of `xs × ys`, made on first sight.
-    let enter =
-        |out: &mut Builder, pairs: &mut Pairs, xs: &[u32], ys: &[u32], from: u32| -> Result<(), Error> {
-            let Pairs { ids, todo } = pairs;
-            for &x in xs {
-                for &y in ys {
-                    let id = match ids.get(&(x, y)) {
-                        Some(&id) => id,
-                        None => {
+    let overlap = |x: u32, y: u32| {
+        a.bytes.of(x).iter().any(|&(lo, hi, _)| b.bytes.of(y).iter().any(|&(l, h, _)| lo.max(l) <= hi.min(h)))
+    };
+    // The live pair states of `xs × ys` into `found`, made on first sight.
+    let live = |out: &mut Builder, pairs: &mut Pairs, xs: &[u32], ys: &[u32], found: &mut Vec<u32>| {
+        let Pairs { ids, todo } = pairs;
+        found.clear();
+        for &x in xs {
+            for &y in ys {
+                let id = match ids.get(&(x, y)) {
+                    Some(&id) => id,
+                    None => {
+                        let id = if (x == a.end && y == b.end) || overlap(x, y) {
                             let id = out.state(max)?;
-                            ids.insert((x, y), id);
                             todo.push((x, y, id));
                             id
-                        }
-                    };
-                    out.eps.push((from, id));
+                        } else {
+                            DEAD_PAIR
+                        };
+                        ids.insert((x, y), id);
+                        id
+                    }
+                };
+                if id != DEAD_PAIR {
+                    found.push(id);
                 }
             }
-            Ok(())
-        };
+        }
+        Ok::<(), Error>(())
+    };
+    let mut found = Vec::new();
     let (xs, ys) = (sa.closure(0).to_vec(), sb.closure(0).to_vec());
-    enter(&mut out, &mut pairs, &xs, &ys, start)?;
+    live(&mut out, &mut pairs, &xs, &ys, &mut found)?;
+    out.eps.extend(found.iter().map(|&id| (start, id)));
     while let Some((x, y, id)) = pairs.todo.pop() {
         if x == a.end && y == b.end {
             out.eps.push((id, end));
@@ -256,10 +311,17 @@ fn intersect(a: &Nfa, b: &Nfa, max: usize) -> Result<Nfa, Error> {
                 if l > h {
                     continue;
                 }
-                let join = out.state(max)?;
-                out.bytes.push((id, (l, h, join)));
                 let (xs, ys) = (sa.closure(tx).to_vec(), sb.closure(ty).to_vec());
-                enter(&mut out, &mut pairs, &xs, &ys, join)?;
+                live(&mut out, &mut pairs, &xs, &ys, &mut found)?;
+                match found[..] {
+                    [] => {}
+                    [to] => out.bytes.push((id, (l, h, to))),
+                    _ => {
+                        let join = out.state(max)?;
+                        out.bytes.push((id, (l, h, join)));
+                        out.eps.extend(found.iter().map(|&to| (join, to)));
+                    }
+                }
             }
         }
     }
@@ -422,7 +484,9 @@ mod tests {
     fn intersection_emptiness() {
         let empty = |ps: &[&str]| {
             let parts: Vec<Expr> = ps.iter().map(|p| re(p)).collect();
-            intersection_is_empty(&parts, 100_000).unwrap()
+            let lazy = intersection_is_empty(&parts, 100_000).unwrap();
+            assert_eq!(intersection_size(&parts, 100_000).unwrap().is_none(), lazy, "{ps:?}");
+            lazy
         };
         assert!(empty(&["(a|aa)a", ".?"]));
         assert!(!empty(&["(a|aa)a", ".{2}"]));
@@ -441,5 +505,7 @@ mod tests {
         // Past the state limit: the typed error, not an answer.
         let parts = [re("[ab]{0,200}c"), re("[bc]{0,200}d")];
         assert!(matches!(intersection_is_empty(&parts, 300), Err(Error::Limit { .. })));
+        assert!(matches!(intersection_size(&parts, 300), Err(Error::Limit { .. })));
+        assert!(matches!(intersection_size(&[re("ab"), re("a.")], 300), Ok(Some(n)) if n > 2 && n < 50));
     }
 }

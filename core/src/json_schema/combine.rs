@@ -1,4 +1,4 @@
-//! Combinators: `allOf` merging, `not` of types, dependencies, and the sibling checks
+//! Combinators: `allOf` merging, `not` of types and values, dependencies, and the sibling checks
 //! that filter `enum` values (`oneOf` disjointness is in [`super::one_of`]).
 //!
 //! [`merge_schema`] intersects schemas keyword by keyword into one schema: `$ref`s are
@@ -335,42 +335,117 @@ pub(crate) fn dependencies_as_all_of(
     Ok(Some(out))
 }
 
-/// Removes from `types` what `not` excludes (`not` of types, `{}`, booleans).
-pub(crate) fn apply_not(b: &mut Builder, n: &Value, types: u8, ptr: &str) -> Result<u8, SchemaError> {
-    let excluded = match n {
-        Value::Bool(true) => Some(super::types::ALL_TYPES),
-        Value::Bool(false) => Some(0),
-        Value::Object(m) if m.keys().all(|k| k == "type" || k == "title" || k == "description") => {
+/// What a `not` excludes when the grammar can say so: whole types, and single values.
+#[derive(Default)]
+struct Excluded {
+    types: u8,
+    values: Vec<Value>,
+}
+
+/// Keywords that only annotate, allowed beside the ones a `not` is read for.
+const ANNOTATIONS: &[&str] = &["title", "description", "$comment"];
+
+/// What `n` (the schema under `not`) matches, if it is a union of types and values:
+/// booleans, `{}`, `{type}`, `{enum}`/`{const}`, and an `anyOf` of these. `None`
+/// otherwise (and for "not integer" over numbers, which no grammar of ours expresses).
+fn excluded_by(n: &Value, types: u8, ptr: &str, top: bool) -> Result<Option<Excluded>, SchemaError> {
+    let only = |m: &Map<String, Value>, keys: &[&str]| {
+        m.keys().all(|k| keys.contains(&k.as_str()) || ANNOTATIONS.contains(&k.as_str()))
+    };
+    let all = super::types::ALL_TYPES;
+    Ok(match n {
+        Value::Bool(true) => Some(Excluded { types: all, values: Vec::new() }),
+        Value::Bool(false) => Some(Excluded::default()),
+        Value::Object(m) if only(m, &["type"]) => {
             let t = declared_types(m, ptr)?;
-            if t == super::types::ALL_TYPES && !m.contains_key("type") {
-                Some(super::types::ALL_TYPES)
-            } else if t & INTEGER != 0 && t & NUMBER == 0 && types & NUMBER != 0 {
+            if t & INTEGER != 0 && t & NUMBER == 0 && types & NUMBER != 0 {
                 None // "not integer" over numbers: not expressible here
             } else {
-                Some(t)
+                Some(Excluded { types: t, values: Vec::new() })
             }
         }
-        Value::Object(m) if m.len() == 1 && m.get("anyOf").and_then(Value::as_array).is_some() => {
-            let mut t = 0u8;
-            let mut ok = true;
-            for x in m.get("anyOf").and_then(Value::as_array).into_iter().flatten() {
-                match x.as_object() {
-                    Some(xm) if xm.keys().all(|k| k == "type") && xm.contains_key("type") => {
-                        t |= declared_types(xm, ptr)?
-                    }
-                    _ => ok = false,
-                }
+        Value::Object(m) if only(m, &["enum", "const"]) => {
+            let values = match (m.get("const"), m.get("enum")) {
+                (Some(c), None) => vec![c.clone()],
+                (None, Some(Value::Array(e))) => e.clone(),
+                // Both: the values of the enum equal to the const.
+                (Some(c), Some(Value::Array(e))) => e.iter().filter(|v| same_value(v, c)).cloned().collect(),
+                _ => return Ok(None),
+            };
+            Some(Excluded { types: 0, values })
+        }
+        Value::Object(m) if top && m.len() == 1 => {
+            let Some(branches) = m.get("anyOf").and_then(Value::as_array) else { return Ok(None) };
+            let mut out = Excluded::default();
+            for x in branches {
+                let Some(e) = excluded_by(x, types, ptr, false)? else { return Ok(None) };
+                out.types |= e.types;
+                out.values.extend(e.values);
             }
-            ok.then_some(t)
+            Some(out)
         }
         _ => None,
+    })
+}
+
+/// Applies `not` (the schema `n`, at `ptr`) to a schema `m` of the `types`: returns the
+/// types left and the values to leave out of them. Types go as a whole; values go from
+/// an `enum`/`const` of `m` by JSON equality, or else from the grammar of their type:
+/// `null` and booleans by dropping the literal, strings by the complement of a set of
+/// strings (see [`super::string`]). Other values under `not` (numbers, arrays, objects)
+/// are unsupported unless `m` enumerates its values.
+pub(crate) fn apply_not(
+    b: &mut Builder,
+    n: &Value,
+    m: &Map<String, Value>,
+    types: u8,
+    ptr: &str,
+) -> Result<(u8, Vec<Value>), SchemaError> {
+    let Some(ex) = excluded_by(n, types, ptr, true)? else {
+        b.unsupported(
+            "not",
+            "only `not` of types, `enum` and `const` (and `anyOf` of these) is enforced",
+            "ignored",
+            ptr,
+        )?;
+        return Ok((types, Vec::new()));
     };
-    match excluded {
-        Some(e) => Ok(types & !e),
-        None => {
-            b.unsupported("not", "only `not` of types is enforced", "ignored", ptr)?;
-            Ok(types)
+    let mut types = types & !ex.types;
+    if m.contains_key("enum") || m.contains_key("const") {
+        return Ok((types, ex.values));
+    }
+    let mut values = Vec::new();
+    for v in ex.values {
+        match v {
+            Value::Null => types &= !super::types::NULL,
+            Value::Bool(_) | Value::String(_) => values.push(v),
+            _ if types & value_type(&v) == 0 && !(value_type(&v) == INTEGER && types & NUMBER != 0) => {}
+            _ => b.unsupported(
+                "not",
+                "a number, array or object under `not` is only enforced against an `enum` or `const`",
+                "that value is not excluded",
+                ptr,
+            )?,
         }
+    }
+    Ok((types, values))
+}
+
+/// JSON equality (numbers by value: `1` and `1.0` are the same instance).
+pub(crate) fn same_value(a: &Value, c: &Value) -> bool {
+    match (a, c) {
+        (Value::Number(x), Value::Number(y)) => match (x.as_i64(), y.as_i64(), x.as_u64(), y.as_u64()) {
+            (Some(p), Some(q), _, _) => p == q,
+            (_, _, Some(p), Some(q)) => p == q,
+            _ => x.as_f64() == y.as_f64(),
+        },
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same_value(p, q))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, p)| y.get(k).is_some_and(|q| same_value(p, q)))
+        }
+        _ => a == c,
     }
 }
 

@@ -32,13 +32,17 @@
 //!   its branches provably exclude each other (types, enumerations, or a separating
 //!   property; see `one_of`) or are of the "exactly one of these property sets" form
 //!   (every branch a `{"required": [names…]}` on an object), `allOf` (merged), `$ref`/`$defs`/
-//!   `definitions`/`$id`/`$anchor`, boolean schemas, `not` of types, `contains`
+//!   `definitions`/`$id`/`$anchor`, boolean schemas, `not` of types and of values
+//!   (`enum`/`const`, and `anyOf` of these: values leave an enumeration by JSON
+//!   equality, `null` and booleans their literal, strings their type as the complement
+//!   of the set, intersected with the string's other keywords), `contains`
 //!   (without item-count bounds);
 //! - **annotations**, ignored: `title`, `description`, `default`, `examples`,
 //!   `$comment`, `$schema`, `deprecated`, `readOnly`, `writeOnly`, `content*`, and any
 //!   keyword JSON Schema does not define (the spec says to ignore unknown keywords);
 //! - **not enforced** (`uniqueItems`, `unevaluated*`, `if`/`then`/`else`,
-//!   `$dynamicRef`, `maxContains`, `not` of anything but types, a `oneOf` whose branches
+//!   `$dynamicRef`, `maxContains`, other `not`s (a number, array or object value outside an
+//!   enumeration, any other subschema), a `oneOf` whose branches
 //!   may overlap, …): a [`SchemaError`] with
 //!   [`SchemaErrorKind::Unsupported`] naming the keyword and its JSON pointer — or, with
 //!   [`JsonSchemaOptions::lenient`], a [`SchemaWarning`] and the approximation documented
@@ -155,9 +159,11 @@ pub struct SchemaLimits {
     /// Deepest nesting generated with [`Whitespace::Indent`] (default 32).
     pub max_indent_depth: u32,
     /// Largest intersection built for a string (a `pattern` with lengths it cannot carry
-    /// itself, or a `pattern` and a `format`), as the product of the operands'
-    /// [`Expr::expanded_size`](crate::grammar::Expr::expanded_size) (default 30,000: a few milliseconds of compile);
-    /// past it the lengths, or the format, are an unsupported keyword.
+    /// itself, a `pattern` and a `format`, strings excluded by `not`), in states of the
+    /// product automaton (default 15,000: up to ~10 ms of compile). When the product of
+    /// the operands' [`Expr::expanded_size`](crate::grammar::Expr::expanded_size), a
+    /// loose upper bound, is over it, the product is built to measure it, stopping at the
+    /// limit; past it the lengths, the format or the `not` are an unsupported keyword.
     pub max_intersection_size: u64,
     /// Limits for `pattern` regexes.
     pub regex: RegexLimits,
@@ -172,7 +178,7 @@ impl Default for SchemaLimits {
             max_exact_length: 10_000,
             max_enumerated_multiples: 4_096,
             max_indent_depth: 32,
-            max_intersection_size: 30_000,
+            max_intersection_size: 15_000,
             regex: RegexLimits::default(),
         }
     }

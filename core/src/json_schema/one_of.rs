@@ -24,6 +24,7 @@
 //! [`SchemaWarning`](super::SchemaWarning) names it. With JSON semantics such a `oneOf`
 //! stays an unsupported keyword.
 
+use super::combine::same_value;
 use super::types::{declared_types, value_type, Builder, ALL_TYPES, INTEGER, NUMBER, OBJECT};
 use serde_json::{json, Map, Value};
 
@@ -154,24 +155,6 @@ fn enumerated(s: &Value) -> Option<Vec<&Value>> {
         (Some(c), _) => Some(vec![c]),
         (None, Some(Value::Array(e))) => Some(e.iter().collect()),
         _ => None,
-    }
-}
-
-/// JSON equality (numbers by value: `1` and `1.0` are the same instance).
-fn same_value(a: &Value, c: &Value) -> bool {
-    match (a, c) {
-        (Value::Number(x), Value::Number(y)) => match (x.as_i64(), y.as_i64(), x.as_u64(), y.as_u64()) {
-            (Some(p), Some(q), _, _) => p == q,
-            (_, _, Some(p), Some(q)) => p == q,
-            _ => x.as_f64() == y.as_f64(),
-        },
-        (Value::Array(x), Value::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same_value(p, q))
-        }
-        (Value::Object(x), Value::Object(y)) => {
-            x.len() == y.len() && x.iter().all(|(k, p)| y.get(k).is_some_and(|q| same_value(p, q)))
-        }
-        _ => a == c,
     }
 }
 

@@ -14,9 +14,34 @@ use serde_json::{Map, Value};
 
 const ANY_CHAR: &[(u32, u32)] = &[(0, 0x10FFFF)];
 
-/// Any JSON string, with every escape JSON allows (`\/`, `\uXXXX`, …).
+/// Any JSON string, with every escape JSON allows (`\/`, `\uXXXX`, …) that decodes to
+/// a character: a `\u` escape of a UTF-16 surrogate only as the first half of a pair
+/// followed by the second. The JSON grammar admits lone surrogate escapes, but no string
+/// holds them: `serde_json` rejects such a document, and the output must parse.
 pub(crate) fn any_string() -> Expr {
-    let hex = Expr::Class(vec![(0x30, 0x39), (0x41, 0x46), (0x61, 0x66)]);
+    let hex = || Expr::Class(vec![(0x30, 0x39), (0x41, 0x46), (0x61, 0x66)]);
+    let hex2 = || Expr::Repeat { expr: Box::new(hex()), min: 2, max: Some(2) };
+    let d = || Expr::Class(vec![(0x44, 0x44), (0x64, 0x64)]);
+    let code_unit = Expr::Alt(vec![
+        // Not starting with `D`: never a surrogate.
+        seq(vec![
+            Expr::Class(vec![(0x30, 0x39), (0x41, 0x43), (0x45, 0x46), (0x61, 0x63), (0x65, 0x66)]),
+            hex(),
+            hex2(),
+        ]),
+        // D000–D7FF.
+        seq(vec![d(), Expr::Class(vec![(0x30, 0x37)]), hex2()]),
+        // A high surrogate D800–DBFF, then a low one DC00–DFFF.
+        seq(vec![
+            d(),
+            Expr::Class(vec![(0x38, 0x39), (0x41, 0x42), (0x61, 0x62)]),
+            hex2(),
+            lit("\\u"),
+            d(),
+            Expr::Class(vec![(0x43, 0x46), (0x63, 0x66)]),
+            hex2(),
+        ]),
+    ]);
     let ch = Expr::Alt(vec![
         Expr::Class(vec![(0x20, 0x21), (0x23, 0x5B), (0x5D, 0xD7FF), (0xE000, 0x10FFFF)]),
         seq(vec![
@@ -32,7 +57,7 @@ pub(crate) fn any_string() -> Expr {
                     (0x72, 0x72),
                     (0x74, 0x74),
                 ]),
-                seq(vec![lit("u"), Expr::Repeat { expr: Box::new(hex), min: 4, max: Some(4) }]),
+                seq(vec![lit("u"), code_unit]),
             ]),
         ]),
     ]);
@@ -95,19 +120,77 @@ fn long_chars(b: &mut Builder, min: u32, max: u64) -> Result<Expr, SchemaError> 
     Ok(seq(vec![rep(ch(), min, min), tail]))
 }
 
+/// Most characters written out for a `not` of strings ([`none_of`] repeats each word's
+/// prefixes: the sum of their lengths).
+const MAX_NOT_CHARS: usize = 20_000;
+
+/// The characters of a string other than each of `words`, JSON-encoded as
+/// [`json_string_char`] spells them (one spelling per character, so a string is excluded
+/// by excluding its spelling). Over the trie of the words, every other string either
+/// stops at a node where no word ends, or leaves the trie by a character no word
+/// continues with there and then goes on freely. Written as one flat alternation over
+/// the nodes (`prefix`, `prefix · other character · anything`) rather than nested along
+/// the words, so the expression stays shallow however long a word is; the automata
+/// builder shares the prefixes again. `None` past [`MAX_NOT_CHARS`].
+fn none_of(words: &[&str]) -> Option<Expr> {
+    struct Node {
+        children: std::collections::BTreeMap<char, usize>,
+        end: bool,
+        /// Characters from the root.
+        path: Vec<char>,
+    }
+    let mut trie = vec![Node { children: Default::default(), end: false, path: Vec::new() }];
+    let mut size = 0;
+    for w in words {
+        let mut at = 0;
+        for c in w.chars() {
+            at = match trie[at].children.get(&c) {
+                Some(&next) => next,
+                None => {
+                    let mut path = trie[at].path.clone();
+                    path.push(c);
+                    size += path.len();
+                    if size > MAX_NOT_CHARS {
+                        return None;
+                    }
+                    trie.push(Node { children: Default::default(), end: false, path });
+                    let next = trie.len() - 1;
+                    trie[at].children.insert(c, next);
+                    next
+                }
+            };
+        }
+        trie[at].end = true;
+    }
+    let any = || Expr::Repeat { expr: Box::new(json_string_char(ANY_CHAR)), min: 0, max: None };
+    let mut alts = Vec::new();
+    for node in &trie {
+        let prefix = || node.path.iter().map(|&c| json_string_char(&[(c as u32, c as u32)]));
+        if !node.end {
+            alts.push(seq(prefix().collect()));
+        }
+        let taken: Vec<(u32, u32)> = node.children.keys().map(|&c| (c as u32, c as u32)).collect();
+        let other = crate::grammar::class::subtract_class(ANY_CHAR, &taken);
+        alts.push(seq(prefix().chain([json_string_char(&other), any()]).collect()));
+    }
+    Some(alt(alts))
+}
+
 /// The characters of a string matching every regex of `regexes` (`pattern`, `format`),
-/// with `min..=max` of them. A regex carries the lengths itself when it can
-/// ([`regex_to_json_string_expr`]); what is left over is intersected ([`Expr::And`]): the
-/// lengths as a counted repetition of any character, a second regex as itself. All
-/// operands spell characters the same (canonical) way, so the intersection of their
-/// encodings is the encoding of the intersection. An intersection larger than
-/// [`max_intersection_size`](super::SchemaLimits::max_intersection_size) drops what is
-/// left over, as an unsupported keyword.
+/// with `min..=max` of them, and none of the strings `not_in`. A regex carries the
+/// lengths itself when it can ([`regex_to_json_string_expr`]); what is left over is
+/// intersected ([`Expr::And`]): the lengths as a counted repetition of any character, a
+/// second regex as itself, the excluded strings as [`none_of`]. All operands spell
+/// characters the same (canonical) way, so the intersection of their encodings is the
+/// encoding of the intersection. An intersection larger than
+/// [`max_intersection_size`](super::SchemaLimits::max_intersection_size) keeps the first
+/// operand only, and the others are unsupported keywords.
 fn constrained_body(
     b: &mut Builder,
     regexes: &[(String, &str)],
     min: u32,
     max: Option<u32>,
+    not_in: &[&str],
     ptr: &str,
 ) -> Result<Expr, SchemaError> {
     let limits = b.opts.limits.regex.clone();
@@ -120,59 +203,91 @@ fn constrained_body(
         Err(e) => Err(b.err(SchemaErrorKind::Regex(e), &format!("{ptr}/{kw}"))),
     };
     let mut lengths_left = min > 0 || max.is_some();
-    let mut parts = Vec::new();
+    // Each operand, with the keyword to name if it has to be dropped.
+    let mut parts: Vec<(Expr, &str)> = Vec::new();
     for (p, kw) in regexes {
         if lengths_left {
             if let Some(e) = convert(b, p, kw, min, max)? {
                 lengths_left = false;
-                parts.push(e);
+                parts.push((e, kw));
                 continue;
             }
         }
-        parts.push(convert(b, p, kw, 0, None)?.unwrap_or_else(nothing));
+        parts.push((convert(b, p, kw, 0, None)?.unwrap_or_else(nothing), kw));
     }
-    let mut lengths = None;
     if lengths_left {
-        lengths = Some(parts.len());
-        parts.push(Expr::Repeat { expr: Box::new(json_string_char(ANY_CHAR)), min, max });
+        parts.push((
+            Expr::Repeat { expr: Box::new(json_string_char(ANY_CHAR)), min, max },
+            "minLength/maxLength",
+        ));
     }
-    if parts.len() == 1 {
-        return Ok(parts.pop().unwrap_or_else(nothing));
+    if !not_in.is_empty() {
+        match none_of(not_in) {
+            Some(e) => parts.push((e, "not")),
+            None => b.unsupported(
+                "not",
+                &format!("the excluded strings are over {MAX_NOT_CHARS} characters written out"),
+                "those strings are not excluded",
+                &format!("{ptr}/not"),
+            )?,
+        }
     }
-    let size = parts.iter().map(Expr::expanded_size).fold(1u64, u64::saturating_mul);
-    if size <= b.opts.limits.max_intersection_size {
+    if parts.len() <= 1 {
+        return Ok(parts.pop().map_or_else(nothing, |p| p.0));
+    }
+    let exprs: Vec<Expr> = parts.iter().map(|p| p.0.clone()).collect();
+    let limit = b.opts.limits.max_intersection_size;
+    // The product of the operands' sizes bounds the product automaton from above, but
+    // loosely (most pairs of states are never reached together): below the limit the
+    // compiler builds it, and only a cheap search for one common string runs here;
+    // above, it is built here, up to the limit, to see whether it fits.
+    let estimate = exprs.iter().map(Expr::expanded_size).fold(1u64, u64::saturating_mul);
+    let fits = if estimate <= limit {
+        let max = crate::automata::AutomataLimits::default().max_nfa_states;
+        // (Past the automaton limits the compiler decides, with its own typed error.)
+        Ok(!crate::automata::intersection_is_empty(&exprs, max).unwrap_or(false))
+    } else {
+        crate::automata::intersection_size(&exprs, usize::try_from(limit).unwrap_or(usize::MAX))
+            .map(|size| size.is_some())
+    };
+    let why = match fits {
+        Ok(true) => return Ok(Expr::And(exprs)),
         // No string meets them all (`(a|aa)a` under `maxLength: 1`): the empty set, so
         // that an `anyOf` branch is pruned and a required value makes the schema
-        // unsatisfiable here rather than an empty automaton at compile time. (Past the
-        // automaton limits the compiler decides, with its own typed error.)
-        let max = crate::automata::AutomataLimits::default().max_nfa_states;
-        if crate::automata::intersection_is_empty(&parts, max).unwrap_or(false) {
-            return Ok(nothing());
-        }
-        return Ok(Expr::And(parts));
+        // unsatisfiable here rather than an empty automaton at compile time.
+        Ok(false) => return Ok(nothing()),
+        Err(crate::Error::Limit { .. }) => format!("the intersection has over {limit} states"),
+        Err(e) => e.to_string(),
+    };
+    // Too large to intersect: keep the first operand (the pattern), drop the rest.
+    let first = parts.swap_remove(0).0;
+    for (_, kw) in &parts {
+        let (detail, approximation, at) = match *kw {
+            "minLength/maxLength" => (
+                "cannot be combined with this pattern exactly",
+                "length bounds ignored; the pattern applies",
+                ptr.into(),
+            ),
+            "not" => (
+                "the excluded strings cannot be combined with the other keywords exactly",
+                "those strings are not excluded",
+                format!("{ptr}/not"),
+            ),
+            _ => ("together with `pattern`", "format ignored; the pattern applies", ptr.into()),
+        };
+        b.unsupported(kw, &format!("{detail}: {why}"), approximation, &at)?;
     }
-    // Too large to intersect: keep the first regex (the pattern), drop the rest.
-    let why = format!("intersection size {size} over the limit of {}", b.opts.limits.max_intersection_size);
-    if lengths.is_some() {
-        b.unsupported(
-            "minLength/maxLength",
-            &format!("cannot be combined with this pattern exactly: {why}"),
-            "length bounds ignored; the pattern applies",
-            ptr,
-        )?;
-    }
-    if regexes.len() > 1 {
-        b.unsupported(
-            "format",
-            &format!("together with `pattern`: {why}"),
-            "format ignored; the pattern applies",
-            ptr,
-        )?;
-    }
-    Ok(parts.swap_remove(0))
+    Ok(first)
 }
 
-pub(crate) fn build(b: &mut Builder, m: &Map<String, Value>, ptr: &str) -> Result<Expr, SchemaError> {
+/// The grammar of a `type: string` schema `m` at `ptr`, for strings other than `not_in`
+/// (from a `not`, see [`super::combine::apply_not`]).
+pub(crate) fn build(
+    b: &mut Builder,
+    m: &Map<String, Value>,
+    not_in: &[&str],
+    ptr: &str,
+) -> Result<Expr, SchemaError> {
     let min = get_count(b, m, "minLength", ptr)?.unwrap_or(0);
     let mut max = get_count(b, m, "maxLength", ptr)?;
     if max.is_some_and(|x| x < min) {
@@ -185,7 +300,7 @@ pub(crate) fn build(b: &mut Builder, m: &Map<String, Value>, ptr: &str) -> Resul
             ptr,
         ));
     }
-    let plain = !m.contains_key("pattern") && !m.contains_key("format");
+    let plain = !m.contains_key("pattern") && !m.contains_key("format") && not_in.is_empty();
     if plain && max.is_some_and(|x| x > CHAIN_MAX.min(lim) && (x - min) / BLOCK <= lim) {
         // Long plain strings stay exact through blocks (see `long_chars`).
         let body = long_chars(b, min as u32, max.unwrap_or(0))?;
@@ -226,9 +341,9 @@ pub(crate) fn build(b: &mut Builder, m: &Map<String, Value>, ptr: &str) -> Resul
             }),
         }
     }
-    if regexes.is_empty() && min == 0 && max.is_none() {
+    if regexes.is_empty() && min == 0 && max.is_none() && not_in.is_empty() {
         return b.any_string();
     }
-    let body = constrained_body(b, &regexes, min as u32, max.map(|x| x as u32), ptr)?;
+    let body = constrained_body(b, &regexes, min as u32, max.map(|x| x as u32), not_in, ptr)?;
     b.leaf_rule(seq(vec![lit("\""), body, lit("\"")]), "string")
 }

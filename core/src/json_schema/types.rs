@@ -568,29 +568,40 @@ impl<'a> Builder<'a> {
             }
         }
         let mut types = declared_types(m, ptr)?;
+        // Values a `not` leaves out (see `combine::apply_not`).
+        let mut not = Vec::new();
         if let Some(n) = m.get("not") {
-            types = combine::apply_not(self, n, types, &format!("{ptr}/not"))?;
+            (types, not) = combine::apply_not(self, n, m, types, &format!("{ptr}/not"))?;
         }
+        let kept = |v: &&Value| !not.iter().any(|x| combine::same_value(v, x));
         if let Some(c) = m.get("const") {
-            return self.enum_values(std::slice::from_ref(c), types, m, ptr, level);
+            let vals: Vec<Value> = std::iter::once(c).filter(kept).cloned().collect();
+            return self.enum_values(&vals, types, m, ptr, level);
         }
         if let Some(e) = m.get("enum") {
             let e = e.as_array().ok_or_else(|| self.not_schema("`enum` must be an array", ptr))?;
-            return self.enum_values(e, types, m, ptr, level);
+            let vals: Vec<Value> = e.iter().filter(kept).cloned().collect();
+            return self.enum_values(&vals, types, m, ptr, level);
         }
         let mut alts = Vec::new();
         if types & NULL != 0 {
             alts.push(lit("null"));
         }
         if types & BOOLEAN != 0 {
-            alts.push(alt(vec![lit("true"), lit("false")]));
+            let bools: Vec<Expr> = [true, false]
+                .into_iter()
+                .filter(|b| !not.contains(&Value::Bool(*b)))
+                .map(|b| lit(if b { "true" } else { "false" }))
+                .collect();
+            alts.push(alt(bools));
         }
         if types & (NUMBER | INTEGER) != 0 {
             let n = super::number::build(self, m, types & NUMBER == 0, ptr)?;
             alts.push(self.placed_number(n)?);
         }
         if types & STRING != 0 {
-            alts.push(super::string::build(self, m, ptr)?);
+            let not_in: Vec<&str> = not.iter().filter_map(Value::as_str).collect();
+            alts.push(super::string::build(self, m, &not_in, ptr)?);
         }
         if types & ARRAY != 0 {
             alts.push(super::array::build(self, m, ptr, level)?);
