@@ -876,3 +876,69 @@ proptest::proptest! {
         }
     }
 }
+
+/// Issue 27: `propertyNames` behind a `$ref` beside `patternProperties` was skipped as an
+/// unknown keyword, so `{"zzz": 1}` was accepted. Every spelling of the same constraint
+/// (inline, `$ref`, `allOf`, `$ref` to a `$ref`) must give the same verdicts.
+#[test]
+fn property_names_behind_a_ref_constrain_pattern_keys() {
+    let spellings = [
+        r##"{"enum": ["a", "b"]}"##,
+        r##"{"$ref": "#/definitions/k"}"##,
+        r##"{"allOf": [{"$ref": "#/definitions/k"}]}"##,
+        r##"{"$ref": "#/definitions/k2"}"##,
+        r##"{"$ref": "#/definitions/k", "maxLength": 1}"##,
+    ];
+    for sp in spellings {
+        let mut s: serde_json::Value = serde_json::from_str(
+            r##"{"definitions": {"k": {"enum": ["a", "b"]}, "k2": {"$ref": "#/definitions/k"}},
+                "type": "object", "patternProperties": {".*": {"type": "number"}}}"##,
+        )
+        .unwrap();
+        s["propertyNames"] = serde_json::from_str(sp).unwrap();
+        let s = s.to_string();
+        for opts in [JsonSchemaOptions::default(), json_semantics()] {
+            check(
+                &s,
+                &opts,
+                &[
+                    (r#"{"zzz": 1}"#, false),
+                    (r#"{"a": 1}"#, true),
+                    (r#"{"a": 1, "b": 2.5}"#, true),
+                    (r#"{"b": "x"}"#, false),
+                ],
+            );
+        }
+    }
+}
+
+/// A `propertyNames` too general for the key automaton cannot check the keys a pattern or
+/// a declared name admits: a typed error, never a silent acceptance.
+#[test]
+fn property_names_beyond_the_key_automaton_beside_patterns_is_an_error() {
+    let s = r#"{"type": "object", "patternProperties": {".*": {"type": "number"}},
+        "propertyNames": {"anyOf": [{"const": "a"}, {"format": "email"}]}}"#;
+    let e = json_schema_str_to_grammar(s, &JsonSchemaOptions::default()).unwrap_err();
+    assert!(matches!(e.kind, SchemaErrorKind::Unsupported { .. }), "{e}");
+    assert_eq!(e.pointer, "/propertyNames");
+}
+
+/// `not` reads its subschema keyword by keyword: behind a `$ref` it means the same.
+#[test]
+fn not_behind_a_ref_is_enforced() {
+    let nots = [
+        (r##"{"$ref": "#/$defs/ab"}"##, true),
+        (r##"{"allOf": [{"$ref": "#/$defs/ab"}]}"##, true),
+        (r##"{"anyOf": [{"$ref": "#/$defs/ab"}, {"const": "c"}]}"##, false),
+    ];
+    for (n, c_ok) in nots {
+        let s = format!(
+            r#"{{"$defs": {{"ab": {{"enum": ["a", "b"]}}}}, "type": "string", "maxLength": 1, "not": {n}}}"#
+        );
+        check(
+            &s,
+            &JsonSchemaOptions::default(),
+            &[(r#""a""#, false), (r#""b""#, false), (r#""z""#, true), (r#""c""#, c_ok)],
+        );
+    }
+}

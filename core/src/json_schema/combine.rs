@@ -401,7 +401,15 @@ pub(crate) fn apply_not(
     types: u8,
     ptr: &str,
 ) -> Result<(u8, Vec<Value>), SchemaError> {
-    let Some(ex) = excluded_by(n, types, ptr, true)? else {
+    // Read keyword by keyword: `$ref`s and `allOf` (at the top and in each `anyOf`
+    // branch) are inlined first.
+    let mut n = b.plain(n, ptr)?;
+    if let Some(Value::Array(branches)) = n.get_mut("anyOf") {
+        for (i, x) in branches.iter_mut().enumerate() {
+            *x = b.plain(x, &format!("{ptr}/anyOf/{i}"))?;
+        }
+    }
+    let Some(ex) = excluded_by(&n, types, ptr, true)? else {
         b.unsupported(
             "not",
             "only `not` of types, `enum` and `const` (and `anyOf` of these) is enforced",

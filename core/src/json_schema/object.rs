@@ -349,12 +349,26 @@ impl<'s> KeyClasses<'s> {
         let first_pn = comps.len();
         let mut fallback_names = None;
         let pn_ptr = format!("{ptr}/propertyNames");
-        match m.get("propertyNames") {
+        // Read keyword by keyword: a `$ref` or `allOf` inside is inlined first.
+        let pn = m.get("propertyNames").map(|pn| b.plain(pn, &pn_ptr)).transpose()?;
+        match &pn {
             None | Some(Value::Bool(true)) => {}
             Some(Value::Bool(false)) => comps.push(Component::Names(&[])),
             Some(Value::Object(pn)) => match key_components(pn, &mut pn_names) {
                 Some(cs) => comps.extend(cs),
                 None => {
+                    // Too general for the key automaton: it becomes the key of the
+                    // additional members alone, so keys that a pattern or a declared
+                    // name admits would go unchecked.
+                    if !patterns.is_empty() || !names.is_empty() {
+                        b.unsupported(
+                            "propertyNames",
+                            "beside `patternProperties` or declared properties, only `pattern`, \
+                             lengths and string `enum`/`const` are enforced on keys",
+                            "keys of patternProperties and declared properties are not checked against it",
+                            &pn_ptr,
+                        )?;
+                    }
                     let mut pn = pn.clone();
                     pn.insert("type".into(), Value::String("string".into()));
                     fallback_names = Some(b.schema(&Value::Object(pn), &pn_ptr, 0)?);

@@ -227,6 +227,23 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// `v` with its `$ref`s and `allOf` inlined ([`combine::merge_schema`]), for the
+    /// keywords whose subschema is read keyword by keyword instead of converted
+    /// (`propertyNames`, `not`): behind a `$ref` a keyword must mean what it means
+    /// written in place, never be skipped as unknown. Draft 4–7 documents ignore a
+    /// `$ref`'s siblings, as [`Self::schema`] does.
+    pub fn plain(&mut self, v: &Value, ptr: &str) -> Result<Value, SchemaError> {
+        let Value::Object(m) = v else { return Ok(v.clone()) };
+        match m.get("$ref") {
+            Some(r) if self.ref_alone => {
+                let only: Map<String, Value> = [("$ref".to_string(), r.clone())].into_iter().collect();
+                combine::merge_schema(self, &only, ptr)
+            }
+            _ if m.contains_key("$ref") || m.contains_key("allOf") => combine::merge_schema(self, m, ptr),
+            _ => Ok(v.clone()),
+        }
+    }
+
     /// Allocates a rule (body filled in later).
     pub fn new_rule(&mut self, hint: &str, ptr: &str) -> Result<RuleId, SchemaError> {
         if self.rules.len() >= self.opts.limits.max_rules {
