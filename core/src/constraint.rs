@@ -1,8 +1,9 @@
 //! [`LogitsConstraint`]: the engine-agnostic interface adapters program against.
 
+use crate::bitmask::TokenBitmask;
 use crate::compiler::{GrammarCompiler, GrammarSpec};
 use crate::error::Result;
-use crate::matcher::GrammarMatcher;
+use crate::matcher::{ChainFill, DraftTree, GrammarMatcher, JumpForward, TextEncoder, TreeFill};
 
 /// Everything an inference engine needs from a structured-generation constraint.
 ///
@@ -89,6 +90,43 @@ pub trait LogitsConstraint: Send {
 
     /// The bytes a token stands for (for detokenizing jump-forward text).
     fn token_bytes(&self, token: u32) -> &[u8];
+
+    /// How many leading ids of `ids` are accepted one after the other; state unchanged
+    /// (see [`GrammarMatcher::validate_tokens`]).
+    fn validate_tokens(&mut self, ids: &[u32]) -> usize {
+        crate::matcher::draft_validate(self, ids)
+    }
+
+    /// Accepts all of `ids` or none (see [`GrammarMatcher::accept_tokens`]).
+    fn accept_tokens(&mut self, ids: &[u32]) -> Result<()> {
+        crate::matcher::draft_accept(self, ids)
+    }
+
+    /// `chain.len() + 1` mask rows from `first`: the mask after each prefix of a draft
+    /// chain; state unchanged (see [`GrammarMatcher::fill_draft_chain_bitmasks`]).
+    fn fill_draft_chain_bitmasks(
+        &mut self,
+        chain: &[u32],
+        mask: &mut TokenBitmask,
+        first: usize,
+    ) -> Result<ChainFill> {
+        crate::matcher::draft_chain(self, chain, mask, first)
+    }
+
+    /// One mask row per node of a draft tree from `first`; state unchanged (see
+    /// [`GrammarMatcher::fill_draft_tree_bitmasks`]).
+    fn fill_draft_tree_bitmasks(
+        &mut self,
+        tree: &DraftTree,
+        mask: &mut TokenBitmask,
+        first: usize,
+    ) -> Result<TreeFill> {
+        crate::matcher::draft_tree(self, tree, mask, first)
+    }
+
+    /// The forced continuation as token ids, re-encoded across the boundary with the
+    /// last accepted tokens; state unchanged (see [`GrammarMatcher::jump_forward_tokens`]).
+    fn jump_forward_tokens(&mut self, encoder: &dyn TextEncoder) -> Result<JumpForward>;
 }
 
 impl LogitsConstraint for GrammarMatcher {
@@ -127,5 +165,8 @@ impl LogitsConstraint for GrammarMatcher {
     }
     fn token_bytes(&self, token: u32) -> &[u8] {
         self.compiled().tokenizer().token_bytes(token)
+    }
+    fn jump_forward_tokens(&mut self, encoder: &dyn TextEncoder) -> Result<JumpForward> {
+        GrammarMatcher::jump_forward_tokens(self, encoder)
     }
 }

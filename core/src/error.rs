@@ -52,6 +52,22 @@ pub enum Error {
         /// Offset of the first byte that did not fit.
         offset: usize,
     },
+    /// `accept_tokens` took none of a chain: the grammar rejects the id at `index`.
+    #[error("token {id} at index {index} of the chain is not allowed by the grammar; nothing was accepted")]
+    TokensRejected {
+        /// Position of the first rejected id in the chain.
+        index: usize,
+        /// The rejected id.
+        id: u32,
+    },
+    /// A draft tree is malformed (cycle, link out of range, unreachable node, …).
+    #[error("draft tree, node {node}: {why}")]
+    DraftTree {
+        /// The node where the fault was found.
+        node: usize,
+        /// What is wrong.
+        why: String,
+    },
     /// The matcher accepted a stop token already; only `rollback` or `reset` can continue.
     #[error("the matcher is terminated: it accepted a stop token")]
     Terminated,

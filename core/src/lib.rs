@@ -20,6 +20,7 @@
 //! - [`compiler`]: [`GrammarCompiler`], [`CompiledGrammar`] and the adaptive mask cache.
 //! - [`matcher`]: the [`GrammarMatcher`] parse state.
 //! - [`bitmask`]: [`TokenBitmask`] and applying masks to logits.
+//! - [`batch`]: many constraints' rows filled in one parallel call.
 //! - [`LogitsConstraint`]: the trait engines program against (with a decode-loop example).
 //!
 //! # Quick start
@@ -41,6 +42,7 @@
 #![deny(missing_docs)]
 
 pub mod automata;
+pub mod batch;
 pub mod bitmask;
 pub mod compiler;
 mod constraint;

@@ -158,6 +158,11 @@ impl TokenBitmask {
         &self.words
     }
 
+    /// All words, row-major, mutable.
+    pub fn as_words_mut(&mut self) -> &mut [u32] {
+        &mut self.words
+    }
+
     /// Allowed tokens in row `r`.
     pub fn count_allowed(&self, r: usize) -> usize {
         count_allowed(self.row(r), self.vocab_size)

@@ -16,10 +16,19 @@
 //! configuration is the same, and so is the mask, which is then copied instead of
 //! re-checking the ~100 tokens (`",`, `"}`, …) whose legality depends on the context.
 
+mod draft;
 pub(crate) mod earley;
+mod jump;
+
+pub(crate) use draft::{
+    accept_tokens as draft_accept, fill_draft_chain as draft_chain, fill_draft_tree as draft_tree,
+    validate_tokens as draft_validate,
+};
+pub use draft::{ChainFill, DraftTree, TreeFill, MAX_DRAFT_TREE_NODES};
+pub use jump::{JumpForward, TextEncoder, MAX_RETOKENIZED};
 
 use crate::automata::ByteSet;
-use crate::bitmask::set_bit;
+use crate::bitmask::{set_bit, TokenBitmask};
 use crate::compiler::{Accepted, CompiledGrammar};
 use crate::error::{Error, Result};
 use earley::Earley;
@@ -28,11 +37,24 @@ use std::sync::Arc;
 /// Longest jump-forward string [`GrammarMatcher::find_jump_forward_string`] returns.
 pub const MAX_JUMP_FORWARD_BYTES: usize = 4096;
 
-/// One accepted step in the history: where it began, and whether it was a stop token.
+/// One accepted step in the history: where it began, the token it was (for
+/// [`GrammarMatcher::jump_forward_tokens`]; [`Step::BYTES`] for `accept_bytes`), and
+/// whether it was a stop token.
 #[derive(Debug, Clone, Copy)]
 struct Step {
     depth: u32,
+    token: u32,
     stop: bool,
+}
+
+impl Step {
+    /// `token` of a step that accepted bytes, not a token.
+    const BYTES: u32 = u32::MAX;
+
+    /// The text token this step accepted, if it was one.
+    fn token(&self) -> Option<u32> {
+        (!self.stop && self.token != Self::BYTES).then_some(self.token)
+    }
 }
 
 /// The last mask that needed run-time checks, and the configuration it belongs to.
@@ -124,7 +146,7 @@ impl GrammarMatcher {
             if !self.parser.can_end() {
                 return Err(Error::TokenRejected { id });
             }
-            self.history.push(Step { depth: self.parser.depth() as u32, stop: true });
+            self.history.push(Step { depth: self.parser.depth() as u32, token: id, stop: true });
             self.terminated = true;
             return Ok(());
         }
@@ -132,7 +154,7 @@ impl GrammarMatcher {
         if tok.is_special(id) || bytes.is_empty() {
             return Err(Error::TokenRejected { id });
         }
-        match self.push_bytes(bytes) {
+        match self.push_bytes(bytes, id) {
             Ok(()) => Ok(()),
             Err(_) => Err(Error::TokenRejected { id }),
         }
@@ -143,7 +165,7 @@ impl GrammarMatcher {
         if self.terminated {
             return Err(Error::Terminated);
         }
-        self.push_bytes(bytes)
+        self.push_bytes(bytes, Step::BYTES)
     }
 
     /// Accepts a string as one step; see [`Self::accept_bytes`].
@@ -151,7 +173,7 @@ impl GrammarMatcher {
         self.accept_bytes(s.as_bytes())
     }
 
-    fn push_bytes(&mut self, bytes: &[u8]) -> Result<()> {
+    fn push_bytes(&mut self, bytes: &[u8], token: u32) -> Result<()> {
         let start = self.parser.depth();
         let a = self.compiled.automata();
         for (i, &b) in bytes.iter().enumerate() {
@@ -160,7 +182,7 @@ impl GrammarMatcher {
                 return Err(Error::BytesRejected { offset: i });
             }
         }
-        self.history.push(Step { depth: start as u32, stop: false });
+        self.history.push(Step { depth: start as u32, token, stop: false });
         self.parser.maybe_freeze();
         Ok(())
     }
@@ -345,6 +367,97 @@ impl GrammarMatcher {
             prev = bytes;
         }
         self.parser.truncate(base);
+    }
+
+    /// How many leading ids of `ids` the grammar accepts from here, one after the other
+    /// (what a verifier asks of a proposed chain before sampling). The state is
+    /// unchanged; an id out of range counts as rejected.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use grammask::{GrammarCompiler, GrammarMatcher, TokenizerInfo, TokenizerOptions};
+    /// let vocab: Vec<Vec<u8>> = ["a", "b", "<eos>"].iter().map(|s| s.as_bytes().to_vec()).collect();
+    /// let opts = TokenizerOptions { stop_tokens: Some(vec![2]), ..Default::default() };
+    /// let c = GrammarCompiler::new(Arc::new(TokenizerInfo::from_byte_tokens(vocab, &opts)?));
+    /// let mut m = GrammarMatcher::new(c.compile_ebnf(r#"root ::= "ab""#)?);
+    /// assert_eq!(m.validate_tokens(&[0, 1, 2]), 3); // "a", "b", stop
+    /// assert_eq!(m.validate_tokens(&[0, 0]), 1);
+    /// assert_eq!(m.num_steps(), 0); // nothing was committed
+    /// assert!(m.accept_tokens(&[0, 0]).is_err()); // all or nothing
+    /// m.accept_tokens(&[0, 1])?;
+    /// assert!(m.can_terminate());
+    /// # Ok::<(), grammask::Error>(())
+    /// ```
+    pub fn validate_tokens(&mut self, ids: &[u32]) -> usize {
+        draft::validate_tokens(self, ids)
+    }
+
+    /// Accepts every id of `ids`, or none of them: on a rejection the state is as before
+    /// and the error ([`Error::TokensRejected`]) says which one.
+    pub fn accept_tokens(&mut self, ids: &[u32]) -> Result<()> {
+        draft::accept_tokens(self, ids)
+    }
+
+    /// Masks for a draft chain `t1..tk` in one call: row `first + i` of `mask` is the
+    /// mask after `t1..ti` (`k + 1` rows). Rows after the first rejected id are all
+    /// zero; [`ChainFill::accepted`] says where the chain broke. The state is unchanged.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use grammask::{GrammarCompiler, GrammarMatcher, TokenBitmask, TokenizerInfo, TokenizerOptions};
+    /// let vocab: Vec<Vec<u8>> = ["a", "b", "<eos>"].iter().map(|s| s.as_bytes().to_vec()).collect();
+    /// let opts = TokenizerOptions { stop_tokens: Some(vec![2]), ..Default::default() };
+    /// let c = GrammarCompiler::new(Arc::new(TokenizerInfo::from_byte_tokens(vocab, &opts)?));
+    /// let mut m = GrammarMatcher::new(c.compile_ebnf(r#"root ::= "a"+ "b""#)?);
+    /// let mut mask = TokenBitmask::new(4, 3);
+    /// let fill = m.fill_draft_chain_bitmasks(&[0, 1, 1], &mut mask, 0)?;
+    /// assert_eq!(fill.accepted, 2); // "a" "b", then a second "b" is rejected
+    /// assert_eq!(mask.allowed_ids(0), [0]);
+    /// assert_eq!(mask.allowed_ids(1), [0, 1]);
+    /// assert_eq!(mask.allowed_ids(2), [2]); // after "ab" only the stop token
+    /// assert_eq!(mask.count_allowed(3), 0);
+    /// # Ok::<(), grammask::Error>(())
+    /// ```
+    pub fn fill_draft_chain_bitmasks(
+        &mut self,
+        chain: &[u32],
+        mask: &mut TokenBitmask,
+        first: usize,
+    ) -> Result<ChainFill> {
+        draft::fill_draft_chain(self, chain, mask, first)
+    }
+
+    /// Masks for every node of a draft tree in one call: row `first + v` of `mask` is
+    /// the mask after the tokens on the path from the root to node `v` (row `first` is
+    /// the current mask). The tree is walked depth-first, so a shared prefix is parsed
+    /// once. A node whose token is rejected gets an all-zero row, as does its subtree
+    /// ([`TreeFill`] lists them). The state is unchanged.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use grammask::{GrammarCompiler, GrammarMatcher, TokenBitmask, TokenizerInfo, TokenizerOptions};
+    /// use grammask::matcher::DraftTree;
+    /// let vocab: Vec<Vec<u8>> = ["a", "b", "<eos>"].iter().map(|s| s.as_bytes().to_vec()).collect();
+    /// let opts = TokenizerOptions { stop_tokens: Some(vec![2]), ..Default::default() };
+    /// let c = GrammarCompiler::new(Arc::new(TokenizerInfo::from_byte_tokens(vocab, &opts)?));
+    /// let mut m = GrammarMatcher::new(c.compile_ebnf(r#"root ::= "a"+ "b""#)?);
+    /// // root → 1:"a" → 3:"b";  root → 2:"b" (rejected: the grammar starts with "a")
+    /// let tree = DraftTree::from_parents(&[-1, 0, 1, 1], &[-1, 0, 0, 1])?;
+    /// let mut mask = TokenBitmask::new(4, 3);
+    /// let fill = m.fill_draft_tree_bitmasks(&tree, &mut mask, 0)?;
+    /// assert_eq!(fill.rejected, [2]);
+    /// assert_eq!(mask.allowed_ids(1), [0, 1]);
+    /// assert_eq!(mask.count_allowed(2), 0);
+    /// assert_eq!(mask.allowed_ids(3), [2]);
+    /// # Ok::<(), grammask::Error>(())
+    /// ```
+    pub fn fill_draft_tree_bitmasks(
+        &mut self,
+        tree: &DraftTree,
+        mask: &mut TokenBitmask,
+        first: usize,
+    ) -> Result<TreeFill> {
+        draft::fill_draft_tree(self, tree, mask, first)
     }
 
     /// Bytes the grammar forces next (empty if there is a choice, including the choice to

@@ -1,0 +1,177 @@
+//! Jump-forward as token ids: forced text appended the way the model's tokenizer would
+//! have split it.
+//!
+//! [`GrammarMatcher::find_jump_forward_string`] gives the bytes the grammar forces next;
+//! an engine appends them without a forward pass per token, but it needs *ids*, and the
+//! ids must be the ones the tokenizer itself would produce, or the model sees token
+//! sequences it was never trained on. Gluing the forced text's tokens after what was
+//! sampled is not that: after `{` a forced `"name": "` must become `{"`, `name`, `":`,
+//! ` "` in Llama-3's vocabulary, which means taking back the sampled `{`.
+//!
+//! [`GrammarMatcher::jump_forward_tokens`] therefore re-encodes the last few accepted
+//! tokens together with the forced text and picks how far back to start: the nearest
+//! token whose re-encoding starts with that very token (the split before it is the
+//! tokenizer's own), else the farthest tried. The ids decode to exactly the bytes they
+//! replace plus the forced bytes, and the grammar accepts them (both are checked; a span
+//! that fails either is not used). The right edge stays where the forced text ends: the
+//! next sampled token may still merge differently with it than a full re-encoding would.
+
+use super::GrammarMatcher;
+use crate::error::{Error, Result};
+use crate::tokenizer::TokenizerInfo;
+
+/// Turns text into token ids as a model's tokenizer does, adding no special tokens.
+pub trait TextEncoder {
+    /// The ids of `text`.
+    fn encode_text(&self, text: &str) -> Result<Vec<u32>>;
+}
+
+impl TextEncoder for tokenizers::Tokenizer {
+    fn encode_text(&self, text: &str) -> Result<Vec<u32>> {
+        self.encode(text, false)
+            .map(|e| e.get_ids().to_vec())
+            .map_err(|e| Error::Tokenizer(format!("cannot encode: {e}")))
+    }
+}
+
+/// What to do to jump forward: roll back the last `rollback` accepted tokens, then
+/// append `ids` (accepting them: [`GrammarMatcher::accept_tokens`]). Empty when nothing
+/// is forced.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct JumpForward {
+    /// Trailing accepted tokens to take back.
+    pub rollback: usize,
+    /// Ids to append after the rollback.
+    pub ids: Vec<u32>,
+}
+
+/// Most trailing tokens re-encoded with the forced text.
+pub const MAX_RETOKENIZED: usize = 4;
+
+/// Prefixes tried when an encoder changes the start of a text (SentencePiece's
+/// "prepend a space" normalizers): the text is encoded after one of these, whose own
+/// ids are then dropped.
+const SENTINELS: [&str; 2] = ["\n", " "];
+
+/// The concatenated bytes of `ids`.
+fn bytes_of(info: &TokenizerInfo, ids: &[u32]) -> Vec<u8> {
+    ids.iter().flat_map(|&id| info.token_bytes(id).iter().copied()).collect()
+}
+
+/// `encoder`'s ids for `text` if they decode to exactly `text` and hold no special token.
+fn encode_exact(encoder: &(impl TextEncoder + ?Sized), info: &TokenizerInfo, text: &str) -> Option<Vec<u32>> {
+    let ok =
+        |ids: &[u32]| ids.iter().all(|&id| !info.is_special(id)) && bytes_of(info, ids) == text.as_bytes();
+    if let Ok(ids) = encoder.encode_text(text) {
+        if ok(&ids) {
+            return Some(ids);
+        }
+    }
+    for s in SENTINELS {
+        let (Ok(head), Ok(all)) = (encoder.encode_text(s), encoder.encode_text(&format!("{s}{text}"))) else {
+            continue;
+        };
+        if let Some(rest) = all.strip_prefix(head.as_slice()) {
+            if ok(rest) {
+                return Some(rest.to_vec());
+            }
+        }
+    }
+    None
+}
+
+/// The longest prefix of `span` that is UTF-8 and longer than `keep` bytes (the forced
+/// text may end inside a character; the sampled part must start on a boundary).
+fn utf8_prefix(span: &[u8], keep: usize) -> Option<&str> {
+    let valid = match std::str::from_utf8(span) {
+        Ok(s) => return Some(s),
+        Err(e) if e.error_len().is_none() => e.valid_up_to(),
+        Err(_) => return None,
+    };
+    (valid > keep).then(|| std::str::from_utf8(&span[..valid]).ok()).flatten()
+}
+
+impl GrammarMatcher {
+    /// The forced continuation ([`Self::find_jump_forward_string`]) as token ids,
+    /// re-encoded across the boundary with up to [`MAX_RETOKENIZED`] trailing accepted
+    /// tokens (see the [module docs](self)). The state is unchanged: apply the result
+    /// with `rollback(jf.rollback)` then `accept_tokens(&jf.ids)`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use grammask::{GrammarCompiler, GrammarMatcher, TokenizerInfo, TokenizerOptions, Result};
+    /// use grammask::matcher::TextEncoder;
+    ///
+    /// // A toy vocabulary with a merged `{"` and an encoder that merges greedily.
+    /// let vocab = ["{", "\"", "{\"", "a", "\":", " ", "1", "}", "<eos>"];
+    /// struct Greedy(Vec<&'static str>);
+    /// impl TextEncoder for Greedy {
+    ///     fn encode_text(&self, mut text: &str) -> Result<Vec<u32>> {
+    ///         let mut ids = Vec::new();
+    ///         while !text.is_empty() {
+    ///             let (id, t) = self.0.iter().enumerate()
+    ///                 .filter(|(_, t)| text.starts_with(**t)).max_by_key(|(_, t)| t.len()).unwrap();
+    ///             ids.push(id as u32);
+    ///             text = &text[t.len()..];
+    ///         }
+    ///         Ok(ids)
+    ///     }
+    /// }
+    /// let opts = TokenizerOptions { stop_tokens: Some(vec![8]), ..Default::default() };
+    /// let info = TokenizerInfo::from_byte_tokens(vocab.iter().map(|s| s.as_bytes().to_vec()).collect(), &opts)?;
+    /// let compiler = GrammarCompiler::new(Arc::new(info));
+    /// let mut m = GrammarMatcher::new(compiler.compile_ebnf(r#"root ::= "{\"a\": " [0-9]+ "}""#)?);
+    /// m.accept_token(0)?; // the model sampled `{`
+    /// let jf = m.jump_forward_tokens(&Greedy(vocab.to_vec()))?;
+    /// // `{` is taken back: the tokenizer writes `{"` `a` `":` ` `.
+    /// assert_eq!((jf.rollback, jf.ids.as_slice()), (1, &[2, 3, 4, 5][..]));
+    /// m.rollback(jf.rollback)?;
+    /// m.accept_tokens(&jf.ids)?;
+    /// assert!(m.find_jump_forward_string().is_empty());
+    /// # Ok::<(), grammask::Error>(())
+    /// ```
+    pub fn jump_forward_tokens(&mut self, encoder: &(impl TextEncoder + ?Sized)) -> Result<JumpForward> {
+        let forced = self.find_jump_forward_string();
+        if forced.is_empty() {
+            return Ok(JumpForward::default());
+        }
+        let info = self.compiled().tokenizer().clone();
+        let tail: Vec<u32> = {
+            let mut t: Vec<u32> =
+                self.history.iter().rev().map_while(|s| s.token()).take(MAX_RETOKENIZED).collect();
+            t.reverse();
+            t
+        };
+        let mut best = None;
+        for k in 0..=tail.len() {
+            let taken = &tail[tail.len() - k..];
+            let mut span = bytes_of(&info, taken);
+            let keep = span.len();
+            span.extend_from_slice(&forced);
+            let Some(text) = utf8_prefix(&span, keep) else { continue };
+            let Some(ids) = encode_exact(encoder, &info, text) else { continue };
+            if !self.accepts_instead(taken, &ids)? {
+                continue;
+            }
+            if k > 0 && ids.first() == taken.first() {
+                // The tokenizer splits before `taken[0]` too: keep it.
+                return Ok(JumpForward { rollback: k - 1, ids: ids[1..].to_vec() });
+            }
+            best = Some(JumpForward { rollback: k, ids });
+        }
+        Ok(best.unwrap_or_default())
+    }
+
+    /// Whether the grammar accepts `ids` in place of the trailing accepted `taken`; the
+    /// state is restored either way.
+    fn accepts_instead(&mut self, taken: &[u32], ids: &[u32]) -> Result<bool> {
+        self.rollback(taken.len())?;
+        let ok = self.accept_tokens(ids).is_ok();
+        if ok {
+            self.rollback(ids.len())?;
+        }
+        // These were accepted here a moment ago: accepting them again cannot fail.
+        self.accept_tokens(taken)?;
+        Ok(ok)
+    }
+}
