@@ -148,3 +148,63 @@ fn closed_stdout_is_not_a_panic() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && !stderr.contains("panicked"), "{stderr}");
 }
+
+#[test]
+fn masks_prints_one_line_per_draft_tree_node() {
+    let tok = common::data_dir().join("tokenizers/llama3_1");
+    let dir = std::env::temp_dir().join(format!("grammask-cli-tree-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tree = dir.join("tree.json");
+    // root → 1:"{" → 3:"\"" ; root → 2:"\""
+    std::fs::write(&tree, r#"{"tokens": [-1, 90, 1, 1], "parents": [-1, 0, 0, 1]}"#).unwrap();
+    let out = grammask()
+        .args(["masks", "--tokenizer"])
+        .arg(&tok)
+        .args(["--json-schema"])
+        .arg(common::data_dir().join("json-schema-test-suite/remotes/integer.json"))
+        .args(["--draft-tree"])
+        .arg(&tree)
+        .arg("--ids")
+        .output()
+        .unwrap();
+    // An integer schema: "{" and "\"" are both rejected at the root.
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 5);
+    for (i, l) in lines[..4].iter().enumerate() {
+        assert_eq!(l["node"], i);
+        assert_eq!(l["allowed"].as_u64().unwrap() as usize, l["ids"].as_array().unwrap().len());
+    }
+    assert!(lines[0]["allowed"].as_u64().unwrap() > 0);
+    assert!(lines[1..4].iter().all(|l| l["allowed"] == 0));
+    let out = grammask()
+        .args(["masks", "--tokenizer"])
+        .arg(&tok)
+        .args(["--builtin-json", "--draft-tree"])
+        .arg(&tree)
+        .output()
+        .unwrap();
+    let lines: Vec<serde_json::Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(lines[1]["allowed"].as_u64().unwrap() > 0, "after `{{` a key or `}}` may follow");
+    assert!(lines[2]["allowed"].as_u64().unwrap() > 0, "a JSON text may be a string");
+    assert!(lines[3]["allowed"].as_u64().unwrap() > 0, "after `{{\"` a key's characters follow");
+    assert_eq!(lines[4], serde_json::json!({"accepted": true, "can_terminate": false}));
+    // A malformed tree is an error that names it.
+    std::fs::write(&tree, r#"{"tokens": [-1, 5], "parents": [-1, 1]}"#).unwrap();
+    let out = grammask()
+        .args(["masks", "--tokenizer"])
+        .arg(&tok)
+        .args(["--builtin-json", "--draft-tree"])
+        .arg(&tree)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cycle"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

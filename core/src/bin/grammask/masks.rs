@@ -2,6 +2,7 @@
 
 use crate::{load_tokenizer, GrammarArgs};
 use clap::Args;
+use grammask::matcher::DraftTree;
 use grammask::{GrammarCompiler, GrammarMatcher, TokenBitmask};
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -25,14 +26,53 @@ pub struct MasksArgs {
     /// Also print the allowed token ids.
     #[arg(long)]
     ids: bool,
+    /// A draft tree, JSON `{"tokens": [...], "parents": [...]}` (node 0 the root, token
+    /// and parent -1): after the text (if any), one line per node with the mask after
+    /// the node's path, in node order.
+    #[arg(long)]
+    draft_tree: Option<PathBuf>,
+}
+
+/// The tree in `path`.
+fn read_tree(path: &PathBuf) -> Result<DraftTree, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let list = |k: &str| -> Result<Vec<i64>, String> {
+        v.get(k)
+            .and_then(serde_json::Value::as_array)
+            .ok_or_else(|| format!("{}: `{k}` must be an array of integers", path.display()))?
+            .iter()
+            .map(|x| {
+                x.as_i64().ok_or_else(|| format!("{}: `{k}` must be an array of integers", path.display()))
+            })
+            .collect()
+    };
+    DraftTree::from_parents(&list("tokens")?, &list("parents")?)
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// `{"allowed", "sha256"}` (and `"ids"`) of mask row `r`.
+fn row_line(mask: &TokenBitmask, r: usize, ids: bool) -> serde_json::Value {
+    let mut h = Sha256::new();
+    for w in mask.row(r) {
+        h.update(w.to_le_bytes());
+    }
+    let hex: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let mut line = json!({"allowed": mask.count_allowed(r), "sha256": hex});
+    if ids {
+        line["ids"] = json!(mask.allowed_ids(r));
+    }
+    line
 }
 
 pub fn run(a: &MasksArgs) -> Result<(), String> {
     let text = match (&a.text, &a.text_file) {
         (Some(t), _) => t.clone(),
         (None, Some(f)) => std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?,
+        (None, None) if a.draft_tree.is_some() => String::new(),
         (None, None) => return Err("give --text or --text-file".into()),
     };
+    let tree = a.draft_tree.as_ref().map(read_tree).transpose()?;
     let (tok, info) = load_tokenizer(&a.tokenizer)?;
     let enc = tok.encode(text.as_str(), false).map_err(|e| format!("tokenize: {e}"))?;
     let compiler = GrammarCompiler::new(Arc::new(info));
@@ -45,22 +85,24 @@ pub fn run(a: &MasksArgs) -> Result<(), String> {
         let t0 = Instant::now();
         m.fill_next_token_bitmask(mask.row_mut(0)).map_err(|e| e.to_string())?;
         let fill_us = t0.elapsed().as_secs_f64() * 1e6;
-        let mut h = Sha256::new();
-        for w in mask.row(0) {
-            h.update(w.to_le_bytes());
-        }
-        let hex: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
-        let mut line = json!({
-            "step": i, "token": id, "allowed": mask.count_allowed(0), "sha256": hex,
-            "fill_us": (fill_us * 100.0).round() / 100.0,
-        });
-        if a.ids {
-            line["ids"] = json!(mask.allowed_ids(0));
-        }
+        let mut line = json!({"step": i, "token": id});
+        line.as_object_mut()
+            .map(|o| o.extend(row_line(&mask, 0, a.ids).as_object().cloned().unwrap_or_default()));
+        line["fill_us"] = json!((fill_us * 100.0).round() / 100.0);
         out!("{line}");
         if m.accept_token(id).is_err() {
             accepted = false;
             break;
+        }
+    }
+    if let (Some(tree), true) = (&tree, accepted) {
+        let mut rows = TokenBitmask::new(tree.len(), vocab);
+        m.fill_draft_tree_bitmasks(tree, &mut rows, 0).map_err(|e| e.to_string())?;
+        for v in 0..tree.len() {
+            let mut line = json!({"node": v});
+            line.as_object_mut()
+                .map(|o| o.extend(row_line(&rows, v, a.ids).as_object().cloned().unwrap_or_default()));
+            out!("{line}");
         }
     }
     out!("{}", json!({"accepted": accepted, "can_terminate": m.can_terminate()}));
