@@ -85,6 +85,16 @@ pub enum Error {
     /// Applying a bitmask to logits failed (shape, stride, index or dtype).
     #[error(transparent)]
     Bitmask(#[from] crate::bitmask::ApplyError),
+    /// Bytes given to [`CompiledGrammar::from_bytes`](crate::CompiledGrammar::from_bytes)
+    /// are not a compiled grammar this build can load (corrupt, truncated, another
+    /// version, another tokenizer).
+    #[error("compiled grammar bytes, offset {offset}: {what}")]
+    Format {
+        /// Where in the bytes the fault was found.
+        offset: usize,
+        /// What is wrong.
+        what: String,
+    },
     /// An I/O error reading a file.
     #[error("{path}: {source}")]
     Io {

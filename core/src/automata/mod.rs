@@ -132,6 +132,19 @@ impl Automata {
     /// Optimizes `grammar` in place and builds its automata.
     pub fn build_owned(grammar: Grammar, limits: &AutomataLimits) -> Result<Automata, Error> {
         let g = optimize::optimize_owned(grammar).map_err(Error::Grammar)?;
+        Self::build_optimized(g, limits)
+    }
+
+    /// Builds the automata of a grammar the optimizer already ran on (the grammar of
+    /// other automata: [`Self::grammar`]), checking only what the builder relies on.
+    /// The same grammar gives the same automata ([`Self::digest`]), state for state:
+    /// what lets a serialized mask cache name states by number.
+    pub(crate) fn rebuild(g: Grammar, limits: &AutomataLimits) -> Result<Automata, Error> {
+        optimize::check_optimized(&g).map_err(Error::Grammar)?;
+        Self::build_optimized(g, limits)
+    }
+
+    fn build_optimized(g: Grammar, limits: &AutomataLimits) -> Result<Automata, Error> {
         // A placeholder rule id (one past the last) stands for a counted repetition taken
         // out of its rule to be spliced back in as copies (`chain`).
         let placeholder = RuleId(g.rules.len() as u32);
@@ -324,6 +337,39 @@ impl Automata {
         let r = rule as usize;
         let lo = if r == 0 { 0 } else { self.prediction_ends[r - 1] as usize };
         &self.prediction[lo..self.prediction_ends[r] as usize]
+    }
+
+    /// A hash of every table the matcher reads: equal digests mean the same automata,
+    /// state for state.
+    pub(crate) fn digest(&self) -> u64 {
+        use std::hash::Hasher;
+        let mut h = rustc_hash::FxHasher::default();
+        let words = |h: &mut rustc_hash::FxHasher, v: &[u32]| {
+            h.write_usize(v.len());
+            v.iter().for_each(|&x| h.write_u32(x));
+        };
+        h.write_usize(self.n_classes);
+        h.write(&self.byte_class);
+        words(&mut h, &self.trans);
+        words(&mut h, &self.rule_start);
+        words(&mut h, &self.prediction);
+        words(&mut h, &self.prediction_ends);
+        words(&mut h, &self.set_of);
+        for n in &self.nodes {
+            h.write_u32(n.rule);
+            h.write_u8(n.is_final as u8 | (n.scannable as u8) << 1 | (n.gated as u8) << 2);
+            h.write_u32(n.edges.0);
+            h.write_u32(n.edges.1);
+        }
+        for &(r, t) in &self.rule_edges {
+            h.write_u32(r);
+            h.write_u32(t);
+        }
+        for (r, l) in &self.chains {
+            [*r, l.positions, l.inner, l.min, l.max, l.link_bytes].iter().for_each(|&x| h.write_u32(x));
+            words(&mut h, &l.to_end);
+        }
+        h.finish()
     }
 
     /// The optimized grammar these automata were built from.

@@ -64,6 +64,15 @@ pub fn optimize_owned(mut g: Grammar) -> Result<Grammar, GrammarError> {
     Ok(g)
 }
 
+/// What the automata builder relies on in an optimized grammar (one read back from
+/// bytes, say): valid references and member sets, a root that can finish, rule-free
+/// intersections. Rewrites nothing.
+pub(crate) fn check_optimized(g: &Grammar) -> Result<(), GrammarError> {
+    check_grammar(g)?;
+    productive_rules(g)?;
+    check_intersections(g)
+}
+
 /// Every operand of an intersection is rule-free once inlining is done: the automata
 /// builder intersects byte automata, and a rule call is not one.
 fn check_intersections(g: &Grammar) -> Result<(), GrammarError> {

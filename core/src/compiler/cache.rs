@@ -56,6 +56,11 @@ impl CompileCache {
         }
     }
 
+    /// Every entry (for writing them out).
+    pub fn entries(&self) -> Vec<(String, Arc<CompiledGrammar>)> {
+        self.lock().entries.iter().map(|(k, (v, _))| (k.clone(), v.clone())).collect()
+    }
+
     pub fn insert(&self, key: String, value: Arc<CompiledGrammar>) {
         if self.max_bytes == 0 {
             return;

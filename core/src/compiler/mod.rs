@@ -18,9 +18,11 @@
 //! while the prompt is prefilled.
 
 mod cache;
+mod disk;
 mod diverge;
 mod leaf;
 pub(crate) mod mask;
+mod serialize;
 mod store;
 
 use crate::automata::{Automata, AutomataLimits, DEAD};
@@ -30,10 +32,12 @@ use crate::json_schema::{json_schema_str_to_grammar, json_schema_to_grammar, par
 use crate::regex::{regex_to_grammar, RegexLimits};
 use crate::tokenizer::TokenizerInfo;
 use cache::CompileCache;
+use disk::DiskCache;
 use leaf::{LeafKey, LeafMasks};
 pub(crate) use mask::{Accepted, StateMask};
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
+pub use serialize::FORMAT_VERSION;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use store::MaskStore;
@@ -154,6 +158,7 @@ pub struct GrammarCompiler {
     options: CompileOptions,
     cache: CompileCache,
     leaf_masks: Arc<LeafMasks>,
+    disk: Option<DiskCache>,
 }
 
 /// Default compile-cache budget: 512 MiB.
@@ -168,7 +173,51 @@ impl GrammarCompiler {
     /// A compiler with explicit options and cache budget (0 disables the cache).
     pub fn with_options(tokenizer: Arc<TokenizerInfo>, options: CompileOptions, cache_bytes: usize) -> Self {
         let leaf_masks = Arc::new(LeafMasks::new(options.leaf_cache_bytes));
-        Self { tokenizer, options, cache: CompileCache::new(cache_bytes), leaf_masks }
+        Self { tokenizer, options, cache: CompileCache::new(cache_bytes), leaf_masks, disk: None }
+    }
+
+    /// Also keeps compiled grammars as files in `dir` (created if missing), keyed as the
+    /// memory cache: a compile that misses in memory loads the file if one is there,
+    /// and a fresh compile writes one. [`Self::persist`] rewrites every cached grammar
+    /// with the masks computed since, so a restart starts warm. Files this build cannot
+    /// load (corrupt, another version or tokenizer) are misses, then overwritten.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use grammask::{GrammarCompiler, TokenizerInfo, TokenizerOptions};
+    /// let vocab: Vec<Vec<u8>> = ["a", "b", "<eos>"].iter().map(|s| s.as_bytes().to_vec()).collect();
+    /// let opts = TokenizerOptions { stop_tokens: Some(vec![2]), ..Default::default() };
+    /// let tok = Arc::new(TokenizerInfo::from_byte_tokens(vocab, &opts)?);
+    /// let dir = std::env::temp_dir().join(format!("grammask-doc-{}", std::process::id()));
+    /// let first = GrammarCompiler::new(tok.clone()).with_disk_cache(&dir)?;
+    /// first.compile_ebnf(r#"root ::= "a"+ "b""#)?;
+    /// first.persist()?;
+    /// // A new process: the grammar comes from the file.
+    /// let second = GrammarCompiler::new(tok).with_disk_cache(&dir)?;
+    /// second.compile_ebnf(r#"root ::= "a"+ "b""#)?;
+    /// assert_eq!(second.disk_stats(), (1, 0, 0)); // (loaded, written, rejected)
+    /// # std::fs::remove_dir_all(&dir).ok();
+    /// # Ok::<(), grammask::Error>(())
+    /// ```
+    pub fn with_disk_cache(mut self, dir: impl Into<std::path::PathBuf>) -> Result<Self> {
+        self.disk = Some(DiskCache::open(dir.into())?);
+        Ok(self)
+    }
+
+    /// Writes every grammar of the memory cache, with the masks it has computed so far,
+    /// to the disk cache; returns how many. Nothing to do without a disk cache.
+    pub fn persist(&self) -> Result<usize> {
+        let Some(disk) = &self.disk else { return Ok(0) };
+        let entries = self.cache.entries();
+        for (key, grammar) in &entries {
+            disk.store(key, grammar)?;
+        }
+        Ok(entries.len())
+    }
+
+    /// `(loaded, written, rejected)` files of the disk cache (zeros without one).
+    pub fn disk_stats(&self) -> (u64, u64, u64) {
+        self.disk.as_ref().map_or((0, 0, 0), DiskCache::stats)
     }
 
     /// The tokenizer this compiler targets.
@@ -184,12 +233,19 @@ impl GrammarCompiler {
             GrammarSpec::JsonSchema { schema, .. } => Some(parse_text(schema)),
             _ => None,
         };
-        let key = self.cache.enabled().then(|| {
+        let key = (self.cache.enabled() || self.disk.is_some()).then(|| {
             let value = parsed.as_ref().and_then(|p| p.as_ref().ok());
             format!("{}\0{:?}\0{}", spec.cache_key(value), self.options, self.tokenizer.fingerprint())
         });
         if let Some(hit) = key.as_deref().and_then(|k| self.cache.get(k)) {
             return Ok(hit);
+        }
+        if let (Some(disk), Some(key)) = (&self.disk, &key) {
+            if let Some(loaded) = disk.load(key, &self.tokenizer, &self.options.automata) {
+                let loaded = Arc::new(loaded);
+                self.cache.insert(key.clone(), loaded.clone());
+                return Ok(loaded);
+            }
         }
         let grammar = match (spec, parsed) {
             (GrammarSpec::JsonSchema { options, .. }, Some(value)) => {
@@ -201,6 +257,10 @@ impl GrammarCompiler {
         let compiled =
             Arc::new(CompiledGrammar::build(grammar, self.tokenizer.clone(), &self.options, leaf)?);
         if let Some(key) = key {
+            // A cache that cannot be written is no reason to fail the compile.
+            if let Some(disk) = &self.disk {
+                let _ = disk.store(&key, &compiled);
+            }
             self.cache.insert(key, compiled.clone());
         }
         Ok(compiled)
@@ -285,10 +345,21 @@ impl CompiledGrammar {
         leaf: Option<Arc<LeafMasks>>,
     ) -> Result<Self> {
         let automata = Automata::build_owned(grammar, &options.automata)?;
+        let compiled = Self::from_automata(automata, tokenizer, leaf);
+        compiled.precompute_within(options.eager_budget);
+        Ok(compiled)
+    }
+
+    /// Automata with no mask computed yet.
+    fn from_automata(
+        automata: Automata,
+        tokenizer: Arc<TokenizerInfo>,
+        leaf: Option<Arc<LeafMasks>>,
+    ) -> Self {
         let masks = (0..automata.num_states()).map(|_| OnceLock::new()).collect();
         let leaf_sigs = (0..automata.rule_start.len()).map(|_| OnceLock::new()).collect();
         let preds = (0..automata.rule_start.len()).map(|_| OnceLock::new()).collect();
-        let compiled = Self {
+        Self {
             automata,
             tokenizer,
             masks,
@@ -298,9 +369,7 @@ impl CompiledGrammar {
             leaf,
             leaf_sigs,
             shared_bytes: Default::default(),
-        };
-        compiled.precompute_within(options.eager_budget);
-        Ok(compiled)
+        }
     }
 
     /// Computes masks in breadth-first order from the root's start state until `budget`

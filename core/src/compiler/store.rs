@@ -42,6 +42,16 @@ impl MaskStore {
         shared
     }
 
+    /// Makes a bitset read back from bytes a base for later deltas (it is interned
+    /// already).
+    pub fn adopt_base(&self, bits: Arc<[u32]>) {
+        let mut bases = self.bases.lock().unwrap_or_else(|p| p.into_inner());
+        if !bases.iter().any(|(_, b)| Arc::ptr_eq(b, &bits)) {
+            let ones = bits.iter().map(|w| w.count_ones()).sum();
+            bases.push((ones, bits));
+        }
+    }
+
     /// Stores a bitset (mask layout): as a delta from the nearest base when one is close
     /// enough, otherwise in full (and it becomes a base).
     pub fn bitset(&self, bits: Vec<u32>) -> Accepted {

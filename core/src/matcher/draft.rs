@@ -237,7 +237,7 @@ fn check_rows(mask: &TokenBitmask, first: usize, n: usize, vocab: usize) -> Resu
             mask.vocab_size()
         )));
     }
-    if first.checked_add(n).is_none_or(|end| end > mask.rows()) {
+    if first.checked_add(n).map_or(true, |end| end > mask.rows()) {
         return Err(Error::Shape(format!(
             "rows {first}..{first}+{n} do not fit a bitmask of {} rows",
             mask.rows()
