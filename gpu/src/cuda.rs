@@ -31,6 +31,30 @@
 //! Device-resident `indices` cannot be validated on the host without a sync: the
 //! kernel skips any out-of-range entry (touching no memory) and raises a flag that
 //! [`CudaBitmaskKernel::take_index_error`] reads.
+//!
+//! # CUDA graphs
+//!
+//! With the bitmask (and `indices`, if any) already on the device, a call is one
+//! `cuLaunchKernel` and nothing else: no host synchronisation, no allocation, no
+//! copy, no NVRTC work (the kernel is compiled once, in
+//! [`CudaBitmaskKernel::new`]). Such a call can be captured into a CUDA graph and
+//! replayed; the graph holds the buffers' addresses, so a replay applies whatever
+//! mask the same device buffer holds then. To capture:
+//!
+//! * create the kernel (`Device::cuda*`, [`CudaBitmaskKernel::shared`]) before
+//!   capturing, and capture on a stream of your own (the legacy default stream
+//!   cannot be captured);
+//! * pass device-resident buffers ([`CudaBitmaskKernel::apply`] with
+//!   [`CudaIndices::Device`], or [`CudaBitmaskKernel::apply_raw`]): a host bitmask or
+//!   host `indices` means an allocation and a copy from pageable memory;
+//! * cudarc's cross-stream event tracking (on by default once a context has a
+//!   stream of its own) makes every use of a cudarc buffer wait on an event recorded
+//!   earlier, which stream capture rejects for events recorded outside it: call
+//!   `CudaContext::disable_event_tracking` before allocating the buffers (as
+//!   cudarc's own graph tests do), or pass raw pointers through `apply_raw`. If a
+//!   launch fails while the stream is capturing, the error says so;
+//! * do not call [`CudaBitmaskKernel::take_index_error`] during capture (it
+//!   synchronises).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
@@ -61,6 +85,26 @@ pub enum CudaIndices<'a> {
 
 fn driver_err(op: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> BitmaskError {
     move |e| BitmaskError::Cuda { op, message: e.to_string() }
+}
+
+/// A failed launch, explained when `stream` is being captured: the usual cause
+/// then is a wait on a cudarc event recorded outside the capture (see the module
+/// docs, "CUDA graphs"). Only runs on the error path, so launches pay nothing for it.
+fn launch_err(stream: &CudaStream, e: cudarc::driver::DriverError) -> BitmaskError {
+    use cudarc::driver::sys::CUstreamCaptureStatus;
+    // SAFETY: the stream is alive (borrowed); querying capture status is allowed
+    // during capture. The raw call, unlike CudaStream::capture_status, does not
+    // consume the context's pending error.
+    let status = unsafe { cudarc::driver::result::stream::is_capturing(stream.cu_stream()) };
+    let message = match status {
+        Ok(CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE) | Err(_) => e.to_string(),
+        Ok(status) => format!(
+            "{e} while the stream is being captured ({status:?}); a capturable call needs the bitmask and \
+             indices on the device and no cudarc event waits (disable the context's event tracking before \
+             allocating the buffers, or use apply_raw)"
+        ),
+    };
+    BitmaskError::Cuda { op: "cuLaunchKernel", message }
 }
 
 fn compile_err(e: CompileError) -> BitmaskError {
@@ -442,7 +486,7 @@ impl CudaBitmaskKernel {
             .arg(&plan.chunks_per_row)
             .arg(&flag_ptr)
             .arg(&neg_bits);
-        args.launch(cfg).map_err(driver_err("cuLaunchKernel"))?;
+        args.launch(cfg).map_err(|e| launch_err(stream, e))?;
         Ok(())
     }
 

@@ -39,8 +39,10 @@
 //!   [`cudarc`], which also loads the driver dynamically: the crate builds and its
 //!   CPU path works on machines with no CUDA at all, and asking for a CUDA device
 //!   there gives [`BitmaskError::CudaUnavailable`]. The `cuda` module explains the
-//!   NVRTC choice and the kernel's design (vectorised 16-byte stores, a warp-level
-//!   fast path for all-ones words and rows, logits never read).
+//!   NVRTC choice and how to capture the call in a CUDA graph; `kernel/bitmask.cu`
+//!   explains the kernel's design (whole 16-byte vectors: all-allowed ones skipped,
+//!   all-disallowed ones stored without a read, mixed ones read, selected and
+//!   stored whole; a warp-level fast path for all-ones words and rows).
 //!
 //! # Example
 //!

@@ -279,3 +279,131 @@ fn gpu_errors_and_device_index_flag() {
     let e = unsafe { g.kernel.apply_raw(s, 0x1000, DType::F32, layout, 0x1002, ml, None).unwrap_err() };
     assert!(matches!(e, BitmaskError::Misaligned { what: "bitmask", .. }));
 }
+
+/// Random mask words in the proportions `make_case` uses (all-zero, all-one,
+/// one-bit and random words).
+fn random_mask(rng: &mut Rng, n: usize) -> Vec<u32> {
+    (0..n)
+        .map(|_| match rng.below(6) {
+            0 => 0,
+            1 | 2 => u32::MAX,
+            3 => 1u32 << rng.below(32),
+            _ => rng.next() as u32,
+        })
+        .collect()
+}
+
+/// One captured apply, replayed with new mask contents (and new logits) written
+/// into the same device buffers, each replay checked bit for bit against the CPU
+/// path. `raw` captures `apply_raw` instead of the unified entry point.
+fn graph_replays<T: LogitElem + grammask_gpu::cudarc::driver::DeviceRepr>(
+    dtype: DType,
+    use_indices: bool,
+    offset: usize,
+    raw: bool,
+    to: fn(&[u32]) -> Vec<T>,
+    from: fn(&[T]) -> Vec<u32>,
+) {
+    use grammask_gpu::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    use grammask_gpu::cudarc::driver::{DevicePtr, DevicePtrMut};
+
+    // A context handle of our own, with cudarc's event tracking off before any
+    // stream or buffer exists: capture rejects waits on events recorded outside it.
+    let ctx = grammask_gpu::cuda_context(0).expect("a CUDA device");
+    // SAFETY: every buffer below is used on `stream` only.
+    unsafe { ctx.disable_event_tracking() };
+    let stream = ctx.new_stream().unwrap();
+    // Compiled (or found) before capture: no NVRTC work may happen inside it.
+    let device = Device::cuda_on_stream(stream.clone()).unwrap();
+    let kernel = CudaBitmaskKernel::shared(&ctx).unwrap();
+
+    let mut base = make_case(dtype, 4, 5000, 3, false, 0, 1, false, 11);
+    if use_indices {
+        // Repeats and a subset; the mask has one row more than the logits.
+        base.indices = Some(vec![3, 0, 3, 1]);
+        base.mask_layout = MaskLayout::new(5, base.mask_layout.words);
+        base.mask = vec![0; 5 * base.mask_layout.words];
+    }
+    let mut logits: CudaSlice<T> = stream.clone_htod(&to(&vec![0; offset + base.len + 1])).unwrap();
+    let mut mask: CudaSlice<u32> = stream.alloc_zeros(base.mask.len().max(1)).unwrap();
+    let idx: CudaSlice<i32> = stream.clone_htod(base.indices.as_deref().unwrap_or(&[0])).unwrap();
+    let sentinel = to(&[0x3c3c])[0];
+    stream.memcpy_htod(&[sentinel], &mut logits.slice_mut(offset + base.len..)).unwrap();
+    stream.synchronize().unwrap();
+
+    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).unwrap();
+    {
+        let mut view = logits.slice_mut(offset..offset + base.len);
+        let mask_view = mask.slice(..base.mask.len());
+        let idx_view = idx.slice(..base.indices.as_ref().map_or(0, Vec::len));
+        let result = if raw {
+            let (lp, _l) = view.device_ptr_mut(&stream);
+            let (mp, _m) = mask_view.device_ptr(&stream);
+            let (ip, _i) = idx_view.device_ptr(&stream);
+            let indices = base.indices.as_ref().map(|i| (ip, i.len()));
+            // SAFETY: pointers of live buffers of this context, sized for the layouts.
+            unsafe { kernel.apply_raw(&stream, lp, dtype, base.layout, mp, base.mask_layout, indices) }
+        } else {
+            apply_token_bitmask_inplace(
+                &device,
+                Logits::Cuda(view),
+                base.layout,
+                Bitmask::Cuda(mask_view),
+                base.mask_layout,
+                base.indices.as_ref().map(|_| Indices::Cuda(idx_view)),
+            )
+        };
+        if let Err(e) = result {
+            // End the capture either way, so the stream is usable for the report.
+            let _ = stream.end_capture(CUgraphInstantiate_flags(0));
+            panic!("apply during capture: {e}");
+        }
+    }
+    let graph = stream.end_capture(CUgraphInstantiate_flags(0)).unwrap().expect("a captured graph");
+    // Capturing runs nothing.
+    let untouched = stream.clone_dtoh(&logits).unwrap();
+    assert!(from(&untouched[..offset + base.len]).iter().all(|&b| b == 0), "capture executed work");
+
+    let mut rng = Rng::new(0x6a09_e667);
+    for replay in 0..4 {
+        let mut case = base.clone();
+        case.mask = random_mask(&mut rng, base.mask.len());
+        if replay == 3 {
+            case.mask.iter_mut().for_each(|w| *w = u32::MAX); // the all-ones fast path
+        }
+        case.bits = (0..base.len)
+            .map(|_| if dtype == DType::F32 { rng.next() as u32 } else { rng.next() as u32 & 0xffff })
+            .collect();
+        // New contents in the same buffers, then the same graph.
+        stream.memcpy_htod(&to(&case.bits), &mut logits.slice_mut(offset..offset + base.len)).unwrap();
+        if !case.mask.is_empty() {
+            stream.memcpy_htod(&case.mask, &mut mask.slice_mut(..case.mask.len())).unwrap();
+        }
+        graph.launch().unwrap();
+        let back = from(&stream.clone_dtoh(&logits).unwrap());
+        assert_eq!(back[offset + base.len], from(&[sentinel])[0], "wrote after the buffer");
+        let got = &back[offset..offset + base.len];
+        let want = run_cpu(&case);
+        assert_eq!(
+            first_diff(got, &want, &case.layout),
+            None,
+            "replay {replay}: dtype {dtype} indices {:?} offset {offset} raw {raw}",
+            case.indices
+        );
+    }
+    assert!(!kernel.take_index_error(&stream).unwrap(), "valid indices flagged");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_apply_replays_in_a_cuda_graph() {
+    for use_indices in [false, true] {
+        for offset in [0, 1] {
+            for raw in [false, true] {
+                graph_replays::<f32>(DType::F32, use_indices, offset, raw, to_f32, from_f32);
+                graph_replays::<half::f16>(DType::F16, use_indices, offset, raw, to_f16, from_f16);
+                graph_replays::<half::bf16>(DType::BF16, use_indices, offset, raw, to_bf16, from_bf16);
+            }
+        }
+    }
+}

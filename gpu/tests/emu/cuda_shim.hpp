@@ -5,13 +5,16 @@
 // Warp-synchronous builtins meet at a per-warp barrier. A lane that returns early
 // drops out of the barrier; the harness then compares how many warp-synchronous
 // calls each lane made, so a divergent __shfl_sync/__all_sync is reported instead
-// of deadlocking. Misaligned vector stores are reported through GM_CHECK_ALIGN.
+// of deadlocking. Logits loads and stores are checked for alignment and logged
+// through the kernel's GM_ON_LOAD / GM_ON_STORE hooks.
 #pragma once
 
 #include <atomic>
 #include <barrier>
 #include <cstdint>
 #include <cstdio>
+#include <mutex>
+#include <vector>
 
 #define __global__
 #define __device__
@@ -71,10 +74,31 @@ inline unsigned atomicOr(unsigned* p, unsigned v) {
   return a.fetch_or(v);
 }
 
-#define GM_CHECK_ALIGN(p, bytes)                                                     \
-  do {                                                                               \
-    if (reinterpret_cast<std::uintptr_t>(p) % (bytes) != 0) {                        \
-      std::fprintf(stderr, "misaligned %d-byte store at %p\n", (bytes), (void*)(p)); \
-      gm_errors++;                                                                   \
-    }                                                                                \
-  } while (0)
+// Every load and store of logits the kernel makes goes through these hooks (they
+// expand to nothing under NVRTC). Each access is checked for alignment to its own
+// width and recorded (kind, byte offset from the logits' first element, width), so
+// the test can check the kernel's memory-access rules: all-allowed vectors are not
+// touched, all-disallowed vectors are stored once without a load, mixed vectors are
+// loaded once and stored once at full width.
+struct GmAccess {
+  long long offset;
+  int bytes;
+  int kind;  // 0 = load, 1 = store
+};
+
+inline const unsigned char* gm_log_base = nullptr;
+inline std::mutex gm_log_mutex;
+inline std::vector<GmAccess> gm_log;
+
+inline void gm_record(const void* p, int bytes, int kind) {
+  if (reinterpret_cast<std::uintptr_t>(p) % static_cast<std::uintptr_t>(bytes) != 0) {
+    std::fprintf(stderr, "misaligned %d-byte %s at %p\n", bytes, kind == 0 ? "load" : "store", p);
+    gm_errors++;
+  }
+  const long long offset = static_cast<const unsigned char*>(p) - gm_log_base;
+  std::lock_guard<std::mutex> lock(gm_log_mutex);
+  gm_log.push_back(GmAccess{offset, bytes, kind});
+}
+
+#define GM_ON_LOAD(p, bytes) gm_record((p), (bytes), 0)
+#define GM_ON_STORE(p, bytes) gm_record((p), (bytes), 1)

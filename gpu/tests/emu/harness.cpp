@@ -9,8 +9,10 @@
 //   n_mask, n_indices (-1 = no indices)
 // The logits are placed `offset` elements after a 16-byte aligned address (so the
 // plan's alignment is what the device would see), between guard elements.
-// OUT: the logits after the launch, then the error flag (u32). Exit code 0 unless
-// an emulation check (divergence, misalignment, a guard overwritten) failed.
+// OUT: the logits after the launch, the error flag (u32), the number of logged
+// logits accesses (u64), then each access as (byte offset from the first logit: i64,
+// width in bytes: i32, kind: i32, 0 = load, 1 = store). Exit code 0 unless an
+// emulation check (divergence, misalignment, a guard overwritten) failed.
 
 #include "cuda_shim.hpp"
 
@@ -92,6 +94,7 @@ int main(int argc, char** argv) {
   std::vector<int> indices(n_indices + 1);
   std::memcpy(indices.data(), p, n_indices * 4);
   gm_u32 flag = 0;
+  gm_log_base = logits;
 
   Args a{logits,  mask.data(), has_indices ? indices.data() : nullptr,
          h[5],    h[6],        h[7],
@@ -146,6 +149,13 @@ int main(int argc, char** argv) {
   std::ofstream out(argv[2], std::ios::binary);
   out.write(reinterpret_cast<const char*>(logits), static_cast<std::streamsize>(len * elem));
   out.write(reinterpret_cast<const char*>(&flag), 4);
+  const std::uint64_t n_log = gm_log.size();
+  out.write(reinterpret_cast<const char*>(&n_log), 8);
+  for (const GmAccess& a : gm_log) {
+    out.write(reinterpret_cast<const char*>(&a.offset), 8);
+    out.write(reinterpret_cast<const char*>(&a.bytes), 4);
+    out.write(reinterpret_cast<const char*>(&a.kind), 4);
+  }
   std::free(buf);
   return gm_errors.load() == 0 ? 0 : 1;
 }
