@@ -24,6 +24,7 @@ mod embedded;
 mod inspect;
 mod maskbench;
 mod masks;
+mod serving;
 mod stats;
 
 use clap::{Args, Parser, Subcommand};
@@ -51,6 +52,8 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Run the MaskBench protocol over JSON-Schema test files.
     Maskbench(maskbench::MaskbenchArgs),
+    /// Time the serving primitives: draft trees, batch fill, compiled-grammar bytes.
+    Serving(serving::ServingArgs),
 }
 
 /// Where the grammar comes from.
@@ -174,6 +177,7 @@ fn main() -> ExitCode {
         Some(Command::Bench(a)) => bench::run(&a),
         Some(Command::Inspect(a)) => inspect::run(&a),
         Some(Command::Maskbench(a)) => maskbench::run(&a),
+        Some(Command::Serving(a)) => serving::run(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
