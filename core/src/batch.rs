@@ -54,6 +54,16 @@ struct Rows(*mut u32);
 unsafe impl Send for Rows {}
 unsafe impl Sync for Rows {}
 
+impl Rows {
+    /// Row `r` of `words` words.
+    ///
+    /// # Safety
+    /// `r` must be a row of the mask, and no other live slice may cover it.
+    unsafe fn row<'a>(&self, r: usize, words: usize) -> &'a mut [u32] {
+        std::slice::from_raw_parts_mut(self.0.add(r * words), words)
+    }
+}
+
 impl BatchFiller {
     /// A filler running on the current rayon pool (the caller's `install`, or the
     /// global one).
@@ -133,10 +143,9 @@ impl BatchFiller {
             // row is filled whatever fails elsewhere.
             results
                 .map(|((c, &r), all)| {
-                    let base = base;
                     // SAFETY: `r < rows` and the indices are distinct (checked above),
                     // so this task alone touches these `words` words of the mask.
-                    let row = unsafe { std::slice::from_raw_parts_mut(base.0.add(r * words), words) };
+                    let row = unsafe { base.row(r, words) };
                     c.borrow_mut().fill_next_token_bitmask(row).map(|a| *all = a)
                 })
                 .reduce(|| Ok(()), |a, b| a.and(b))

@@ -80,10 +80,10 @@ fn movable(doc: &Value) -> bool {
                 for (k, x) in m {
                     match k.as_str() {
                         "$id" | "id" | "$anchor" | "$dynamicRef" | "$dynamicAnchor" | "$recursiveRef"
-                        | "$recursiveAnchor" => {
-                            if x.is_string() {
-                                *ok = false;
-                            }
+                        | "$recursiveAnchor"
+                            if x.is_string() =>
+                        {
+                            *ok = false;
                         }
                         "$ref" => {
                             let r = x.as_str().unwrap_or("");

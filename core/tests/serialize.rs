@@ -118,7 +118,7 @@ fn corrupt_truncated_and_foreign_bytes_are_typed_errors() {
         is_format(CompiledGrammar::from_bytes(&good[..n], tok.clone()), &format!("truncated to {n}"));
     }
     // A byte flipped anywhere: the header checks or the checksum catch it.
-    let mut rng = Rng(0xC0FF_EE);
+    let mut rng = Rng(0x00C0_FFEE);
     for _ in 0..2000 {
         let mut b = good.clone();
         let i = rng.below(b.len());

@@ -266,10 +266,10 @@ fn tree_rows_equal_fresh_matchers_and_leave_the_state_alone() {
 fn xgrammar_layout(tree: &DraftTree) -> (Vec<i64>, Vec<i64>) {
     let n = tree.len();
     let (mut first, mut next) = (vec![-1i64; n], vec![-1i64; n]);
-    for v in 0..n {
+    for (v, first) in first.iter_mut().enumerate() {
         let kids: Vec<usize> = tree.children(v).collect();
         if let Some(&k) = kids.first() {
-            first[v] = k as i64;
+            *first = k as i64;
         }
         for w in kids.windows(2) {
             next[w[0]] = w[1] as i64;
@@ -323,8 +323,8 @@ proptest! {
         let tokens: Vec<i64> = links.iter().map(|l| l.2).collect();
         let a: Vec<i64> = links.iter().map(|l| l.0).collect();
         let b: Vec<i64> = links.iter().map(|l| l.1).collect();
-        for t in [DraftTree::from_parents(&tokens, &a), DraftTree::from_xgrammar(&tokens, &a, &b)] {
-            if let Ok(t) = t {
+        for t in [DraftTree::from_parents(&tokens, &a), DraftTree::from_xgrammar(&tokens, &a, &b)].into_iter().flatten() {
+            {
                 // A valid tree: every node reaches the root.
                 for v in 0..t.len() {
                     let (mut u, mut hops) = (v, 0);
@@ -343,7 +343,7 @@ fn batch_fill_equals_sequential_fills_whatever_the_threads() {
     let enc = hf("llama3_1");
     let cases = cases();
     // 24 matchers at different points of different texts.
-    let mut rng = Rng(0xBA7C_4);
+    let mut rng = Rng(0x000B_A7C4);
     let mut matchers = Vec::new();
     for i in 0..24 {
         let (_, spec, text) = &cases[i % cases.len()];

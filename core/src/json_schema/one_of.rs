@@ -77,14 +77,15 @@ pub(crate) fn exclusive(b: &Builder, rest: &Map<String, Value>, branches: &[Valu
                 }
             }
             None => {
-                return exclusive_required(rest, branches).map_or(Exclusive::Overlapping, Exclusive::Exact)
+                return exclusive_required(b, rest, branches, ptr)
+                    .map_or(Exclusive::Overlapping, Exclusive::Exact)
             }
         }
     }
     if exact {
         return Exclusive::Exact(branches.to_vec());
     }
-    if let Some(rewritten) = exclusive_required(rest, branches) {
+    if let Some(rewritten) = exclusive_required(b, rest, branches, ptr) {
         return Exclusive::Exact(rewritten);
     }
     let narrowed = branches
@@ -196,8 +197,7 @@ fn excludes(b: &Builder, a: &View, c: &View, depth: u32) -> Option<Option<String
     }
     let props = a.schema.get("properties").and_then(Value::as_object)?;
     let c_props = c.schema.get("properties").and_then(Value::as_object);
-    let c_closed = c.schema.get("additionalProperties") == Some(&Value::Bool(false))
-        && c.schema.get("patternProperties").and_then(Value::as_object).map_or(true, Map::is_empty);
+    let c_closed = closed(b, c);
     let mut found: Option<&str> = None;
     for (p, ps) in props {
         let rejected = match c_props.and_then(|m| m.get(p)) {
@@ -224,7 +224,7 @@ fn excludes(b: &Builder, a: &View, c: &View, depth: u32) -> Option<Option<String
 /// properties) and `c` rejects each member `a` declares (values disjoint, or `c` closed
 /// without it), so an object of `a` with any member fails `c`.
 fn meet_only_empty(b: &Builder, a: &View, c: &View) -> bool {
-    if a.types & c.types & !OBJECT != 0 || !closed(a.schema) {
+    if a.types & c.types & !OBJECT != 0 || !closed(b, a) {
         return false;
     }
     let Some(props) = a.schema.get("properties").and_then(Value::as_object) else { return false };
@@ -234,14 +234,17 @@ fn meet_only_empty(b: &Builder, a: &View, c: &View) -> bool {
             let (pa, pc) = (Builder::child(&a.ptr, "properties", p), Builder::child(&c.ptr, "properties", p));
             disjoint(b, ps, &pa, cs, &pc, 0)
         }
-        None => closed(c.schema),
+        None => closed(b, c),
     })
 }
 
-/// `additionalProperties: false` and no pattern properties: only declared members.
-fn closed(s: &Value) -> bool {
-    s.get("additionalProperties") == Some(&Value::Bool(false))
-        && s.get("patternProperties").and_then(Value::as_object).map_or(true, Map::is_empty)
+/// `additionalProperties: false` (behind `$ref`s too) and no pattern properties: only
+/// declared members.
+fn closed(b: &Builder, v: &View) -> bool {
+    let Some(extra) = v.schema.get("additionalProperties") else { return false };
+    let (extra, _) = follow(b, extra, &Builder::child(&v.ptr, "additionalProperties", ""));
+    extra == &Value::Bool(false)
+        && v.schema.get("patternProperties").and_then(Value::as_object).map_or(true, Map::is_empty)
 }
 
 /// Whether `{}` satisfies a branch: `None` when the branch says more than this can judge.
@@ -301,7 +304,12 @@ fn without_shared_empty(views: &[View], branches: &[Value]) -> Option<Vec<Value>
 /// one of its names is absent, so branch `i` gets, for every other branch `j`,
 /// `anyOf: [{properties: {n: false}} for n in names_j]` (one property suffices when `j`
 /// names one), and no object matches two branches. `None` when the form does not apply.
-fn exclusive_required(rest: &Map<String, Value>, branches: &[Value]) -> Option<Vec<Value>> {
+fn exclusive_required(
+    b: &Builder,
+    rest: &Map<String, Value>,
+    branches: &[Value],
+    ptr: &str,
+) -> Option<Vec<Value>> {
     if rest.get("type").and_then(Value::as_str) != Some("object") {
         return None;
     }
@@ -318,7 +326,11 @@ fn exclusive_required(rest: &Map<String, Value>, branches: &[Value]) -> Option<V
             .collect::<Option<_>>()?;
         (!names.is_empty()).then_some(names)
     };
-    let names: Vec<Vec<String>> = branches.iter().map(only_required).collect::<Option<_>>()?;
+    let names: Vec<Vec<String>> = branches
+        .iter()
+        .enumerate()
+        .map(|(i, s)| only_required(follow(b, s, &format!("{ptr}/oneOf/{i}")).0))
+        .collect::<Option<_>>()?;
     let absent = |n: &String| json!({ "properties": { n.clone(): false } });
     let mut out = Vec::with_capacity(names.len());
     for (i, own) in names.iter().enumerate() {

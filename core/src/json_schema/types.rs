@@ -630,11 +630,18 @@ impl<'a> Builder<'a> {
     }
 
     fn unenforced(&mut self, k: &str, m: &Map<String, Value>, ptr: &str) -> Result<(), SchemaError> {
+        // `true` (the schema that allows everything) may sit behind a `$ref`.
+        let allows_all = |b: &mut Self| -> Result<bool, SchemaError> {
+            let v = m.get(k).cloned().unwrap_or(Value::Bool(false));
+            Ok(b.plain(&v, &format!("{ptr}/{k}"))? == Value::Bool(true))
+        };
+        if matches!(k, "unevaluatedProperties" | "unevaluatedItems") && allows_all(self)? {
+            return Ok(());
+        }
         match k {
             "uniqueItems" if m.get(k) == Some(&Value::Bool(false)) => Ok(()),
             "uniqueItems" if m.get("maxItems").and_then(Value::as_u64).is_some_and(|n| n <= 1) => Ok(()),
             "then" | "else" if !m.contains_key("if") => Ok(()),
-            "unevaluatedProperties" | "unevaluatedItems" if m.get(k) == Some(&Value::Bool(true)) => Ok(()),
             _ => self.unsupported(
                 k,
                 "not enforced by the grammar",

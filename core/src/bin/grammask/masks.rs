@@ -51,14 +51,15 @@ fn read_tree(path: &PathBuf) -> Result<DraftTree, String> {
         .map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// `{"allowed", "sha256"}` (and `"ids"`) of mask row `r`.
-fn row_line(mask: &TokenBitmask, r: usize, ids: bool) -> serde_json::Value {
+/// `line` with `"allowed"`, `"sha256"` (and `"ids"`) of mask row `r` appended.
+fn with_row(mut line: serde_json::Value, mask: &TokenBitmask, r: usize, ids: bool) -> serde_json::Value {
     let mut h = Sha256::new();
     for w in mask.row(r) {
         h.update(w.to_le_bytes());
     }
     let hex: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
-    let mut line = json!({"allowed": mask.count_allowed(r), "sha256": hex});
+    line["allowed"] = json!(mask.count_allowed(r));
+    line["sha256"] = json!(hex);
     if ids {
         line["ids"] = json!(mask.allowed_ids(r));
     }
@@ -85,9 +86,7 @@ pub fn run(a: &MasksArgs) -> Result<(), String> {
         let t0 = Instant::now();
         m.fill_next_token_bitmask(mask.row_mut(0)).map_err(|e| e.to_string())?;
         let fill_us = t0.elapsed().as_secs_f64() * 1e6;
-        let mut line = json!({"step": i, "token": id});
-        line.as_object_mut()
-            .map(|o| o.extend(row_line(&mask, 0, a.ids).as_object().cloned().unwrap_or_default()));
+        let mut line = with_row(json!({"step": i, "token": id}), &mask, 0, a.ids);
         line["fill_us"] = json!((fill_us * 100.0).round() / 100.0);
         out!("{line}");
         if m.accept_token(id).is_err() {
@@ -99,10 +98,7 @@ pub fn run(a: &MasksArgs) -> Result<(), String> {
         let mut rows = TokenBitmask::new(tree.len(), vocab);
         m.fill_draft_tree_bitmasks(tree, &mut rows, 0).map_err(|e| e.to_string())?;
         for v in 0..tree.len() {
-            let mut line = json!({"node": v});
-            line.as_object_mut()
-                .map(|o| o.extend(row_line(&rows, v, a.ids).as_object().cloned().unwrap_or_default()));
-            out!("{line}");
+            out!("{}", with_row(json!({"node": v}), &rows, v, a.ids));
         }
     }
     out!("{}", json!({"accepted": accepted, "can_terminate": m.can_terminate()}));

@@ -175,6 +175,8 @@ fn trees(a: &ServingArgs, cases: &[Case], compiled: &[Arc<CompiledGrammar>]) -> 
     let mut rng = Rng(0x5EED_7EE5);
     for (c, g) in cases.iter().zip(compiled) {
         let (mut tree_us, mut naive_us, mut nodes) = (Vec::new(), Vec::new(), 0);
+        // Per tree: median µs of the tree fill and of the per-node fills.
+        let mut per_tree: Vec<(f64, f64)> = Vec::new();
         let positions: Vec<usize> = (1..=4).map(|k| c.ids.len() * k / 5).collect();
         for &p in &positions {
             let mut m = GrammarMatcher::new(g.clone());
@@ -206,10 +208,11 @@ fn trees(a: &ServingArgs, cases: &[Case], compiled: &[Arc<CompiledGrammar>]) -> 
                     path
                 })
                 .collect();
+            let (mut this_tree, mut this_naive) = (Vec::new(), Vec::new());
             for _ in 0..a.repeats {
                 let t = Instant::now();
                 m.fill_draft_tree_bitmasks(&tree, &mut mask, 0).map_err(|e| e.to_string())?;
-                tree_us.push(us(t));
+                this_tree.push(us(t));
                 // The same rows one node at a time: a fork fed the node's whole path.
                 let t = Instant::now();
                 for (v, path) in paths.iter().enumerate() {
@@ -218,13 +221,22 @@ fn trees(a: &ServingArgs, cases: &[Case], compiled: &[Arc<CompiledGrammar>]) -> 
                         let _ = f.fill_next_token_bitmask(mask.row_mut(v));
                     }
                 }
-                naive_us.push(us(t));
+                this_naive.push(us(t));
             }
+            tree_us.extend(&this_tree);
+            naive_us.extend(&this_naive);
+            per_tree.push((median(&mut this_tree), median(&mut this_naive)));
         }
         let (t, n) = (median(&mut tree_us), median(&mut naive_us));
         out!("| {} | {} | {nodes} | {t:.1} | {n:.1} | {:.2} |", c.name, positions.len(), t / n);
         if a.json {
-            out!("{}", json!({"bench": "tree", "case": c.name, "tree_us": t, "per_node_us": n}));
+            let trees: Vec<f64> = per_tree.iter().map(|p| (p.0 * 10.0).round() / 10.0).collect();
+            let nodes: Vec<f64> = per_tree.iter().map(|p| (p.1 * 10.0).round() / 10.0).collect();
+            out!(
+                "{}",
+                json!({"bench": "tree", "case": c.name, "tree_us": t, "per_node_us": n,
+                       "tree_medians_us": trees, "per_node_medians_us": nodes})
+            );
         }
     }
     if let Some(p) = &a.dump_trees {
