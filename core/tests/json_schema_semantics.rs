@@ -184,13 +184,19 @@ fn one_of_with_disjoint_values_is_exact() {
     ];
     check(s, &JsonSchemaOptions::default(), cases);
     check(s, &json_semantics(), cases);
-    // Overlapping values stay an unsupported keyword.
-    for overlap in
-        [r#"{"oneOf":[{"enum":["a","b"]},{"enum":["b",1]}]}"#, r#"{"oneOf":[{"const":1},{"enum":[1.0]}]}"#]
-    {
-        let e = json_schema_str_to_grammar(overlap, &JsonSchemaOptions::default()).unwrap_err();
-        assert!(matches!(e.kind, SchemaErrorKind::Unsupported { .. }), "{overlap}: {e}");
-    }
+    // Overlapping values are decided per value (issue 27: finite values): a value in two
+    // branches is not valid, the others are.
+    check(
+        r#"{"oneOf":[{"enum":["a","b"]},{"enum":["b",1]}]}"#,
+        &JsonSchemaOptions::default(),
+        &[(r#""a""#, true), (r#""b""#, false), ("1", true)],
+    );
+    let e = json_schema_str_to_grammar(
+        r#"{"oneOf":[{"const":1},{"enum":[1.0]}]}"#,
+        &JsonSchemaOptions::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(e.kind, SchemaErrorKind::Unsatisfiable(_)), "{e}");
 }
 
 #[test]
@@ -941,4 +947,58 @@ fn not_behind_a_ref_is_enforced() {
             &[(r#""a""#, false), (r#""b""#, false), (r#""z""#, true), (r#""c""#, c_ok)],
         );
     }
+}
+
+/// Issue 27 §2: finitely many values decide every keyword beside them, per value, with a
+/// full validator — exact where the keyword-level path would refuse or ignore.
+#[test]
+fn finite_values_decide_every_keyword() {
+    let opts = JsonSchemaOptions::default();
+    // The issue's synthetic schema (refused before by grammask and llguidance).
+    check(
+        r#"{"allOf": [{"enum": [[1,2,3,4,5]]}, {"not": {"not": {"additionalItems": false}}}]}"#,
+        &opts,
+        &[("[1, 2, 3, 4, 5]", true), ("[1, 2, 3, 4]", false)],
+    );
+    // `not` of a structured schema, `if`/`then`/`else`, `oneOf` of overlapping branches,
+    // `uniqueItems`, formats, `multipleOf` on floats and a `pattern` beside an enum.
+    let cases: &[(&str, &[(&str, bool)])] = &[
+        (
+            r#"{"enum": [{"a": 1}, {"a": 2}, {"b": 1}], "not": {"required": ["b"]}}"#,
+            &[(r#"{"a": 1}"#, true), (r#"{"a": 2}"#, true), (r#"{"b": 1}"#, false)],
+        ),
+        (
+            r#"{"enum": [1, 2, 3, 4], "if": {"minimum": 3}, "then": {"multipleOf": 2}, "else": {"const": 1}}"#,
+            &[("1", true), ("2", false), ("3", false), ("4", true)],
+        ),
+        (
+            r#"{"enum": [1, 2, 3], "oneOf": [{"minimum": 2}, {"maximum": 2}]}"#,
+            &[("1", true), ("2", false), ("3", true)],
+        ),
+        (r#"{"enum": [[1, 1], [1, 2]], "uniqueItems": true}"#, &[("[1, 2]", true), ("[1, 1]", false)]),
+        (
+            r#"{"enum": ["a@b.co", "nope"], "format": "email"}"#,
+            &[(r#""a@b.co""#, true), (r#""nope""#, false)],
+        ),
+        (r#"{"enum": [0.3, 0.35], "multipleOf": 0.1}"#, &[("0.3", true), ("0.35", false)]),
+        (r#"{"enum": ["ab", "c1"], "pattern": "^[a-z]+$"}"#, &[(r#""ab""#, true), (r#""c1""#, false)]),
+        (
+            r##"{"$defs": {"v": {"enum": ["x", "y", "z"]}}, "allOf": [{"$ref": "#/$defs/v"}], "not": {"const": "y"}}"##,
+            &[(r#""x""#, true), (r#""y""#, false), (r#""z""#, true)],
+        ),
+        (
+            r#"{"anyOf": [{"const": 1}, {"enum": [2, 3]}], "not": {"enum": [3]}, "dependentSchemas": {}}"#,
+            &[("1", true), ("2", true), ("3", false)],
+        ),
+    ];
+    for (schema, instances) in cases {
+        check(schema, &opts, instances);
+    }
+    // Nothing survives: unsatisfiable, as a typed error.
+    let e = json_schema_str_to_grammar(
+        r#"{"enum": [1, 2], "not": {"enum": [1, 2]}, "uniqueItems": true}"#,
+        &opts,
+    )
+    .unwrap_err();
+    assert!(matches!(e.kind, SchemaErrorKind::Unsatisfiable(_)), "{e}");
 }

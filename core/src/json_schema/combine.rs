@@ -24,7 +24,7 @@ const MAX_INLINE: usize = 64;
 const MAX_PRODUCT: usize = 64;
 
 /// Rewrites every `$ref` in `v` (located at `ptr`) to an absolute reference.
-fn absolutize(b: &Builder, v: &Value, ptr: &str) -> Value {
+pub(crate) fn absolutize(b: &Builder, v: &Value, ptr: &str) -> Value {
     match v {
         Value::Object(m) => {
             let mut out = Map::new();

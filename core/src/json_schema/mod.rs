@@ -96,6 +96,7 @@
 
 mod array;
 mod combine;
+mod finite;
 pub mod format;
 mod number;
 mod object;

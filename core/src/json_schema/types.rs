@@ -487,7 +487,20 @@ impl<'a> Builder<'a> {
         Ok(Expr::Rule(id))
     }
 
+    /// Draft 4–7 documents, where a `$ref`'s siblings are ignored.
+    pub fn ref_alone(&self) -> bool {
+        self.ref_alone
+    }
+
     fn map_schema(&mut self, m: &Map<String, Value>, ptr: &str, level: u32) -> Result<Expr, SchemaError> {
+        // Finitely many values: every keyword is decided per value, before anything else
+        // (a lone `$ref` is left to its target, which is converted once as a rule).
+        let lone_ref = m.contains_key("$ref") && (self.ref_alone || m.len() == 1);
+        if !lone_ref {
+            if let Some(values) = super::finite::values(self, m, ptr) {
+                return self.enum_values(&values, ALL_TYPES, &Map::new(), ptr, level);
+            }
+        }
         if let Some(rewritten) = combine::dependencies_as_all_of(self, m, ptr)? {
             return self.map_schema(&rewritten, ptr, level);
         }
