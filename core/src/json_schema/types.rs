@@ -139,6 +139,9 @@ pub(crate) struct Builder<'a> {
     pub resolver: Resolver,
     pub rules: Vec<Rule>,
     memo: HashMap<(String, u32), RuleId>,
+    /// Rules of merged `allOf` / `$ref`-with-siblings schemas, by absolutized schema text
+    /// and level (see [`Builder::map_schema`]).
+    merged: HashMap<(String, u32), RuleId>,
     any_memo: FxHashMap<u32, RuleId>,
     number_rule: Option<RuleId>,
     /// Integer ranges already built, by bounds (see [`Builder::int_range`]).
@@ -167,6 +170,7 @@ impl<'a> Builder<'a> {
             resolver: Resolver::new(root, legacy_draft(root)),
             rules: vec![Rule::new("root", Expr::Empty)],
             memo: HashMap::new(),
+            merged: HashMap::new(),
             any_memo: FxHashMap::default(),
             number_rule: None,
             int_ranges: FxHashMap::default(),
@@ -515,13 +519,27 @@ impl<'a> Builder<'a> {
             }
         }
         if m.contains_key("$ref") || m.contains_key("allOf") {
-            let merged = combine::merge_schema(self, m, ptr)?;
-            return match merged {
+            // One rule per distinct merged schema (references made absolute) and level:
+            // a recursion through `allOf` (`Foo: {properties: {kids: {allOf: [{$ref:
+            // Foo}, …]}}}`) refers back to its rule instead of being inlined until the
+            // depth limit — as the same recursion behind a plain `$ref` does.
+            let key = (
+                combine::absolutize(self, &Value::Object(m.clone()), ptr).to_string(),
+                self.memo_level(level),
+            );
+            if let Some(&id) = self.merged.get(&key) {
+                return Ok(Expr::Rule(id));
+            }
+            let id = self.new_rule("merged", ptr)?;
+            self.merged.insert(key, id);
+            let body = match combine::merge_schema(self, m, ptr)? {
                 Value::Object(mm) if mm.contains_key("allOf") || mm.contains_key("$ref") => {
-                    Err(self.not_schema("internal: allOf left after merging", ptr))
+                    return Err(self.not_schema("internal: allOf left after merging", ptr))
                 }
-                v => self.schema(&v, ptr, level),
+                v => self.schema(&v, ptr, level)?,
             };
+            self.rules[id.index()].body = body;
+            return Ok(Expr::Rule(id));
         }
         for key in ["anyOf", "oneOf"] {
             if let Some(branches) = m.get(key) {

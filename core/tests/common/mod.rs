@@ -2,6 +2,7 @@
 //! Shared test helpers: data paths, tokenizers, a small deterministic RNG.
 
 pub mod oracle;
+pub mod refs;
 
 use grammask::{TokenizerInfo, TokenizerOptions};
 use std::path::PathBuf;
