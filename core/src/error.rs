@@ -19,6 +19,10 @@ pub enum Error {
     /// A regex could not be converted (the error carries the byte offset).
     #[error(transparent)]
     Regex(#[from] crate::regex::RegexError),
+    /// A structural tag could not be converted (the error carries the JSON pointer, and
+    /// the embedded schema's, regex's or grammar's own location).
+    #[error(transparent)]
+    StructuralTag(#[from] crate::structural_tag::StructuralTagError),
     /// The tokenizer could not be loaded or decoded.
     #[error("tokenizer: {0}")]
     Tokenizer(String),

@@ -18,6 +18,7 @@
 //! - [`grammar`]: the IR, the EBNF dialect, the builtin JSON grammar.
 //! - [`automata`]: optimization passes and per-rule DFAs.
 //! - [`compiler`]: [`GrammarCompiler`], [`CompiledGrammar`] and the adaptive mask cache.
+//! - [`structural_tag`]: XGrammar's structural tags (free text with tagged regions).
 //! - [`matcher`]: the [`GrammarMatcher`] parse state.
 //! - [`bitmask`]: [`TokenBitmask`] and applying masks to logits.
 //! - [`batch`]: many constraints' rows filled in one parallel call.
@@ -51,6 +52,7 @@ pub mod grammar;
 pub mod json_schema;
 pub mod matcher;
 pub mod regex;
+pub mod structural_tag;
 pub mod tokenizer;
 
 pub use bitmask::TokenBitmask;
@@ -61,4 +63,5 @@ pub use grammar::Grammar;
 pub use json_schema::{json_schema_str_to_grammar, json_schema_to_grammar, JsonSchemaOptions, SchemaError};
 pub use matcher::GrammarMatcher;
 pub use regex::{regex_to_grammar, RegexError};
+pub use structural_tag::{structural_tag_to_grammar, StructuralTagError};
 pub use tokenizer::{TokenizerInfo, TokenizerOptions, VocabKind};

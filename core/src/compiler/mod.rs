@@ -66,6 +66,8 @@ pub enum GrammarSpec {
     Regex(String),
     /// An already-built grammar IR.
     Grammar(Grammar),
+    /// A structural tag (XGrammar's JSON format, see [`crate::structural_tag`]).
+    StructuralTag(String),
 }
 
 impl GrammarSpec {
@@ -92,6 +94,7 @@ impl GrammarSpec {
             GrammarSpec::Regex(r) => format!("regex\0{r}"),
             // Debug, not the EBNF text: that leaves out `keep` and member sets.
             GrammarSpec::Grammar(g) => format!("ir\0{g:?}"),
+            GrammarSpec::StructuralTag(t) => format!("structural-tag\0{t}"),
         }
     }
 
@@ -103,6 +106,7 @@ impl GrammarSpec {
             GrammarSpec::JsonSchema { schema, options } => json_schema_str_to_grammar(schema, options)?,
             GrammarSpec::Regex(r) => regex_to_grammar(r, &RegexLimits::default())?,
             GrammarSpec::Grammar(g) => g.clone(),
+            GrammarSpec::StructuralTag(t) => crate::structural_tag::structural_tag_to_grammar_with(t, limits)?,
         })
     }
 }

@@ -119,7 +119,8 @@ pub enum Whitespace {
     Compact,
     /// Any JSON whitespace (`[ \t\n\r]`), at most `max` characters in each gap.
     Any {
-        /// Longest whitespace run allowed in one gap.
+        /// Longest whitespace run allowed in one gap (`u32::MAX`: unbounded, as
+        /// XGrammar's structural tags write JSON).
         max: u32,
     },
     /// Pretty-printed like `json.dumps(…, indent=n)`: members on their own lines,

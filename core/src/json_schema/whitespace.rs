@@ -55,7 +55,7 @@ impl Layout {
             Whitespace::Any { max } => Expr::Repeat {
                 expr: Box::new(Expr::Class(vec![(9, 10), (13, 13), (32, 32)])),
                 min: 0,
-                max: Some(max),
+                max: (max != u32::MAX).then_some(max),
             },
             _ => Expr::Empty,
         }

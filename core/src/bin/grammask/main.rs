@@ -72,13 +72,16 @@ pub struct GrammarArgs {
     /// A regular expression the whole output must match.
     #[arg(long, group = "source")]
     regex: Option<String>,
+    /// A structural tag file (XGrammar's JSON format: free text with tagged regions).
+    #[arg(long, group = "source")]
+    structural_tag: Option<PathBuf>,
     /// With `--json-schema`: objects that say nothing about `additionalProperties` allow
     /// extra members (JSON Schema's meaning) instead of none (strict, the default).
-    #[arg(long, requires = "json_schema", conflicts_with_all = ["grammar", "builtin_json", "regex"])]
+    #[arg(long, requires = "json_schema", conflicts_with_all = ["grammar", "builtin_json", "regex", "structural_tag"])]
     allow_extra_properties: bool,
     /// With `--json-schema`: object members in the schema's order only (as XGrammar and
     /// llguidance generate) instead of any order.
-    #[arg(long, requires = "json_schema", conflicts_with_all = ["grammar", "builtin_json", "regex"])]
+    #[arg(long, requires = "json_schema", conflicts_with_all = ["grammar", "builtin_json", "regex", "structural_tag"])]
     schema_order: bool,
 }
 
@@ -96,6 +99,10 @@ impl GrammarArgs {
         }
         if let Some(r) = &self.regex {
             return Ok(GrammarSpec::Regex(r.clone()));
+        }
+        if let Some(p) = &self.structural_tag {
+            let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+            return Ok(GrammarSpec::StructuralTag(text));
         }
         match &self.grammar {
             Some(p) => {
@@ -119,6 +126,9 @@ impl GrammarArgs {
         }
         if let Some(r) = &self.regex {
             return format!("regex {r}");
+        }
+        if let Some(p) = &self.structural_tag {
+            return p.display().to_string();
         }
         match &self.grammar {
             Some(p) => p.display().to_string(),

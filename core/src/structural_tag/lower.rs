@@ -1,0 +1,219 @@
+//! [`Node`] tree → grammar IR.
+//!
+//! Formats become inline expressions of one root rule, so free text, triggers, tag
+//! markers and constant strings share one DFA (see [`super::text`] for why that matters).
+//! Embedded JSON schemas and EBNF grammars keep their own rules, renamed with a prefix
+//! and renumbered into the result; their roots are referenced from the root expression.
+//!
+//! The meaning of each format follows XGrammar 0.2.8 (as its grammar printer shows it):
+//! - free text (`any_text`, the text between `triggered_tags`) inside a `tag` avoids the
+//!   innermost tag's `end` strings — anywhere in the tag's content, as in XGrammar — and
+//!   the tag then writes one of them; at top level free text runs to the end of output;
+//! - `triggered_tags`: free text up to the first trigger, then the rest of a tag that
+//!   begins with it, repeatedly; `at_least_one` makes the output start with a tag,
+//!   `stop_after_first` ends it after one;
+//! - `dispatch`: the same with `(pattern, format)` rules, not given the tag's `end`
+//!   strings (XGrammar passes it none either).
+
+use super::error::{child, StructuralTagError as Error, StructuralTagErrorKind as Kind};
+use super::parse::{Format, Node, Tag};
+use super::text::{alt2, free_text, nothing, seq2, FreeText};
+use crate::grammar::{parse_ebnf, Expr, Grammar, ParseLimits, Rule, RuleId};
+use crate::json_schema::{json_schema_to_grammar, JsonSchemaOptions, PropertyOrder, Whitespace};
+use crate::regex::{regex_to_expr, RegexLimits};
+
+type R<T> = Result<T, Error>;
+
+/// Most rules in the result (embedded schemas and grammars together).
+pub(crate) const MAX_RULES: usize = 100_000;
+
+pub(crate) struct Lower<'a> {
+    rules: Vec<Rule>,
+    parse_limits: &'a ParseLimits,
+    embedded: usize,
+}
+
+/// Lowers a parsed structural tag to a grammar whose root rule is `root`.
+pub(crate) fn lower(node: &Node, parse_limits: &ParseLimits) -> R<Grammar> {
+    let mut l = Lower { rules: vec![Rule::new("root", Expr::Empty)], parse_limits, embedded: 0 };
+    let body = l.format(node, None)?;
+    l.rules[0].body = body;
+    Ok(Grammar { rules: l.rules, root: RuleId(0) })
+}
+
+fn lit(s: &str) -> Expr {
+    if s.is_empty() {
+        Expr::Empty
+    } else {
+        Expr::Literal(s.to_string())
+    }
+}
+
+fn alt_all(items: impl IntoIterator<Item = Expr>) -> Expr {
+    items.into_iter().reduce(alt2).unwrap_or_else(nothing)
+}
+
+fn star(e: Expr) -> Expr {
+    Expr::Repeat { expr: Box::new(e), min: 0, max: None }
+}
+
+impl Lower<'_> {
+    /// `node` as an expression; `ends`: the end strings of the innermost enclosing tag,
+    /// which free text must not contain.
+    fn format(&mut self, node: &Node, ends: Option<&[String]>) -> R<Expr> {
+        let ptr = node.pointer.as_str();
+        Ok(match &node.format {
+            Format::ConstString(s) => lit(s),
+            Format::JsonSchema { schema, any_order, max_whitespace } => {
+                // XGrammar's structural tags write JSON with any whitespace between
+                // tokens (unbounded unless `max_whitespace_cnt`), members in schema order
+                // unless `any_order`.
+                let options = JsonSchemaOptions {
+                    whitespace: Whitespace::Any { max: max_whitespace.unwrap_or(u32::MAX) },
+                    property_order: if *any_order { PropertyOrder::Any } else { PropertyOrder::Schema },
+                    ..Default::default()
+                };
+                let g = json_schema_to_grammar(schema, &options)
+                    .map_err(|e| Error::new(&child(ptr, "json_schema"), Kind::Schema(e)))?;
+                self.embed(g, ptr)?
+            }
+            Format::Regex(p) => regex_to_expr(p, &RegexLimits::default())
+                .map_err(|e| Error::new(&child(ptr, "pattern"), Kind::Regex(e)))?,
+            Format::Grammar(text) => {
+                let g = parse_ebnf(text, "root", self.parse_limits)
+                    .map_err(|e| Error::new(&child(ptr, "grammar"), Kind::Grammar(e)))?;
+                self.embed(g, ptr)?
+            }
+            Format::AnyText { excludes } => {
+                let dead = with_ends(excludes, ends);
+                self.text(&[], &dead, ptr)?.rest
+            }
+            Format::Sequence(items) => {
+                let mut e = Expr::Empty;
+                for item in items {
+                    e = seq2(e, self.format(item, ends)?);
+                }
+                e
+            }
+            Format::Or(items) => {
+                let mut alts = Vec::with_capacity(items.len());
+                for item in items {
+                    alts.push(self.format(item, ends)?);
+                }
+                alt_all(alts)
+            }
+            Format::Repeat { content, min, max } => {
+                Expr::Repeat { expr: Box::new(self.format(content, ends)?), min: *min, max: *max }
+            }
+            Format::Tag(tag) => self.tag(tag, None)?,
+            Format::TriggeredTags { triggers, tags, at_least_one, stop_after_first, excludes } => {
+                let dead = with_ends(excludes, ends);
+                let text = self.text(triggers, &dead, ptr)?;
+                let mut branches = Vec::with_capacity(triggers.len());
+                for (t, until) in triggers.iter().zip(text.until) {
+                    let mut rests = Vec::new();
+                    for tag in tags.iter().filter(|tag| tag.begin.starts_with(t.as_str())) {
+                        rests.push(self.tag(tag, Some(t.len()))?);
+                    }
+                    branches.push(seq2(until, alt_all(rests)));
+                }
+                let branch = alt_all(branches);
+                match (at_least_one, stop_after_first) {
+                    (false, false) => seq2(star(branch), text.rest),
+                    (true, false) => seq2(seq2(self.tags(tags)?, star(branch)), text.rest),
+                    (false, true) => alt2(text.rest, branch),
+                    (true, true) => self.tags(tags)?,
+                }
+            }
+            Format::TagsWithSeparator { tags, separator, at_least_one, stop_after_first } => {
+                let one = self.tags(tags)?;
+                let some = if *stop_after_first { one } else { seq2(one.clone(), star(seq2(lit(separator), one))) };
+                if *at_least_one {
+                    some
+                } else {
+                    alt2(Expr::Empty, some)
+                }
+            }
+            Format::Dispatch { rules, repeat, excludes } => {
+                let patterns: Vec<String> = rules.iter().map(|(p, _)| p.clone()).collect();
+                let text = self.text(&patterns, excludes, ptr)?;
+                let mut branches = Vec::with_capacity(rules.len());
+                for ((_, content), until) in rules.iter().zip(text.until) {
+                    branches.push(seq2(until, self.format(content, ends)?));
+                }
+                let branch = alt_all(branches);
+                if *repeat {
+                    seq2(star(branch), text.rest)
+                } else {
+                    alt2(text.rest, branch)
+                }
+            }
+        })
+    }
+
+    /// `begin content end`; with `skip`, without the first `skip` bytes of `begin` (the
+    /// trigger that free text already wrote).
+    fn tag(&mut self, tag: &Tag, skip: Option<usize>) -> R<Expr> {
+        let ends: Vec<String> = tag.ends.clone();
+        if ends.iter().all(String::is_empty) && is_unlimited(&tag.content) {
+            return Err(Error::new(&child(&tag.pointer, "end"), Kind::UnlimitedContentWithoutEnd));
+        }
+        let begin = tag.begin.get(skip.unwrap_or(0)..).unwrap_or_default();
+        let content = self.format(&tag.content, Some(&ends))?;
+        Ok(seq2(seq2(lit(begin), content), alt_all(ends.iter().map(|e| lit(e)))))
+    }
+
+    /// Any one of `tags`, whole.
+    fn tags(&mut self, tags: &[Tag]) -> R<Expr> {
+        let mut v = Vec::with_capacity(tags.len());
+        for tag in tags {
+            v.push(self.tag(tag, None)?);
+        }
+        Ok(alt_all(v))
+    }
+
+    fn text(&self, finals: &[String], dead: &[String], ptr: &str) -> R<FreeText> {
+        free_text(finals, dead).map_err(|(what, given, limit)| Error::new(ptr, Kind::Limit { what, given, limit }))
+    }
+
+    /// Adds `g`'s rules (renamed `s<n>_<name>`, renumbered) and returns a reference to its
+    /// root.
+    fn embed(&mut self, g: Grammar, ptr: &str) -> R<Expr> {
+        let base = self.rules.len() as u32;
+        if self.rules.len() + g.rules.len() > MAX_RULES {
+            return Err(Error::new(
+                ptr,
+                Kind::Limit { what: "rules", given: self.rules.len() + g.rules.len(), limit: MAX_RULES },
+            ));
+        }
+        self.embedded += 1;
+        let prefix = format!("s{}_", self.embedded);
+        for mut rule in g.rules {
+            rule.name = format!("{prefix}{}", rule.name);
+            rule.body.map_rules(&mut |r| Expr::Rule(RuleId(r.0 + base)));
+            if let Some(set) = rule.members.as_mut() {
+                set.map_rules(&mut |r| Some(RuleId(r.0 + base)));
+            }
+            self.rules.push(rule);
+        }
+        Ok(Expr::Rule(RuleId(g.root.0 + base)))
+    }
+}
+
+/// Free text that only the enclosing tag's `end` can stop (XGrammar's "unlimited"
+/// content): `any_text` or `triggered_tags` anywhere in it, outside nested tags.
+fn is_unlimited(node: &Node) -> bool {
+    match &node.format {
+        Format::AnyText { .. } | Format::TriggeredTags { .. } => true,
+        Format::Sequence(v) | Format::Or(v) => v.iter().any(is_unlimited),
+        Format::Repeat { content, .. } => is_unlimited(content),
+        _ => false,
+    }
+}
+
+/// `excludes` plus the non-empty enclosing `ends`.
+fn with_ends(excludes: &[String], ends: Option<&[String]>) -> Vec<String> {
+    let mut v = excludes.to_vec();
+    v.extend(ends.unwrap_or_default().iter().filter(|e| !e.is_empty()).cloned());
+    v
+}

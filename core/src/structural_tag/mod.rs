@@ -1,0 +1,102 @@
+//! Structural tags (XGrammar's format) → grammar IR: free text with tagged regions, the
+//! constraint behind tool calling.
+//!
+//! ```text
+//! JSON text ──parse──▶ Node tree (formats, each with its JSON pointer; every field checked)
+//!           ──lower──▶ Grammar: one root expression (free text, markers, constants)
+//!                      + the rules of embedded JSON schemas / EBNF grammars
+//! ```
+//!
+//! A structural tag is `{"type": "structural_tag", "format": F}` where `F` is one of the
+//! formats of XGrammar 0.2.8 (`xgrammar/structural_tag.py`), with the same meaning:
+//!
+//! | format | fields | language |
+//! |---|---|---|
+//! | `const_string` | `value` | the string |
+//! | `json_schema` | `json_schema`, `style` (`json` only), `any_order`, `max_whitespace_cnt` | a JSON instance, any whitespace between tokens, members in schema order (any order with `any_order`) |
+//! | `regex` | `pattern` | a full match of the ECMA-262 pattern |
+//! | `grammar` | `grammar` | the EBNF grammar's `root` |
+//! | `any_text` | `excludes` | any text containing no exclude (inside a `tag`: nor the tag's `end`) |
+//! | `sequence` / `or` | `elements` | concatenation / alternatives |
+//! | `optional` / `star` / `plus` | `content` | 0–1 / 0+ / 1+ times |
+//! | `repeat` | `min`, `max` (-1: unbounded), `content` | `min..=max` times |
+//! | `tag` | `begin`, `content`, `end` (string or list) | `begin content end` |
+//! | `triggered_tags` | `triggers`, `tags`, `at_least_one`, `stop_after_first`, `excludes` | free text; at the first trigger, the rest of a tag whose `begin` starts with it; repeat |
+//! | `tags_with_separator` | `tags`, `separator`, `at_least_one`, `stop_after_first` | tags separated by `separator`, nothing else |
+//! | `dispatch` | `rules` (`[pattern, format]` pairs), `loop`, `excludes` | free text; at the first pattern, its format; repeat while `loop` |
+//!
+//! The older form `{"type": "structural_tag", "structures": [{"begin", "schema", "end"}],
+//! "triggers": […]}` is a `triggered_tags` format of JSON-schema tags.
+//!
+//! # Free text is regular, so masks stay cached
+//! Free text is built as a regular expression from an Aho–Corasick automaton over the
+//! triggers, excludes and end strings ([`text`](self) module): "text up to the first
+//! trigger" is exact — a text that contains a trigger must go on with a tag — and it is
+//! part of the same DFA as the trigger and the tag's `begin`, so the mask cache classifies
+//! nearly every token at a free-text position wholesale, including tokens that straddle a
+//! trigger (`<tool` then `_call>`).
+//!
+//! # Not supported (typed errors, never silent acceptance)
+//! - Token-level formats: `any_tokens`, `token`, `exclude_token`, `token_triggered_tags`,
+//!   `token_dispatch`, and a `token` object as a tag's `begin`/`end`: the matcher never
+//!   produces special tokens from a grammar. For the same reason a tag marker written as
+//!   a string that is also a special token of the tokenizer (`<|python_tag|>` on Llama
+//!   3.1) is matched only by the ordinary tokens that spell it, not by the special token.
+//! - `json_schema` with an XML `style` (`qwen_xml`, …), or with `excludes`;
+//!   `qwen_xml_parameter`.
+//! - `any_text`'s `max_tokens` and `max_chars`.
+//!
+//! # Deliberate differences from XGrammar
+//! - A field a format does not define is an error ([`StructuralTagErrorKind::UnknownField`]);
+//!   pydantic ignores it.
+//! - `any_order: true` accepts members in any order, each declared member at most once and
+//!   required ones present (JSON Schema's meaning, [`PropertyOrder::Any`]); XGrammar's
+//!   looser form also accepts repeated members and missing required ones.
+//! - A trigger that begins no tag is an error (XGrammar fails an internal check).
+//!
+//! [`PropertyOrder::Any`]: crate::json_schema::PropertyOrder::Any
+//!
+//! ```
+//! use std::sync::Arc;
+//! use grammask::{GrammarCompiler, GrammarMatcher, GrammarSpec, TokenizerInfo, TokenizerOptions};
+//! let tag = r#"{"type": "structural_tag", "format": {
+//!     "type": "triggered_tags", "triggers": ["<tool_call>"],
+//!     "tags": [{"begin": "<tool_call>", "end": "</tool_call>",
+//!               "content": {"type": "json_schema", "json_schema": {
+//!                   "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}}]}}"#;
+//! let bytes: Vec<Vec<u8>> = (1u8..128).map(|b| vec![b]).collect();
+//! let tok = TokenizerInfo::from_byte_tokens(bytes, &TokenizerOptions::default())?;
+//! let compiled = GrammarCompiler::new(Arc::new(tok)).compile(&GrammarSpec::StructuralTag(tag.into()))?;
+//! let mut m = GrammarMatcher::new(compiled.clone());
+//! m.accept_string(r#"Let me check. <tool_call>{"n": 7}</tool_call> Done."#)?;
+//! assert!(m.can_terminate());
+//! // After the trigger, only the tag's content may follow.
+//! assert!(GrammarMatcher::new(compiled).accept_string(r#"<tool_call>oops"#).is_err());
+//! // Errors point into the document.
+//! let err = grammask::structural_tag::structural_tag_to_grammar(
+//!     r#"{"type": "structural_tag", "format": {"type": "triggered_tags", "triggers": [], "tags": []}}"#,
+//! ).unwrap_err();
+//! assert_eq!(err.pointer, "/format/triggers");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod error;
+mod lower;
+mod parse;
+mod text;
+
+pub use error::{StructuralTagError, StructuralTagErrorKind};
+
+use crate::grammar::{Grammar, ParseLimits};
+
+/// Converts a structural tag document (JSON text) to a grammar whose root generates
+/// exactly the outputs the tag allows.
+pub fn structural_tag_to_grammar(text: &str) -> Result<Grammar, StructuralTagError> {
+    structural_tag_to_grammar_with(text, &ParseLimits::default())
+}
+
+/// [`structural_tag_to_grammar`] with the limits for embedded EBNF grammars.
+pub fn structural_tag_to_grammar_with(text: &str, limits: &ParseLimits) -> Result<Grammar, StructuralTagError> {
+    let node = parse::parse_document(text)?;
+    lower::lower(&node, limits)
+}
