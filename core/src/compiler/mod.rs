@@ -106,7 +106,9 @@ impl GrammarSpec {
             GrammarSpec::JsonSchema { schema, options } => json_schema_str_to_grammar(schema, options)?,
             GrammarSpec::Regex(r) => regex_to_grammar(r, &RegexLimits::default())?,
             GrammarSpec::Grammar(g) => g.clone(),
-            GrammarSpec::StructuralTag(t) => crate::structural_tag::structural_tag_to_grammar_with(t, limits)?,
+            GrammarSpec::StructuralTag(t) => {
+                crate::structural_tag::structural_tag_to_grammar_with(t, limits)?
+            }
         })
     }
 }

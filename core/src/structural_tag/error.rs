@@ -92,7 +92,9 @@ pub enum StructuralTagErrorKind {
 impl fmt::Display for StructuralTagErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::InvalidJson { line, column, message } => write!(f, "invalid JSON at {line}:{column}: {message}"),
+            Self::InvalidJson { line, column, message } => {
+                write!(f, "invalid JSON at {line}:{column}: {message}")
+            }
             Self::UnknownFormat(t) => write!(f, "unknown format type `{t}`"),
             Self::MissingField(n) => write!(f, "missing field `{n}`"),
             Self::UnknownField(n) => write!(f, "unknown field `{n}`"),

@@ -73,8 +73,9 @@ impl Lower<'_> {
                     property_order: if *any_order { PropertyOrder::Any } else { PropertyOrder::Schema },
                     ..Default::default()
                 };
-                let g = json_schema_to_grammar(schema, &options)
+                let mut g = json_schema_to_grammar(schema, &options)
                     .map_err(|e| Error::new(&child(ptr, "json_schema"), Kind::Schema(e)))?;
+                strip_outer_whitespace(&mut g);
                 self.embed(g, ptr)?
             }
             Format::Regex(p) => regex_to_expr(p, &RegexLimits::default())
@@ -127,7 +128,8 @@ impl Lower<'_> {
             }
             Format::TagsWithSeparator { tags, separator, at_least_one, stop_after_first } => {
                 let one = self.tags(tags)?;
-                let some = if *stop_after_first { one } else { seq2(one.clone(), star(seq2(lit(separator), one))) };
+                let some =
+                    if *stop_after_first { one } else { seq2(one.clone(), star(seq2(lit(separator), one))) };
                 if *at_least_one {
                     some
                 } else {
@@ -173,7 +175,8 @@ impl Lower<'_> {
     }
 
     fn text(&self, finals: &[String], dead: &[String], ptr: &str) -> R<FreeText> {
-        free_text(finals, dead).map_err(|(what, given, limit)| Error::new(ptr, Kind::Limit { what, given, limit }))
+        free_text(finals, dead)
+            .map_err(|(what, given, limit)| Error::new(ptr, Kind::Limit { what, given, limit }))
     }
 
     /// Adds `g`'s rules (renamed `s<n>_<name>`, renumbered) and returns a reference to its
@@ -197,6 +200,20 @@ impl Lower<'_> {
             self.rules.push(rule);
         }
         Ok(Expr::Rule(RuleId(g.root.0 + base)))
+    }
+}
+
+/// Removes the whitespace the JSON Schema converter allows around the root value:
+/// XGrammar's structural tags start the value right after the tag's `begin` and end the
+/// tag right after it (a model's newline there is part of `begin`/`end`).
+fn strip_outer_whitespace(g: &mut Grammar) {
+    let is_ws = |e: &Expr| matches!(e, Expr::Repeat { expr, min: 0, .. } if **expr == Expr::Class(vec![(9, 10), (13, 13), (32, 32)]));
+    let root = g.root.index();
+    if let Some(Rule { body: Expr::Seq(items), .. }) = g.rules.get_mut(root) {
+        if items.len() >= 3 && is_ws(&items[0]) && items.last().is_some_and(is_ws) {
+            items.pop();
+            items.remove(0);
+        }
     }
 }
 

@@ -96,7 +96,10 @@ pub fn structural_tag_to_grammar(text: &str) -> Result<Grammar, StructuralTagErr
 }
 
 /// [`structural_tag_to_grammar`] with the limits for embedded EBNF grammars.
-pub fn structural_tag_to_grammar_with(text: &str, limits: &ParseLimits) -> Result<Grammar, StructuralTagError> {
+pub fn structural_tag_to_grammar_with(
+    text: &str,
+    limits: &ParseLimits,
+) -> Result<Grammar, StructuralTagError> {
     let node = parse::parse_document(text)?;
     lower::lower(&node, limits)
 }

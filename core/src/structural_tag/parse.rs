@@ -36,18 +36,43 @@ pub(crate) struct Tag {
 #[derive(Debug, Clone)]
 pub(crate) enum Format {
     ConstString(String),
-    JsonSchema { schema: Value, any_order: bool, max_whitespace: Option<u32> },
+    JsonSchema {
+        schema: Value,
+        any_order: bool,
+        max_whitespace: Option<u32>,
+    },
     Regex(String),
     Grammar(String),
-    AnyText { excludes: Vec<String> },
+    AnyText {
+        excludes: Vec<String>,
+    },
     Sequence(Vec<Node>),
     Or(Vec<Node>),
-    Repeat { content: Box<Node>, min: u32, max: Option<u32> },
+    Repeat {
+        content: Box<Node>,
+        min: u32,
+        max: Option<u32>,
+    },
     Tag(Tag),
-    TriggeredTags { triggers: Vec<String>, tags: Vec<Tag>, at_least_one: bool, stop_after_first: bool, excludes: Vec<String> },
-    TagsWithSeparator { tags: Vec<Tag>, separator: String, at_least_one: bool, stop_after_first: bool },
+    TriggeredTags {
+        triggers: Vec<String>,
+        tags: Vec<Tag>,
+        at_least_one: bool,
+        stop_after_first: bool,
+        excludes: Vec<String>,
+    },
+    TagsWithSeparator {
+        tags: Vec<Tag>,
+        separator: String,
+        at_least_one: bool,
+        stop_after_first: bool,
+    },
     /// `(pattern, format)` rules; `repeat`: XGrammar's `loop`.
-    Dispatch { rules: Vec<(String, Node)>, repeat: bool, excludes: Vec<String> },
+    Dispatch {
+        rules: Vec<(String, Node)>,
+        repeat: bool,
+        excludes: Vec<String>,
+    },
 }
 
 type R<T> = Result<T, Error>;
@@ -56,10 +81,7 @@ type R<T> = Result<T, Error>;
 /// older `{"type": "structural_tag", "structures": [{begin, schema, end}], "triggers": […]}`.
 pub(crate) fn parse_document(text: &str) -> R<Node> {
     let value: Value = serde_json::from_str(text).map_err(|e| {
-        Error::new(
-            "",
-            Kind::InvalidJson { line: e.line(), column: e.column(), message: e.to_string() },
-        )
+        Error::new("", Kind::InvalidJson { line: e.line(), column: e.column(), message: e.to_string() })
     })?;
     let mut top = Obj::new(&value, "")?;
     if let Some(t) = top.opt("type") {
@@ -102,7 +124,12 @@ fn legacy(top: &mut Obj) -> R<Node> {
                 )
             })?,
             v @ (Value::Object(_) | Value::Bool(_)) => v.clone(),
-            _ => return Err(Error::new(&schema_ptr, Kind::WrongType { expected: "a JSON schema (object, boolean or JSON text)" })),
+            _ => {
+                return Err(Error::new(
+                    &schema_ptr,
+                    Kind::WrongType { expected: "a JSON schema (object, boolean or JSON text)" },
+                ))
+            }
         };
         o.finish()?;
         let content = Node {
@@ -120,7 +147,10 @@ fn legacy(top: &mut Obj) -> R<Node> {
 /// One format object.
 fn format(v: &Value, ptr: &str, depth: usize) -> R<Node> {
     if depth > MAX_DEPTH {
-        return Err(Error::new(ptr, Kind::Limit { what: "format nesting depth", given: depth, limit: MAX_DEPTH }));
+        return Err(Error::new(
+            ptr,
+            Kind::Limit { what: "format nesting depth", given: depth, limit: MAX_DEPTH },
+        ));
     }
     let mut o = Obj::new(v, ptr)?;
     let ty = o.string("type")?;
@@ -143,7 +173,10 @@ fn format(v: &Value, ptr: &str, depth: usize) -> R<Node> {
             let (els, els_ptr) = o.req("elements")?;
             let els = array(els, &els_ptr)?;
             if els.is_empty() {
-                return Err(Error::new(&els_ptr, Kind::InvalidValue(format!("a `{ty}` needs at least one element"))));
+                return Err(Error::new(
+                    &els_ptr,
+                    Kind::InvalidValue(format!("a `{ty}` needs at least one element")),
+                ));
             }
             let nodes = els
                 .iter()
@@ -165,7 +198,10 @@ fn format(v: &Value, ptr: &str, depth: usize) -> R<Node> {
             let (max_v, max_ptr) = o.req("max")?;
             let max = bound(max_v, &max_ptr, true)?;
             if max.is_some_and(|m| m < min) {
-                return Err(Error::new(&max_ptr, Kind::InvalidValue(format!("`max` is below `min` ({min})"))));
+                return Err(Error::new(
+                    &max_ptr,
+                    Kind::InvalidValue(format!("`max` is below `min` ({min})")),
+                ));
             }
             Format::Repeat { content: sub(&mut o, "content")?, min, max }
         }
@@ -212,34 +248,46 @@ fn format(v: &Value, ptr: &str, depth: usize) -> R<Node> {
 fn json_schema(o: &mut Obj) -> R<Format> {
     let (schema, schema_ptr) = o.req("json_schema")?;
     if !matches!(schema, Value::Object(_) | Value::Bool(_)) {
-        return Err(Error::new(&schema_ptr, Kind::WrongType { expected: "a JSON schema (object or boolean)" }));
+        return Err(Error::new(
+            &schema_ptr,
+            Kind::WrongType { expected: "a JSON schema (object or boolean)" },
+        ));
     }
     if let Some((style, style_ptr)) = o.opt_with_ptr("style") {
         match style.as_str() {
             Some("json") => {}
             Some(
-                s @ ("qwen_xml" | "minimax_xml" | "minimax_m3_xml" | "deepseek_xml" | "glm_xml" | "cohere_xml"
-                | "kimi_k3_xml" | "deepseek_v4_1_xml"),
+                s @ ("qwen_xml" | "minimax_xml" | "minimax_m3_xml" | "deepseek_xml" | "glm_xml"
+                | "cohere_xml" | "kimi_k3_xml" | "deepseek_v4_1_xml"),
             ) => {
-                return Err(unsupported(&style_ptr, &format!("style `{s}`"), "only `json` content is converted"));
+                return Err(unsupported(
+                    &style_ptr,
+                    &format!("style `{s}`"),
+                    "only `json` content is converted",
+                ));
             }
-            Some(s) => return Err(Error::new(&style_ptr, Kind::InvalidValue(format!("unknown style `{s}`")))),
+            Some(s) => {
+                return Err(Error::new(&style_ptr, Kind::InvalidValue(format!("unknown style `{s}`"))))
+            }
             None => return Err(Error::new(&style_ptr, Kind::WrongType { expected: "a string" })),
         }
     }
     let any_order = o.bool_or("any_order", false)?;
     let max_whitespace = match o.opt_with_ptr("max_whitespace_cnt") {
         None | Some((Value::Null, _)) => None,
-        Some((v, p)) => Some(
-            v.as_u64()
-                .and_then(|n| u32::try_from(n).ok())
-                .filter(|&n| n < u32::MAX)
-                .ok_or_else(|| Error::new(&p, Kind::WrongType { expected: "a non-negative integer or null" }))?,
-        ),
+        Some((v, p)) => {
+            Some(v.as_u64().and_then(|n| u32::try_from(n).ok()).filter(|&n| n < u32::MAX).ok_or_else(
+                || Error::new(&p, Kind::WrongType { expected: "a non-negative integer or null" }),
+            )?)
+        }
     };
     if let Some((v, p)) = o.opt_with_ptr("excludes") {
         if !strings(v, &p)?.is_empty() {
-            return Err(unsupported(&p, "`excludes` in `json_schema`", "substrings are not filtered out of JSON strings"));
+            return Err(unsupported(
+                &p,
+                "`excludes` in `json_schema`",
+                "substrings are not filtered out of JSON strings",
+            ));
         }
     }
     Ok(Format::JsonSchema { schema: schema.clone(), any_order, max_whitespace })
@@ -260,7 +308,10 @@ fn dispatch(o: &mut Obj, depth: usize) -> R<Format> {
             .ok_or_else(|| Error::new(&pat_ptr, Kind::WrongType { expected: "a string" }))?
             .to_string();
         if pattern.is_empty() {
-            return Err(Error::new(&pat_ptr, Kind::InvalidValue("a dispatch pattern must not be empty".into())));
+            return Err(Error::new(
+                &pat_ptr,
+                Kind::InvalidValue("a dispatch pattern must not be empty".into()),
+            ));
         }
         rules.push((pattern, format(&pair[1], &child(&p, "1"), depth + 1)?));
     }
@@ -292,11 +343,17 @@ fn triggered(
     }
     check_prefix_free(&triggers, triggers_ptr)?;
     if tags.is_empty() {
-        return Err(Error::new(triggers_ptr, Kind::InvalidValue("a `triggered_tags` needs at least one tag".into())));
+        return Err(Error::new(
+            triggers_ptr,
+            Kind::InvalidValue("a `triggered_tags` needs at least one tag".into()),
+        ));
     }
     for tag in &tags {
         if !triggers.iter().any(|t| tag.begin.starts_with(t.as_str())) {
-            return Err(Error::new(&child(&tag.pointer, "begin"), Kind::TagWithoutTrigger { begin: tag.begin.clone() }));
+            return Err(Error::new(
+                &child(&tag.pointer, "begin"),
+                Kind::TagWithoutTrigger { begin: tag.begin.clone() },
+            ));
         }
     }
     for (i, t) in triggers.iter().enumerate() {
@@ -331,7 +388,11 @@ fn tag_fields(o: &mut Obj, ptr: &str, depth: usize) -> R<Tag> {
     let begin = match begin_v {
         Value::String(s) => s.clone(),
         Value::Object(_) => {
-            return Err(unsupported(&begin_ptr, "a `token` format as tag begin", "special-token markers need matcher support"))
+            return Err(unsupported(
+                &begin_ptr,
+                "a `token` format as tag begin",
+                "special-token markers need matcher support",
+            ))
         }
         _ => return Err(Error::new(&begin_ptr, Kind::WrongType { expected: "a string" })),
     };
@@ -343,12 +404,19 @@ fn tag_fields(o: &mut Obj, ptr: &str, depth: usize) -> R<Tag> {
         Value::Array(_) => {
             let ends = strings(end_v, &end_ptr)?;
             if ends.is_empty() {
-                return Err(Error::new(&end_ptr, Kind::InvalidValue("the `end` list must not be empty".into())));
+                return Err(Error::new(
+                    &end_ptr,
+                    Kind::InvalidValue("the `end` list must not be empty".into()),
+                ));
             }
             ends
         }
         Value::Object(_) => {
-            return Err(unsupported(&end_ptr, "a `token` format as tag end", "special-token markers need matcher support"))
+            return Err(unsupported(
+                &end_ptr,
+                "a `token` format as tag end",
+                "special-token markers need matcher support",
+            ))
         }
         _ => return Err(Error::new(&end_ptr, Kind::WrongType { expected: "a string or a list of strings" })),
     };
@@ -368,9 +436,9 @@ fn strings(v: &Value, ptr: &str) -> R<Vec<String>> {
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            s.as_str()
-                .map(str::to_string)
-                .ok_or_else(|| Error::new(&child(ptr, &i.to_string()), Kind::WrongType { expected: "a string" }))
+            s.as_str().map(str::to_string).ok_or_else(|| {
+                Error::new(&child(ptr, &i.to_string()), Kind::WrongType { expected: "a string" })
+            })
         })
         .collect()
 }
@@ -382,14 +450,21 @@ fn bound(v: &Value, ptr: &str, allow_unbounded: bool) -> R<Option<u32>> {
         Some(n) if n >= 0 => {
             if n > MAX_REPEAT as i64 {
                 let given = usize::try_from(n).unwrap_or(usize::MAX);
-                return Err(Error::new(ptr, Kind::Limit { what: "repeat bound", given, limit: MAX_REPEAT as usize }));
+                return Err(Error::new(
+                    ptr,
+                    Kind::Limit { what: "repeat bound", given, limit: MAX_REPEAT as usize },
+                ));
             }
             Ok(Some(n as u32))
         }
         _ => Err(Error::new(
             ptr,
             Kind::WrongType {
-                expected: if allow_unbounded { "a non-negative integer or -1" } else { "a non-negative integer" },
+                expected: if allow_unbounded {
+                    "a non-negative integer or -1"
+                } else {
+                    "a non-negative integer"
+                },
             },
         )),
     }
@@ -438,7 +513,9 @@ impl<'a> Obj<'a> {
     fn bool_or(&mut self, name: &'static str, default: bool) -> R<bool> {
         match self.opt_with_ptr(name) {
             None => Ok(default),
-            Some((v, p)) => v.as_bool().ok_or_else(|| Error::new(&p, Kind::WrongType { expected: "a boolean" })),
+            Some((v, p)) => {
+                v.as_bool().ok_or_else(|| Error::new(&p, Kind::WrongType { expected: "a boolean" }))
+            }
         }
     }
 
@@ -447,7 +524,10 @@ impl<'a> Obj<'a> {
         let Some((v, p)) = self.opt_with_ptr("excludes") else { return Ok(Vec::new()) };
         let list = strings(v, &p)?;
         if let Some(i) = list.iter().position(String::is_empty) {
-            return Err(Error::new(&child(&p, &i.to_string()), Kind::InvalidValue("an exclude must not be empty".into())));
+            return Err(Error::new(
+                &child(&p, &i.to_string()),
+                Kind::InvalidValue("an exclude must not be empty".into()),
+            ));
         }
         Ok(list)
     }
@@ -465,7 +545,10 @@ impl<'a> Obj<'a> {
             let mut o = Obj::new(item, &ptr)?;
             if let Some((t, tp)) = o.opt_with_ptr("type") {
                 if t.as_str() != Some("tag") {
-                    return Err(Error::new(&tp, Kind::InvalidValue("an element of `tags` must be a `tag`".into())));
+                    return Err(Error::new(
+                        &tp,
+                        Kind::InvalidValue("an element of `tags` must be a `tag`".into()),
+                    ));
                 }
             }
             tags.push(tag_fields(&mut o, &ptr, depth + 1)?);
