@@ -209,6 +209,11 @@ fn format(v: &Value, ptr: &str, depth: usize) -> R<Node> {
         "triggered_tags" => {
             let (t, t_ptr) = o.req("triggers")?;
             let triggers = strings(t, &t_ptr)?;
+            // Checked before the tags, so that `"triggers": [], "tags": []` names the
+            // triggers (as XGrammar does).
+            if triggers.is_empty() {
+                return Err(Error::new(&t_ptr, Kind::EmptyTriggers));
+            }
             let tags = o.tags(depth)?;
             let at_least_one = o.bool_or("at_least_one", false)?;
             let stop_after_first = o.bool_or("stop_after_first", false)?;
