@@ -172,6 +172,11 @@ pub(crate) fn free_text(finals: &[String], dead: &[String]) -> Result<FreeText, 
     order.sort_by_key(|&q| std::cmp::Reverse(trie.depth[q]));
     for q in order {
         g.eliminate(q);
+        if g.spent > MAX_TEXT_SIZE * 4 {
+            // Patterns that overlap in many ways (`abab…` beside `baba…`) can make the
+            // expression grow faster than the automaton: stop before the memory does.
+            return Err(("free-text expression size", g.spent, MAX_TEXT_SIZE * 4));
+        }
     }
     let mut take = |to: usize| g.out[start].remove(&to).unwrap_or_else(nothing);
     let until: Vec<Expr> = (0..finals.len()).map(|j| take(final_node(j))).collect();
@@ -192,15 +197,18 @@ pub(crate) fn nothing() -> Expr {
 struct Graph {
     out: Vec<FxHashMap<usize, Expr>>,
     inc: Vec<FxHashSet<usize>>,
+    /// Expression nodes built so far (each edge's size when added).
+    spent: usize,
 }
 
 impl Graph {
     fn new(n: usize) -> Self {
-        Self { out: vec![FxHashMap::default(); n], inc: vec![FxHashSet::default(); n] }
+        Self { out: vec![FxHashMap::default(); n], inc: vec![FxHashSet::default(); n], spent: 0 }
     }
 
     /// Adds `e` as another way from `p` to `r`.
     fn add(&mut self, p: usize, r: usize, e: Expr) {
+        self.spent += e.size();
         let merged = match self.out[p].remove(&r) {
             Some(old) => alt2(old, e),
             None => e,
@@ -229,6 +237,9 @@ impl Graph {
                 None => into,
             };
             for (r, from) in &succs {
+                if self.spent > MAX_TEXT_SIZE * 4 {
+                    return;
+                }
                 self.add(p, *r, seq2(into.clone(), from.clone()));
             }
         }
@@ -325,6 +336,25 @@ mod tests {
             },
             Expr::Rule(_) | Expr::And(_) => unreachable!(),
         }
+    }
+
+    #[test]
+    fn overlapping_patterns_stay_small_or_fail_fast() {
+        let t0 = std::time::Instant::now();
+        let long = |p: &str, n: usize| p.repeat(n);
+        let sets: Vec<(Vec<String>, Vec<String>)> = vec![
+            (vec![long("a", 200)], vec![]),
+            (vec![long("ab", 50)], vec![long("ba", 50)]),
+            (vec![], (0..32).map(|i| format!("{:05b}", i).replace('0', "a").replace('1', "b")).collect()),
+            (vec!["<tool_call>".into(), "<function=".into(), "[TOOL_CALLS]".into()], vec!["</think>".into()]),
+        ];
+        for (finals, dead) in sets {
+            match free_text(&finals, &dead) {
+                Ok(ft) => assert!(ft.rest.size() <= MAX_TEXT_SIZE),
+                Err((_, given, limit)) => assert!(given > limit),
+            }
+        }
+        assert!(t0.elapsed().as_secs() < 10, "{:?}", t0.elapsed());
     }
 
     #[test]
