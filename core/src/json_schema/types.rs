@@ -664,7 +664,12 @@ impl<'a> Builder<'a> {
         // `true` (the schema that allows everything) may sit behind a `$ref`.
         let allows_all = |b: &mut Self| -> Result<bool, SchemaError> {
             let v = m.get(k).cloned().unwrap_or(Value::Bool(false));
-            Ok(b.plain(&v, &format!("{ptr}/{k}"))? == Value::Bool(true))
+            // (Merged from behind a `$ref`, `true` reads as `{}`.)
+            Ok(match b.plain(&v, &format!("{ptr}/{k}"))? {
+                Value::Bool(all) => all,
+                Value::Object(m) => m.is_empty(),
+                _ => false,
+            })
         };
         if matches!(k, "unevaluatedProperties" | "unevaluatedItems") && allows_all(self)? {
             return Ok(());
