@@ -78,9 +78,10 @@ fn sample(compiled: &Arc<CompiledGrammar>, rng: &mut Rng, what: &str) -> Option<
     None
 }
 
-/// Counts of one fuzz run.
-#[derive(Default)]
+/// One fuzz run: its compiler and randomness, and what it counted.
 struct Tally {
+    compiler: GrammarCompiler,
+    rng: Rng,
     schemas: usize,
     not_converted: usize,
     samples: usize,
@@ -90,27 +91,38 @@ struct Tally {
 
 impl Tally {
     /// Samples `n` outputs of `schema` (under `opts`) and validates each with `validator`.
+    fn new(seed: u64) -> Self {
+        let compiler = GrammarCompiler::new(common::tokenizer("llama3_1"));
+        Tally {
+            compiler,
+            rng: Rng(seed),
+            schemas: 0,
+            not_converted: 0,
+            samples: 0,
+            unfinished: 0,
+            violations: Vec::new(),
+        }
+    }
+
     fn run(
         &mut self,
-        compiler: &GrammarCompiler,
         schema: &Value,
         opts: &JsonSchemaOptions,
         validator: &jsonschema::Validator,
         n: usize,
-        rng: &mut Rng,
         what: &str,
     ) {
         self.schemas += 1;
         let compiled = json_schema_to_grammar(schema, opts)
             .ok()
-            .and_then(|g| compiler.compile(&GrammarSpec::Grammar(g)).ok());
+            .and_then(|g| self.compiler.compile(&GrammarSpec::Grammar(g)).ok());
         let Some(compiled) = compiled else {
             self.not_converted += 1;
             return;
         };
         for _ in 0..n {
             self.samples += 1;
-            let Some(out) = sample(&compiled, rng, what) else {
+            let Some(out) = sample(&compiled, &mut self.rng, what) else {
                 self.unfinished += 1;
                 continue;
             };
@@ -147,9 +159,7 @@ impl Tally {
 #[test]
 fn sampled_outputs_validate() {
     let all = std::env::var_os("GRAMMASK_FUZZ_ALL").is_some();
-    let compiler = GrammarCompiler::new(common::tokenizer("llama3_1"));
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-    let mut tally = Tally::default();
+    let mut tally = Tally::new(0x9E37_79B9_7F4A_7C15);
     for split in ["Github_easy", "Github_medium"] {
         let dir = common::data_dir().join("jsonschemabench/dev").join(split);
         let mut files: Vec<_> =
@@ -165,7 +175,7 @@ fn sampled_outputs_validate() {
                 continue;
             };
             let what = f.display().to_string();
-            tally.run(&compiler, schema, &JsonSchemaOptions::default(), &validator, 2, &mut rng, &what);
+            tally.run(schema, &JsonSchemaOptions::default(), &validator, 2, &what);
         }
     }
     tally.check("fuzz");
@@ -179,9 +189,7 @@ fn sampled_outputs_validate() {
 /// keys are as free as the schema lets them be). Every finished output must validate.
 #[test]
 fn suite_schemas_and_their_ref_variants_sample_valid_outputs() {
-    let compiler = GrammarCompiler::new(common::tokenizer("llama3_1"));
-    let mut rng = Rng(0x5117_E5EE_D027);
-    let mut tally = Tally::default();
+    let mut tally = Tally::new(0x5117_E5EE_D027);
     let opts = JsonSchemaOptions { strict: false, ..Default::default() };
     for (draft, d) in
         [("draft2020-12", jsonschema::Draft::Draft202012), ("draft7", jsonschema::Draft::Draft7)]
@@ -208,10 +216,10 @@ fn suite_schemas_and_their_ref_variants_sample_valid_outputs() {
                     continue;
                 };
                 let name = format!("{draft}/{}#{i}", f.file_name().unwrap().to_string_lossy());
-                tally.run(&compiler, schema, &opts, &validator, 2, &mut rng, &name);
+                tally.run(schema, &opts, &validator, 2, &name);
                 if refs::movable(schema) {
                     let moved = refs::move_all(schema);
-                    tally.run(&compiler, &moved, &opts, &validator, 2, &mut rng, &format!("{name} (moved)"));
+                    tally.run(&moved, &opts, &validator, 2, &format!("{name} (moved)"));
                 }
             }
         }
