@@ -99,6 +99,14 @@ pub enum Error {
         /// What is wrong.
         what: String,
     },
+    /// A GGUF model file is malformed or has no usable tokenizer.
+    #[error("GGUF file, offset {offset}: {what}")]
+    Gguf {
+        /// Byte offset of the fault in the file.
+        offset: u64,
+        /// What is wrong.
+        what: String,
+    },
     /// An I/O error reading a file.
     #[error("{path}: {source}")]
     Io {

@@ -12,9 +12,11 @@
 //! [`TokenizerInfo::from_byte_tokens`] accepts a plain list of token byte strings.
 
 mod decode;
+mod gguf;
 mod trie;
 
 pub use decode::VocabKind;
+pub use gguf::{GgufTokenType, GgufTokenizer};
 pub(crate) use trie::{first_clear_bit, utf8, TokenTrie, END_OF_SIBLINGS};
 
 use crate::error::{Error, Result};
@@ -123,6 +125,14 @@ impl TokenizerInfo {
         Self::build(tokens, special, stops, kind, options)
     }
 
+    /// The vocabulary embedded in a GGUF model file (`tokenizer.ggml.*`): `gpt2` byte-level
+    /// BPE or `llama` SentencePiece; control, unknown and unused tokens are special; stop
+    /// tokens are the EOS id plus end-of-turn ids unless `options` names them. See
+    /// [`GgufTokenizer`] for the chat template and the BOS/EOS ids.
+    pub fn from_gguf(path: impl AsRef<Path>, options: &TokenizerOptions) -> Result<Self> {
+        GgufTokenizer::read(path)?.to_tokenizer_info(options)
+    }
+
     /// Builds from a plain list of token byte strings (token id = index). No token is
     /// special; stop tokens come from `options`.
     ///
@@ -140,7 +150,7 @@ impl TokenizerInfo {
         Self::build(tokens, special, Vec::new(), VocabKind::Raw, options)
     }
 
-    fn build(
+    pub(crate) fn build(
         tokens: Vec<Vec<u8>>,
         mut special: Vec<bool>,
         detected_stops: Vec<u32>,

@@ -1,0 +1,358 @@
+//! The logits processor: one compiled grammar, one parse state per sequence.
+//!
+//! mistral.rs calls a [`CustomLogitsProcessor`] with one sequence's logits and that
+//! sequence's tokens (prompt + generated), through `&self`, from several rayon threads at
+//! once when a request has `n_choices > 1` (every choice shares the request's processor).
+//! Nothing says which sequence is calling, so the processor keeps *slots* — (generated ids,
+//! matcher) pairs — and maps each call to a slot by its generated ids:
+//!
+//! 1. a slot at exactly these ids that has not produced a mask yet (another sequence with the
+//!    same history, made on an earlier call);
+//! 2. else the slot whose ids are the longest proper prefix of these ids: the sequence's own
+//!    slot one step behind — accept the new ids (the common case: one token per call);
+//! 3. else, while fewer slots than sequences exist, a new slot forked from the slot sharing
+//!    the longest prefix (or from the start state);
+//! 4. else the free slot sharing the longest prefix, rolled back to the shared prefix and
+//!    advanced (the context shrank or changed: rollback).
+//!
+//! A slot is taken out of the table while a thread works on it, so the table's lock is held
+//! only to choose and to put back — never while a sequence fills its mask.
+//!
+//! A context whose mask was already produced as many times as there are sequences is refused
+//! ([`ProcessorError::RepeatedContext`]): that is how mistral.rs's speculative pipeline
+//! verifies draft tokens — every verified row comes with the *same* context, though row `i`
+//! needs the state after `i` draft tokens — and no mask the processor could return would be
+//! right. See `docs/mistralrs.md`.
+
+use crate::error::ProcessorError;
+use grammask::bitmask::{apply_token_bitmask_with, words_per_row, LogitsLayout, MaskLayout, Parallelism};
+use grammask::{CompiledGrammar, GrammarMatcher};
+use mistralrs::{CustomLogitsProcessor, Tensor};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+/// A grammar constraint for one mistral.rs request (all its `n_choices` sequences).
+///
+/// Attach it with `RequestBuilder::add_logits_processor`, or let
+/// [`Grammask::constrain`](crate::Grammask::constrain) do it. It must be the last processor:
+/// a processor after it could raise a logit the mask set to −∞.
+pub struct GrammaskProcessor {
+    compiled: Arc<CompiledGrammar>,
+    sequences: usize,
+    /// Request-level stop ids beyond the tokenizer's stop set (mistral.rs `StopTokens::Ids`):
+    /// allowed exactly when the grammar can end, forbidden otherwise.
+    extra_stops: Vec<u32>,
+    table: Mutex<Table>,
+    stats: Stats,
+}
+
+struct Table {
+    /// The prompt, learned on the first call: the context of every later call extends it.
+    prompt: Option<Vec<u32>>,
+    slots: Vec<Slot>,
+    next_slot_id: u64,
+}
+
+struct Slot {
+    id: u64,
+    /// Generated ids this slot's matcher has accepted (or is being advanced to, while out).
+    ids: Vec<u32>,
+    /// `None` while a thread works on the slot.
+    work: Option<Work>,
+}
+
+/// What a thread takes out of a slot: the matcher and the mask row it fills.
+struct Work {
+    matcher: GrammarMatcher,
+    row: Vec<u32>,
+}
+
+/// Per-processor timing counters (nanoseconds, summed over calls).
+#[derive(Default)]
+struct Stats {
+    calls: AtomicU64,
+    table_ns: AtomicU64,
+    advance_ns: AtomicU64,
+    fill_ns: AtomicU64,
+    apply_ns: AtomicU64,
+}
+
+/// Totals over all calls of one processor, for benchmarks and logs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProcessorStats {
+    /// Calls to `apply`.
+    pub calls: u64,
+    /// Time choosing and returning slots (the table's lock), in ns.
+    pub table_ns: u64,
+    /// Time accepting new tokens (and rolling back), in ns.
+    pub advance_ns: u64,
+    /// Time filling masks, in ns.
+    pub fill_ns: u64,
+    /// Time applying masks to the logits in place, in ns.
+    pub apply_ns: u64,
+}
+
+impl GrammaskProcessor {
+    /// A processor for `sequences` concurrent sequences (the request's `n_choices`).
+    pub fn new(compiled: Arc<CompiledGrammar>, sequences: usize) -> Self {
+        Self::with_stop_ids(compiled, sequences, Vec::new())
+    }
+
+    /// As [`new`](Self::new), with request-level stop ids (mistral.rs `StopTokens::Ids`):
+    /// the processor allows them exactly when the grammar can end. Ids outside the
+    /// vocabulary are dropped (mistral.rs cannot sample them).
+    pub fn with_stop_ids(compiled: Arc<CompiledGrammar>, sequences: usize, mut stops: Vec<u32>) -> Self {
+        let tok = compiled.tokenizer();
+        stops.retain(|&id| (id as usize) < tok.vocab_size() && !tok.stop_tokens().contains(&id));
+        stops.sort_unstable();
+        stops.dedup();
+        Self {
+            compiled,
+            sequences: sequences.max(1),
+            extra_stops: stops,
+            table: Mutex::new(Table { prompt: None, slots: Vec::new(), next_slot_id: 0 }),
+            stats: Stats::default(),
+        }
+    }
+
+    /// The compiled grammar.
+    pub fn compiled(&self) -> &Arc<CompiledGrammar> {
+        &self.compiled
+    }
+
+    /// Timing totals so far.
+    pub fn stats(&self) -> ProcessorStats {
+        let s = &self.stats;
+        ProcessorStats {
+            calls: s.calls.load(Ordering::Relaxed),
+            table_ns: s.table_ns.load(Ordering::Relaxed),
+            advance_ns: s.advance_ns.load(Ordering::Relaxed),
+            fill_ns: s.fill_ns.load(Ordering::Relaxed),
+            apply_ns: s.apply_ns.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Fills the mask row for the sequence whose tokens are `context` and hands it to `f`
+    /// (`ceil(vocab / 32)` words, bit set = allowed). This is `apply` without the tensor:
+    /// an engine that owns its logits can call it directly.
+    pub fn mask_for(
+        &self,
+        context: &[u32],
+        f: impl FnOnce(&[u32]) -> Result<(), ProcessorError>,
+    ) -> Result<(), ProcessorError> {
+        let t0 = Instant::now();
+        let (slot_id, mut work, rollback, keep, ids) = self.checkout(context)?;
+        let t1 = Instant::now();
+        let result = self.advance_and_fill(&mut work, &ids, rollback, keep, f);
+        let t2 = Instant::now();
+        // A failed call may leave the matcher half-advanced: its slot is dropped.
+        let ok = result.is_ok();
+        self.checkin(slot_id, ok.then_some(work));
+        let s = &self.stats;
+        if let Ok((adv, fill, apply)) = result {
+            s.advance_ns.fetch_add(adv, Ordering::Relaxed);
+            s.fill_ns.fetch_add(fill, Ordering::Relaxed);
+            s.apply_ns.fetch_add(apply, Ordering::Relaxed);
+        }
+        let table = (t1 - t0) + t2.elapsed();
+        s.table_ns.fetch_add(table.as_nanos() as u64, Ordering::Relaxed);
+        s.calls.fetch_add(1, Ordering::Relaxed);
+        result.map(|_| ())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        // Every mutation of the table is a single push, remove or field store, so a panic
+        // elsewhere while the lock was held cannot leave it inconsistent.
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Chooses the slot for `context` (see the module docs) and takes its work out.
+    /// Returns (slot id, work, tokens to roll back, accepted ids to keep, generated ids).
+    #[allow(clippy::type_complexity)]
+    fn checkout(&self, context: &[u32]) -> Result<(u64, Work, usize, usize, Vec<u32>), ProcessorError> {
+        let mut t = self.lock();
+        let prompt_len = match &t.prompt {
+            None => {
+                t.prompt = Some(context.to_vec());
+                context.len()
+            }
+            Some(p) => {
+                if context.len() < p.len() || context[..p.len()] != p[..] {
+                    let at = common_prefix(p, context);
+                    return Err(ProcessorError::PromptMismatch { at, prompt_len: p.len() });
+                }
+                p.len()
+            }
+        };
+        let generated = &context[prompt_len..];
+
+        // The longest free proper prefix: the sequence's own slot, a step behind.
+        let prefix = t
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.work.is_some() && s.ids.len() < generated.len() && generated.starts_with(&s.ids))
+            .max_by_key(|(_, s)| s.ids.len())
+            .map(|(i, _)| i);
+        if let Some(i) = prefix {
+            let s = &mut t.slots[i];
+            let keep = s.ids.len();
+            s.ids = generated.to_vec();
+            let work = s.work.take().ok_or(ProcessorError::Internal("a free slot has no matcher"))?;
+            return Ok((s.id, work, 0, keep, generated.to_vec()));
+        }
+        // A context already served once per sequence cannot be mapped to a state.
+        let served_here = t.slots.iter().filter(|s| s.ids == generated).count();
+        if served_here >= self.sequences {
+            return Err(ProcessorError::RepeatedContext { generated: generated.len(), sequences: self.sequences });
+        }
+        // The free slot sharing the longest prefix with this context.
+        let best = t
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.work.is_some())
+            .map(|(i, s)| (i, common_prefix(&s.ids, generated)))
+            .max_by_key(|&(_, c)| c);
+        if t.slots.len() < self.sequences {
+            // A new slot, forked from the best free slot, or from the start.
+            let forked = best.filter(|&(_, c)| c > 0).and_then(|(i, c)| {
+                let from = &t.slots[i];
+                let w = from.work.as_ref()?;
+                Some((Work { matcher: w.matcher.fork(), row: w.row.clone() }, from.ids.len() - c, c))
+            });
+            let (work, rollback, keep) = forked.unwrap_or_else(|| (self.fresh_work(), 0, 0));
+            let id = t.next_slot_id;
+            t.next_slot_id += 1;
+            t.slots.push(Slot { id, ids: generated.to_vec(), work: None });
+            return Ok((id, work, rollback, keep, generated.to_vec()));
+        }
+        // Reuse the free slot sharing the longest prefix (the context shrank or changed).
+        let (i, c) = best.ok_or(ProcessorError::TooManySequences { sequences: self.sequences })?;
+        let s = &mut t.slots[i];
+        let rollback = s.ids.len() - c;
+        s.ids = generated.to_vec();
+        let work = s.work.take().ok_or(ProcessorError::Internal("a free slot has no matcher"))?;
+        Ok((s.id, work, rollback, c, generated.to_vec()))
+    }
+
+    fn fresh_work(&self) -> Work {
+        Work {
+            matcher: GrammarMatcher::new(self.compiled.clone()),
+            row: vec![0; words_per_row(self.compiled.tokenizer().vocab_size())],
+        }
+    }
+
+    fn checkin(&self, slot_id: u64, work: Option<Work>) {
+        let mut t = self.lock();
+        if let Some(pos) = t.slots.iter().position(|s| s.id == slot_id) {
+            match work {
+                Some(w) => t.slots[pos].work = Some(w),
+                None => {
+                    t.slots.swap_remove(pos);
+                }
+            }
+        }
+    }
+
+    /// Rolls back, accepts `ids[keep..]`, fills the row and hands it to `f`.
+    /// Returns the nanoseconds spent advancing, filling and in `f`.
+    fn advance_and_fill(
+        &self,
+        work: &mut Work,
+        ids: &[u32],
+        rollback: usize,
+        keep: usize,
+        f: impl FnOnce(&[u32]) -> Result<(), ProcessorError>,
+    ) -> Result<(u64, u64, u64), ProcessorError> {
+        let t0 = Instant::now();
+        work.matcher.rollback(rollback).map_err(ProcessorError::Grammar)?;
+        for (i, &id) in ids.iter().enumerate().skip(keep) {
+            work.matcher
+                .accept_token(id)
+                .map_err(|source| ProcessorError::TokenRejected { position: i, token: id, source })?;
+        }
+        let t1 = Instant::now();
+        work.matcher.fill_next_token_bitmask(&mut work.row).map_err(ProcessorError::Grammar)?;
+        if !self.extra_stops.is_empty() {
+            let can_end = work.matcher.can_terminate();
+            for &s in &self.extra_stops {
+                let bit = 1u32 << (s % 32);
+                let w = &mut work.row[s as usize / 32];
+                *w = if can_end { *w | bit } else { *w & !bit };
+            }
+        }
+        let t2 = Instant::now();
+        f(&work.row)?;
+        let t3 = Instant::now();
+        Ok(((t1 - t0).as_nanos() as u64, (t2 - t1).as_nanos() as u64, (t3 - t2).as_nanos() as u64))
+    }
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// Masks a contiguous f32 CPU tensor in place (candle's in-place custom op).
+struct MaskOp<'a> {
+    row: &'a [u32],
+    vocab: usize,
+}
+
+impl candle_core::InplaceOp1 for MaskOp<'_> {
+    fn name(&self) -> &'static str {
+        "grammask-mask"
+    }
+
+    fn cpu_fwd(&self, storage: &mut candle_core::CpuStorage, layout: &candle_core::Layout) -> candle_core::Result<()> {
+        let (start, end) = layout
+            .contiguous_offsets()
+            .ok_or_else(|| candle_core::Error::wrap(ProcessorError::Logits("the logits are not contiguous".into())))?;
+        let candle_core::CpuStorage::F32(data) = storage else {
+            return Err(candle_core::Error::wrap(ProcessorError::Logits(format!(
+                "logits of dtype {:?}, expected f32",
+                candle_core::backend::BackendStorage::dtype(&*storage)
+            ))));
+        };
+        let logits = &mut data[start..end];
+        if logits.len() < self.vocab {
+            return Err(candle_core::Error::wrap(ProcessorError::Logits(format!(
+                "{} logits for a vocabulary of {} tokens",
+                logits.len(),
+                self.vocab
+            ))));
+        }
+        // Logits past the mask's bits (an lm_head padded past the tokenizer) become −∞.
+        let n = logits.len();
+        apply_token_bitmask_with(
+            Parallelism::Sequential,
+            logits,
+            LogitsLayout::contiguous(1, n),
+            self.row,
+            MaskLayout::new(1, self.row.len()),
+            None,
+        )
+        .map_err(|e| candle_core::Error::wrap(ProcessorError::Logits(e.to_string())))
+    }
+}
+
+impl CustomLogitsProcessor for GrammaskProcessor {
+    fn apply(&self, logits: &Tensor, context: &[u32]) -> candle_core::Result<Tensor> {
+        if !logits.device().is_cpu() {
+            return Err(candle_core::Error::wrap(ProcessorError::Logits(
+                "the logits are not on the CPU (mistral.rs hands processors CPU logits)".into(),
+            )));
+        }
+        let logits = if logits.rank() == 1 { logits.clone() } else { logits.flatten_all()? };
+        let vocab = self.compiled.tokenizer().vocab_size();
+        let mut op_result = Ok(());
+        self.mask_for(context, |row| {
+            op_result = logits.inplace_op1(&MaskOp { row, vocab });
+            Ok(())
+        })
+        .map_err(candle_core::Error::wrap)?;
+        op_result?;
+        Ok(logits)
+    }
+}

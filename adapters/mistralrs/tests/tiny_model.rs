@@ -1,0 +1,235 @@
+//! A tiny Llama with random weights, written by the test and loaded by mistral.rs's own
+//! loader on the CPU: only the grammar keeps its output valid. Every output is checked by
+//! an oracle that shares nothing with grammask's matcher — the `jsonschema` crate for JSON,
+//! the `regex` crate for regexes, a brute-force Earley recognizer for EBNF — and must end
+//! with a stop token, hold no special token, and use no id past the tokenizer (the lm_head
+//! is padded past it, as Qwen's is).
+
+mod common;
+#[path = "../../../core/tests/common/oracle.rs"]
+mod oracle;
+
+use common::{maskbench_sample, scratch, write_tiny_llama, Recorder, TinyLlama};
+use grammask::{Grammar, GrammarSpec};
+use grammask_mistralrs::{Grammask, ModelVocab, Outcome};
+use mistralrs::{Constraint, Model, ModelDType, RequestBuilder, TextMessageRole, TextModelBuilder, TokenSource};
+use std::sync::Arc;
+
+const TOKENIZER: &str = "qwen3";
+/// Qwen3's config pads the lm_head past the tokenizer's 151,669 tokens.
+const LM_HEAD: usize = 151_936;
+
+async fn tiny_model(name: &str) -> (Model, Grammask) {
+    let dir = write_tiny_llama(
+        &scratch(name),
+        TOKENIZER,
+        &TinyLlama { hidden: 32, layers: 2, heads: 2, kv_heads: 1, intermediate: 64, vocab: LM_HEAD, seed: 7 },
+    );
+    let model = TextModelBuilder::new(dir.to_string_lossy())
+        .with_force_cpu()
+        .with_token_source(TokenSource::None)
+        .with_dtype(ModelDType::F32)
+        .build()
+        .await
+        .expect("mistral.rs loads the tiny model");
+    let vocab = ModelVocab::from_model_dir(&dir, &[]).expect("vocabulary");
+    assert_eq!(vocab.tokenizer().vocab_size(), LM_HEAD, "masks cover the padded lm_head");
+    (model, Grammask::new(vocab))
+}
+
+/// What validates a case's outputs.
+enum Oracle {
+    Json(jsonschema::Validator),
+    Regex(regex::Regex),
+    Ebnf(oracle::Bnf),
+}
+
+impl Oracle {
+    fn check(&self, text: &str) -> Result<(), String> {
+        match self {
+            Oracle::Json(v) => {
+                let doc: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+                v.validate(&doc).map_err(|e| format!("schema: {e}"))
+            }
+            Oracle::Regex(r) => r.is_match(text).then_some(()).ok_or_else(|| "regex does not match".into()),
+            Oracle::Ebnf(bnf) => {
+                let mut r = oracle::Recognizer::new(bnf);
+                let viable = text.bytes().all(|b| r.push(b));
+                (viable && r.accepts()).then_some(()).ok_or_else(|| "not in the grammar's language".into())
+            }
+        }
+    }
+}
+
+struct Case {
+    name: String,
+    spec: SpecKind,
+    oracle: Oracle,
+}
+
+enum SpecKind {
+    Mistral(Constraint),
+    Grammask(GrammarSpec),
+}
+
+fn cases(grammask: &Grammask, schemas_wanted: usize) -> Vec<Case> {
+    let mut out = Vec::new();
+    // JSON schemas from the dev MaskBench splits that grammask compiles and the jsonschema
+    // crate accepts as schemas.
+    for (name, schema) in maskbench_sample(37) {
+        if out.len() >= schemas_wanted {
+            break;
+        }
+        let Ok(validator) = jsonschema::validator_for(&schema) else { continue };
+        let c = Constraint::JsonSchema(schema.clone());
+        if grammask.compile(&grammask_mistralrs::spec_from_constraint(&c).unwrap().unwrap()).is_err() {
+            continue;
+        }
+        out.push(Case { name, spec: SpecKind::Mistral(c), oracle: Oracle::Json(validator) });
+    }
+    assert!(out.len() >= schemas_wanted, "only {} schemas compiled", out.len());
+    for g in ["arithmetic", "json", "json_arr", "list", "chess"] {
+        let text = std::fs::read_to_string(common::data_dir().join(format!("grammars/llama.cpp/{g}.gbnf"))).unwrap();
+        let grammar = Grammar::from_ebnf(&text).unwrap();
+        out.push(Case {
+            name: format!("llama.cpp/{g}.gbnf"),
+            spec: SpecKind::Grammask(GrammarSpec::ebnf(text)),
+            oracle: Oracle::Ebnf(oracle::Bnf::new(&grammar)),
+        });
+    }
+    for r in [
+        r"[0-9]{3}-[0-9]{4}",
+        r"(yes|no|maybe)",
+        r"[a-z]+@[a-z]+\.(com|org)",
+        r"\((-?[0-9]+(\.[0-9]+)?, ){2}-?[0-9]+\)",
+        r"[A-Z][a-z]{2,8}( [A-Z][a-z]{2,8}){0,2}",
+    ] {
+        out.push(Case {
+            name: format!("regex {r}"),
+            spec: SpecKind::Mistral(Constraint::Regex(r.into())),
+            oracle: Oracle::Regex(regex::Regex::new(&format!("^(?:{r})$")).unwrap()),
+        });
+    }
+    out
+}
+
+#[derive(Default, Debug)]
+struct Tally {
+    outputs: usize,
+    valid: usize,
+    cut_off: usize,
+    failures: Vec<String>,
+}
+
+async fn run_case(model: &Model, grammask: &Grammask, case: &Case, seed: u64, n: usize, max_len: usize) -> Tally {
+    let recorder = Recorder::boosting(grammask.vocab().tokenizer(), b"\"}]", 4.0);
+    let request = RequestBuilder::new()
+        .add_message(TextMessageRole::User, format!("Answer (seed {seed})."))
+        .set_sampler_temperature(1.0)
+        .set_sampler_topk(0)
+        .set_sampler_topp(1.0)
+        .set_sampler_n_choices(n)
+        .set_sampler_max_len(max_len)
+        .add_logits_processor(recorder.clone());
+    let constrained = match &case.spec {
+        SpecKind::Mistral(c) => grammask.constrain(request.set_constraint(c.clone())),
+        SpecKind::Grammask(s) => grammask.constrain_with(request, Some(s.clone())),
+    }
+    .expect("constraint compiles");
+    let compiled = constrained.processor().unwrap().compiled().clone();
+    let response = model.send_chat_request(constrained).await;
+    let mut t = Tally::default();
+    let response = match response {
+        Ok(r) => r,
+        Err(e) => {
+            t.failures.push(format!("{}: request failed: {e}", case.name));
+            return t;
+        }
+    };
+    let tok = grammask.vocab().tokenizer();
+    for ids in recorder.generated() {
+        if let Some(&bad) = ids.iter().find(|&&id| tok.is_special(id) || id as usize >= tok.tokenizer_size()) {
+            t.failures.push(format!("{}: generated special or padding id {bad}", case.name));
+        }
+    }
+    for choice in &response.choices {
+        t.outputs += 1;
+        let text = choice.message.content.clone().unwrap_or_default();
+        match grammask.outcome(&compiled, &text, &choice.finish_reason) {
+            Outcome::CutOff => t.cut_off += 1,
+            Outcome::Invalid(why) => t.failures.push(format!("{}: {why}: {text:?}", case.name)),
+            Outcome::Complete => match case.oracle.check(&text) {
+                Ok(()) if choice.finish_reason == "stop" => t.valid += 1,
+                Ok(()) => t.failures.push(format!("{}: finish reason {}", case.name, choice.finish_reason)),
+                Err(why) => t.failures.push(format!("{}: oracle: {why}: {text:?}", case.name)),
+            },
+        }
+    }
+    t
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_weights_every_output_valid() {
+    let (model, grammask) = tiny_model("valid").await;
+    let cases = cases(&grammask, 50);
+    let seeds = [1u64, 2];
+    let mut total = Tally::default();
+    let started = std::time::Instant::now();
+    // Requests go in concurrently, so that mistral.rs batches their sequences.
+    for chunk in cases.chunks(8) {
+        let mut futures = Vec::new();
+        for case in chunk {
+            for &seed in &seeds {
+                futures.push(run_case(&model, &grammask, case, seed, 2, 512));
+            }
+        }
+        for t in futures::future::join_all(futures).await {
+            total.outputs += t.outputs;
+            total.valid += t.valid;
+            total.cut_off += t.cut_off;
+            total.failures.extend(t.failures);
+        }
+    }
+    eprintln!(
+        "{} cases x {} seeds x 2 choices: {} outputs, {} valid, {} cut off by max_len, {} failures ({:.1} s)",
+        cases.len(),
+        seeds.len(),
+        total.outputs,
+        total.valid,
+        total.cut_off,
+        total.failures.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(total.failures.is_empty(), "failures:\n{}", total.failures.join("\n"));
+    assert_eq!(total.outputs, cases.len() * seeds.len() * 2);
+    // A random model stops only because the grammar leaves it nothing else; a few long
+    // documents may still reach max_len, and are reported as cut off, never as valid.
+    assert!(total.cut_off * 10 <= total.outputs, "{} of {} outputs cut off", total.cut_off, total.outputs);
+}
+
+/// Bad input is an error before the request reaches mistral.rs, never a panic inside it.
+#[test]
+fn bad_constraints_fail_at_build_time() {
+    let vocab = ModelVocab::from_tokenizer_info(Arc::new(
+        grammask::TokenizerInfo::from_path(common::data_dir().join("tokenizers").join(TOKENIZER), &Default::default())
+            .unwrap(),
+    ));
+    let g = Grammask::new(vocab);
+    let bad = [
+        Constraint::JsonSchema(serde_json::json!({"type": "object", "properties": {"a": {"$ref": "#/nope"}}})),
+        Constraint::JsonSchema(serde_json::json!({"type": 12})),
+        Constraint::Regex("(unclosed".into()),
+        Constraint::Lark("start: foo\n".into()),
+        Constraint::Lark("start: \"a\" |\n  | %%%".into()),
+    ];
+    for c in bad {
+        let err = g.constrain(RequestBuilder::new().set_constraint(c));
+        let msg = err.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(!msg.is_empty(), "a bad constraint was accepted");
+    }
+    let err = g
+        .constrain_with(RequestBuilder::new(), Some(GrammarSpec::ebnf("root ::= \"a\" bogus")))
+        .err()
+        .expect("undefined rule");
+    assert!(err.to_string().contains("1:"), "line:column in {err}");
+}
