@@ -62,6 +62,13 @@ pub enum ProcessorError {
         /// grammask's reason.
         source: grammask::Error,
     },
+    /// No token is allowed: the request's stop ids cover every continuation the grammar
+    /// has, or the vocabulary has no stop token for a finished grammar.
+    #[error("no token is allowed after {generated} generated tokens (the request's stop ids cover every continuation, or the vocabulary has no stop token)")]
+    NothingAllowed {
+        /// Generated tokens in the context.
+        generated: usize,
+    },
     /// A grammar error while filling or rolling back.
     #[error("grammar: {0}")]
     Grammar(grammask::Error),

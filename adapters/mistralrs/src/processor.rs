@@ -283,6 +283,10 @@ impl GrammaskProcessor {
                 *w = if can_end { *w | bit } else { *w & !bit };
             }
         }
+        // An empty row would make the sampler draw from all −∞ (NaN probabilities).
+        if work.row.iter().all(|&w| w == 0) {
+            return Err(ProcessorError::NothingAllowed { generated: ids.len() });
+        }
         let t2 = Instant::now();
         f(&work.row)?;
         let t3 = Instant::now();

@@ -233,3 +233,62 @@ fn bad_constraints_fail_at_build_time() {
         .expect("undefined rule");
     assert!(err.to_string().contains("1:"), "line:column in {err}");
 }
+
+/// A processor that, from its third call on, leaves only `forced` (a token the grammar
+/// rejects there) — placed after grammask's, it makes the sequence generate an invalid
+/// token, which grammask must report on the next call.
+struct Saboteur {
+    calls: std::sync::atomic::AtomicUsize,
+    forced: u32,
+}
+
+impl mistralrs::CustomLogitsProcessor for Saboteur {
+    fn apply(&self, logits: &mistralrs::Tensor, _context: &[u32]) -> candle_core::Result<mistralrs::Tensor> {
+        if self.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 2 {
+            return Ok(logits.clone());
+        }
+        let n = logits.dim(0)?;
+        let mut v = vec![f32::NEG_INFINITY; n];
+        v[self.forced as usize] = 0.0;
+        mistralrs::Tensor::from_vec(v, n, logits.device())
+    }
+}
+
+/// A processor error on one request is reported for that request; the requests batched
+/// with it finish, valid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_in_one_sequence_leaves_the_others_running() {
+    let (model, grammask) = tiny_model("fault").await;
+    let tok = grammask.vocab().tokenizer().clone();
+    let hello = (0..tok.tokenizer_size() as u32).find(|&id| tok.token_bytes(id) == b"hello").expect("a `hello` token");
+    let spec = GrammarSpec::Regex("[0-9]{12}".into());
+    let ours = grammask.processor(&spec, 1).unwrap();
+    let sabotaged = RequestBuilder::new()
+        .add_message(TextMessageRole::User, "digits")
+        .set_sampler_max_len(64)
+        .add_logits_processor(ours)
+        .add_logits_processor(Arc::new(Saboteur { calls: 0.into(), forced: hello }));
+    let healthy: Vec<_> = (0..3)
+        .map(|i| {
+            let r = RequestBuilder::new()
+                .add_message(TextMessageRole::User, format!("digits {i}"))
+                .set_sampler_temperature(1.0)
+                .set_sampler_max_len(64);
+            grammask.constrain_with(r, Some(spec.clone())).unwrap()
+        })
+        .collect();
+    let mut futures = vec![];
+    for r in healthy {
+        futures.push(model.send_chat_request(r));
+    }
+    let (bad, good) = tokio::join!(model.send_chat_request(sabotaged), futures::future::join_all(futures));
+    let err = bad.err().expect("the sabotaged request fails").to_string();
+    assert!(err.contains("is rejected by the grammar"), "{err}");
+    let digits = regex::Regex::new("^[0-9]{12}$").unwrap();
+    for r in good {
+        let r = r.expect("the other requests finish");
+        let text = r.choices[0].message.content.clone().unwrap_or_default();
+        assert!(digits.is_match(&text), "{text:?}");
+        assert_eq!(r.choices[0].finish_reason, "stop");
+    }
+}

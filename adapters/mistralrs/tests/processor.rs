@@ -1,0 +1,223 @@
+//! The processor's contract with mistral.rs, called the way mistral.rs calls it (one
+//! sequence's CPU f32 logits and its prompt + generated ids), without a model: which mask
+//! each context gets, sequences sharing one processor, rollback, repeated contexts, padding.
+
+use grammask::{GrammarCompiler, GrammarMatcher, GrammarSpec, TokenBitmask, TokenizerInfo, TokenizerOptions};
+use grammask_mistralrs::{GrammaskProcessor, ProcessorError};
+use mistralrs::{CustomLogitsProcessor, Device, Tensor};
+use std::sync::Arc;
+
+const EOS: u32 = 5;
+
+/// Tokens: 0 "a", 1 "b", 2 "ab", 3 "c", 4 "x", 5 <eos> (stop).
+fn compiled(grammar: &str) -> Arc<grammask::CompiledGrammar> {
+    let vocab: Vec<Vec<u8>> = ["a", "b", "ab", "c", "x", "<eos>"].iter().map(|s| s.as_bytes().to_vec()).collect();
+    let tok = TokenizerInfo::from_byte_tokens(
+        vocab,
+        &TokenizerOptions { stop_tokens: Some(vec![EOS]), ..Default::default() },
+    )
+    .unwrap();
+    GrammarCompiler::new(Arc::new(tok)).compile(&GrammarSpec::ebnf(grammar)).unwrap()
+}
+
+const G: &str = r#"root ::= ("a" | "b")+ "c""#;
+
+/// Allowed ids after masking `width` zero logits with the processor.
+fn allowed(p: &GrammaskProcessor, context: &[u32], width: usize) -> Result<Vec<u32>, String> {
+    let logits = Tensor::zeros(width, mistralrs::DType::F32, &Device::Cpu).unwrap();
+    let out = p.apply(&logits, context).map_err(|e| e.to_string())?;
+    let v: Vec<f32> = out.to_vec1().unwrap();
+    Ok((0..width as u32).filter(|&i| v[i as usize].is_finite()).collect())
+}
+
+/// The mask a fresh matcher gives after `ids`: the reference for every context.
+fn reference(c: &Arc<grammask::CompiledGrammar>, ids: &[u32]) -> Vec<u32> {
+    let mut m = GrammarMatcher::new(c.clone());
+    ids.iter().for_each(|&id| m.accept_token(id).unwrap());
+    let mut mask = TokenBitmask::new(1, m.vocab_size());
+    m.fill_next_token_bitmask(mask.row_mut(0)).unwrap();
+    mask.allowed_ids(0)
+}
+
+const PROMPT: [u32; 3] = [4, 4, 3];
+
+fn ctx(generated: &[u32]) -> Vec<u32> {
+    PROMPT.iter().chain(generated).copied().collect()
+}
+
+#[test]
+fn one_sequence_step_by_step() {
+    let c = compiled(G);
+    let p = GrammaskProcessor::new(c.clone(), 1);
+    let path = [0, 2, 1, 3];
+    for n in 0..path.len() {
+        assert_eq!(allowed(&p, &ctx(&path[..n]), 6).unwrap(), reference(&c, &path[..n]), "after {n} tokens");
+    }
+    // After "a ab b c" the grammar has ended: only the stop token.
+    assert_eq!(allowed(&p, &ctx(&path), 6).unwrap(), vec![EOS]);
+    let s = p.stats();
+    assert_eq!(s.calls, 5);
+    assert!(s.fill_ns > 0);
+}
+
+#[test]
+fn padding_past_the_vocabulary_is_masked() {
+    let p = GrammaskProcessor::new(compiled(G), 1);
+    // An lm_head 100 wide: ids 6..100 do not exist and are never allowed.
+    assert_eq!(allowed(&p, &ctx(&[]), 100).unwrap(), vec![0, 1, 2]);
+    // Narrower than the vocabulary: an error, not a partial mask.
+    let p = GrammaskProcessor::new(compiled(G), 1);
+    let err = allowed(&p, &ctx(&[]), 4).unwrap_err();
+    assert!(err.contains("4 logits for a vocabulary of 6"), "{err}");
+}
+
+#[test]
+fn sequences_sharing_a_processor_keep_their_own_states() {
+    let c = compiled(G);
+    let p = GrammaskProcessor::new(c.clone(), 3);
+    // Three choices of one request, called in an interleaved order, two with the same
+    // history for a while.
+    let paths: [&[u32]; 3] = [&[0, 0, 1, 3], &[0, 0, 2, 3], &[1, 2, 3]];
+    for step in 0..=4 {
+        for path in paths.iter().rev() {
+            if step <= path.len() && !(step == path.len() && path.last() == Some(&3)) {
+                let got = allowed(&p, &ctx(&path[..step]), 6).unwrap();
+                assert_eq!(got, reference(&c, &path[..step]), "{path:?} at {step}");
+            }
+        }
+    }
+}
+
+#[test]
+fn concurrent_sequences_get_their_masks() {
+    let c = compiled(G);
+    let n = 8;
+    let p = Arc::new(GrammaskProcessor::new(c.clone(), n));
+    // Each thread is one choice: a random walk through the grammar.
+    let threads: Vec<_> = (0..n)
+        .map(|t| {
+            let p = p.clone();
+            let c = c.clone();
+            std::thread::spawn(move || {
+                let mut seed = 0x9e37_79b9_u64.wrapping_mul(t as u64 + 1);
+                let mut ids = Vec::new();
+                for _ in 0..40 {
+                    let got = allowed(&p, &ctx(&ids), 6).unwrap();
+                    assert_eq!(got, reference(&c, &ids));
+                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    let pick = got[(seed >> 33) as usize % got.len()];
+                    if pick == EOS {
+                        break;
+                    }
+                    ids.push(pick);
+                }
+            })
+        })
+        .collect();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+}
+
+#[test]
+fn a_shrinking_context_rolls_back() {
+    let c = compiled(G);
+    let p = GrammaskProcessor::new(c.clone(), 1);
+    for n in 0..=3 {
+        allowed(&p, &ctx(&[0, 1, 0][..n]), 6).unwrap();
+    }
+    // Two tokens were taken back (a rejected draft): the state follows the context.
+    assert_eq!(allowed(&p, &ctx(&[0]), 6).unwrap(), reference(&c, &[0]));
+    // And a different continuation from there.
+    assert_eq!(allowed(&p, &ctx(&[0, 2]), 6).unwrap(), reference(&c, &[0, 2]));
+}
+
+#[test]
+fn a_repeated_context_is_refused() {
+    // mistral.rs's speculative pipeline: the draft advances, then every verified row comes
+    // with the same context. The first such row is the context's own state (served by
+    // rolling back); the second cannot be mapped to any state.
+    let c = compiled(G);
+    let p = GrammaskProcessor::new(c.clone(), 1);
+    allowed(&p, &ctx(&[]), 6).unwrap();
+    allowed(&p, &ctx(&[0]), 6).unwrap();
+    allowed(&p, &ctx(&[0, 1]), 6).unwrap();
+    assert_eq!(allowed(&p, &ctx(&[]), 6).unwrap(), reference(&c, &[]));
+    let err = allowed(&p, &ctx(&[]), 6).unwrap_err();
+    assert!(err.contains("already served 1 time"), "{err}");
+    // With two sequences, a context may come twice (both choices start there), not thrice.
+    let p = GrammaskProcessor::new(c, 2);
+    allowed(&p, &ctx(&[]), 6).unwrap();
+    allowed(&p, &ctx(&[]), 6).unwrap();
+    assert!(allowed(&p, &ctx(&[]), 6).unwrap_err().contains("already served 2 time"));
+}
+
+#[test]
+fn bad_contexts_are_typed_errors() {
+    let c = compiled(G);
+    let p = GrammaskProcessor::new(c.clone(), 1);
+    allowed(&p, &ctx(&[]), 6).unwrap();
+    // A token the grammar rejects ("c" first), an id outside the vocabulary.
+    let err = allowed(&p, &ctx(&[3]), 6).unwrap_err();
+    assert!(err.contains("generated token 0 (id 3) is rejected"), "{err}");
+    let p = GrammaskProcessor::new(c.clone(), 1);
+    allowed(&p, &ctx(&[]), 6).unwrap();
+    let err = allowed(&p, &ctx(&[0, 999]), 6).unwrap_err();
+    assert!(err.contains("id 999"), "{err}");
+    // A processor shared with another request (another prompt).
+    let p = GrammaskProcessor::new(c, 1);
+    allowed(&p, &ctx(&[]), 6).unwrap();
+    let err = allowed(&p, &[4, 3, 3, 0], 6).unwrap_err();
+    assert!(err.contains("differs from this request's prompt at token 1"), "{err}");
+    // The error is typed underneath candle's.
+    let e = ProcessorError::TooManySequences { sequences: 2 };
+    assert!(e.to_string().contains("2 sequences"));
+}
+
+#[test]
+fn request_stop_ids_follow_the_grammar_end() {
+    // "x" (4) is a stop id of this request only: allowed exactly where the grammar may end.
+    let c = compiled(r#"root ::= "a" "b"?"#);
+    let p = GrammaskProcessor::with_stop_ids(c, 1, vec![4, 77]);
+    assert_eq!(allowed(&p, &ctx(&[]), 6).unwrap(), vec![0, 2]);
+    assert_eq!(allowed(&p, &ctx(&[0]), 6).unwrap(), vec![1, 4, EOS]);
+    assert_eq!(allowed(&p, &ctx(&[0, 1]), 6).unwrap(), vec![4, EOS]);
+    // A stop id that is also grammar text is forbidden until the grammar can end; here that
+    // leaves nothing, which is an error rather than a row of −∞.
+    let c = compiled(r#"root ::= "a" "c""#);
+    let p = GrammaskProcessor::with_stop_ids(c, 1, vec![0]);
+    let err = allowed(&p, &ctx(&[]), 6).unwrap_err();
+    assert!(err.contains("no token is allowed"), "{err}");
+}
+
+/// mistral.rs 0.8.1's draft-model pipeline (`pipeline/speculative.rs`), call by call: the
+/// draft samples γ tokens with the context advancing (`add_tmp_tok`), the tokens are taken
+/// back (`remove_tmp_tok`), and the target samples its γ rows, every one with the context
+/// as it was before the draft. Row 0 is served (the state rolls back to the context); row 1
+/// needs the state after the first draft token, which the context does not say: refused.
+/// (The pipeline itself cannot be run here: in 0.8.1 its step locks the draft model twice in
+/// one statement and spins forever, already in the engine's startup dummy run.)
+#[test]
+fn mistralrs_speculative_call_sequence_is_refused() {
+    let c = compiled(G);
+    let p = GrammaskProcessor::new(c.clone(), 1);
+    let gamma = 3;
+    let mut accepted: Vec<u32> = vec![];
+    // Draft: contexts h, h+d1, h+d1+d2.
+    let mut draft = accepted.clone();
+    for _ in 0..gamma {
+        let allowed_now = allowed(&p, &ctx(&draft), 6).unwrap();
+        assert_eq!(allowed_now, reference(&c, &draft));
+        draft.push(allowed_now[0]);
+    }
+    // Target row 0: context h again — the state rolls back and the mask is h's.
+    assert_eq!(allowed(&p, &ctx(&accepted), 6).unwrap(), reference(&c, &accepted));
+    // The target agrees with the draft's first token; row 1 comes with context h again.
+    let err = allowed(&p, &ctx(&accepted), 6).unwrap_err();
+    assert!(err.contains("speculative"), "{err}");
+    // Had the target disagreed at row 0, decoding would go on from h + its own token.
+    accepted.push(1);
+    let p = GrammaskProcessor::new(c.clone(), 1);
+    allowed(&p, &ctx(&[]), 6).unwrap();
+    allowed(&p, &ctx(&[0]), 6).unwrap();
+    allowed(&p, &ctx(&[]), 6).unwrap();
+    assert_eq!(allowed(&p, &ctx(&accepted), 6).unwrap(), reference(&c, &accepted));
+}
