@@ -63,8 +63,8 @@ pub use compiler::{CompileOptions, CompiledGrammar, GrammarCompiler, GrammarSpec
 pub use constraint::LogitsConstraint;
 pub use error::{Error, GrammarError, GrammarErrorKind, Result};
 pub use grammar::Grammar;
-pub use lark::{lark_to_grammar, LarkError};
 pub use json_schema::{json_schema_str_to_grammar, json_schema_to_grammar, JsonSchemaOptions, SchemaError};
+pub use lark::{lark_to_grammar, LarkError};
 pub use matcher::GrammarMatcher;
 pub use regex::{regex_to_grammar, RegexError};
 pub use structural_tag::{structural_tag_to_grammar, StructuralTagError};

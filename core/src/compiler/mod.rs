@@ -113,7 +113,8 @@ impl GrammarSpec {
                 crate::structural_tag::structural_tag_to_grammar_with(t, limits)?
             }
             GrammarSpec::Lark(t) => {
-                let lark_limits = crate::lark::LarkLimits { max_repeat: limits.max_repeat, ..Default::default() };
+                let lark_limits =
+                    crate::lark::LarkLimits { max_repeat: limits.max_repeat, ..Default::default() };
                 crate::lark::lark_to_grammar_with(t, &lark_limits)?
             }
         })

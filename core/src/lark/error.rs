@@ -65,8 +65,9 @@ pub enum LarkErrorKind {
     /// The JSON after `%json`, `%llguidance` or `%regex` is not JSON, or not the shape
     /// the directive takes.
     BadJson(String),
-    /// The schema after `%json` could not be converted (with the schema's pointer).
-    Schema(SchemaError),
+    /// The schema after `%json` could not be converted (with the schema's pointer;
+    /// boxed to keep [`crate::Error`] small).
+    Schema(Box<SchemaError>),
     /// Valid llguidance syntax whose meaning grammask cannot express: special tokens,
     /// token ranges, lazy terminals, negation, … (the message says which, and why).
     Unsupported(String),
@@ -112,7 +113,9 @@ impl fmt::Display for LarkErrorKind {
             Self::Schema(e) => write!(f, "%json schema: {e}"),
             Self::Unsupported(what) => write!(f, "not supported: {what}"),
             Self::TooDeep(d) => write!(f, "nesting deeper than {d} levels"),
-            Self::TooLarge { what, given, limit } => write!(f, "{what} is {given}, over the limit of {limit}"),
+            Self::TooLarge { what, given, limit } => {
+                write!(f, "{what} is {given}, over the limit of {limit}")
+            }
         }
     }
 }

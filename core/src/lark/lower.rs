@@ -147,7 +147,11 @@ pub(crate) fn lower(src: &str, ast: Ast, limits: &LarkLimits) -> R<Grammar> {
         }
         let skip = if skips.len() == 1 { skips.pop().unwrap_or(Expr::Empty) } else { Expr::Alt(skips) };
         l.check_size(&skip, ignores[0].at)?;
-        let body = Expr::Repeat { expr: Box::new(skip), min: 0, max: if options.ignore_once { Some(1) } else { None } };
+        let body = Expr::Repeat {
+            expr: Box::new(skip),
+            min: 0,
+            max: if options.ignore_once { Some(1) } else { None },
+        };
         l.ignore = Some(l.push_rule("Ignore".into(), body)?);
     }
     let start = l.rule_ref("start")?.ok_or_else(|| LarkError::global(LarkErrorKind::NoStartRule))?;
@@ -349,7 +353,8 @@ impl Lower<'_> {
             property_order: PropertyOrder::Schema,
             ..Default::default()
         };
-        let mut g = json_schema_to_grammar(schema, &options).map_err(|e| self.err(at, LarkErrorKind::Schema(e)))?;
+        let mut g = json_schema_to_grammar(schema, &options)
+            .map_err(|e| self.err(at, LarkErrorKind::Schema(Box::new(e))))?;
         strip_outer_whitespace(&mut g);
         let base = self.out.len() as u32;
         if self.out.len() + g.rules.len() > self.limits.max_rules {
@@ -466,7 +471,15 @@ impl Lower<'_> {
         while let Some(r) = work.pop() {
             let after = rule_follow.get(&r).copied().unwrap_or(false);
             let mut newly = Vec::new();
-            self.follow_walk(&self.out[r.index()].body, after, ign, &mut out, &mut rule_follow, &mut newly, &mut begins_cache);
+            self.follow_walk(
+                &self.out[r.index()].body,
+                after,
+                ign,
+                &mut out,
+                &mut rule_follow,
+                &mut newly,
+                &mut begins_cache,
+            );
             work.extend(newly);
         }
         out
@@ -490,12 +503,16 @@ impl Lower<'_> {
             }
             _ => self.begins(x, &mut FxHashSet::default()),
         };
-        match e {
-            Expr::Seq(v) if v.len() == 2 && v[0] == Expr::Rule(ign) => {
+        if let Expr::Seq(v) = e {
+            if v.len() == 2 && v[0] == Expr::Rule(ign) {
+                // A lexeme.
                 if after {
                     out.insert(v[1].clone());
                 }
+                return;
             }
+        }
+        match e {
             Expr::Seq(v) => {
                 let mut a = after;
                 for x in v.iter().rev() {
@@ -503,13 +520,16 @@ impl Lower<'_> {
                     a = begins(x, cache) || (self.is_nullable(x) && a);
                 }
             }
-            Expr::Alt(v) => v.iter().for_each(|x| self.follow_walk(x, after, ign, out, rule_follow, newly, cache)),
+            Expr::Alt(v) => {
+                v.iter().for_each(|x| self.follow_walk(x, after, ign, out, rule_follow, newly, cache))
+            }
             Expr::Repeat { expr, max, .. } => {
                 let again = !matches!(max, Some(m) if *m < 2) && begins(expr, cache);
                 self.follow_walk(expr, after || again, ign, out, rule_follow, newly, cache);
             }
             Expr::Rule(r) if self.lark_rules.contains(r) => {
-                if after && !rule_follow.get(r).copied().unwrap_or(false) {
+                let known = rule_follow.get(r).copied().unwrap_or(false);
+                if after && !known {
                     rule_follow.insert(*r, true);
                     newly.push(*r);
                 }
@@ -826,7 +846,9 @@ impl Lower<'_> {
                 })
             }
             Value::RegexExt(json) => self.regex_ext(json, at),
-            Value::SpecialToken(s) => Err(self.err(at, LarkErrorKind::NotInTerminal(format!("special token {s}")))),
+            Value::SpecialToken(s) => {
+                Err(self.err(at, LarkErrorKind::NotInTerminal(format!("special token {s}"))))
+            }
             Value::GrammarRef(g) => {
                 Err(self.err(at, LarkErrorKind::NotInTerminal(format!("grammar reference {g}"))))
             }
@@ -845,7 +867,9 @@ impl Lower<'_> {
         let chunks: Vec<String> = match obj.iter().next() {
             Some((k, Json::Array(items))) if k == "substring_chunks" => items
                 .iter()
-                .map(|v| v.as_str().map(str::to_string).ok_or_else(|| bad("substring_chunks must be strings")))
+                .map(|v| {
+                    v.as_str().map(str::to_string).ok_or_else(|| bad("substring_chunks must be strings"))
+                })
                 .collect::<R<_>>()?,
             Some((k, Json::String(s))) if k == "substring_words" => words(s),
             Some((k, Json::String(s))) if k == "substring_chars" => s.chars().map(String::from).collect(),

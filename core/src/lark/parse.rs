@@ -32,9 +32,15 @@ pub(crate) enum Item {
     Ignore(Alts),
     /// `%import path[.NAME] [-> alias]` or `%import path (A, B)`, with each imported
     /// `(path.name, local name)`.
-    Import { at: usize, names: Vec<(String, String)> },
+    Import {
+        at: usize,
+        names: Vec<(String, String)>,
+    },
     /// `%llguidance {…}`.
-    LlGuidance { at: usize, options: Json },
+    LlGuidance {
+        at: usize,
+        options: Json,
+    },
 }
 
 /// `name[attributes]: body`.
@@ -224,8 +230,12 @@ impl<'a> Parser<'a> {
                 Some(Tok::LlGuidance(options)) => Ok(Item::LlGuidance { at, options }),
                 _ => Err(self.expected("`%llguidance`")),
             },
-            Some(Tok::Override) => Err(self.unsupported(at, "`%override` (llguidance does not support it either)")),
-            Some(Tok::Declare) => Err(self.unsupported(at, "`%declare` (llguidance does not support it either)")),
+            Some(Tok::Override) => {
+                Err(self.unsupported(at, "`%override` (llguidance does not support it either)"))
+            }
+            Some(Tok::Declare) => {
+                Err(self.unsupported(at, "`%declare` (llguidance does not support it either)"))
+            }
             _ => Err(self.expected("a rule, a terminal or a statement")),
         }
     }
@@ -237,10 +247,14 @@ impl<'a> Parser<'a> {
             return Err(self.unsupported(self.at(), "parametric rules (`name::_`)"));
         }
         if self.peek() == Some(&Tok::LBrace) {
-            return Err(self.unsupported(self.at(), "rule templates (llguidance does not support them either)"));
+            return Err(
+                self.unsupported(self.at(), "rule templates (llguidance does not support them either)")
+            );
         }
         if self.peek() == Some(&Tok::Dot) {
-            return Err(self.unsupported(self.at(), "rule priorities (llguidance does not support them either)"));
+            return Err(
+                self.unsupported(self.at(), "rule priorities (llguidance does not support them either)")
+            );
         }
         // `!name` (keep tokens) and `?name` (inline if single child) only shape Lark's
         // parse trees; the rule is `name`.
@@ -256,7 +270,9 @@ impl<'a> Parser<'a> {
         let at = self.at();
         let Some(Tok::Terminal(name)) = self.bump() else { return Err(self.expected("a terminal name")) };
         if self.peek() == Some(&Tok::LBrace) {
-            return Err(self.unsupported(self.at(), "terminal templates (llguidance does not support them either)"));
+            return Err(
+                self.unsupported(self.at(), "terminal templates (llguidance does not support them either)")
+            );
         }
         if self.peek() == Some(&Tok::Dot) {
             return Err(
@@ -320,10 +336,8 @@ impl<'a> Parser<'a> {
                         "temperature" => {
                             let n = self.number_text()?;
                             n.parse::<f32>().map_err(|_| {
-                                let kind = LarkErrorKind::Expected {
-                                    expected: "a number".into(),
-                                    found: n.clone(),
-                                };
+                                let kind =
+                                    LarkErrorKind::Expected { expected: "a number".into(), found: n.clone() };
                                 self.err(at, kind)
                             })?;
                             a.temperature = true;
@@ -365,7 +379,9 @@ impl<'a> Parser<'a> {
                 self.pos += 1;
                 let (text, flag) = decode_string(&s).map_err(|k| self.err(at, k))?;
                 if flag {
-                    return Err(self.err(at, LarkErrorKind::BadString(format!("{s} (no flags allowed here)"))));
+                    return Err(
+                        self.err(at, LarkErrorKind::BadString(format!("{s} (no flags allowed here)")))
+                    );
                 }
                 Ok(text)
             }
@@ -464,7 +480,14 @@ impl<'a> Parser<'a> {
         while !matches!(
             self.peek(),
             None | Some(
-                Tok::Newline | Tok::VBar | Tok::Arrow | Tok::RBrace | Tok::RParen | Tok::RBracket | Tok::And | Tok::If
+                Tok::Newline
+                    | Tok::VBar
+                    | Tok::Arrow
+                    | Tok::RBrace
+                    | Tok::RParen
+                    | Tok::RBracket
+                    | Tok::And
+                    | Tok::If
             )
         ) {
             items.push(self.item1()?);
@@ -507,7 +530,9 @@ impl<'a> Parser<'a> {
                 self.expect(&Tok::RBrace)?;
                 if hi == Some(0) {
                     // llguidance's rule: `{0}` and `{,0}` are errors, not empty.
-                    return Err(self.err(rep_at, LarkErrorKind::BadRepetition("with an upper bound of 0".into())));
+                    return Err(
+                        self.err(rep_at, LarkErrorKind::BadRepetition("with an upper bound of 0".into()))
+                    );
                 }
                 self.bounds(rep_at, lo, hi)?
             }
@@ -618,9 +643,8 @@ impl<'a> Parser<'a> {
                     // `name{2}` / `name{,3}` are repetitions, handled by the caller.
                     (Some(Tok::LBrace), Some(Tok::Comma | Tok::Number(_))) => {}
                     (Some(Tok::LBrace), _) => {
-                        return Err(
-                            self.unsupported(self.at(), "template use (llguidance does not support it either)")
-                        )
+                        return Err(self
+                            .unsupported(self.at(), "template use (llguidance does not support it either)"))
                     }
                     (Some(Tok::DoubleColon), _) => {
                         return Err(self.unsupported(self.at(), "parametric rule use (`name::param`)"))

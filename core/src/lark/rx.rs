@@ -60,7 +60,11 @@ fn lower(h: &Hir, first: bool, last: bool) -> Result<Expr, String> {
         // A repeated body can follow and be followed by itself.
         HirKind::Repetition(r) => {
             let once = r.max == Some(1);
-            Expr::Repeat { expr: Box::new(lower(&r.sub, first && once, last && once)?), min: r.min, max: r.max }
+            Expr::Repeat {
+                expr: Box::new(lower(&r.sub, first && once, last && once)?),
+                min: r.min,
+                max: r.max,
+            }
         }
         HirKind::Capture(c) => lower(&c.sub, first, last)?,
         HirKind::Concat(v) => {
@@ -85,7 +89,10 @@ mod tests {
 
     #[test]
     fn rust_syntax_and_flags() {
-        assert_eq!(regex_expr("a|b", 64).unwrap(), Expr::Alt(vec![Expr::Literal("a".into()), Expr::Literal("b".into())]));
+        assert_eq!(
+            regex_expr("ab|cd", 64).unwrap(),
+            Expr::Alt(vec![Expr::Literal("ab".into()), Expr::Literal("cd".into())])
+        );
         // Case folding is resolved into classes.
         assert!(matches!(regex_expr("(?i)k", 64).unwrap(), Expr::Class(r) if r.contains(&(0x212A, 0x212A))));
         assert!(regex_expr("^a$", 64).is_ok());
