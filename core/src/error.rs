@@ -23,6 +23,9 @@ pub enum Error {
     /// the embedded schema's, regex's or grammar's own location).
     #[error(transparent)]
     StructuralTag(#[from] crate::structural_tag::StructuralTagError),
+    /// A Lark grammar could not be converted (the error carries line and column).
+    #[error(transparent)]
+    Lark(#[from] crate::lark::LarkError),
     /// The tokenizer could not be loaded or decoded.
     #[error("tokenizer: {0}")]
     Tokenizer(String),

@@ -1,6 +1,7 @@
 //! grammask: structured generation for LLM inference.
 //!
-//! A constraint (an EBNF grammar or the builtin JSON grammar) is compiled against a
+//! A constraint (an EBNF or Lark grammar, a JSON Schema, a regex, a structural tag, or the
+//! builtin JSON grammar) is compiled against a
 //! model's tokenizer; at every decoding step grammask answers "which token ids are legal
 //! next?" as a packed bitmask that the engine applies to the logits before sampling.
 //!
@@ -19,6 +20,7 @@
 //! - [`automata`]: optimization passes and per-rule DFAs.
 //! - [`compiler`]: [`GrammarCompiler`], [`CompiledGrammar`] and the adaptive mask cache.
 //! - [`structural_tag`]: XGrammar's structural tags (free text with tagged regions).
+//! - [`lark`]: Lark grammars in llguidance's dialect (what mistral.rs passes as `Constraint::Lark`).
 //! - [`matcher`]: the [`GrammarMatcher`] parse state.
 //! - [`bitmask`]: [`TokenBitmask`] and applying masks to logits.
 //! - [`batch`]: many constraints' rows filled in one parallel call.
@@ -50,6 +52,7 @@ mod constraint;
 mod error;
 pub mod grammar;
 pub mod json_schema;
+pub mod lark;
 pub mod matcher;
 pub mod regex;
 pub mod structural_tag;
@@ -61,6 +64,7 @@ pub use constraint::LogitsConstraint;
 pub use error::{Error, GrammarError, GrammarErrorKind, Result};
 pub use grammar::Grammar;
 pub use json_schema::{json_schema_str_to_grammar, json_schema_to_grammar, JsonSchemaOptions, SchemaError};
+pub use lark::{lark_to_grammar, LarkError};
 pub use matcher::GrammarMatcher;
 pub use regex::{regex_to_grammar, RegexError};
 pub use structural_tag::{structural_tag_to_grammar, StructuralTagError};

@@ -68,6 +68,8 @@ pub enum GrammarSpec {
     Grammar(Grammar),
     /// A structural tag (XGrammar's JSON format, see [`crate::structural_tag`]).
     StructuralTag(String),
+    /// A Lark grammar in llguidance's dialect (see [`crate::lark`]); `start` is the root.
+    Lark(String),
 }
 
 impl GrammarSpec {
@@ -95,6 +97,7 @@ impl GrammarSpec {
             // Debug, not the EBNF text: that leaves out `keep` and member sets.
             GrammarSpec::Grammar(g) => format!("ir\0{g:?}"),
             GrammarSpec::StructuralTag(t) => format!("structural-tag\0{t}"),
+            GrammarSpec::Lark(t) => format!("lark\0{t}"),
         }
     }
 
@@ -108,6 +111,11 @@ impl GrammarSpec {
             GrammarSpec::Grammar(g) => g.clone(),
             GrammarSpec::StructuralTag(t) => {
                 crate::structural_tag::structural_tag_to_grammar_with(t, limits)?
+            }
+            GrammarSpec::Lark(t) => {
+                let lark_limits =
+                    crate::lark::LarkLimits { max_repeat: limits.max_repeat, ..Default::default() };
+                crate::lark::lark_to_grammar_with(t, &lark_limits)?
             }
         })
     }

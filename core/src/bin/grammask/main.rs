@@ -75,13 +75,16 @@ pub struct GrammarArgs {
     /// A structural tag file (XGrammar's JSON format: free text with tagged regions).
     #[arg(long, group = "source")]
     structural_tag: Option<PathBuf>,
+    /// A Lark grammar file (llguidance's dialect, root rule `start`).
+    #[arg(long, group = "source")]
+    lark: Option<PathBuf>,
     /// With `--json-schema`: objects that say nothing about `additionalProperties` allow
     /// extra members (JSON Schema's meaning) instead of none (strict, the default).
-    #[arg(long, requires = "json_schema", conflicts_with_all = ["grammar", "builtin_json", "regex", "structural_tag"])]
+    #[arg(long, requires = "json_schema", conflicts_with_all = ["grammar", "builtin_json", "regex", "structural_tag", "lark"])]
     allow_extra_properties: bool,
     /// With `--json-schema`: object members in the schema's order only (as XGrammar and
     /// llguidance generate) instead of any order.
-    #[arg(long, requires = "json_schema", conflicts_with_all = ["grammar", "builtin_json", "regex", "structural_tag"])]
+    #[arg(long, requires = "json_schema", conflicts_with_all = ["grammar", "builtin_json", "regex", "structural_tag", "lark"])]
     schema_order: bool,
 }
 
@@ -103,6 +106,10 @@ impl GrammarArgs {
         if let Some(p) = &self.structural_tag {
             let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
             return Ok(GrammarSpec::StructuralTag(text));
+        }
+        if let Some(p) = &self.lark {
+            let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+            return Ok(GrammarSpec::Lark(text));
         }
         match &self.grammar {
             Some(p) => {
@@ -128,6 +135,9 @@ impl GrammarArgs {
             return format!("regex {r}");
         }
         if let Some(p) = &self.structural_tag {
+            return p.display().to_string();
+        }
+        if let Some(p) = &self.lark {
             return p.display().to_string();
         }
         match &self.grammar {
