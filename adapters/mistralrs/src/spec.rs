@@ -13,7 +13,8 @@ use serde_json::Value;
 
 /// The grammask spec for a mistral.rs constraint; `None` for `Constraint::None`.
 ///
-/// - `Regex(r)`: the whole output matches `r`.
+/// - `Regex(r)`: the whole output matches `r`, in Rust `regex` syntax as llguidance reads
+///   it (through grammask's Lark front-end, whose `/…/` terminals use that syntax).
 /// - `JsonSchema(s)`: a JSON document valid against `s` (grammask's strict defaults: members
 ///   a schema does not declare are not generated).
 /// - `Lark(text)`: llguidance's Lark dialect (grammask's Lark front-end).
@@ -31,9 +32,9 @@ use serde_json::Value;
 pub fn spec_from_constraint(c: &Constraint) -> Result<Option<GrammarSpec>, Error> {
     Ok(Some(match c {
         Constraint::None => return Ok(None),
-        Constraint::Regex(r) => GrammarSpec::Regex(r.clone()),
+        Constraint::Regex(r) => regex_spec(r),
         Constraint::JsonSchema(s) => json_schema_spec(s),
-        Constraint::Lark(text) => lark_spec(text)?,
+        Constraint::Lark(text) => GrammarSpec::Lark(text.clone()),
         Constraint::Llguidance(top) => {
             let [g] = top.grammars.as_slice() else {
                 return Err(Error::Unsupported(format!(
@@ -48,7 +49,7 @@ pub fn spec_from_constraint(c: &Constraint) -> Result<Option<GrammarSpec>, Error
             }
             match (&g.json_schema, &g.lark_grammar) {
                 (Some(s), None) => json_schema_spec(s),
-                (None, Some(l)) => lark_spec(l)?,
+                (None, Some(l)) => GrammarSpec::Lark(l.clone()),
                 _ => {
                     return Err(Error::Unsupported(
                         "an llguidance grammar must give exactly one of json_schema and lark_grammar".into(),
@@ -59,9 +60,9 @@ pub fn spec_from_constraint(c: &Constraint) -> Result<Option<GrammarSpec>, Error
     }))
 }
 
-fn lark_spec(text: &str) -> Result<GrammarSpec, Error> {
-    let _ = text;
-    Err(Error::Unsupported("Lark (front-end pending)".into()))
+/// llguidance reads a mistral.rs regex as the Lark grammar `start: /r/`; so does grammask.
+fn regex_spec(r: &str) -> GrammarSpec {
+    GrammarSpec::Lark(format!("start: /{}/", r.replace('/', "\\/")))
 }
 
 fn json_schema_spec(schema: &Value) -> GrammarSpec {

@@ -42,6 +42,8 @@ enum Oracle {
     Json(jsonschema::Validator),
     Regex(regex::Regex),
     Ebnf(oracle::Bnf),
+    /// A fixed prefix, then JSON valid against the schema.
+    Prefixed(&'static str, jsonschema::Validator),
 }
 
 impl Oracle {
@@ -49,6 +51,11 @@ impl Oracle {
         match self {
             Oracle::Json(v) => {
                 let doc: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+                v.validate(&doc).map_err(|e| format!("schema: {e}"))
+            }
+            Oracle::Prefixed(prefix, v) => {
+                let rest = text.strip_prefix(prefix).ok_or("prefix missing")?;
+                let doc: serde_json::Value = serde_json::from_str(rest).map_err(|e| format!("not JSON: {e}"))?;
                 v.validate(&doc).map_err(|e| format!("schema: {e}"))
             }
             Oracle::Regex(r) => r.is_match(text).then_some(()).ok_or_else(|| "regex does not match".into()),
@@ -110,6 +117,27 @@ fn cases(grammask: &Grammask, schemas_wanted: usize) -> Vec<Case> {
             oracle: Oracle::Regex(regex::Regex::new(&format!("^(?:{r})$")).unwrap()),
         });
     }
+    // Lark, as mistral.rs users write it for llguidance: directly, and as an llguidance
+    // top-level grammar.
+    let lark_greeting = "start: greeting \" \" name \"!\"\ngreeting: \"hello\" | \"hi\"\nname: /[A-Z][a-z]{1,10}/\n";
+    out.push(Case {
+        name: "lark greeting".into(),
+        spec: SpecKind::Mistral(Constraint::Lark(lark_greeting.into())),
+        oracle: Oracle::Regex(regex::Regex::new("^(hello|hi) [A-Z][a-z]{1,10}!$").unwrap()),
+    });
+    let list = "start: \"[\" item (\",\" item)* \"]\"\nitem: INT | WORD\n%import common.INT\n%import common.WORD\n";
+    out.push(Case {
+        name: "llguidance lark list".into(),
+        spec: SpecKind::Mistral(Constraint::Llguidance(mistralrs::LlguidanceGrammar::from_lark(list.into()))),
+        oracle: Oracle::Regex(regex::Regex::new("^\\[([0-9]+|[a-zA-Z]+)(,([0-9]+|[a-zA-Z]+))*\\]$").unwrap()),
+    });
+    let schema = serde_json::json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
+    let tool = format!("start: \"call \" %json {schema}\n");
+    out.push(Case {
+        name: "lark %json".into(),
+        spec: SpecKind::Mistral(Constraint::Lark(tool)),
+        oracle: Oracle::Prefixed("call ", jsonschema::validator_for(&schema).unwrap()),
+    });
     out
 }
 
