@@ -8,8 +8,8 @@ use crate::vocab::ModelVocab;
 use grammask::{CompiledGrammar, GrammarCompiler, GrammarMatcher, GrammarSpec};
 use indexmap::IndexMap;
 use mistralrs::{
-    Constraint, CustomLogitsProcessor, MessageContent, ModelCategory, RequestLike, RequestMessage, SamplingParams,
-    StopTokens, Tool, ToolChoice, WebSearchOptions,
+    Constraint, CustomLogitsProcessor, MessageContent, ModelCategory, RequestLike, RequestMessage,
+    SamplingParams, StopTokens, Tool, ToolChoice, WebSearchOptions,
 };
 use std::sync::Arc;
 
@@ -100,7 +100,19 @@ impl Grammask {
 
     /// The request constrained by a grammask spec (EBNF, builtin JSON, structural tag, …);
     /// `None` leaves it unconstrained.
-    pub fn constrain_with<R: RequestLike>(&self, mut request: R, spec: Option<GrammarSpec>) -> Result<Constrained<R>, Error> {
+    /// A constraint already set on the request with `set_constraint` is an error beside a
+    /// spec; without a spec it is left to mistral.rs (llguidance), untouched.
+    pub fn constrain_with<R: RequestLike>(
+        &self,
+        mut request: R,
+        spec: Option<GrammarSpec>,
+    ) -> Result<Constrained<R>, Error> {
+        let own = request.take_constraint();
+        if spec.is_some() && !matches!(own, Constraint::None) {
+            return Err(Error::Unsupported(
+                "a request with both a mistral.rs constraint and a grammask spec".into(),
+            ));
+        }
         let sampling = request.take_sampling_params();
         let processor = match spec {
             None => None,
@@ -113,7 +125,7 @@ impl Grammask {
                 Some(Arc::new(GrammaskProcessor::with_stop_ids(compiled, sampling.n_choices, stop_ids)))
             }
         };
-        Ok(Constrained { inner: request, sampling: Some(sampling), processor })
+        Ok(Constrained { inner: request, sampling: Some(sampling), constraint: Some(own), processor })
     }
 
     /// Checks a finished choice against the grammar that constrained it: whether the text is
@@ -124,7 +136,9 @@ impl Grammask {
             Err(e) => Outcome::Invalid(e.to_string()),
             Ok(()) if m.can_terminate() => Outcome::Complete,
             Ok(()) if finish_reason == "length" => Outcome::CutOff,
-            Ok(()) => Outcome::Invalid(format!("the text is an unfinished document (finish reason `{finish_reason}`)")),
+            Ok(()) => Outcome::Invalid(format!(
+                "the text is an unfinished document (finish reason `{finish_reason}`)"
+            )),
         }
     }
 }
@@ -146,6 +160,9 @@ pub enum Outcome {
 pub struct Constrained<R> {
     inner: R,
     sampling: Option<SamplingParams>,
+    /// What mistral.rs itself is asked to enforce: `None` whenever grammask serves the
+    /// request, so that llguidance never sees the constraint too.
+    constraint: Option<Constraint>,
     processor: Option<Arc<GrammaskProcessor>>,
 }
 
@@ -185,8 +202,7 @@ impl<R: RequestLike> RequestLike for Constrained<R> {
         self.inner.enable_search()
     }
     fn take_constraint(&mut self) -> Constraint {
-        // grammask serves the constraint; llguidance must not see it too.
-        Constraint::None
+        self.constraint.take().unwrap_or(Constraint::None)
     }
     fn take_tools(&mut self) -> Option<(Vec<Tool>, ToolChoice)> {
         self.inner.take_tools()

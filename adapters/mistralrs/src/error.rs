@@ -8,7 +8,7 @@ pub enum Error {
     /// The constraint does not compile (bad schema, regex, Lark or EBNF; a limit exceeded):
     /// the message carries grammask's JSON pointer or line:column.
     #[error("constraint: {0}")]
-    Compile(#[from] grammask::Error),
+    Compile(Box<grammask::Error>),
     /// The constraint is well-formed but has no grammask equivalent.
     #[error("unsupported constraint: {0}")]
     Unsupported(String),
@@ -20,6 +20,12 @@ pub enum Error {
         /// What is wrong.
         what: String,
     },
+}
+
+impl From<grammask::Error> for Error {
+    fn from(e: grammask::Error) -> Self {
+        Error::Compile(Box::new(e))
+    }
 }
 
 /// An error inside [`GrammaskProcessor::apply`](crate::GrammaskProcessor): mistral.rs
@@ -60,7 +66,7 @@ pub enum ProcessorError {
         /// The token id.
         token: u32,
         /// grammask's reason.
-        source: grammask::Error,
+        source: Box<grammask::Error>,
     },
     /// No token is allowed: the request's stop ids cover every continuation the grammar
     /// has, or the vocabulary has no stop token for a finished grammar.
@@ -71,7 +77,7 @@ pub enum ProcessorError {
     },
     /// A grammar error while filling or rolling back.
     #[error("grammar: {0}")]
-    Grammar(grammask::Error),
+    Grammar(Box<grammask::Error>),
     /// The logits tensor is not what mistral.rs documents (CPU, f32, at least one logit per
     /// token of the vocabulary).
     #[error("logits: {0}")]

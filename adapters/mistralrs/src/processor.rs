@@ -6,13 +6,11 @@
 //! Nothing says which sequence is calling, so the processor keeps *slots* — (generated ids,
 //! matcher) pairs — and maps each call to a slot by its generated ids:
 //!
-//! 1. a slot at exactly these ids that has not produced a mask yet (another sequence with the
-//!    same history, made on an earlier call);
-//! 2. else the slot whose ids are the longest proper prefix of these ids: the sequence's own
+//! 1. the free slot whose ids are the longest proper prefix of these ids: the sequence's own
 //!    slot one step behind — accept the new ids (the common case: one token per call);
-//! 3. else, while fewer slots than sequences exist, a new slot forked from the slot sharing
-//!    the longest prefix (or from the start state);
-//! 4. else the free slot sharing the longest prefix, rolled back to the shared prefix and
+//! 2. else, while fewer slots than sequences exist, a new slot forked from the free slot
+//!    sharing the longest prefix (or from the start state);
+//! 3. else the free slot sharing the longest prefix, rolled back to the shared prefix and
 //!    advanced (the context shrank or changed: rollback).
 //!
 //! A slot is taken out of the table while a thread works on it, so the table's lock is held
@@ -37,6 +35,23 @@ use std::time::Instant;
 /// Attach it with `RequestBuilder::add_logits_processor`, or let
 /// [`Grammask::constrain`](crate::Grammask::constrain) do it. It must be the last processor:
 /// a processor after it could raise a logit the mask set to −∞.
+///
+/// ```
+/// use std::sync::Arc;
+/// use grammask::{GrammarCompiler, GrammarSpec, TokenizerInfo, TokenizerOptions};
+/// use grammask_mistralrs::GrammaskProcessor;
+/// use mistralrs::{CustomLogitsProcessor, DType, Device, Tensor};
+/// let vocab = ["yes", "no", "y", "<eos>"].iter().map(|s| s.as_bytes().to_vec()).collect();
+/// let tok = TokenizerInfo::from_byte_tokens(vocab, &TokenizerOptions { stop_tokens: Some(vec![3]), ..Default::default() })?;
+/// let compiled = GrammarCompiler::new(Arc::new(tok)).compile(&GrammarSpec::ebnf(r#"root ::= "yes" | "no""#))?;
+/// let p = GrammaskProcessor::new(compiled, 1);
+/// let prompt = [9u32, 9]; // whatever the prompt was
+/// let logits = p.apply(&Tensor::zeros(4, DType::F32, &Device::Cpu)?, &prompt)?;
+/// assert_eq!(logits.to_vec1::<f32>()?, [0.0, 0.0, 0.0, f32::NEG_INFINITY]);
+/// let logits = p.apply(&Tensor::zeros(4, DType::F32, &Device::Cpu)?, &[9, 9, 0])?; // after "yes"
+/// assert_eq!(logits.to_vec1::<f32>()?, [f32::NEG_INFINITY, f32::NEG_INFINITY, f32::NEG_INFINITY, 0.0]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct GrammaskProcessor {
     compiled: Arc<CompiledGrammar>,
     sequences: usize,
@@ -192,7 +207,9 @@ impl GrammaskProcessor {
             .slots
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.work.is_some() && s.ids.len() < generated.len() && generated.starts_with(&s.ids))
+            .filter(|(_, s)| {
+                s.work.is_some() && s.ids.len() < generated.len() && generated.starts_with(&s.ids)
+            })
             .max_by_key(|(_, s)| s.ids.len())
             .map(|(i, _)| i);
         if let Some(i) = prefix {
@@ -205,7 +222,10 @@ impl GrammaskProcessor {
         // A context already served once per sequence cannot be mapped to a state.
         let served_here = t.slots.iter().filter(|s| s.ids == generated).count();
         if served_here >= self.sequences {
-            return Err(ProcessorError::RepeatedContext { generated: generated.len(), sequences: self.sequences });
+            return Err(ProcessorError::RepeatedContext {
+                generated: generated.len(),
+                sequences: self.sequences,
+            });
         }
         // The free slot sharing the longest prefix with this context.
         let best = t
@@ -267,14 +287,18 @@ impl GrammaskProcessor {
         f: impl FnOnce(&[u32]) -> Result<(), ProcessorError>,
     ) -> Result<(u64, u64, u64), ProcessorError> {
         let t0 = Instant::now();
-        work.matcher.rollback(rollback).map_err(ProcessorError::Grammar)?;
+        work.matcher.rollback(rollback).map_err(|e| ProcessorError::Grammar(Box::new(e)))?;
         for (i, &id) in ids.iter().enumerate().skip(keep) {
-            work.matcher
-                .accept_token(id)
-                .map_err(|source| ProcessorError::TokenRejected { position: i, token: id, source })?;
+            work.matcher.accept_token(id).map_err(|source| ProcessorError::TokenRejected {
+                position: i,
+                token: id,
+                source: Box::new(source),
+            })?;
         }
         let t1 = Instant::now();
-        work.matcher.fill_next_token_bitmask(&mut work.row).map_err(ProcessorError::Grammar)?;
+        work.matcher
+            .fill_next_token_bitmask(&mut work.row)
+            .map_err(|e| ProcessorError::Grammar(Box::new(e)))?;
         if !self.extra_stops.is_empty() {
             let can_end = work.matcher.can_terminate();
             for &s in &self.extra_stops {
@@ -309,10 +333,14 @@ impl candle_core::InplaceOp1 for MaskOp<'_> {
         "grammask-mask"
     }
 
-    fn cpu_fwd(&self, storage: &mut candle_core::CpuStorage, layout: &candle_core::Layout) -> candle_core::Result<()> {
-        let (start, end) = layout
-            .contiguous_offsets()
-            .ok_or_else(|| candle_core::Error::wrap(ProcessorError::Logits("the logits are not contiguous".into())))?;
+    fn cpu_fwd(
+        &self,
+        storage: &mut candle_core::CpuStorage,
+        layout: &candle_core::Layout,
+    ) -> candle_core::Result<()> {
+        let (start, end) = layout.contiguous_offsets().ok_or_else(|| {
+            candle_core::Error::wrap(ProcessorError::Logits("the logits are not contiguous".into()))
+        })?;
         let candle_core::CpuStorage::F32(data) = storage else {
             return Err(candle_core::Error::wrap(ProcessorError::Logits(format!(
                 "logits of dtype {:?}, expected f32",

@@ -162,7 +162,9 @@ fn collect_templates(v: Option<&Value>, out: &mut Vec<String>) {
 fn ids_of(v: Option<&Value>) -> Vec<u32> {
     match v {
         Some(Value::Number(n)) => n.as_u64().and_then(|n| u32::try_from(n).ok()).into_iter().collect(),
-        Some(Value::Array(a)) => a.iter().filter_map(|x| x.as_u64().and_then(|n| u32::try_from(n).ok())).collect(),
+        Some(Value::Array(a)) => {
+            a.iter().filter_map(|x| x.as_u64().and_then(|n| u32::try_from(n).ok())).collect()
+        }
         _ => Vec::new(),
     }
 }

@@ -11,7 +11,8 @@ const EOS: u32 = 5;
 
 /// Tokens: 0 "a", 1 "b", 2 "ab", 3 "c", 4 "x", 5 <eos> (stop).
 fn compiled(grammar: &str) -> Arc<grammask::CompiledGrammar> {
-    let vocab: Vec<Vec<u8>> = ["a", "b", "ab", "c", "x", "<eos>"].iter().map(|s| s.as_bytes().to_vec()).collect();
+    let vocab: Vec<Vec<u8>> =
+        ["a", "b", "ab", "c", "x", "<eos>"].iter().map(|s| s.as_bytes().to_vec()).collect();
     let tok = TokenizerInfo::from_byte_tokens(
         vocab,
         &TokenizerOptions { stop_tokens: Some(vec![EOS]), ..Default::default() },

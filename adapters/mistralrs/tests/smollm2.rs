@@ -14,7 +14,8 @@ use std::path::PathBuf;
 
 fn model_path() -> Option<PathBuf> {
     let p = std::env::var_os("GRAMMASK_SMOLLM2").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../.models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
     });
     if p.exists() {
         return Some(p);
@@ -79,7 +80,8 @@ async fn smollm2_constrained_chat_outputs_are_valid() {
                 .set_sampler_temperature(0.7)
                 .set_sampler_max_len(160)
         };
-        let request = grammask.constrain(base().set_constraint(Constraint::JsonSchema(schema.clone()))).unwrap();
+        let request =
+            grammask.constrain(base().set_constraint(Constraint::JsonSchema(schema.clone()))).unwrap();
         let compiled = request.processor().unwrap().compiled().clone();
         constrained.push((schema.clone(), compiled, model.send_chat_request(request)));
         // Unconstrained answers are only counted, and rarely JSON at all: 80 tokens suffice.
@@ -103,7 +105,8 @@ async fn smollm2_constrained_chat_outputs_are_valid() {
     let mut valid = 0;
     let n = f_results.len();
     for (schema, response) in f_results {
-        let text = response.expect("unconstrained request").choices[0].message.content.clone().unwrap_or_default();
+        let text =
+            response.expect("unconstrained request").choices[0].message.content.clone().unwrap_or_default();
         let ok = serde_json::from_str::<serde_json::Value>(text.trim())
             .is_ok_and(|d| jsonschema::validator_for(&schema).unwrap().is_valid(&d));
         valid += ok as usize;

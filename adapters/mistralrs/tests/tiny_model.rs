@@ -7,12 +7,15 @@
 
 mod common;
 #[path = "../../../core/tests/common/oracle.rs"]
+#[allow(dead_code)]
 mod oracle;
 
 use common::{maskbench_sample, scratch, write_tiny_llama, Recorder, TinyLlama};
 use grammask::{Grammar, GrammarSpec};
 use grammask_mistralrs::{Grammask, ModelVocab, Outcome};
-use mistralrs::{Constraint, Model, ModelDType, RequestBuilder, TextMessageRole, TextModelBuilder, TokenSource};
+use mistralrs::{
+    Constraint, Model, ModelDType, RequestBuilder, TextMessageRole, TextModelBuilder, TokenSource,
+};
 use std::sync::Arc;
 
 const TOKENIZER: &str = "qwen3";
@@ -23,7 +26,15 @@ async fn tiny_model(name: &str) -> (Model, Grammask) {
     let dir = write_tiny_llama(
         &scratch(name),
         TOKENIZER,
-        &TinyLlama { hidden: 32, layers: 2, heads: 2, kv_heads: 1, intermediate: 64, vocab: LM_HEAD, seed: 7 },
+        &TinyLlama {
+            hidden: 32,
+            layers: 2,
+            heads: 2,
+            kv_heads: 1,
+            intermediate: 64,
+            vocab: LM_HEAD,
+            seed: 7,
+        },
     );
     let model = TextModelBuilder::new(dir.to_string_lossy())
         .with_force_cpu()
@@ -50,12 +61,14 @@ impl Oracle {
     fn check(&self, text: &str) -> Result<(), String> {
         match self {
             Oracle::Json(v) => {
-                let doc: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+                let doc: serde_json::Value =
+                    serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
                 v.validate(&doc).map_err(|e| format!("schema: {e}"))
             }
             Oracle::Prefixed(prefix, v) => {
                 let rest = text.strip_prefix(prefix).ok_or("prefix missing")?;
-                let doc: serde_json::Value = serde_json::from_str(rest).map_err(|e| format!("not JSON: {e}"))?;
+                let doc: serde_json::Value =
+                    serde_json::from_str(rest).map_err(|e| format!("not JSON: {e}"))?;
                 v.validate(&doc).map_err(|e| format!("schema: {e}"))
             }
             Oracle::Regex(r) => r.is_match(text).then_some(()).ok_or_else(|| "regex does not match".into()),
@@ -96,7 +109,8 @@ fn cases(grammask: &Grammask, schemas_wanted: usize) -> Vec<Case> {
     }
     assert!(out.len() >= schemas_wanted, "only {} schemas compiled", out.len());
     for g in ["arithmetic", "json", "json_arr", "list", "chess"] {
-        let text = std::fs::read_to_string(common::data_dir().join(format!("grammars/llama.cpp/{g}.gbnf"))).unwrap();
+        let text =
+            std::fs::read_to_string(common::data_dir().join(format!("grammars/llama.cpp/{g}.gbnf"))).unwrap();
         let grammar = Grammar::from_ebnf(&text).unwrap();
         out.push(Case {
             name: format!("llama.cpp/{g}.gbnf"),
@@ -119,19 +133,22 @@ fn cases(grammask: &Grammask, schemas_wanted: usize) -> Vec<Case> {
     }
     // Lark, as mistral.rs users write it for llguidance: directly, and as an llguidance
     // top-level grammar.
-    let lark_greeting = "start: greeting \" \" name \"!\"\ngreeting: \"hello\" | \"hi\"\nname: /[A-Z][a-z]{1,10}/\n";
+    let lark_greeting =
+        "start: greeting \" \" name \"!\"\ngreeting: \"hello\" | \"hi\"\nname: /[A-Z][a-z]{1,10}/\n";
     out.push(Case {
         name: "lark greeting".into(),
         spec: SpecKind::Mistral(Constraint::Lark(lark_greeting.into())),
         oracle: Oracle::Regex(regex::Regex::new("^(hello|hi) [A-Z][a-z]{1,10}!$").unwrap()),
     });
-    let list = "start: \"[\" item (\",\" item)* \"]\"\nitem: INT | WORD\n%import common.INT\n%import common.WORD\n";
+    let list =
+        "start: \"[\" item (\",\" item)* \"]\"\nitem: INT | WORD\n%import common.INT\n%import common.WORD\n";
     out.push(Case {
         name: "llguidance lark list".into(),
         spec: SpecKind::Mistral(Constraint::Llguidance(mistralrs::LlguidanceGrammar::from_lark(list.into()))),
         oracle: Oracle::Regex(regex::Regex::new("^\\[([0-9]+|[a-zA-Z]+)(,([0-9]+|[a-zA-Z]+))*\\]$").unwrap()),
     });
-    let schema = serde_json::json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
+    let schema =
+        serde_json::json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
     let tool = format!("start: \"call \" %json {schema}\n");
     out.push(Case {
         name: "lark %json".into(),
@@ -149,7 +166,14 @@ struct Tally {
     failures: Vec<String>,
 }
 
-async fn run_case(model: &Model, grammask: &Grammask, case: &Case, seed: u64, n: usize, max_len: usize) -> Tally {
+async fn run_case(
+    model: &Model,
+    grammask: &Grammask,
+    case: &Case,
+    seed: u64,
+    n: usize,
+    max_len: usize,
+) -> Tally {
     let recorder = Recorder::boosting(grammask.vocab().tokenizer(), b"\"}]", 4.0);
     let request = RequestBuilder::new()
         .add_message(TextMessageRole::User, format!("Answer (seed {seed})."))
@@ -176,7 +200,8 @@ async fn run_case(model: &Model, grammask: &Grammask, case: &Case, seed: u64, n:
     };
     let tok = grammask.vocab().tokenizer();
     for ids in recorder.generated() {
-        if let Some(&bad) = ids.iter().find(|&&id| tok.is_special(id) || id as usize >= tok.tokenizer_size()) {
+        if let Some(&bad) = ids.iter().find(|&&id| tok.is_special(id) || id as usize >= tok.tokenizer_size())
+        {
             t.failures.push(format!("{}: generated special or padding id {bad}", case.name));
         }
     }
@@ -239,12 +264,17 @@ async fn random_weights_every_output_valid() {
 #[test]
 fn bad_constraints_fail_at_build_time() {
     let vocab = ModelVocab::from_tokenizer_info(Arc::new(
-        grammask::TokenizerInfo::from_path(common::data_dir().join("tokenizers").join(TOKENIZER), &Default::default())
-            .unwrap(),
+        grammask::TokenizerInfo::from_path(
+            common::data_dir().join("tokenizers").join(TOKENIZER),
+            &Default::default(),
+        )
+        .unwrap(),
     ));
     let g = Grammask::new(vocab);
     let bad = [
-        Constraint::JsonSchema(serde_json::json!({"type": "object", "properties": {"a": {"$ref": "#/nope"}}})),
+        Constraint::JsonSchema(
+            serde_json::json!({"type": "object", "properties": {"a": {"$ref": "#/nope"}}}),
+        ),
         Constraint::JsonSchema(serde_json::json!({"type": 12})),
         Constraint::Regex("(unclosed".into()),
         Constraint::Lark("start: foo\n".into()),
@@ -288,7 +318,9 @@ impl mistralrs::CustomLogitsProcessor for Saboteur {
 async fn an_error_in_one_sequence_leaves_the_others_running() {
     let (model, grammask) = tiny_model("fault").await;
     let tok = grammask.vocab().tokenizer().clone();
-    let hello = (0..tok.tokenizer_size() as u32).find(|&id| tok.token_bytes(id) == b"hello").expect("a `hello` token");
+    let hello = (0..tok.tokenizer_size() as u32)
+        .find(|&id| tok.token_bytes(id) == b"hello")
+        .expect("a `hello` token");
     let spec = GrammarSpec::Regex("[0-9]{12}".into());
     let ours = grammask.processor(&spec, 1).unwrap();
     let sabotaged = RequestBuilder::new()
@@ -310,7 +342,8 @@ async fn an_error_in_one_sequence_leaves_the_others_running() {
         futures.push(model.send_chat_request(r));
     }
     let (bad, good) = tokio::join!(model.send_chat_request(sabotaged), futures::future::join_all(futures));
-    let err = bad.err().expect("the sabotaged request fails").to_string();
+    let Err(err) = bad else { panic!("the sabotaged request succeeded") };
+    let err = err.to_string();
     assert!(err.contains("is rejected by the grammar"), "{err}");
     let digits = regex::Regex::new("^[0-9]{12}$").unwrap();
     for r in good {

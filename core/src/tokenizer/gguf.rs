@@ -81,8 +81,7 @@ impl GgufTokenizer {
 
     /// Reads GGUF metadata from bytes (the whole file or at least its metadata section).
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
-        let mut reader =
-            Reader { inner: std::io::Cursor::new(bytes), offset: 0, len: bytes.len() as u64 };
+        let mut reader = Reader { inner: std::io::Cursor::new(bytes), offset: 0, len: bytes.len() as u64 };
         Self::parse(&mut reader)
     }
 
@@ -233,11 +232,7 @@ impl GgufTokenizer {
         if !out.types.is_empty() && out.types.len() != out.tokens.len() {
             return Err(r.fault(
                 r.offset,
-                format!(
-                    "{} token types for {} tokens",
-                    out.types.len(),
-                    out.tokens.len()
-                ),
+                format!("{} token types for {} tokens", out.types.len(), out.tokens.len()),
             ));
         }
         for (what, id) in [("bos", out.bos), ("eos", out.eos), ("eot", out.eot), ("eom", out.eom)] {
@@ -374,7 +369,9 @@ impl<R: Read + Seek> Reader<R> {
     fn expect_id(&mut self, ty: u32, key: &str) -> Result<u32> {
         let at = self.offset;
         match self.int(ty)? {
-            Some(v) => u32::try_from(v).map_err(|_| self.fault(at, format!("`{key}` = {v} is not a token id"))),
+            Some(v) => {
+                u32::try_from(v).map_err(|_| self.fault(at, format!("`{key}` = {v} is not a token id")))
+            }
             None => Err(self.fault(at, format!("`{key}` has value type {ty}, not an integer"))),
         }
     }
@@ -430,9 +427,8 @@ impl<R: Read + Seek> Reader<R> {
                 let elem = self.u32()?;
                 let count = self.u64()?;
                 if let Some(size) = scalar_size(elem) {
-                    let total = count
-                        .checked_mul(size)
-                        .ok_or_else(|| self.fault(at, "array length overflows"))?;
+                    let total =
+                        count.checked_mul(size).ok_or_else(|| self.fault(at, "array length overflows"))?;
                     return self.skip(total);
                 }
                 match elem {
@@ -587,10 +583,8 @@ mod tests {
         let err = GgufTokenizer::from_bytes(&bytes).unwrap_err();
         assert!(err.to_string().contains("eos token id 7"), "{err}");
         assert!(GgufTokenizer::from_bytes(b"GGML\0\0\0\0").is_err());
-        let bytes = write_gguf(&[
-            ("tokenizer.ggml.model", Str("bert")),
-            ("tokenizer.ggml.tokens", Strs(vec!["a"])),
-        ]);
+        let bytes =
+            write_gguf(&[("tokenizer.ggml.model", Str("bert")), ("tokenizer.ggml.tokens", Strs(vec!["a"]))]);
         let g = GgufTokenizer::from_bytes(&bytes).unwrap();
         assert!(g.to_tokenizer_info(&Default::default()).is_err());
     }
