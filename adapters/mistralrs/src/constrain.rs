@@ -120,7 +120,8 @@ impl Grammask {
                 let compiled = self.compile(&spec)?;
                 let stop_ids = match &sampling.stop_toks {
                     Some(StopTokens::Ids(ids)) => ids.clone(),
-                    _ => Vec::new(),
+                    Some(StopTokens::Seqs(seqs)) => single_token_stops(self.vocab.tokenizer(), seqs),
+                    None => Vec::new(),
                 };
                 Some(Arc::new(GrammaskProcessor::with_stop_ids(compiled, sampling.n_choices, stop_ids)))
             }
@@ -141,6 +142,27 @@ impl Grammask {
             )),
         }
     }
+}
+
+/// The stop strings mistral.rs turns into stop ids: those that are one token with no longer
+/// token starting with it (`add_request.rs`); the others it matches on the text.
+fn single_token_stops(tok: &grammask::TokenizerInfo, seqs: &[String]) -> Vec<u32> {
+    let mut out = Vec::new();
+    for s in seqs.iter().filter(|s| !s.is_empty()) {
+        let s = s.as_bytes();
+        let mut exact = None;
+        let mut extended = false;
+        for id in 0..tok.tokenizer_size() as u32 {
+            let b = tok.token_bytes(id);
+            if b == s && !tok.is_special(id) {
+                exact = Some(id);
+            } else if b.len() > s.len() && b.starts_with(s) {
+                extended = true;
+            }
+        }
+        out.extend(exact.filter(|_| !extended));
+    }
+    out
 }
 
 /// How a constrained generation ended.

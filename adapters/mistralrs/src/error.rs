@@ -41,15 +41,13 @@ pub enum ProcessorError {
         /// Length of the prompt the processor saw first.
         prompt_len: usize,
     },
-    /// The same context came again after it was served once per sequence. mistral.rs's
-    /// speculative pipeline does this when verifying draft tokens (every verified row gets
-    /// the same context), so no correct mask exists for the later rows.
-    #[error("the context after {generated} generated tokens was already served {sequences} time(s) (once per sequence): the caller asks for a position the context does not describe (mistral.rs's speculative decoding verifies draft rows this way; run grammask without a draft model)")]
+    /// The context that was just served by taking tokens back came again: mistral.rs's
+    /// speculative pipeline verifies draft rows this way (every verified row gets the same
+    /// context), so no correct mask exists for the later rows.
+    #[error("the context after {generated} generated tokens came again right after it was reached by taking tokens back: the caller asks for a position the context does not describe (mistral.rs's speculative decoding verifies draft rows this way; run grammask without a draft model)")]
     RepeatedContext {
         /// Generated tokens in the context.
         generated: usize,
-        /// Sequences the processor was built for.
-        sequences: usize,
     },
     /// More sequences called at once than the processor was built for.
     #[error("more than {sequences} sequences share this processor")]

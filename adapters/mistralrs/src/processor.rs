@@ -16,11 +16,21 @@
 //! A slot is taken out of the table while a thread works on it, so the table's lock is held
 //! only to choose and to put back — never while a sequence fills its mask.
 //!
-//! A context whose mask was already produced as many times as there are sequences is refused
-//! ([`ProcessorError::RepeatedContext`]): that is how mistral.rs's speculative pipeline
-//! verifies draft tokens — every verified row comes with the *same* context, though row `i`
-//! needs the state after `i` draft tokens — and no mask the processor could return would be
-//! right. See `docs/mistralrs.md`.
+//! The same context twice in a row is served again from its slot (mistral.rs samples a
+//! sequence again at the same context when an earlier sequence of its batch failed), except
+//! right after the context was reached by taking tokens back: that is how mistral.rs's
+//! speculative pipeline verifies draft tokens — every verified row comes with the *same*
+//! context, though row `i` needs the state after `i` draft tokens — and no mask the processor
+//! could return would be right, so it is refused ([`ProcessorError::RepeatedContext`]). See
+//! `docs/mistralrs.md`.
+//!
+//! With mistral.rs's prefix cache, a sequence's first call may carry only the uncached tail
+//! of its prompt; the processor learns the whole prompt from the next call (see
+//! `Table::generated_start`).
+//!
+//! The logits are masked in place: mistral.rs hands each processor a tensor it built for
+//! the call. An engine calling `apply` directly must likewise pass a tensor it does not
+//! reuse, or use [`GrammaskProcessor::mask_for`].
 
 use crate::error::ProcessorError;
 use grammask::bitmask::{apply_token_bitmask_with, words_per_row, LogitsLayout, MaskLayout, Parallelism};
@@ -63,8 +73,11 @@ pub struct GrammaskProcessor {
 }
 
 struct Table {
-    /// The prompt, learned on the first call: the context of every later call extends it.
+    /// The prompt, learned from the first calls: the context of every later call extends it.
     prompt: Option<Vec<u32>>,
+    /// Whether `prompt` may still be only the uncached tail of the prompt (see
+    /// [`Table::generated_len`]).
+    provisional: bool,
     slots: Vec<Slot>,
     next_slot_id: u64,
 }
@@ -75,6 +88,10 @@ struct Slot {
     ids: Vec<u32>,
     /// `None` while a thread works on the slot.
     work: Option<Work>,
+    /// Whether this slot was last served for a context that shrank (a slot's ids extended
+    /// it): the speculative pipeline's first verified row. The same context again right
+    /// after is its second row, which no state describes.
+    shrunk: bool,
 }
 
 /// What a thread takes out of a slot: the matcher and the mask row it fills.
@@ -126,7 +143,7 @@ impl GrammaskProcessor {
             compiled,
             sequences: sequences.max(1),
             extra_stops: stops,
-            table: Mutex::new(Table { prompt: None, slots: Vec::new(), next_slot_id: 0 }),
+            table: Mutex::new(Table { prompt: None, provisional: true, slots: Vec::new(), next_slot_id: 0 }),
             stats: Stats::default(),
         }
     }
@@ -157,13 +174,20 @@ impl GrammaskProcessor {
         f: impl FnOnce(&[u32]) -> Result<(), ProcessorError>,
     ) -> Result<(), ProcessorError> {
         let t0 = Instant::now();
-        let (slot_id, mut work, rollback, keep, ids) = self.checkout(context)?;
+        let (slot_id, work, rollback, keep, ids) = self.checkout(context)?;
+        // If the fill or `f` panics, the guard drops the slot (its matcher is gone with the
+        // unwinding stack) so that it does not count against the sequences forever.
+        let mut guard = Checkout { processor: self, slot_id, work: Some(work), armed: true };
         let t1 = Instant::now();
-        let result = self.advance_and_fill(&mut work, &ids, rollback, keep, f);
+        let result = match guard.work.as_mut() {
+            Some(work) => self.advance_and_fill(work, &ids, rollback, keep, f),
+            None => Err(ProcessorError::Internal("a checked-out slot has no matcher")),
+        };
         let t2 = Instant::now();
         // A failed call may leave the matcher half-advanced: its slot is dropped.
-        let ok = result.is_ok();
-        self.checkin(slot_id, ok.then_some(work));
+        let work = guard.work.take().filter(|_| result.is_ok());
+        guard.armed = false;
+        self.checkin(slot_id, work);
         let s = &self.stats;
         if let Ok((adv, fill, apply)) = result {
             s.advance_ns.fetch_add(adv, Ordering::Relaxed);
@@ -187,21 +211,25 @@ impl GrammaskProcessor {
     #[allow(clippy::type_complexity)]
     fn checkout(&self, context: &[u32]) -> Result<(u64, Work, usize, usize, Vec<u32>), ProcessorError> {
         let mut t = self.lock();
-        let prompt_len = match &t.prompt {
-            None => {
-                t.prompt = Some(context.to_vec());
-                context.len()
-            }
-            Some(p) => {
-                if context.len() < p.len() || context[..p.len()] != p[..] {
-                    let at = common_prefix(p, context);
-                    return Err(ProcessorError::PromptMismatch { at, prompt_len: p.len() });
-                }
-                p.len()
-            }
-        };
+        let prompt_len = t.generated_start(context)?;
         let generated = &context[prompt_len..];
+        // A context shorter than a slot's history: taken back (rejected draft tokens).
+        let shrinks = t.slots.iter().any(|s| s.ids.len() > generated.len() && s.ids.starts_with(generated));
 
+        // The same context again: served from the free slot already there (mistral.rs
+        // samples a sequence again at the same context when an earlier sequence of its
+        // batch failed), unless that slot was just served by shrinking — the speculative
+        // pipeline's next verified row, which needs a state the context does not describe.
+        if let Some(s) = t.slots.iter_mut().find(|s| s.work.is_some() && s.ids == generated) {
+            if s.shrunk {
+                return Err(ProcessorError::RepeatedContext { generated: generated.len() });
+            }
+            let work = s.work.take().ok_or(ProcessorError::Internal("a free slot has no matcher"))?;
+            return Ok((s.id, work, 0, generated.len(), generated.to_vec()));
+        }
+        if t.slots.iter().any(|s| s.shrunk && s.ids == generated) {
+            return Err(ProcessorError::RepeatedContext { generated: generated.len() });
+        }
         // The longest free proper prefix: the sequence's own slot, a step behind.
         let prefix = t
             .slots
@@ -216,16 +244,9 @@ impl GrammaskProcessor {
             let s = &mut t.slots[i];
             let keep = s.ids.len();
             s.ids = generated.to_vec();
+            s.shrunk = false;
             let work = s.work.take().ok_or(ProcessorError::Internal("a free slot has no matcher"))?;
             return Ok((s.id, work, 0, keep, generated.to_vec()));
-        }
-        // A context already served once per sequence cannot be mapped to a state.
-        let served_here = t.slots.iter().filter(|s| s.ids == generated).count();
-        if served_here >= self.sequences {
-            return Err(ProcessorError::RepeatedContext {
-                generated: generated.len(),
-                sequences: self.sequences,
-            });
         }
         // The free slot sharing the longest prefix with this context.
         let best = t
@@ -245,7 +266,7 @@ impl GrammaskProcessor {
             let (work, rollback, keep) = forked.unwrap_or_else(|| (self.fresh_work(), 0, 0));
             let id = t.next_slot_id;
             t.next_slot_id += 1;
-            t.slots.push(Slot { id, ids: generated.to_vec(), work: None });
+            t.slots.push(Slot { id, ids: generated.to_vec(), work: None, shrunk: shrinks });
             return Ok((id, work, rollback, keep, generated.to_vec()));
         }
         // Reuse the free slot sharing the longest prefix (the context shrank or changed).
@@ -253,6 +274,7 @@ impl GrammaskProcessor {
         let s = &mut t.slots[i];
         let rollback = s.ids.len() - c;
         s.ids = generated.to_vec();
+        s.shrunk = shrinks;
         let work = s.work.take().ok_or(ProcessorError::Internal("a free slot has no matcher"))?;
         Ok((s.id, work, rollback, c, generated.to_vec()))
     }
@@ -318,6 +340,65 @@ impl GrammaskProcessor {
     }
 }
 
+impl Table {
+    /// Where the generated ids start in `context`.
+    ///
+    /// The first call teaches the prompt. With mistral.rs's prefix cache (on by default), a
+    /// request whose prompt shares a prefix with an earlier sequence is prefilled from the
+    /// cache and its first call's context is only the *uncached tail* of the prompt; the next
+    /// call has the whole prompt and one generated token. So until a call has shown where
+    /// generation starts, the learned prompt is provisional: a context of exactly one token
+    /// more than it that extends it confirms it; a longer context whose all-but-last tokens
+    /// end with it replaces it with those tokens (the whole prompt); and a context the whole
+    /// prompt ends with is another sequence's first call, at the start.
+    fn generated_start(&mut self, context: &[u32]) -> Result<usize, ProcessorError> {
+        let Some(p) = &self.prompt else {
+            self.prompt = Some(context.to_vec());
+            return Ok(context.len());
+        };
+        let fresh = self.slots.iter().all(|s| s.ids.is_empty());
+        if self.provisional && fresh && context.len() > p.len() {
+            let head = &context[..context.len() - 1];
+            if context.len() == p.len() + 1 && context.starts_with(p) {
+                self.provisional = false;
+                return Ok(p.len());
+            }
+            if head.ends_with(p) {
+                self.prompt = Some(head.to_vec());
+                self.provisional = false;
+                return Ok(head.len());
+            }
+        }
+        if context.starts_with(p) {
+            if context.len() > p.len() {
+                self.provisional = false;
+            }
+            return Ok(p.len());
+        }
+        if fresh && p.ends_with(context) {
+            return Ok(context.len());
+        }
+        Err(ProcessorError::PromptMismatch { at: common_prefix(p, context), prompt_len: p.len() })
+    }
+}
+
+/// A checked-out slot: dropped without being checked in (a panic), it removes the slot.
+struct Checkout<'a> {
+    processor: &'a GrammaskProcessor,
+    slot_id: u64,
+    work: Option<Work>,
+    /// False once the slot was checked in normally.
+    armed: bool,
+}
+
+impl Drop for Checkout<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.processor.checkin(self.slot_id, None);
+        }
+    }
+}
+
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
@@ -376,7 +457,17 @@ impl CustomLogitsProcessor for GrammaskProcessor {
                 "the logits are not on the CPU (mistral.rs hands processors CPU logits)".into(),
             )));
         }
-        let logits = if logits.rank() == 1 { logits.clone() } else { logits.flatten_all()? };
+        // One sequence's row: `[vocab]`, or `[1, vocab]`; anything else is not what
+        // mistral.rs hands a processor, and masking only part of it would be wrong.
+        let logits = match logits.dims() {
+            [_] => logits.clone(),
+            [1, _] => logits.flatten_all()?,
+            dims => {
+                return Err(candle_core::Error::wrap(ProcessorError::Logits(format!(
+                    "logits of shape {dims:?}, expected one row"
+                ))))
+            }
+        };
         let vocab = self.compiled.tokenizer().vocab_size();
         let mut op_result = Ok(());
         self.mask_for(context, |row| {

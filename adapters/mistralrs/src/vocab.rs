@@ -45,9 +45,11 @@ struct StopSources {
 
 impl ModelVocab {
     /// From a Hugging Face model folder: `tokenizer.json`, and when present
-    /// `tokenizer_config.json` (EOS token, chat template), `chat_template.jinja` /
-    /// `chat_template.json`, `generation_config.json` (`eos_token_id`) and `config.json`
-    /// (`vocab_size`, when the lm_head is wider than the tokenizer).
+    /// `tokenizer_config.json` (EOS token, chat template; else `chat_template.jinja` or
+    /// `chat_template.json`), `generation_config.json` (`eos_token_id`) and `config.json`
+    /// (`vocab_size`, when the lm_head is wider than the tokenizer). A chat template given to
+    /// mistral.rs some other way (`with_chat_template`, `with_jinja_explicit`) is not seen
+    /// here: pass its turn enders as `extra_stop_ids`.
     pub fn from_model_dir(dir: impl AsRef<Path>, extra_stop_ids: &[u32]) -> Result<Self, Error> {
         let dir = dir.as_ref();
         let tokenizer_path = dir.join("tokenizer.json");
@@ -60,11 +62,13 @@ impl ModelVocab {
             sources.eos = token_string(config.get("eos_token"));
             collect_templates(config.get("chat_template"), &mut sources.templates);
         }
-        if let Ok(t) = std::fs::read_to_string(dir.join("chat_template.jinja")) {
-            sources.templates.push(t);
-        }
-        if let Some(t) = read_json(&dir.join("chat_template.json"))? {
-            collect_templates(t.get("chat_template"), &mut sources.templates);
+        // One template, as mistral.rs picks it: tokenizer_config.json's, else a separate file.
+        if sources.templates.is_empty() {
+            if let Ok(t) = std::fs::read_to_string(dir.join("chat_template.jinja")) {
+                sources.templates.push(t);
+            } else if let Some(t) = read_json(&dir.join("chat_template.json"))? {
+                collect_templates(t.get("chat_template"), &mut sources.templates);
+            }
         }
         if let Some(g) = read_json(&dir.join("generation_config.json"))? {
             sources.generation_ids = ids_of(g.get("eos_token_id"));
@@ -85,6 +89,15 @@ impl ModelVocab {
 
     /// From the vocabulary embedded in a GGUF file (what mistral.rs's GGUF loader uses when
     /// no `tokenizer.json` is given): its EOS id and the turn enders its chat template uses.
+    /// Only the file's own metadata is read; a tokenizer_config or generation_config given to
+    /// mistral.rs beside the GGUF is not: pass their ids as `extra_stop_ids`.
+    ///
+    /// mistral.rs 0.8.1 registers every GGUF token whose type is not "normal" as a special
+    /// token and drops special tokens from the text it returns; grammask treats byte
+    /// (`<0x0A>`) and user-defined tokens as text. With a SentencePiece (`llama`) GGUF a
+    /// document that needs a byte token (a newline, say) is therefore generated correctly but
+    /// returned without it by mistral.rs; byte-level (`gpt2`) vocabularies such as SmolLM2's
+    /// have no byte tokens.
     pub fn from_gguf(path: impl AsRef<Path>, extra_stop_ids: &[u32]) -> Result<Self, Error> {
         let gguf = GgufTokenizer::read(path)?;
         let mut sources = StopSources::default();

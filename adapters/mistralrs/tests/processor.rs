@@ -66,6 +66,11 @@ fn padding_past_the_vocabulary_is_masked() {
     let p = GrammaskProcessor::new(compiled(G), 1);
     // An lm_head 100 wide: ids 6..100 do not exist and are never allowed.
     assert_eq!(allowed(&p, &ctx(&[]), 100).unwrap(), vec![0, 1, 2]);
+    // Several rows at once are not what mistral.rs hands a processor.
+    let p2 = GrammaskProcessor::new(compiled(G), 1);
+    let two = Tensor::zeros((2, 6), mistralrs::DType::F32, &Device::Cpu).unwrap();
+    let err = p2.apply(&two, &ctx(&[])).unwrap_err().to_string();
+    assert!(err.contains("expected one row"), "{err}");
     // Narrower than the vocabulary: an error, not a partial mask.
     let p = GrammaskProcessor::new(compiled(G), 1);
     let err = allowed(&p, &ctx(&[]), 4).unwrap_err();
@@ -132,23 +137,74 @@ fn a_shrinking_context_rolls_back() {
 }
 
 #[test]
-fn a_repeated_context_is_refused() {
+fn a_repeated_context_is_served_again() {
+    // mistral.rs samples a sequence again at the same context when an earlier sequence of
+    // its batch failed: the state is the same, so is the mask.
+    let c = compiled(G);
+    for n in [1, 2] {
+        let p = GrammaskProcessor::new(c.clone(), n);
+        allowed(&p, &ctx(&[]), 6).unwrap();
+        allowed(&p, &ctx(&[0]), 6).unwrap();
+        assert_eq!(allowed(&p, &ctx(&[0]), 6).unwrap(), reference(&c, &[0]));
+        assert_eq!(allowed(&p, &ctx(&[0]), 6).unwrap(), reference(&c, &[0]));
+        assert_eq!(allowed(&p, &ctx(&[0, 1]), 6).unwrap(), reference(&c, &[0, 1]));
+    }
+}
+
+#[test]
+fn a_context_repeated_after_taking_tokens_back_is_refused() {
     // mistral.rs's speculative pipeline: the draft advances, then every verified row comes
     // with the same context. The first such row is the context's own state (served by
-    // rolling back); the second cannot be mapped to any state.
+    // rolling back); the second cannot be mapped to any state — with one sequence or more.
+    let c = compiled(G);
+    for n in [1, 2, 4] {
+        let p = GrammaskProcessor::new(c.clone(), n);
+        allowed(&p, &ctx(&[]), 6).unwrap();
+        allowed(&p, &ctx(&[0]), 6).unwrap();
+        allowed(&p, &ctx(&[0, 1]), 6).unwrap();
+        assert_eq!(allowed(&p, &ctx(&[]), 6).unwrap(), reference(&c, &[]), "n = {n}");
+        let err = allowed(&p, &ctx(&[]), 6).unwrap_err();
+        assert!(err.contains("came again right after") && err.contains("speculative"), "{err}");
+    }
+}
+
+#[test]
+fn a_prompt_served_from_mistralrs_prefix_cache_is_learned_on_the_next_call() {
+    // With a prefix-cache hit the first call carries only the prompt's uncached tail.
+    let c = compiled(G);
+    let prompt = [4u32, 4, 3, 4, 3];
+    let tail = &prompt[3..];
+    let full = |g: &[u32]| prompt.iter().chain(g).copied().collect::<Vec<_>>();
+    for n in [1, 2] {
+        let p = GrammaskProcessor::new(c.clone(), n);
+        assert_eq!(allowed(&p, tail, 6).unwrap(), reference(&c, &[]));
+        if n == 2 {
+            // The second choice's first call: the same tail.
+            assert_eq!(allowed(&p, tail, 6).unwrap(), reference(&c, &[]));
+        }
+        for k in 1..=3 {
+            let g = &[0, 1, 0][..k];
+            assert_eq!(allowed(&p, &full(g), 6).unwrap(), reference(&c, g), "n = {n}, {k} generated");
+        }
+    }
+    // Without a cache hit the first call is the whole prompt, and the next one extends it.
+    let p = GrammaskProcessor::new(c.clone(), 1);
+    allowed(&p, &prompt, 6).unwrap();
+    assert_eq!(allowed(&p, &full(&[1]), 6).unwrap(), reference(&c, &[1]));
+}
+
+#[test]
+fn a_panic_while_filling_does_not_leak_the_slot() {
     let c = compiled(G);
     let p = GrammaskProcessor::new(c.clone(), 1);
     allowed(&p, &ctx(&[]), 6).unwrap();
-    allowed(&p, &ctx(&[0]), 6).unwrap();
-    allowed(&p, &ctx(&[0, 1]), 6).unwrap();
-    assert_eq!(allowed(&p, &ctx(&[]), 6).unwrap(), reference(&c, &[]));
-    let err = allowed(&p, &ctx(&[]), 6).unwrap_err();
-    assert!(err.contains("already served 1 time"), "{err}");
-    // With two sequences, a context may come twice (both choices start there), not thrice.
-    let p = GrammaskProcessor::new(c, 2);
-    allowed(&p, &ctx(&[]), 6).unwrap();
-    allowed(&p, &ctx(&[]), 6).unwrap();
-    assert!(allowed(&p, &ctx(&[]), 6).unwrap_err().contains("already served 2 time"));
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        p.mask_for(&ctx(&[0]), |_| panic!("the engine's apply panicked")).ok();
+    }));
+    assert!(panicked.is_err());
+    // The sequence's slot went with the panic; the next call rebuilds it instead of
+    // finding the processor full.
+    assert_eq!(allowed(&p, &ctx(&[0, 1]), 6).unwrap(), reference(&c, &[0, 1]));
 }
 
 #[test]
@@ -221,4 +277,20 @@ fn mistralrs_speculative_call_sequence_is_refused() {
     allowed(&p, &ctx(&[0]), 6).unwrap();
     allowed(&p, &ctx(&[]), 6).unwrap();
     assert_eq!(allowed(&p, &ctx(&accepted), 6).unwrap(), reference(&c, &accepted));
+}
+
+#[test]
+fn single_token_stop_strings_become_stop_ids() {
+    use grammask_mistralrs::{Grammask, ModelVocab};
+    use mistralrs::{RequestBuilder, StopTokens};
+    let tok = compiled(G).tokenizer().clone();
+    let g = Grammask::new(ModelVocab::from_tokenizer_info(tok));
+    // "x" is one token that no longer token extends: mistral.rs stops on its id, so the mask
+    // allows it only where the grammar may end. "a" is extended by "ab": mistral.rs matches it
+    // on the text, and it stays grammar text here.
+    let request = RequestBuilder::new().set_sampler_stop_toks(StopTokens::Seqs(vec!["x".into(), "a".into()]));
+    let c = g.constrain_with(request, Some(GrammarSpec::ebnf(r#"root ::= "a" "b"?"#))).unwrap();
+    let p = c.processor().unwrap();
+    assert_eq!(allowed(p, &ctx(&[]), 6).unwrap(), vec![0, 2]);
+    assert_eq!(allowed(p, &ctx(&[0]), 6).unwrap(), vec![1, 4, EOS]);
 }

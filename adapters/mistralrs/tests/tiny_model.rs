@@ -353,3 +353,34 @@ async fn an_error_in_one_sequence_leaves_the_others_running() {
         assert_eq!(r.choices[0].finish_reason, "stop");
     }
 }
+
+/// mistral.rs's prefix cache (on by default) prefills a request whose prompt shares a prefix
+/// with an earlier sequence from the cache, and the processor's first call then carries only
+/// the prompt's uncached tail. Requests sent one after another with a shared system prompt
+/// must all come out valid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_served_from_the_prefix_cache_stay_valid() {
+    let (model, grammask) = tiny_model("prefix").await;
+    let system = "You are a careful assistant. Answer with a JSON array of small integers only.";
+    let schema = serde_json::json!({"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 99}, "maxItems": 6});
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let mut first_contexts = Vec::new();
+    for i in 0..4 {
+        let recorder = Recorder::boosting(grammask.vocab().tokenizer(), b"]", 4.0);
+        let request = RequestBuilder::new()
+            .add_message(TextMessageRole::System, system)
+            .add_message(TextMessageRole::User, format!("Question {i}"))
+            .set_sampler_temperature(1.0)
+            .set_sampler_max_len(64)
+            .add_logits_processor(recorder.clone())
+            .set_constraint(Constraint::JsonSchema(schema.clone()));
+        let response = model.send_chat_request(grammask.constrain(request).unwrap()).await.expect("request");
+        let text = response.choices[0].message.content.clone().unwrap_or_default();
+        let doc: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text:?}"));
+        assert!(validator.is_valid(&doc), "{text:?}");
+        let contexts = recorder.contexts.lock().unwrap();
+        first_contexts.push((contexts[0].len(), contexts.get(1).map_or(0, |c| c.len() - 1)));
+    }
+    // (first call's context length, the prompt's length): shorter when served from the cache.
+    eprintln!("first context vs prompt length per request: {first_contexts:?}");
+}

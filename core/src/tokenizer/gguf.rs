@@ -33,16 +33,18 @@ pub enum GgufTokenType {
 }
 
 impl GgufTokenType {
-    fn from_code(code: i64) -> Option<Self> {
-        Some(match code {
+    /// llama.cpp's codes; anything else (0, "undefined", included) is treated as a control
+    /// token: never produced by a grammar, which is the safe reading of a token we cannot
+    /// place.
+    fn from_code(code: i64) -> Self {
+        match code {
             1 => Self::Normal,
             2 => Self::Unknown,
-            3 => Self::Control,
             4 => Self::UserDefined,
             5 => Self::Unused,
             6 => Self::Byte,
-            _ => return None,
-        })
+            _ => Self::Control,
+        }
     }
 }
 
@@ -192,7 +194,6 @@ impl GgufTokenizer {
         let mut have_model = false;
         let mut have_tokens = false;
         for _ in 0..kv_count {
-            let key_at = r.offset;
             let key = r.string()?;
             let ty = r.u32()?;
             match key.as_str() {
@@ -207,14 +208,7 @@ impl GgufTokenizer {
                     have_tokens = true;
                 }
                 "tokenizer.ggml.token_type" => {
-                    let codes = r.int_array(ty, &key)?;
-                    let mut types = Vec::with_capacity(codes.len());
-                    for (i, c) in codes.into_iter().enumerate() {
-                        types.push(GgufTokenType::from_code(c).ok_or_else(|| {
-                            r.fault(key_at, format!("token {i} has unknown token type {c}"))
-                        })?);
-                    }
-                    out.types = types;
+                    out.types = r.int_array(ty, &key)?.into_iter().map(GgufTokenType::from_code).collect();
                 }
                 "tokenizer.ggml.bos_token_id" => out.bos = Some(r.expect_id(ty, &key)?),
                 "tokenizer.ggml.eos_token_id" => out.eos = Some(r.expect_id(ty, &key)?),
@@ -327,8 +321,20 @@ impl<R: Read + Seek> Reader<R> {
         if n > self.remaining() {
             return Err(self.fault(at, "unexpected end of file"));
         }
-        let n_i64 = i64::try_from(n).map_err(|_| self.fault(at, "length overflows"))?;
-        self.inner.seek(SeekFrom::Current(n_i64)).map_err(|e| self.fault(at, format!("seek failed: {e}")))?;
+        // Small skips (most of them: one per merge string) read through the buffer; a seek
+        // would discard it every time.
+        if n <= 1 << 16 {
+            let copied = std::io::copy(&mut (&mut self.inner).take(n), &mut std::io::sink())
+                .map_err(|e| self.fault(at, format!("read failed: {e}")))?;
+            if copied != n {
+                return Err(self.fault(at, "unexpected end of file"));
+            }
+        } else {
+            let n_i64 = i64::try_from(n).map_err(|_| self.fault(at, "length overflows"))?;
+            self.inner
+                .seek(SeekFrom::Current(n_i64))
+                .map_err(|e| self.fault(at, format!("seek failed: {e}")))?;
+        }
         self.offset += n;
         Ok(())
     }
