@@ -16,6 +16,10 @@
 //! A slot is taken out of the table while a thread works on it, so the table's lock is held
 //! only to choose and to put back — never while a sequence fills its mask.
 //!
+//! The mapping relies on mistral.rs's step discipline: every sequence of a request is
+//! sampled once per step before any is sampled again (a sequence that starts late, or runs
+//! ahead of its siblings, would look like a context taken back).
+//!
 //! The same context twice in a row is served again from its slot (mistral.rs samples a
 //! sequence again at the same context when an earlier sequence of its batch failed), except
 //! right after the context was reached by taking tokens back: that is how mistral.rs's

@@ -96,26 +96,35 @@ fn sequences_sharing_a_processor_keep_their_own_states() {
 
 #[test]
 fn concurrent_sequences_get_their_masks() {
+    // mistral.rs samples every sequence of a batch once per step (concurrently, on rayon
+    // threads) before any takes the next step: the threads here meet at a barrier each step.
     let c = compiled(G);
     let n = 8;
     let p = Arc::new(GrammaskProcessor::new(c.clone(), n));
+    let step = Arc::new(std::sync::Barrier::new(n));
     // Each thread is one choice: a random walk through the grammar.
     let threads: Vec<_> = (0..n)
         .map(|t| {
             let p = p.clone();
             let c = c.clone();
+            let step = step.clone();
             std::thread::spawn(move || {
                 let mut seed = 0x9e37_79b9_u64.wrapping_mul(t as u64 + 1);
                 let mut ids = Vec::new();
+                let mut done = false;
                 for _ in 0..40 {
-                    let got = allowed(&p, &ctx(&ids), 6).unwrap();
-                    assert_eq!(got, reference(&c, &ids));
-                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                    let pick = got[(seed >> 33) as usize % got.len()];
-                    if pick == EOS {
-                        break;
+                    if !done {
+                        let got = allowed(&p, &ctx(&ids), 6).unwrap();
+                        assert_eq!(got, reference(&c, &ids));
+                        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                        let pick = got[(seed >> 33) as usize % got.len()];
+                        if pick == EOS {
+                            done = true;
+                        } else {
+                            ids.push(pick);
+                        }
                     }
-                    ids.push(pick);
+                    step.wait();
                 }
             })
         })
