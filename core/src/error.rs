@@ -204,23 +204,35 @@ impl fmt::Display for GrammarErrorKind {
 }
 
 impl fmt::Display for GrammarError {
-    /// `line:column: message`, then the line and a caret under the fault.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.line == 0 {
-            return write!(f, "grammar: {}", self.kind);
-        }
-        write!(f, "{}:{}: {}", self.line, self.column, self.kind)?;
-        if !self.line_text.is_empty() {
-            let pad: String = self
-                .line_text
-                .chars()
-                .take(self.column.saturating_sub(1))
-                .map(|c| if c == '\t' { '\t' } else { ' ' })
-                .collect();
-            write!(f, "\n  {}\n  {}^", self.line_text, pad)?;
-        }
-        Ok(())
+        write_located(f, "grammar", self.line, self.column, &self.line_text, &self.kind)
     }
+}
+
+/// `line:column: message`, then the line and a caret under the fault; `what: message` when
+/// the fault has no position (line 0). Shared by the text front-ends' errors.
+pub(crate) fn write_located(
+    f: &mut fmt::Formatter<'_>,
+    what: &str,
+    line: usize,
+    column: usize,
+    line_text: &str,
+    message: &dyn fmt::Display,
+) -> fmt::Result {
+    if line == 0 {
+        return write!(f, "{what}: {message}");
+    }
+    write!(f, "{line}:{column}: {message}")?;
+    if !line_text.is_empty() {
+        // Tabs stay tabs so that the caret lines up however the terminal expands them.
+        let pad: String = line_text
+            .chars()
+            .take(column.saturating_sub(1))
+            .map(|c| if c == '\t' { '\t' } else { ' ' })
+            .collect();
+        write!(f, "\n  {line_text}\n  {pad}^")?;
+    }
+    Ok(())
 }
 
 impl std::error::Error for GrammarError {}

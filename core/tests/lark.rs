@@ -10,12 +10,9 @@
 
 mod common;
 
-use common::oracle::{oracle_mask, Bnf, Recognizer};
-use common::{allowed, tokenizer};
+use common::check_masks_along;
 use grammask::lark::{lark_to_grammar, lark_to_grammar_with, LarkErrorKind as Kind, LarkLimits};
-use grammask::{
-    Error, GrammarCompiler, GrammarMatcher, GrammarSpec, TokenBitmask, TokenizerInfo, TokenizerOptions,
-};
+use grammask::{Error, GrammarCompiler, GrammarMatcher, GrammarSpec, TokenizerInfo, TokenizerOptions};
 use std::sync::{Arc, OnceLock};
 
 // ---------------------------------------------------------------------------------------
@@ -595,53 +592,13 @@ fn a_grammar_prints_and_compiles_through_every_entry_point() {
 // (b) masks against the oracle
 // ---------------------------------------------------------------------------------------
 
-const TOKENIZERS: [&str; 3] = ["llama3_1", "llama2", "qwen3"];
-
 /// After every `stride`-th byte of `text`, the matcher's mask equals the oracle's for the
 /// same grammar IR (the oracle shares nothing with the automata, the mask cache or the
 /// matcher); `text` must be accepted in full.
 fn check_along(name: &str, lark: &str, text: &str) {
     let grammar = lark_to_grammar(lark).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let bnf = Bnf::new(&grammar);
-    let forced: Option<usize> = std::env::var("GRAMMASK_ORACLE_STRIDE").ok().and_then(|s| s.parse().ok());
-    for tname in TOKENIZERS {
-        let stride = forced.unwrap_or(if tname == "llama2" { 2 } else { 4 });
-        let tok = tokenizer(tname);
-        let compiled = GrammarCompiler::new(tok.clone()).compile(&GrammarSpec::Lark(lark.into())).unwrap();
-        let tokens: Vec<Option<Vec<u8>>> = (0..tok.tokenizer_size() as u32)
-            .map(|id| (!tok.is_special(id)).then(|| tok.token_bytes(id).to_vec()))
-            .collect();
-        let mut m = GrammarMatcher::new(compiled);
-        let mut mask = TokenBitmask::new(1, tok.vocab_size());
-        let mut oracle = Recognizer::new(&bnf);
-        let bytes = text.as_bytes();
-        for i in 0..=bytes.len() {
-            m.fill_next_token_bitmask(mask.row_mut(0)).unwrap();
-            if i % stride == 0 || i == bytes.len() {
-                let want = oracle_mask(&mut oracle, &tokens, tok.stop_tokens(), tok.vocab_size());
-                if want != mask.row(0) {
-                    let (got, exp) = (allowed(mask.row(0)), allowed(&want));
-                    let show = |ids: Vec<u32>| -> Vec<(u32, String)> {
-                        ids.into_iter()
-                            .take(10)
-                            .map(|i| (i, String::from_utf8_lossy(tok.token_bytes(i)).to_string()))
-                            .collect()
-                    };
-                    panic!(
-                        "{name} on {tname} after {:?}: extra {:?}; missing {:?}",
-                        String::from_utf8_lossy(&bytes[..i]),
-                        show(got.iter().copied().filter(|i| !exp.contains(i)).collect()),
-                        show(exp.iter().copied().filter(|i| !got.contains(i)).collect()),
-                    );
-                }
-            }
-            if i < bytes.len() {
-                m.accept_bytes(&bytes[i..=i]).unwrap_or_else(|e| panic!("{name}: byte {i}: {e}"));
-                assert!(oracle.push(bytes[i]), "{name}: oracle rejects byte {i}");
-            }
-        }
-        assert!(m.can_terminate(), "{name} on {tname}: cannot end");
-    }
+    let spec = GrammarSpec::Lark(lark.into());
+    check_masks_along(name, &grammar, &spec, text, |t| if t == "llama2" { 2 } else { 4 });
 }
 
 #[test]

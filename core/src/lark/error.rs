@@ -123,20 +123,7 @@ impl fmt::Display for LarkErrorKind {
 impl fmt::Display for LarkError {
     /// `line:column: message`, then the line and a caret under the fault.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.line == 0 {
-            return write!(f, "lark grammar: {}", self.kind);
-        }
-        write!(f, "{}:{}: {}", self.line, self.column, self.kind)?;
-        if !self.line_text.is_empty() {
-            let pad: String = self
-                .line_text
-                .chars()
-                .take(self.column.saturating_sub(1))
-                .map(|c| if c == '\t' { '\t' } else { ' ' })
-                .collect();
-            write!(f, "\n  {}\n  {}^", self.line_text, pad)?;
-        }
-        Ok(())
+        crate::error::write_located(f, "lark grammar", self.line, self.column, &self.line_text, &self.kind)
     }
 }
 

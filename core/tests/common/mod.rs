@@ -52,3 +52,61 @@ impl Rng {
 pub fn allowed(row: &[u32]) -> Vec<u32> {
     (0..row.len() as u32 * 32).filter(|&i| row[i as usize / 32] >> (i % 32) & 1 == 1).collect()
 }
+
+/// The three real tokenizers the front-ends' oracle checks run on.
+pub const TOKENIZERS: [&str; 3] = ["llama3_1", "llama2", "qwen3"];
+
+/// Feeds `text` byte by byte to a matcher for `spec` and to the brute-force recognizer for
+/// `grammar` (the same language's IR), on each tokenizer; after every `stride`-th byte
+/// (`GRAMMASK_ORACLE_STRIDE` overrides) the mask must equal the oracle's. `text` must be
+/// accepted in full.
+pub fn check_masks_along(
+    name: &str,
+    grammar: &grammask::Grammar,
+    spec: &grammask::GrammarSpec,
+    text: &str,
+    stride_for: impl Fn(&str) -> usize,
+) {
+    use grammask::{GrammarCompiler, GrammarMatcher, TokenBitmask};
+    use oracle::{oracle_mask, Bnf, Recognizer};
+    let bnf = Bnf::new(grammar);
+    let forced: Option<usize> = std::env::var("GRAMMASK_ORACLE_STRIDE").ok().and_then(|s| s.parse().ok());
+    for tname in TOKENIZERS {
+        let stride = forced.unwrap_or_else(|| stride_for(tname));
+        let tok = tokenizer(tname);
+        let compiled = GrammarCompiler::new(tok.clone()).compile(spec).unwrap();
+        let tokens: Vec<Option<Vec<u8>>> = (0..tok.tokenizer_size() as u32)
+            .map(|id| (!tok.is_special(id)).then(|| tok.token_bytes(id).to_vec()))
+            .collect();
+        let mut m = GrammarMatcher::new(compiled);
+        let mut mask = TokenBitmask::new(1, tok.vocab_size());
+        let mut oracle = Recognizer::new(&bnf);
+        let bytes = text.as_bytes();
+        for i in 0..=bytes.len() {
+            m.fill_next_token_bitmask(mask.row_mut(0)).unwrap();
+            if i % stride == 0 || i == bytes.len() {
+                let want = oracle_mask(&mut oracle, &tokens, tok.stop_tokens(), tok.vocab_size());
+                if want != mask.row(0) {
+                    let (got, exp) = (allowed(mask.row(0)), allowed(&want));
+                    let show = |ids: Vec<u32>| -> Vec<(u32, String)> {
+                        ids.into_iter()
+                            .take(10)
+                            .map(|i| (i, String::from_utf8_lossy(tok.token_bytes(i)).to_string()))
+                            .collect()
+                    };
+                    panic!(
+                        "{name} on {tname} after {:?}: extra {:?}; missing {:?}",
+                        String::from_utf8_lossy(&bytes[..i]),
+                        show(got.iter().copied().filter(|i| !exp.contains(i)).collect()),
+                        show(exp.iter().copied().filter(|i| !got.contains(i)).collect()),
+                    );
+                }
+            }
+            if i < bytes.len() {
+                m.accept_bytes(&bytes[i..=i]).unwrap_or_else(|e| panic!("{name}: byte {i}: {e}"));
+                assert!(oracle.push(bytes[i]), "{name}: oracle rejects byte {i}");
+            }
+        }
+        assert!(m.can_terminate(), "{name} on {tname}: cannot end");
+    }
+}
