@@ -12,29 +12,15 @@ mod common;
 
 use common::check_masks_along;
 use grammask::lark::{lark_to_grammar, lark_to_grammar_with, LarkErrorKind as Kind, LarkLimits};
-use grammask::{Error, GrammarCompiler, GrammarMatcher, GrammarSpec, TokenizerInfo, TokenizerOptions};
-use std::sync::{Arc, OnceLock};
+use grammask::{Error, GrammarCompiler, GrammarMatcher, GrammarSpec};
+use std::sync::Arc;
 
 // ---------------------------------------------------------------------------------------
 // (a) accepted and rejected texts
 // ---------------------------------------------------------------------------------------
 
-/// Every byte is a token, plus an end-of-sequence token: acceptance is the grammar's
-/// language.
-fn bytes_tokenizer() -> Arc<TokenizerInfo> {
-    static TOK: OnceLock<Arc<TokenizerInfo>> = OnceLock::new();
-    TOK.get_or_init(|| {
-        let mut vocab: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
-        vocab.push(b"<eos>".to_vec());
-        let opts = TokenizerOptions { stop_tokens: Some(vec![256]), ..Default::default() };
-        Arc::new(TokenizerInfo::from_byte_tokens(vocab, &opts).unwrap())
-    })
-    .clone()
-}
-
 fn compiler() -> &'static GrammarCompiler {
-    static C: OnceLock<GrammarCompiler> = OnceLock::new();
-    C.get_or_init(|| GrammarCompiler::new(bytes_tokenizer()))
+    common::byte_compiler()
 }
 
 /// Whether the grammar accepts `text` as a complete output.

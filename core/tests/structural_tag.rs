@@ -9,9 +9,9 @@ mod common;
 
 use common::check_masks_along;
 use grammask::structural_tag::{structural_tag_to_grammar, StructuralTagErrorKind as Kind};
-use grammask::{Error, GrammarCompiler, GrammarMatcher, GrammarSpec, TokenizerInfo, TokenizerOptions};
+use grammask::{Error, GrammarCompiler, GrammarMatcher, GrammarSpec};
 use serde_json::{json, Value};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 fn doc(format: Value) -> String {
     json!({"type": "structural_tag", "format": format}).to_string()
@@ -82,22 +82,8 @@ fn oracle_at_least_one_and_stop_after_first() {
 // (b) accepted and rejected texts per format type
 // ---------------------------------------------------------------------------------------
 
-/// Every byte is a token, plus an end-of-sequence token: the matcher sees texts as they
-/// are, so acceptance is the grammar's language.
-fn bytes_tokenizer() -> Arc<TokenizerInfo> {
-    static TOK: OnceLock<Arc<TokenizerInfo>> = OnceLock::new();
-    TOK.get_or_init(|| {
-        let mut vocab: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
-        vocab.push(b"<eos>".to_vec());
-        let opts = TokenizerOptions { stop_tokens: Some(vec![256]), ..Default::default() };
-        Arc::new(TokenizerInfo::from_byte_tokens(vocab, &opts).unwrap())
-    })
-    .clone()
-}
-
 fn compiler() -> &'static GrammarCompiler {
-    static C: OnceLock<GrammarCompiler> = OnceLock::new();
-    C.get_or_init(|| GrammarCompiler::new(bytes_tokenizer()))
+    common::byte_compiler()
 }
 
 /// Whether the tag accepts `text` as a complete output.

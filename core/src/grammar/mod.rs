@@ -148,6 +148,22 @@ pub struct Grammar {
 }
 
 impl Grammar {
+    /// Appends this grammar's rules to `rules` (names prefixed with `prefix`, rule ids shifted
+    /// past the rules already there) and returns a call of its root: how a front-end embeds
+    /// a sub-grammar (a JSON schema inside Lark or a structural tag).
+    pub(crate) fn append_to(self, rules: &mut Vec<Rule>, prefix: &str) -> Expr {
+        let base = rules.len() as u32;
+        for mut rule in self.rules {
+            rule.name = format!("{prefix}{}", rule.name);
+            rule.body.map_rules(&mut |r| Expr::Rule(RuleId(r.0 + base)));
+            if let Some(set) = rule.members.as_mut() {
+                set.map_rules(&mut |r| Some(RuleId(r.0 + base)));
+            }
+            rules.push(rule);
+        }
+        Expr::Rule(RuleId(self.root.0 + base))
+    }
+
     /// The rule with this id.
     pub fn rule(&self, id: RuleId) -> &Rule {
         &self.rules[id.index()]

@@ -356,7 +356,6 @@ impl Lower<'_> {
         let mut g = json_schema_to_grammar(schema, &options)
             .map_err(|e| self.err(at, LarkErrorKind::Schema(Box::new(e))))?;
         strip_outer_whitespace(&mut g);
-        let base = self.out.len() as u32;
         if self.out.len() + g.rules.len() > self.limits.max_rules {
             return Err(self.err(
                 at,
@@ -368,16 +367,7 @@ impl Lower<'_> {
             ));
         }
         self.json_count += 1;
-        let prefix = format!("Json{}_", self.json_count);
-        for mut rule in g.rules {
-            rule.name = format!("{prefix}{}", rule.name);
-            rule.body.map_rules(&mut |r| Expr::Rule(RuleId(r.0 + base)));
-            if let Some(set) = rule.members.as_mut() {
-                set.map_rules(&mut |r| Some(RuleId(r.0 + base)));
-            }
-            self.out.push(rule);
-        }
-        Ok(Expr::Rule(RuleId(g.root.0 + base)))
+        Ok(g.append_to(&mut self.out, &format!("Json{}_", self.json_count)))
     }
 
     // ---- no skip before the first lexeme ----

@@ -182,7 +182,6 @@ impl Lower<'_> {
     /// Adds `g`'s rules (renamed `s<n>_<name>`, renumbered) and returns a reference to its
     /// root.
     fn embed(&mut self, g: Grammar, ptr: &str) -> R<Expr> {
-        let base = self.rules.len() as u32;
         if self.rules.len() + g.rules.len() > MAX_RULES {
             return Err(Error::new(
                 ptr,
@@ -190,16 +189,7 @@ impl Lower<'_> {
             ));
         }
         self.embedded += 1;
-        let prefix = format!("s{}_", self.embedded);
-        for mut rule in g.rules {
-            rule.name = format!("{prefix}{}", rule.name);
-            rule.body.map_rules(&mut |r| Expr::Rule(RuleId(r.0 + base)));
-            if let Some(set) = rule.members.as_mut() {
-                set.map_rules(&mut |r| Some(RuleId(r.0 + base)));
-            }
-            self.rules.push(rule);
-        }
-        Ok(Expr::Rule(RuleId(g.root.0 + base)))
+        Ok(g.append_to(&mut self.rules, &format!("s{}_", self.embedded)))
     }
 }
 

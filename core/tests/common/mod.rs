@@ -110,3 +110,15 @@ pub fn check_masks_along(
         assert!(m.can_terminate(), "{name} on {tname}: cannot end");
     }
 }
+
+/// A compiler over a vocabulary where every byte is a token, plus an end-of-sequence token
+/// (id 256): a matcher sees texts as they are, so acceptance is the grammar's language.
+pub fn byte_compiler() -> &'static grammask::GrammarCompiler {
+    static C: OnceLock<grammask::GrammarCompiler> = OnceLock::new();
+    C.get_or_init(|| {
+        let mut vocab: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+        vocab.push(b"<eos>".to_vec());
+        let opts = TokenizerOptions { stop_tokens: Some(vec![256]), ..Default::default() };
+        grammask::GrammarCompiler::new(Arc::new(TokenizerInfo::from_byte_tokens(vocab, &opts).unwrap()))
+    })
+}
