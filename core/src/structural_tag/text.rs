@@ -311,31 +311,7 @@ mod tests {
     }
 
     fn compile(e: &Expr) -> regex::Regex {
-        regex::Regex::new(&format!("^(?:{})$", to_regex(e))).unwrap()
-    }
-
-    fn to_regex(e: &Expr) -> String {
-        match e {
-            Expr::Empty => String::new(),
-            Expr::Literal(s) => regex::escape(s),
-            Expr::Class(r) if r.is_empty() => "[^\\s\\S]".into(),
-            Expr::Class(r) => {
-                let mut s = String::from("[");
-                for &(lo, hi) in r {
-                    let (lo, hi) = (char::from_u32(lo).unwrap(), char::from_u32(hi).unwrap());
-                    s += &format!("\\x{{{:x}}}-\\x{{{:x}}}", lo as u32, hi as u32);
-                }
-                s + "]"
-            }
-            Expr::Seq(v) => v.iter().map(|e| format!("(?:{})", to_regex(e))).collect(),
-            Expr::Alt(v) if v.is_empty() => "[^\\s\\S]".into(),
-            Expr::Alt(v) => v.iter().map(|e| format!("(?:{})", to_regex(e))).collect::<Vec<_>>().join("|"),
-            Expr::Repeat { expr, min, max } => match max {
-                Some(m) => format!("(?:{}){{{min},{m}}}", to_regex(expr)),
-                None => format!("(?:{}){{{min},}}", to_regex(expr)),
-            },
-            Expr::Rule(_) | Expr::And(_) => unreachable!(),
-        }
+        crate::grammar::testing::recognizer(e)
     }
 
     #[test]
