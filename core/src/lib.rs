@@ -56,6 +56,7 @@ pub mod lark;
 pub mod matcher;
 pub mod regex;
 pub mod structural_tag;
+pub mod tool_calling;
 pub mod tokenizer;
 
 pub use bitmask::TokenBitmask;
