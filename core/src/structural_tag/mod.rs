@@ -82,7 +82,7 @@
 
 mod error;
 mod lower;
-mod parse;
+pub(crate) mod parse;
 mod text;
 
 pub use error::{StructuralTagError, StructuralTagErrorKind};

@@ -88,3 +88,7 @@ pub struct Preset {
     /// Free text outside every listed tag is content.
     pub roles: Vec<(Value, Role)>,
 }
+
+mod output;
+
+pub use output::{Delta, OutputError, OutputParser, ParsedOutput, StreamParser, ToolCall};
