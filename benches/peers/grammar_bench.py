@@ -84,6 +84,8 @@ def run_xgrammar(peer, spec, ids, tok):
         t0 = now()
         if spec["builtin_json"]:
             cg = compiler.compile_builtin_json_grammar()
+        elif spec.get("structural_tag"):
+            cg = compiler.compile_structural_tag(spec["structural_tag"])
         else:
             cg = compiler.compile_grammar(spec["xgr_text"])
         m = xgr.GrammarMatcher(cg)
@@ -183,7 +185,7 @@ def bench_engine(name, peer, spec, ids, tok, repeats, warmup):
            "text": spec["text_name"], "tokens": len(ids), "repeats": repeats}
     if name == "llguidance":
         res["convert_us"] = spec.get("llg_convert_us")
-    elif not spec["builtin_json"]:
+    elif not spec["builtin_json"] and not spec.get("structural_tag"):
         res["grammar_rewritten"] = spec["xgr_rewritten"]
     ttfms, fills, accepts, per_tok = [], [], [], []
     memory = None
@@ -229,6 +231,8 @@ def main():
     g.add_argument("--grammar", help="GBNF / XGrammar EBNF file (root rule `root`)")
     g.add_argument("--builtin-json", action="store_true",
                    help="XGrammar's builtin JSON grammar; llguidance: `start: %%json {}`")
+    g.add_argument("--structural-tag",
+                   help="an XGrammar structural tag (JSON file); XGrammar only")
     ap.add_argument("--text", required=True, help="text file (read as UTF-8, used verbatim)")
     ap.add_argument("--repeats", "-r", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=0,
@@ -256,6 +260,11 @@ def main():
     if args.builtin_json:
         spec["name"] = args.name or "builtin-json"
         spec["text"] = None
+    elif args.structural_tag:
+        with open(args.structural_tag, encoding="utf-8") as f:
+            spec["structural_tag"] = f.read()
+        spec["text"] = None
+        spec["name"] = args.name or os.path.splitext(os.path.basename(args.structural_tag))[0]
     else:
         with open(args.grammar, encoding="utf-8") as f:
             spec["text"] = f.read()
@@ -266,7 +275,7 @@ def main():
     for name in engines:
         if name == "xgrammar":
             peer = pc.XGrammarPeer(tok, vocab, stop_ids)
-            if not args.builtin_json:
+            if spec["text"] is not None:
                 # use the grammar as is; only if XGrammar cannot parse it, apply
                 # the minimal rewrite and say so in the output
                 try:
@@ -275,6 +284,8 @@ def main():
                 except Exception:  # noqa: BLE001
                     spec["xgr_text"], spec["xgr_rewritten"] = xgrammar_compatible(spec["text"])
         elif name == "llguidance":
+            if args.structural_tag:
+                raise SystemExit("llguidance does not read XGrammar structural tags")
             peer = pc.LLGuidancePeer(tok, vocab, stop_ids)
             a = now()
             if args.builtin_json:

@@ -89,6 +89,8 @@ pub struct Preset {
     pub roles: Vec<(Value, Role)>,
 }
 
+mod detect;
 mod output;
 
+pub use detect::DetectError;
 pub use output::{Delta, OutputError, OutputParser, ParsedOutput, StreamParser, ToolCall};
