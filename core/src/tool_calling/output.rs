@@ -408,6 +408,12 @@ impl<'a> Walk<'a> {
         self.furthest = self.furthest.max(pos);
     }
 
+    /// Records how far `s` matched at `pos` before it failed (for the error's offset).
+    fn reach_partly(&mut self, s: &str, pos: usize) {
+        let common = self.text[pos..].bytes().zip(s.bytes()).take_while(|(a, b)| a == b).count();
+        self.reach(pos + common);
+    }
+
     /// In a prefix reading, the text ran out here: everything from now on may still come.
     fn out_of_text(&self, pos: usize) -> bool {
         self.partial && pos >= self.text.len()
@@ -423,6 +429,7 @@ impl<'a> Walk<'a> {
             self.reach(self.text.len());
             Some(self.text.len())
         } else {
+            self.reach_partly(s, pos);
             None
         }
     }
@@ -639,6 +646,7 @@ impl<'a> Walk<'a> {
             self.reach(self.text.len());
             return k(self, self.text.len());
         } else {
+            self.reach_partly(&tag.begin, pos);
             return false;
         };
         self.reach(p);

@@ -1,0 +1,119 @@
+//! The output reader on hand-built tags: splitting, typed errors on text that did not come
+//! from the tag, and streaming that holds back undecided text.
+
+use grammask::tool_calling::{Delta, OutputError, OutputParser, Preset, Role};
+use serde_json::{json, Value};
+
+fn call_tag(name: &str) -> Value {
+    json!({"type": "tag", "begin": format!("<tool_call>\n{{\"name\": \"{name}\", \"arguments\": "),
+           "content": {"type": "json_schema", "json_schema": {"type": "object",
+               "properties": {"n": {"type": "integer", "maximum": 9}}, "required": ["n"]}},
+           "end": "}\n</tool_call>"})
+}
+
+/// Qwen-3-like: a reasoning block the prompt opened, then text and calls.
+fn qwen_like() -> Preset {
+    let think = json!({"type": "tag", "begin": "", "content": {"type": "any_text"}, "end": "</think>"});
+    let (a, ab) = (call_tag("a"), call_tag("ab"));
+    Preset {
+        structural_tag: json!({"type": "structural_tag", "format": {"type": "sequence", "elements": [
+            think.clone(),
+            {"type": "triggered_tags", "triggers": ["<tool_call>"], "tags": [a.clone(), ab.clone()]}]}}),
+        roles: vec![
+            (think, Role::Reasoning),
+            (a, Role::Call { name: "a".into() }),
+            (ab, Role::Call { name: "ab".into() }),
+        ],
+    }
+}
+
+/// Kimi-like: calls in a section, each with an index the model writes (a regex).
+fn sectioned() -> Preset {
+    let call = |name: &str| {
+        json!({"type": "tag", "begin": format!("<call>{name}:"), "content": {"type": "sequence", "elements": [
+            {"type": "regex", "pattern": "\\d+"}, {"type": "const_string", "value": "|"},
+            {"type": "json_schema", "json_schema": {"type": "object"}}]}, "end": "</call>"})
+    };
+    let (x, y) = (call("x"), call("y"));
+    Preset {
+        structural_tag: json!({"type": "structural_tag", "format": {"type": "triggered_tags", "triggers": ["<calls>"],
+            "tags": [{"type": "tag", "begin": "<calls>", "end": "</calls>", "content": {
+                "type": "tags_with_separator", "tags": [x.clone(), y.clone()], "separator": ",", "at_least_one": true}}]}}),
+        roles: vec![(x, Role::Call { name: "x".into() }), (y, Role::Call { name: "y".into() })],
+    }
+}
+
+#[test]
+fn splits_reasoning_content_and_calls() {
+    let p = OutputParser::new(&qwen_like()).unwrap();
+    let text = "plan</think>Hi <tool_call>\n{\"name\": \"ab\", \"arguments\": {\"n\": 1}}\n</tool_call> and \
+                <tool_call>\n{\"name\": \"a\", \"arguments\": {\"n\": 2}}\n</tool_call>";
+    let out = p.parse(text).unwrap();
+    assert_eq!(out.reasoning, "plan");
+    assert_eq!(out.content, "Hi  and ");
+    let calls: Vec<(&str, &str, &str)> =
+        out.tool_calls.iter().map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.as_str())).collect();
+    assert_eq!(calls, [("call_0", "ab", "{\"n\": 1}"), ("call_1", "a", "{\"n\": 2}")]);
+
+    let p = OutputParser::new(&sectioned()).unwrap().with_id_prefix("req7-");
+    let out = p.parse("ok <calls><call>y:12|{\"k\": [1]}</call>,<call>x:0|{}</call></calls> done").unwrap();
+    assert_eq!(out.content, "ok  done");
+    assert_eq!(out.tool_calls.len(), 2);
+    assert_eq!((out.tool_calls[0].id.as_str(), out.tool_calls[0].name.as_str()), ("req7-0", "y"));
+    assert_eq!(out.tool_calls[0].arguments, "{\"k\": [1]}");
+    assert_eq!(out.tool_calls[1].name, "x");
+}
+
+#[test]
+fn text_that_did_not_come_from_the_tag_is_a_typed_error() {
+    let p = OutputParser::new(&qwen_like()).unwrap();
+    // No `</think>`: the reasoning block never closes.
+    assert!(matches!(p.parse("just text"), Err(OutputError::Format { .. })));
+    // A call of a tool the tag does not have.
+    let e = p.parse("</think><tool_call>\n{\"name\": \"zz\", \"arguments\": {\"n\": 1}}\n</tool_call>").unwrap_err();
+    assert!(matches!(e, OutputError::Format { offset } if offset >= "</think><tool_call>\n{\"name\": \"".len()), "{e}");
+    // Truncated inside the arguments: not a whole output, but a valid prefix.
+    let cut = "</think><tool_call>\n{\"name\": \"a\", \"arguments\": {\"n\": ";
+    assert!(p.parse(cut).is_err());
+    let prefix = p.parse_prefix(cut).unwrap();
+    assert_eq!(prefix.tool_calls.len(), 1);
+    assert_eq!(prefix.tool_calls[0].arguments, "{\"n\":");
+    // Arguments that break the tool's schema (n ≤ 9).
+    let e = p.parse("</think><tool_call>\n{\"name\": \"a\", \"arguments\": {\"n\": 12}}\n</tool_call>").unwrap_err();
+    assert!(matches!(&e, OutputError::Arguments { index: 0, name, .. } if name == "a"), "{e}");
+}
+
+#[test]
+fn streaming_holds_back_what_may_be_a_marker() {
+    let p = OutputParser::new(&qwen_like()).unwrap();
+    let mut s = p.stream();
+    assert_eq!(s.push("think</thi").unwrap(), vec![Delta::Reasoning("think".into())]);
+    assert_eq!(s.push("nk>Hello <tool").unwrap(), vec![Delta::Content("Hello ".into())]);
+    // `<tool_call>` and the shared start of both tags' `begin`: no call yet.
+    assert_eq!(s.push("_call>\n{\"name\": \"a").unwrap(), vec![]);
+    // `"a"` vs `"ab"` is decided only when the arguments start.
+    assert_eq!(
+        s.push("b\", \"arguments\": {\"n\"").unwrap(),
+        vec![
+            Delta::ToolCallStart { index: 0, id: "call_0".into(), name: "ab".into() },
+            Delta::ToolCallArguments { index: 0, arguments: "{\"n\"".into() }
+        ]
+    );
+    assert_eq!(s.push(": 3}").unwrap(), vec![Delta::ToolCallArguments { index: 0, arguments: ": 3}".into() }]);
+    assert_eq!(s.push("}\n</tool_call> bye").unwrap(), vec![Delta::Content(" bye".into())]);
+    let (out, last) = s.finish().unwrap();
+    assert!(last.is_empty());
+    assert_eq!(out.content, "Hello  bye");
+    assert_eq!(out.tool_calls[0].arguments, "{\"n\": 3}");
+}
+
+#[test]
+fn a_tag_that_is_not_valid_is_refused() {
+    let bad = Preset { structural_tag: json!({"type": "structural_tag", "format": {"type": "nope"}}), roles: vec![] };
+    assert!(matches!(OutputParser::new(&bad), Err(OutputError::Tag(_))));
+    let bad_regex = Preset {
+        structural_tag: json!({"type": "structural_tag", "format": {"type": "regex", "pattern": "("}}),
+        roles: vec![],
+    };
+    assert!(matches!(OutputParser::new(&bad_regex), Err(OutputError::Tag(_) | OutputError::Compile { .. })));
+}
