@@ -70,6 +70,7 @@ fn malformed_member_sets() {
                 Rule::new("close", lit("}")),
             ],
             root: RuleId(0),
+            markers: Vec::new(),
         }
     };
     let good = MemberSet {

@@ -88,6 +88,7 @@ fn json_string_mode_is_unanchored_and_escaped() {
                 ]),
             )],
             root: grammask::grammar::RuleId(0),
+            markers: Vec::new(),
         };
         compiler().compile(&GrammarSpec::Grammar(g)).unwrap()
     };

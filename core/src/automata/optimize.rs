@@ -497,7 +497,7 @@ pub fn drop_unreachable(mut g: Grammar) -> Grammar {
             Rule { name: std::mem::take(&mut g.rules[i].name), body, keep: g.rules[i].keep, members }
         })
         .collect();
-    Grammar { rules, root: RuleId(0) }
+    Grammar { rules, root: RuleId(0), markers: std::mem::take(&mut g.markers) }
 }
 
 #[cfg(test)]

@@ -325,6 +325,10 @@ pub struct CompiledGrammar {
     leaf_sigs: Vec<OnceLock<Option<Arc<[u32]>>>>,
     /// Bytes of the masks taken from `leaf` (counted in [`Self::memory_bytes`]).
     shared_bytes: std::sync::atomic::AtomicUsize,
+    /// Special tokens whose text occurs in one of the grammar's [`Grammar::markers`]
+    /// (ascending): checked against the parse state at every fill, outside the mask cache
+    /// (the cache covers the tokens every grammar may produce).
+    marker_tokens: Box<[u32]>,
 }
 
 /// A state's mask, and the state it behaves like for every token.
@@ -373,6 +377,7 @@ impl CompiledGrammar {
         let masks = (0..automata.num_states()).map(|_| OnceLock::new()).collect();
         let leaf_sigs = (0..automata.rule_start.len()).map(|_| OnceLock::new()).collect();
         let preds = (0..automata.rule_start.len()).map(|_| OnceLock::new()).collect();
+        let marker_tokens = marker_tokens(&automata.grammar().markers, &tokenizer);
         Self {
             automata,
             tokenizer,
@@ -383,7 +388,13 @@ impl CompiledGrammar {
             leaf,
             leaf_sigs,
             shared_bytes: Default::default(),
+            marker_tokens,
         }
+    }
+
+    /// The special tokens this grammar may produce (see [`Grammar::markers`]), ascending.
+    pub fn marker_tokens(&self) -> &[u32] {
+        &self.marker_tokens
     }
 
     /// Computes masks in breadth-first order from the root's start state until `budget`
@@ -658,4 +669,19 @@ mod tests {
         assert_eq!(c.walked_ancestor(at(5)), Some(at(3)), "the nearest one");
         assert_eq!(c.walked_ancestor(at(2)), Some(at(0)));
     }
+}
+
+/// The special, non-stop tokens whose text occurs in one of `markers`.
+fn marker_tokens(markers: &[String], tok: &TokenizerInfo) -> Box<[u32]> {
+    if markers.is_empty() {
+        return Box::default();
+    }
+    (0..tok.tokenizer_size() as u32)
+        .filter(|&id| tok.is_special(id) && !tok.stop_tokens().contains(&id))
+        .filter(|&id| {
+            let b = tok.token_bytes(id);
+            !b.is_empty()
+                && std::str::from_utf8(b).is_ok_and(|t| markers.iter().any(|m| m.contains(t)))
+        })
+        .collect()
 }

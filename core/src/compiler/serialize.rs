@@ -37,7 +37,7 @@ use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 /// Version of the byte format; bumped whenever its layout changes.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 const MAGIC: &[u8; 8] = b"GRAMMASK";
 
@@ -249,6 +249,10 @@ fn write_grammar(w: &mut Writer, g: &Grammar) {
         write_expr(w, &rule.body);
     }
     w.u32(g.root.0);
+    w.len(g.markers.len());
+    for m in &g.markers {
+        w.str(m);
+    }
 }
 
 fn read_grammar(r: &mut Reader) -> Result<Grammar> {
@@ -272,7 +276,10 @@ fn read_grammar(r: &mut Reader) -> Result<Grammar> {
         let body = read_expr(r, 0)?;
         rules.push(Rule { name, body, keep, members });
     }
-    Ok(Grammar { rules, root: RuleId(r.u32()?) })
+    let root = RuleId(r.u32()?);
+    let n = r.count(4)?;
+    let markers = (0..n).map(|_| r.str()).collect::<Result<Vec<_>>>()?;
+    Ok(Grammar { rules, root, markers })
 }
 
 /// Ids of the distinct shared lists behind `masks`, in first-use order.

@@ -239,7 +239,7 @@ impl<'a> Parser<'a> {
             .iter()
             .position(|r| r.name == root)
             .ok_or_else(|| GrammarError::global(GrammarErrorKind::NoRootRule(root.into())))?;
-        Ok(Grammar { rules, root: RuleId(root as u32) })
+        Ok(Grammar { rules, root: RuleId(root as u32), markers: Vec::new() })
     }
 
     fn alternation(&mut self) -> PResult<Expr> {

@@ -54,6 +54,7 @@ const DROPPED: RuleId = RuleId(u32::MAX);
 ///         Rule::new("close", lit("}")),
 ///     ],
 ///     root: RuleId(0),
+///     markers: Vec::new(),
 /// };
 /// # use std::sync::Arc;
 /// # use grammask::{GrammarCompiler, GrammarMatcher, GrammarSpec, TokenizerInfo, TokenizerOptions};

@@ -145,6 +145,11 @@ pub struct Grammar {
     pub rules: Vec<Rule>,
     /// The rule a complete output must match.
     pub root: RuleId,
+    /// Texts the grammar writes as markers (a structural tag's `begin`, `end`, triggers):
+    /// a special token of the tokenizer whose text occurs in one of them may be produced
+    /// where its text is allowed. Models emit `<|python_tag|>` or `[TOOL_CALLS]` as one
+    /// special token, never spelled out; elsewhere special tokens stay forbidden.
+    pub markers: Vec<String>,
 }
 
 impl Grammar {

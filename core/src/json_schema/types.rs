@@ -190,7 +190,7 @@ impl<'a> Builder<'a> {
         }
         let outer = b.layout.outer();
         b.rules[0].body = seq(vec![outer.clone(), body, outer]);
-        let g = Grammar { rules: b.rules, root: RuleId(0) };
+        let g = Grammar { rules: b.rules, root: RuleId(0), markers: Vec::new() };
         // Catch grammars whose root cannot finish (e.g. a required property that
         // recursively requires itself) as a typed error.
         if let Err(e) = crate::automata::optimize::productive_rules(&g) {

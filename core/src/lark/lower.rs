@@ -163,7 +163,7 @@ pub(crate) fn lower(src: &str, ast: Ast, limits: &LarkLimits) -> R<Grammar> {
         Some(ign) => l.skip_root(start, ign, options.allow_initial_skip)?,
         None => start,
     };
-    Ok(Grammar { rules: l.out, root })
+    Ok(Grammar { rules: l.out, root, markers: Vec::new() })
 }
 
 impl Lower<'_> {

@@ -151,7 +151,8 @@ impl GrammarMatcher {
             return Ok(());
         }
         let bytes = tok.token_bytes(id);
-        if tok.is_special(id) || bytes.is_empty() {
+        let marker = self.compiled.marker_tokens().binary_search(&id).is_ok();
+        if (tok.is_special(id) && !marker) || bytes.is_empty() {
             return Err(Error::TokenRejected { id });
         }
         match self.push_bytes(bytes, id) {
@@ -300,8 +301,9 @@ impl GrammarMatcher {
             self.scratch_ranks.sort();
             self.scratch_ranks.dedup();
         }
-        let checked = !self.scratch_ranks.is_empty();
+        let checked = !self.scratch_ranks.is_empty() || !compiled.marker_tokens().is_empty();
         self.check_uncertain(row);
+        self.check_markers(row);
         if self.parser.can_end() {
             for &s in tok.stop_tokens() {
                 set_bit(row, s);
@@ -320,6 +322,21 @@ impl GrammarMatcher {
             self.memo.all = all;
         }
         Ok(all)
+    }
+
+    /// Runs the grammar's marker tokens (special tokens its markers contain) through the
+    /// live parse state.
+    fn check_markers(&mut self, row: &mut [u32]) {
+        let compiled = self.compiled.clone();
+        let a = compiled.automata();
+        let tok = compiled.tokenizer();
+        let base = self.parser.depth();
+        for &id in compiled.marker_tokens() {
+            if tok.token_bytes(id).iter().all(|&b| self.parser.push(a, b)) {
+                set_bit(row, id);
+            }
+            self.parser.truncate(base);
+        }
     }
 
     /// Runs each uncertain token (not yet allowed) through the live parse state.

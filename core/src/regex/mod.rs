@@ -179,7 +179,7 @@ pub fn regex_to_expr(pattern: &str, limits: &RegexLimits) -> Result<Expr, RegexE
 /// in full: the standalone `regex` constraint.
 pub fn regex_to_grammar(pattern: &str, limits: &RegexLimits) -> Result<Grammar, RegexError> {
     let body = regex_to_expr(pattern, limits)?;
-    Ok(Grammar { rules: vec![Rule::new("root", body)], root: RuleId(0) })
+    Ok(Grammar { rules: vec![Rule::new("root", body)], root: RuleId(0), markers: Vec::new() })
 }
 
 /// The body of a JSON string (without the quotes) whose decoded value the pattern matches
@@ -291,7 +291,7 @@ mod tests {
     #[test]
     fn json_string_encoding() {
         let e = regex_to_json_string_expr("^[\"\\\\\\n]$", 0, None, &RegexLimits::default()).unwrap();
-        let s = Grammar { rules: vec![Rule::new("root", e)], root: RuleId(0) }.to_string();
+        let s = Grammar { rules: vec![Rule::new("root", e)], root: RuleId(0), markers: Vec::new() }.to_string();
         assert!(s.contains("\\\\\\\""), "{s}");
         assert!(s.contains("\\\\\\\\"), "{s}");
     }
@@ -300,7 +300,7 @@ mod tests {
     fn free_sides_absorb_optional_tails() {
         let body = |p: &str| {
             let e = regex_to_json_string_expr(p, 0, None, &RegexLimits::default()).unwrap();
-            Grammar { rules: vec![Rule::new("root", e)], root: RuleId(0) }.to_string()
+            Grammar { rules: vec![Rule::new("root", e)], root: RuleId(0), markers: Vec::new() }.to_string()
         };
         // `.*` on a side swallows what is optional there, and a repetition's extra copies.
         assert_eq!(body("ab?c*"), body("a"));
@@ -388,7 +388,7 @@ mod tests {
         // keeps every occurrence alive and needs a state per subset of them.
         use crate::automata::{Automata, AutomataLimits};
         let e = regex_to_json_string_expr("[0-9a-f]", 8, Some(32), &RegexLimits::default()).unwrap();
-        let g = Grammar { rules: vec![Rule::new("root", e)], root: RuleId(0) };
+        let g = Grammar { rules: vec![Rule::new("root", e)], root: RuleId(0), markers: Vec::new() };
         let limits = AutomataLimits { max_dfa_states: 20_000, ..AutomataLimits::default() };
         let a = Automata::build(&g, &limits).unwrap();
         assert!(a.num_states() < 1_000, "{}", a.num_states());

@@ -38,7 +38,7 @@ pub(crate) fn lower(node: &Node, parse_limits: &ParseLimits) -> R<Grammar> {
     let mut l = Lower { rules: vec![Rule::new("root", Expr::Empty)], parse_limits, embedded: 0 };
     let body = l.format(node, None)?;
     l.rules[0].body = body;
-    Ok(Grammar { rules: l.rules, root: RuleId(0) })
+    Ok(Grammar { rules: l.rules, root: RuleId(0), markers: Vec::new() })
 }
 
 fn lit(s: &str) -> Expr {

@@ -38,10 +38,11 @@
 //!
 //! # Not supported (typed errors, never silent acceptance)
 //! - Token-level formats: `any_tokens`, `token`, `exclude_token`, `token_triggered_tags`,
-//!   `token_dispatch`, and a `token` object as a tag's `begin`/`end`: the matcher never
-//!   produces special tokens from a grammar. For the same reason a tag marker written as
-//!   a string that is also a special token of the tokenizer (`<|python_tag|>` on Llama
-//!   3.1) is matched only by the ordinary tokens that spell it, not by the special token.
+//!   `token_dispatch`, and a `token` object as a tag's `begin`/`end`. Write the marker as
+//!   a string instead: a special token whose text occurs in a tag's literal strings
+//!   (`<|python_tag|>` on Llama 3.1, `<|tool_calls_section_begin|>` on Kimi) is produced
+//!   as that one token wherever the tag allows its text ([`Grammar::markers`]); stop
+//!   tokens stay stop tokens.
 //! - `json_schema` with an XML `style` (`qwen_xml`, …), or with `excludes`;
 //!   `qwen_xml_parameter`.
 //! - `any_text`'s `max_tokens` and `max_chars`.
@@ -101,5 +102,52 @@ pub fn structural_tag_to_grammar_with(
     limits: &ParseLimits,
 ) -> Result<Grammar, StructuralTagError> {
     let node = parse::parse_document(text)?;
-    lower::lower(&node, limits)
+    let mut grammar = lower::lower(&node, limits)?;
+    collect_markers(&node, &mut grammar.markers);
+    grammar.markers.sort();
+    grammar.markers.dedup();
+    Ok(grammar)
+}
+
+/// The literal texts a tag writes — constants, tag `begin`/`end`, triggers, separators,
+/// dispatch patterns — whose special tokens the grammar may then produce
+/// ([`Grammar::markers`]); excludes are not among them.
+fn collect_markers(node: &parse::Node, out: &mut Vec<String>) {
+    use parse::Format;
+    let mut text = |s: &String| {
+        if !s.is_empty() {
+            out.push(s.clone())
+        }
+    };
+    let mut tags: Vec<&parse::Tag> = Vec::new();
+    let mut children: Vec<&parse::Node> = Vec::new();
+    match &node.format {
+        Format::ConstString(s) => text(s),
+        Format::Tag(t) => tags.push(t),
+        Format::TriggeredTags { triggers, tags: ts, .. } => {
+            triggers.iter().for_each(&mut text);
+            tags.extend(ts);
+        }
+        Format::TagsWithSeparator { tags: ts, separator, .. } => {
+            text(separator);
+            tags.extend(ts);
+        }
+        Format::Dispatch { rules, .. } => {
+            for (pattern, content) in rules {
+                text(pattern);
+                children.push(content);
+            }
+        }
+        Format::Sequence(v) | Format::Or(v) => children.extend(v),
+        Format::Repeat { content, .. } => children.push(content),
+        _ => {}
+    }
+    for t in tags {
+        text(&t.begin);
+        t.ends.iter().for_each(&mut text);
+        children.push(&t.content);
+    }
+    for c in children {
+        collect_markers(c, out);
+    }
 }
