@@ -13,8 +13,31 @@
 //! `get_model_structural_tag` for the same arguments (so the language is the same), plus
 //! Hermes and Mistral. The parser reads an output back by walking that same tag, so every
 //! family (and any hand-written tag with roles) is read by one piece of code.
+//!
+//! - [`openai`]: the OpenAI `tools` / `tool_choice` types and [`normalize_tool_choice`].
+//! - [`preset`]: [`model_structural_tag`], one builder per family.
+//! - [`ToolError`]: what can go wrong on the way.
+
+mod detect;
+mod error;
+pub mod openai;
+mod output;
+pub mod preset;
+mod request;
+
+pub use detect::DetectError;
+pub use error::ToolError;
+pub use output::{Delta, OutputError, OutputParser, ParsedOutput, StreamParser, ToolCall};
+pub use request::{chat_constraint, ChatConstraint, JsonSchemaFormat, RequestError, ResponseFormat};
+pub use openai::{
+    normalize_tool_choice, tools_from_json, AllowedMode, BuiltinTool, ChoiceMode, FunctionDefinition,
+    NormalizedTools, Tool, ToolChoice, ToolRef,
+};
+pub use preset::{model_structural_tag, PresetOptions, ReasoningMode};
 
 use serde_json::Value;
+use std::fmt;
+use std::str::FromStr;
 
 /// A model family's tool-calling syntax.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -89,8 +112,85 @@ pub struct Preset {
     pub roles: Vec<(Value, Role)>,
 }
 
-mod detect;
-mod output;
+impl Family {
+    /// Every family, XGrammar's in its registry order, then Gemma 4 (defined but not
+    /// registered by XGrammar), Hermes and Mistral.
+    pub const ALL: [Family; 21] = [
+        Family::Llama,
+        Family::Kimi,
+        Family::KimiK3,
+        Family::DeepseekR1,
+        Family::DeepseekV3_1,
+        Family::Qwen3Coder,
+        Family::Qwen3_5,
+        Family::Mimo,
+        Family::Qwen3,
+        Family::Harmony,
+        Family::DeepseekV3_2,
+        Family::Minimax,
+        Family::MinimaxM3,
+        Family::Glm4_7,
+        Family::DeepseekV4,
+        Family::DeepseekV4_1,
+        Family::Cohere,
+        Family::Exaone,
+        Family::Gemma4,
+        Family::Hermes,
+        Family::Mistral,
+    ];
 
-pub use detect::DetectError;
-pub use output::{Delta, OutputError, OutputParser, ParsedOutput, StreamParser, ToolCall};
+    /// The family's name: XGrammar's registry key (`"qwen_3"`), so a `model` argument
+    /// of `get_model_structural_tag` names the same family here.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Family::Llama => "llama",
+            Family::Kimi => "kimi",
+            Family::KimiK3 => "kimi_k3",
+            Family::DeepseekR1 => "deepseek_r1",
+            Family::DeepseekV3_1 => "deepseek_v3_1",
+            Family::DeepseekV3_2 => "deepseek_v3_2",
+            Family::DeepseekV4 => "deepseek_v4",
+            Family::DeepseekV4_1 => "deepseek_v4_1",
+            Family::Qwen3 => "qwen_3",
+            Family::Qwen3Coder => "qwen_3_coder",
+            Family::Qwen3_5 => "qwen_3_5",
+            Family::Mimo => "mimo",
+            Family::Harmony => "harmony",
+            Family::Minimax => "minimax",
+            Family::MinimaxM3 => "minimax_m3",
+            Family::Glm4_7 => "glm_4_7",
+            Family::Gemma4 => "gemma_4",
+            Family::Cohere => "cohere",
+            Family::Exaone => "exaone",
+            Family::Hermes => "hermes",
+            Family::Mistral => "mistral",
+        }
+    }
+
+    /// The family named `name` (exactly as [`Family::name`] writes it).
+    pub fn from_name(name: &str) -> Result<Family, ToolError> {
+        Family::ALL
+            .iter()
+            .copied()
+            .find(|f| f.name() == name)
+            .ok_or_else(|| ToolError::UnknownFamily { name: name.to_string() })
+    }
+
+    /// Whether XGrammar 0.2.8's `get_model_structural_tag` knows this family.
+    pub const fn in_xgrammar(self) -> bool {
+        !matches!(self, Family::Gemma4 | Family::Hermes | Family::Mistral)
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Family {
+    type Err = ToolError;
+    fn from_str(s: &str) -> Result<Family, ToolError> {
+        Family::from_name(s)
+    }
+}
