@@ -489,20 +489,20 @@ fn malformed_json_is_a_typed_error() {
     assert_eq!(tool_err(json!({"type": "function"})), ToolError::ToolsNotAList { found: "an object" });
     for (bad, says) in [
         (json!([1]), "tools[0]: expected an object, got a number"),
-        (json!([{"function": {"name": "f"}}]), "tools[0]: missing `type`"),
+        (json!([{"function": {"name": "f"}}]), "tools[0]: `type` is missing"),
         (json!([{"type": "function"}]), "tools[0]: a tool of type `function` needs a `function` object"),
-        (json!([{"type": "function", "function": {}}]), "tools[0]: function.missing `name`"),
+        (json!([{"type": "function", "function": {}}]), "tools[0]: `function.name` is missing"),
         (
             json!([{"type": "function", "function": {"name": "f", "parameters": true}}]),
-            "tools[0]: function.parameters: expected a JSON-schema object or null, got a boolean",
+            "tools[0]: `function.parameters` must be a JSON-schema object or null, got a boolean",
         ),
         (
             json!([{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "g", "strict": "no"}}]),
-            "tools[1]: function.strict: expected a boolean, got a string",
+            "tools[1]: `function.strict` must be a boolean or null, got a string",
         ),
         (
             json!([{"type": "web_search", "name": 7}]),
-            "tools[0]: name: expected a string or null, got a number",
+            "tools[0]: `name` must be a string or null, got a number",
         ),
     ] {
         let err = tool_err(bad.clone());

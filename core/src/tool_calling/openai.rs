@@ -272,7 +272,7 @@ impl Tool {
         let bad = |reason: String| ToolError::MalformedTool { index, reason };
         let obj =
             value.as_object().ok_or_else(|| bad(format!("expected an object, got {}", json_type(value))))?;
-        let kind = req_str(obj, "type").map_err(bad)?;
+        let kind = req_str(obj, "", "type").map_err(bad)?;
         if kind == "function" {
             let f = match obj.get("function") {
                 Some(Value::Object(f)) => f,
@@ -281,24 +281,26 @@ impl Tool {
                 }
                 None => return Err(bad("a tool of type `function` needs a `function` object".into())),
             };
-            let at = |e: String| bad(format!("function.{e}"));
             Ok(Tool::Function(FunctionDefinition {
-                name: req_str(f, "name").map_err(at)?,
-                description: opt_str(f, "description").map_err(at)?,
-                parameters: opt_schema(f, "parameters").map_err(at)?,
+                name: req_str(f, "function.", "name").map_err(bad)?,
+                description: opt_str(f, "function.", "description").map_err(bad)?,
+                parameters: opt_schema(f, "function.", "parameters").map_err(bad)?,
                 strict: match f.get("strict") {
                     None | Some(Value::Null) => None,
                     Some(Value::Bool(b)) => Some(*b),
                     Some(other) => {
-                        return Err(at(format!("strict: expected a boolean, got {}", json_type(other))))
+                        return Err(bad(format!(
+                            "`function.strict` must be a boolean or null, got {}",
+                            json_type(other)
+                        )))
                     }
                 },
             }))
         } else {
             Ok(Tool::Builtin(BuiltinTool {
                 kind,
-                name: opt_str(obj, "name").map_err(bad)?,
-                parameters: opt_schema(obj, "parameters").map_err(bad)?,
+                name: opt_str(obj, "", "name").map_err(bad)?,
+                parameters: opt_schema(obj, "", "parameters").map_err(bad)?,
             }))
         }
     }
@@ -363,7 +365,7 @@ impl ToolChoice {
                 ))),
             },
             Value::Object(obj) => {
-                let kind = req_str(obj, "type").map_err(bad)?;
+                let kind = req_str(obj, "", "type").map_err(bad)?;
                 match kind.as_str() {
                     "function" => Ok(ToolChoice::Function { name: function_name(obj).map_err(bad)? }),
                     "allowed_tools" => {
@@ -393,7 +395,7 @@ impl ToolChoice {
                             .collect::<Result<_, _>>()?;
                         Ok(ToolChoice::AllowedTools { mode, tools })
                     }
-                    _ => Ok(ToolChoice::Builtin { kind, name: opt_str(obj, "name").map_err(bad)? }),
+                    _ => Ok(ToolChoice::Builtin { kind, name: opt_str(obj, "", "name").map_err(bad)? }),
                 }
             }
             other => Err(bad(format!("expected a string or an object, got {}", json_type(other)))),
@@ -439,14 +441,14 @@ impl ToolRef {
         };
         let obj =
             value.as_object().ok_or_else(|| bad(format!("expected an object, got {}", json_type(value))))?;
-        let kind = req_str(obj, "type").map_err(bad)?;
+        let kind = req_str(obj, "", "type").map_err(bad)?;
         if kind == "function" {
             if matches!(obj.get("function"), None | Some(Value::Null)) {
                 return Err(ToolError::AllowedFunctionWithoutName { index });
             }
             Ok(ToolRef::Function { name: function_name(obj).map_err(bad)? })
         } else {
-            Ok(ToolRef::Builtin { kind, name: opt_str(obj, "name").map_err(bad)? })
+            Ok(ToolRef::Builtin { kind, name: opt_str(obj, "", "name").map_err(bad)? })
         }
     }
 
@@ -468,34 +470,39 @@ fn builtin_ref_json(kind: &str, name: &Option<String>) -> Value {
 /// `function.name` of a named reference.
 fn function_name(obj: &Map<String, Value>) -> Result<String, String> {
     match obj.get("function") {
-        Some(Value::Object(f)) => req_str(f, "name").map_err(|e| format!("function.{e}")),
+        Some(Value::Object(f)) => req_str(f, "function.", "name"),
         Some(other) => Err(format!("`function` must be an object, got {}", json_type(other))),
         None => Err("a choice of type `function` needs a `function` object with a `name`".into()),
     }
 }
 
-fn req_str(obj: &Map<String, Value>, key: &str) -> Result<String, String> {
+// The helpers below name the field as `path` + `key` (`function.name`), and say what it
+// must be and what it is.
+
+fn req_str(obj: &Map<String, Value>, path: &str, key: &str) -> Result<String, String> {
     match obj.get(key) {
         Some(Value::String(s)) => Ok(s.clone()),
-        Some(other) => Err(format!("{key}: expected a string, got {}", json_type(other))),
-        None => Err(format!("missing `{key}`")),
+        Some(other) => Err(format!("`{path}{key}` must be a string, got {}", json_type(other))),
+        None => Err(format!("`{path}{key}` is missing")),
     }
 }
 
-fn opt_str(obj: &Map<String, Value>, key: &str) -> Result<Option<String>, String> {
+fn opt_str(obj: &Map<String, Value>, path: &str, key: &str) -> Result<Option<String>, String> {
     match obj.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(other) => Err(format!("{key}: expected a string or null, got {}", json_type(other))),
+        Some(other) => Err(format!("`{path}{key}` must be a string or null, got {}", json_type(other))),
     }
 }
 
 /// `parameters`: a JSON-schema object or null (XGrammar's `Optional[Dict[str, Any]]`).
-fn opt_schema(obj: &Map<String, Value>, key: &str) -> Result<Option<Map<String, Value>>, String> {
+fn opt_schema(obj: &Map<String, Value>, path: &str, key: &str) -> Result<Option<Map<String, Value>>, String> {
     match obj.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Object(o)) => Ok(Some(o.clone())),
-        Some(other) => Err(format!("{key}: expected a JSON-schema object or null, got {}", json_type(other))),
+        Some(other) => {
+            Err(format!("`{path}{key}` must be a JSON-schema object or null, got {}", json_type(other)))
+        }
     }
 }
 

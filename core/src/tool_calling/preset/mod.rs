@@ -17,7 +17,18 @@
 //! rest. Gemma 4 is built from XGrammar's builder, which XGrammar itself leaves out of its
 //! registry because its `<|"|>`-quoted strings are not plain JSON.
 //!
-//! Hermes and Mistral are grammask's own ([`hermes`], [`mistral`] document their syntax).
+//! # Hermes and Mistral (grammask's own)
+//! - **Hermes** (2 Pro / 3): `<tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>`,
+//!   the block the Hermes chat templates render, name first. Built like Qwen 3 (one tag
+//!   per tool behind the `<tool_call>` trigger) with no reasoning block.
+//! - **Mistral** (tokenizer v3: 7B v0.3, Nemo): `[TOOL_CALLS][{"name": "NAME", "arguments":
+//!   ARGS}, …]`, one array holding every call, no ids, no space after `[TOOL_CALLS]`.
+//!   Under `auto` free text may come before `[TOOL_CALLS]`, and the array ends the output;
+//!   under `required` or a forced tool the output is the array alone. No reasoning block.
+//!
+//! Both honour `tool_choice` and `parallel_tool_calls` as the XGrammar families do, and
+//! with `exclude_special_tokens` keep their control tokens out of free text. The
+//! `hermes.rs` and `mistral.rs` module docs give the reasons for each choice.
 //!
 //! A builder records the role of each tag it writes ([`Role::Call`] for a tool call,
 //! [`Role::Reasoning`] for a reasoning block, [`Role::Content`] for a text block that is
