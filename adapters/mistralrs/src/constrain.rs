@@ -3,8 +3,9 @@
 
 use crate::error::Error;
 use crate::processor::GrammaskProcessor;
-use crate::spec::{spec_from_constraint, ResponseFormat};
+use crate::spec::spec_from_constraint;
 use crate::vocab::ModelVocab;
+use grammask::tool_calling::ResponseFormat;
 use grammask::{CompiledGrammar, GrammarCompiler, GrammarMatcher, GrammarSpec};
 use indexmap::IndexMap;
 use mistralrs::{

@@ -22,6 +22,7 @@ mod vocab;
 
 pub use constrain::{Constrained, Grammask, Outcome};
 pub use error::{Error, ProcessorError};
+pub use grammask::tool_calling::{JsonSchemaFormat, ResponseFormat};
 pub use processor::{GrammaskProcessor, ProcessorStats};
-pub use spec::{spec_from_constraint, JsonSchemaFormat, ResponseFormat};
+pub use spec::spec_from_constraint;
 pub use vocab::ModelVocab;

@@ -8,7 +8,6 @@
 use crate::error::Error;
 use grammask::{GrammarSpec, JsonSchemaOptions};
 use mistralrs::Constraint;
-use serde::Deserialize;
 use serde_json::Value;
 
 /// The grammask spec for a mistral.rs constraint; `None` for `Constraint::None`.
@@ -67,67 +66,4 @@ fn regex_spec(r: &str) -> GrammarSpec {
 
 fn json_schema_spec(schema: &Value) -> GrammarSpec {
     GrammarSpec::JsonSchema { schema: schema.to_string(), options: JsonSchemaOptions::default() }
-}
-
-/// OpenAI's `response_format`, as sent to `/v1/chat/completions`.
-///
-/// ```
-/// use grammask_mistralrs::ResponseFormat;
-/// let f: ResponseFormat = serde_json::from_str(
-///     r#"{"type": "json_schema", "json_schema": {"name": "point", "strict": true,
-///         "schema": {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"]}}}"#,
-/// )?;
-/// assert!(f.to_spec().is_some());
-/// # Ok::<(), serde_json::Error>(())
-/// ```
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum ResponseFormat {
-    /// Free text: no constraint.
-    Text,
-    /// Any JSON object.
-    JsonObject,
-    /// A JSON document valid against a schema.
-    JsonSchema {
-        /// The schema and its name.
-        json_schema: JsonSchemaFormat,
-    },
-}
-
-/// The `json_schema` member of [`ResponseFormat::JsonSchema`].
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-pub struct JsonSchemaFormat {
-    /// The schema's name (reported, not enforced).
-    pub name: String,
-    /// Optional description (not enforced).
-    #[serde(default)]
-    pub description: Option<String>,
-    /// The schema; absent means any JSON value.
-    #[serde(default)]
-    pub schema: Option<Value>,
-    /// OpenAI's strict mode. grammask always enforces the schema exactly; with `strict`
-    /// false, members the schema does not declare are allowed where JSON Schema allows them.
-    #[serde(default)]
-    pub strict: Option<bool>,
-}
-
-impl ResponseFormat {
-    /// The grammask spec; `None` for free text.
-    pub fn to_spec(&self) -> Option<GrammarSpec> {
-        match self {
-            ResponseFormat::Text => None,
-            // Any JSON object: the schema says exactly that, and object-ness is enforced.
-            ResponseFormat::JsonObject => Some(json_schema_spec(&serde_json::json!({"type": "object"}))),
-            ResponseFormat::JsonSchema { json_schema } => Some(match &json_schema.schema {
-                None => GrammarSpec::BuiltinJson,
-                Some(schema) => GrammarSpec::JsonSchema {
-                    schema: schema.to_string(),
-                    options: JsonSchemaOptions {
-                        strict: json_schema.strict != Some(false),
-                        ..JsonSchemaOptions::default()
-                    },
-                },
-            }),
-        }
-    }
 }

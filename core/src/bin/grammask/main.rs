@@ -26,6 +26,7 @@ mod maskbench;
 mod masks;
 mod serving;
 mod stats;
+mod tools;
 
 use clap::{Args, Parser, Subcommand};
 use grammask::json_schema::PropertyOrder;
@@ -54,6 +55,8 @@ enum Command {
     Maskbench(maskbench::MaskbenchArgs),
     /// Time the serving primitives: draft trees, batch fill, compiled-grammar bytes.
     Serving(serving::ServingArgs),
+    /// Tool calling: a family's structural tag, reading outputs back, family detection.
+    Tools(tools::ToolsArgs),
 }
 
 /// Where the grammar comes from.
@@ -198,6 +201,7 @@ fn main() -> ExitCode {
         Some(Command::Inspect(a)) => inspect::run(&a),
         Some(Command::Maskbench(a)) => maskbench::run(&a),
         Some(Command::Serving(a)) => serving::run(&a),
+        Some(Command::Tools(a)) => tools::run(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
