@@ -27,7 +27,8 @@ fn a_special_token_marker_is_produced_where_its_text_is_allowed() {
     let marker = id(&tok, "<|start_header_id|>");
     let header = id(&tok, "<|end_header_id|>");
     assert!(tok.is_special(marker) && tok.is_special(header));
-    let compiled = GrammarCompiler::new(tok.clone()).compile(&GrammarSpec::StructuralTag(TAG.into())).unwrap();
+    let compiled =
+        GrammarCompiler::new(tok.clone()).compile(&GrammarSpec::StructuralTag(TAG.into())).unwrap();
     assert_eq!(compiled.marker_tokens(), [marker]);
 
     let mut m = GrammarMatcher::new(compiled.clone());
@@ -56,7 +57,9 @@ fn a_special_token_marker_is_produced_where_its_text_is_allowed() {
     m.accept_token(marker).unwrap();
 
     // A grammar without markers never produces special tokens.
-    let plain = GrammarCompiler::new(tok.clone()).compile(&GrammarSpec::ebnf(r#"root ::= "<|start_header_id|>""#)).unwrap();
+    let plain = GrammarCompiler::new(tok.clone())
+        .compile(&GrammarSpec::ebnf(r#"root ::= "<|start_header_id|>""#))
+        .unwrap();
     assert!(plain.marker_tokens().is_empty());
     assert!(GrammarMatcher::new(plain).accept_token(marker).is_err());
 }

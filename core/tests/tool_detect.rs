@@ -6,7 +6,8 @@ mod common;
 use grammask::tool_calling::{DetectError, Family};
 
 fn config(name: &str) -> String {
-    std::fs::read_to_string(common::data_dir().join("tokenizers").join(name).join("tokenizer_config.json")).unwrap()
+    std::fs::read_to_string(common::data_dir().join("tokenizers").join(name).join("tokenizer_config.json"))
+        .unwrap()
 }
 
 #[test]
@@ -33,14 +34,20 @@ fn each_family_by_its_call_markers() {
         ("<|tool_call>call:{{ name }}{{ args }}<tool_call|>", Family::Gemma4),
         ("<tool_call>{{ name }}<arg_key>{{ k }}</arg_key>", Family::Glm4_7),
         ("[TOOL_CALLS][{\"name\": \"{{ name }}\"", Family::Mistral),
-        ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>{{ name }}\n```json\n", Family::DeepseekR1),
+        (
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>{{ name }}\n```json\n",
+            Family::DeepseekR1,
+        ),
         ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>{{ name }}<｜tool▁sep｜>", Family::DeepseekV3_1),
         ("<tool_call>\n<function={{ name }}>\n<parameter=", Family::Qwen3Coder),
         ("<think>\n</think><tool_call>\n<function={{ name }}>", Family::Qwen3_5),
         ("[|assistant|]<tool_call>{\"name\": \"{{ name }}\"", Family::Exaone),
         ("<think></think><tool_call>\n{\"name\": \"{{ name }}\"", Family::Qwen3),
         ("<tool_call>\n{\"name\": \"{{ name }}\", \"arguments\": ", Family::Hermes),
-        ("<|start_header_id|>assistant<|end_header_id|>{\"name\": \"{{ name }}\", \"parameters\": ", Family::Llama),
+        (
+            "<|start_header_id|>assistant<|end_header_id|>{\"name\": \"{{ name }}\", \"parameters\": ",
+            Family::Llama,
+        ),
     ];
     for (template, family) in cases {
         assert_eq!(Family::detect(template), Some(*family), "{template}");

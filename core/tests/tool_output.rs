@@ -70,8 +70,13 @@ fn text_that_did_not_come_from_the_tag_is_a_typed_error() {
     // No `</think>`: the reasoning block never closes.
     assert!(matches!(p.parse("just text"), Err(OutputError::Format { .. })));
     // A call of a tool the tag does not have.
-    let e = p.parse("</think><tool_call>\n{\"name\": \"zz\", \"arguments\": {\"n\": 1}}\n</tool_call>").unwrap_err();
-    assert!(matches!(e, OutputError::Format { offset } if offset >= "</think><tool_call>\n{\"name\": \"".len()), "{e}");
+    let e = p
+        .parse("</think><tool_call>\n{\"name\": \"zz\", \"arguments\": {\"n\": 1}}\n</tool_call>")
+        .unwrap_err();
+    assert!(
+        matches!(e, OutputError::Format { offset } if offset >= "</think><tool_call>\n{\"name\": \"".len()),
+        "{e}"
+    );
     // Truncated inside the arguments: not a whole output, but a valid prefix.
     let cut = "</think><tool_call>\n{\"name\": \"a\", \"arguments\": {\"n\": ";
     assert!(p.parse(cut).is_err());
@@ -79,7 +84,9 @@ fn text_that_did_not_come_from_the_tag_is_a_typed_error() {
     assert_eq!(prefix.tool_calls.len(), 1);
     assert_eq!(prefix.tool_calls[0].arguments, "{\"n\":");
     // Arguments that break the tool's schema (n ≤ 9).
-    let e = p.parse("</think><tool_call>\n{\"name\": \"a\", \"arguments\": {\"n\": 12}}\n</tool_call>").unwrap_err();
+    let e = p
+        .parse("</think><tool_call>\n{\"name\": \"a\", \"arguments\": {\"n\": 12}}\n</tool_call>")
+        .unwrap_err();
     assert!(matches!(&e, OutputError::Arguments { index: 0, name, .. } if name == "a"), "{e}");
 }
 
@@ -99,7 +106,10 @@ fn streaming_holds_back_what_may_be_a_marker() {
             Delta::ToolCallArguments { index: 0, arguments: "{\"n\"".into() }
         ]
     );
-    assert_eq!(s.push(": 3}").unwrap(), vec![Delta::ToolCallArguments { index: 0, arguments: ": 3}".into() }]);
+    assert_eq!(
+        s.push(": 3}").unwrap(),
+        vec![Delta::ToolCallArguments { index: 0, arguments: ": 3}".into() }]
+    );
     assert_eq!(s.push("}\n</tool_call> bye").unwrap(), vec![Delta::Content(" bye".into())]);
     let (out, last) = s.finish().unwrap();
     assert!(last.is_empty());
@@ -109,7 +119,10 @@ fn streaming_holds_back_what_may_be_a_marker() {
 
 #[test]
 fn a_tag_that_is_not_valid_is_refused() {
-    let bad = Preset { structural_tag: json!({"type": "structural_tag", "format": {"type": "nope"}}), roles: vec![] };
+    let bad = Preset {
+        structural_tag: json!({"type": "structural_tag", "format": {"type": "nope"}}),
+        roles: vec![],
+    };
     assert!(matches!(OutputParser::new(&bad), Err(OutputError::Tag(_))));
     let bad_regex = Preset {
         structural_tag: json!({"type": "structural_tag", "format": {"type": "regex", "pattern": "("}}),

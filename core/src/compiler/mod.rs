@@ -680,8 +680,7 @@ fn marker_tokens(markers: &[String], tok: &TokenizerInfo) -> Box<[u32]> {
         .filter(|&id| tok.is_special(id) && !tok.stop_tokens().contains(&id))
         .filter(|&id| {
             let b = tok.token_bytes(id);
-            !b.is_empty()
-                && std::str::from_utf8(b).is_ok_and(|t| markers.iter().any(|m| m.contains(t)))
+            !b.is_empty() && std::str::from_utf8(b).is_ok_and(|t| markers.iter().any(|m| m.contains(t)))
         })
         .collect()
 }

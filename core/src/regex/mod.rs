@@ -291,7 +291,8 @@ mod tests {
     #[test]
     fn json_string_encoding() {
         let e = regex_to_json_string_expr("^[\"\\\\\\n]$", 0, None, &RegexLimits::default()).unwrap();
-        let s = Grammar { rules: vec![Rule::new("root", e)], root: RuleId(0), markers: Vec::new() }.to_string();
+        let s =
+            Grammar { rules: vec![Rule::new("root", e)], root: RuleId(0), markers: Vec::new() }.to_string();
         assert!(s.contains("\\\\\\\""), "{s}");
         assert!(s.contains("\\\\\\\\"), "{s}");
     }

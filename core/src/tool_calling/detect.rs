@@ -91,9 +91,8 @@ impl Family {
             None | Some(Value::Null) => return Ok(None),
             Some(Value::String(s)) => s.as_str(),
             Some(Value::Array(items)) => {
-                let named = |name: &str| {
-                    items.iter().find(|t| t.get("name").and_then(Value::as_str) == Some(name))
-                };
+                let named =
+                    |name: &str| items.iter().find(|t| t.get("name").and_then(Value::as_str) == Some(name));
                 let chosen = named("tool_use").or_else(|| named("default")).or_else(|| items.first());
                 match chosen.map(|t| t.get("template").and_then(Value::as_str)) {
                     None => return Ok(None),

@@ -27,13 +27,13 @@ mod request;
 
 pub use detect::DetectError;
 pub use error::ToolError;
-pub use output::{Delta, OutputError, OutputParser, ParsedOutput, StreamParser, ToolCall};
-pub use request::{chat_constraint, ChatConstraint, JsonSchemaFormat, RequestError, ResponseFormat};
 pub use openai::{
     normalize_tool_choice, tools_from_json, AllowedMode, BuiltinTool, ChoiceMode, FunctionDefinition,
     NormalizedTools, Tool, ToolChoice, ToolRef,
 };
+pub use output::{Delta, OutputError, OutputParser, ParsedOutput, StreamParser, ToolCall};
 pub use preset::{model_structural_tag, PresetOptions, ReasoningMode};
+pub use request::{chat_constraint, ChatConstraint, JsonSchemaFormat, RequestError, ResponseFormat};
 
 use serde_json::Value;
 use std::fmt;

@@ -377,7 +377,8 @@ fn call_schemas<'a>(events: &[Ev<'a>]) -> Vec<Option<&'a Value>> {
 fn check_arguments(index: usize, call: &ToolCall, schema: &Value) -> Result<(), OutputError> {
     let err = |message: String| OutputError::Arguments { index, name: call.name.clone(), message };
     let value: Value = serde_json::from_str(&call.arguments).map_err(|e| err(e.to_string()))?;
-    let validator = jsonschema::validator_for(schema).map_err(|e| err(format!("the schema is not valid: {e}")))?;
+    let validator =
+        jsonschema::validator_for(schema).map_err(|e| err(format!("the schema is not valid: {e}")))?;
     if let Some(e) = validator.iter_errors(&value).next() {
         return Err(err(format!("{e} (at {})", e.instance_path)));
     }
@@ -497,7 +498,9 @@ impl<'a> Walk<'a> {
                 }
                 !*at_least_one && k(self, pos)
             }
-            Format::Dispatch { rules, repeat, excludes } => self.dispatch(rules, *repeat, excludes, pos, cx, k),
+            Format::Dispatch { rules, repeat, excludes } => {
+                self.dispatch(rules, *repeat, excludes, pos, cx, k)
+            }
         }
     }
 
@@ -889,7 +892,8 @@ fn compile_machines(n: &Node, out: &mut HashMap<String, Arc<CompiledGrammar>>) -
         _ => None,
     };
     if let Some(spec) = spec {
-        let err = |e: crate::Error| OutputError::Compile { pointer: n.pointer.clone(), message: e.to_string() };
+        let err =
+            |e: crate::Error| OutputError::Compile { pointer: n.pointer.clone(), message: e.to_string() };
         // One token per byte: the matcher then walks the text byte by byte.
         let bytes: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
         let tok = TokenizerInfo::from_byte_tokens(bytes, &TokenizerOptions::default()).map_err(err)?;
