@@ -84,8 +84,10 @@ mod error;
 mod lower;
 mod parse;
 mod text;
+mod xml;
 
 pub use error::{StructuralTagError, StructuralTagErrorKind};
+pub use xml::{read_xml_arguments, XmlReadError, XmlStyle};
 
 use crate::grammar::{Grammar, ParseLimits};
 
