@@ -56,8 +56,8 @@ pub mod lark;
 pub mod matcher;
 pub mod regex;
 pub mod structural_tag;
-pub mod tool_calling;
 pub mod tokenizer;
+pub mod tool_calling;
 
 pub use bitmask::TokenBitmask;
 pub use compiler::{CompileOptions, CompiledGrammar, GrammarCompiler, GrammarSpec};

@@ -25,8 +25,10 @@ fn accepts(compiled: &std::sync::Arc<grammask::CompiledGrammar>, text: &str) -> 
 /// differences").
 #[test]
 fn agrees_with_xgrammar() {
-    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/structural_tag_xml_styles.json");
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("fixture")).expect("fixture JSON");
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/structural_tag_xml_styles.json");
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("fixture")).expect("fixture JSON");
     let mut tally: BTreeMap<String, (usize, usize, usize)> = BTreeMap::new();
     let mut failures = Vec::new();
     for case in doc["cases"].as_array().expect("cases") {
@@ -111,7 +113,8 @@ fn unconverted_styles_and_keywords_are_typed_errors() {
     }
     let err = with("qwen_xml", json!({"type": "string"}), json!({})).unwrap_err();
     assert_eq!(err.pointer, "/format/json_schema/type", "{err}");
-    let err = with("qwen_xml", json!({"type": "object", "properties": {}, "minProperties": 1}), json!({})).unwrap_err();
+    let err = with("qwen_xml", json!({"type": "object", "properties": {}, "minProperties": 1}), json!({}))
+        .unwrap_err();
     assert_eq!(err.pointer, "/format/json_schema/minProperties", "{err}");
     assert!(matches!(err.kind, Kind::Unsupported { .. }), "{err}");
     let err = with(
@@ -124,8 +127,12 @@ fn unconverted_styles_and_keywords_are_typed_errors() {
     let err = with("qwen_xml", obj.clone(), json!({"excludes": ["x"]})).unwrap_err();
     assert_eq!(err.pointer, "/format/excludes", "{err}");
     // An embedded JSON value's schema error keeps its place.
-    let err = with("qwen_xml", json!({"type": "object", "properties": {"a": {"type": "integer", "minimum": "x"}}}), json!({}))
-        .unwrap_err();
+    let err = with(
+        "qwen_xml",
+        json!({"type": "object", "properties": {"a": {"type": "integer", "minimum": "x"}}}),
+        json!({}),
+    )
+    .unwrap_err();
     assert_eq!(err.pointer, "/format/json_schema/properties/a", "{err}");
     assert!(matches!(err.kind, Kind::Schema(_)), "{err}");
 }
@@ -178,8 +185,14 @@ fn write(style: XmlStyle, args: &[(&str, Value)]) -> String {
     out
 }
 
-const FLAT: [XmlStyle; 6] =
-    [XmlStyle::Qwen, XmlStyle::Minimax, XmlStyle::Glm, XmlStyle::KimiK3, XmlStyle::Deepseek, XmlStyle::DeepseekV4_1];
+const FLAT: [XmlStyle; 6] = [
+    XmlStyle::Qwen,
+    XmlStyle::Minimax,
+    XmlStyle::Glm,
+    XmlStyle::KimiK3,
+    XmlStyle::Deepseek,
+    XmlStyle::DeepseekV4_1,
+];
 
 #[test]
 fn reader_round_trip() {
@@ -195,9 +208,10 @@ fn reader_round_trip() {
         for args in &cases {
             let end = "</end>";
             let text = write(style, args) + end;
-            let (got, used) =
-                read_xml_arguments(style, &schema(), &text).unwrap_or_else(|e| panic!("{style:?}: {e}: {text:?}"));
-            let want: serde_json::Map<String, Value> = args.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+            let (got, used) = read_xml_arguments(style, &schema(), &text)
+                .unwrap_or_else(|e| panic!("{style:?}: {e}: {text:?}"));
+            let want: serde_json::Map<String, Value> =
+                args.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
             assert_eq!(got, want, "{style:?}: {text:?}");
             assert_eq!(text[used..].trim_start(), end, "{style:?}: {text:?}");
             // What the reader reads, the constraint accepts.

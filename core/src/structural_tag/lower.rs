@@ -185,7 +185,10 @@ impl Lower<'_> {
     /// Adds a rule named `name` (an XML style's shared pieces).
     pub(super) fn add_rule(&mut self, name: &str, body: Expr, keep: bool, ptr: &str) -> R<RuleId> {
         if self.rules.len() >= MAX_RULES {
-            return Err(Error::new(ptr, Kind::Limit { what: "rules", given: self.rules.len() + 1, limit: MAX_RULES }));
+            return Err(Error::new(
+                ptr,
+                Kind::Limit { what: "rules", given: self.rules.len() + 1, limit: MAX_RULES },
+            ));
         }
         let id = RuleId(self.rules.len() as u32);
         let mut rule = Rule::new(format!("{name}_{}", self.rules.len()), body);

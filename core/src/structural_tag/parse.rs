@@ -273,7 +273,9 @@ fn json_schema(o: &mut Obj) -> R<Format> {
             Some("json") => None,
             Some(s) => match XmlStyle::from_name(s) {
                 Some(x) => Some(x),
-                None => return Err(Error::new(&style_ptr, Kind::InvalidValue(format!("unknown style `{s}`")))),
+                None => {
+                    return Err(Error::new(&style_ptr, Kind::InvalidValue(format!("unknown style `{s}`"))))
+                }
             },
             None => return Err(Error::new(&style_ptr, Kind::WrongType { expected: "a string" })),
         },

@@ -114,7 +114,9 @@ impl XmlStyle {
     /// The markers of the flat styles; `None` for the recursive ones (not converted).
     fn markers(self) -> Option<Markers> {
         Some(match self {
-            XmlStyle::Qwen => Markers { open: "<parameter=", key_end: ">", close: "</parameter>", mid: Mid::Fixed(">") },
+            XmlStyle::Qwen => {
+                Markers { open: "<parameter=", key_end: ">", close: "</parameter>", mid: Mid::Fixed(">") }
+            }
             XmlStyle::Minimax => Markers {
                 open: "<parameter name=\"",
                 key_end: "\"",
@@ -301,7 +303,10 @@ fn unsupported(ptr: &str, what: &str, detail: &str) -> Error {
 /// Splits a value schema into raw string forms and JSON for the rest.
 fn split(root: &Value, schema: &Value, ptr: &str, depth: usize) -> R<Split> {
     if depth > 32 {
-        return Err(Error::new(ptr, Kind::Limit { what: "XML value schema nesting", given: depth, limit: 32 }));
+        return Err(Error::new(
+            ptr,
+            Kind::Limit { what: "XML value schema nesting", given: depth, limit: 32 },
+        ));
     }
     let s = resolve(root, schema, ptr)?;
     let m = match s {
@@ -337,9 +342,9 @@ fn split(root: &Value, schema: &Value, ptr: &str, depth: usize) -> R<Split> {
     }
     let branches = m.get("anyOf").or_else(|| m.get("oneOf"));
     if let Some(branches) = branches {
-        let list = branches
-            .as_array()
-            .ok_or_else(|| Error::new(ptr, Kind::WrongType { expected: "a list of schemas in `anyOf`/`oneOf`" }))?;
+        let list = branches.as_array().ok_or_else(|| {
+            Error::new(ptr, Kind::WrongType { expected: "a list of schemas in `anyOf`/`oneOf`" })
+        })?;
         if let Some(k) = m.keys().find(|k| !matches!(k.as_str(), "anyOf" | "oneOf") && !is_annotation(k)) {
             return Err(unsupported(
                 &child(ptr, k),
@@ -380,7 +385,8 @@ fn any_value() -> Split {
 }
 
 fn declared_types(m: &Map<String, Value>, ptr: &str) -> R<Option<Vec<String>>> {
-    let bad = || Error::new(&child(ptr, "type"), Kind::WrongType { expected: "a type name or a list of them" });
+    let bad =
+        || Error::new(&child(ptr, "type"), Kind::WrongType { expected: "a type name or a list of them" });
     Ok(match m.get("type") {
         None => None,
         Some(Value::String(t)) => Some(vec![t.clone()]),
@@ -407,7 +413,9 @@ fn type_matches(t: &str, v: &Value) -> bool {
 /// The raw form of a string schema's constraints.
 fn raw_form(m: &Map<String, Value>, ptr: &str) -> R<Raw> {
     if let Some(p) = m.get("pattern") {
-        let p = p.as_str().ok_or_else(|| Error::new(&child(ptr, "pattern"), Kind::WrongType { expected: "a string" }))?;
+        let p = p
+            .as_str()
+            .ok_or_else(|| Error::new(&child(ptr, "pattern"), Kind::WrongType { expected: "a string" }))?;
         return Ok(Raw::Pattern(p.to_string()));
     }
     if let Some(f) = m.get("format").and_then(Value::as_str) {
@@ -418,11 +426,9 @@ fn raw_form(m: &Map<String, Value>, ptr: &str) -> R<Raw> {
     let count = |k: &str| -> R<Option<u32>> {
         match m.get(k) {
             None => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .and_then(|n| u32::try_from(n).ok())
-                .map(Some)
-                .ok_or_else(|| Error::new(&child(ptr, k), Kind::WrongType { expected: "a non-negative integer" })),
+            Some(v) => v.as_u64().and_then(|n| u32::try_from(n).ok()).map(Some).ok_or_else(|| {
+                Error::new(&child(ptr, k), Kind::WrongType { expected: "a non-negative integer" })
+            }),
         }
     };
     let (min, max) = (count("minLength")?, count("maxLength")?);
@@ -481,7 +487,10 @@ const TRUE: Value = Value::Bool(true);
 /// The objects a top-level schema allows (more than one for `anyOf`/`oneOf`).
 fn plans<'a>(root: &'a Value, schema: &'a Value, ptr: &str, out: &mut Vec<Plan<'a>>, depth: usize) -> R<()> {
     if depth > 32 {
-        return Err(Error::new(ptr, Kind::Limit { what: "XML object schema nesting", given: depth, limit: 32 }));
+        return Err(Error::new(
+            ptr,
+            Kind::Limit { what: "XML object schema nesting", given: depth, limit: 32 },
+        ));
     }
     let s = resolve(root, schema, ptr)?;
     let m = match s {
@@ -501,8 +510,9 @@ fn plans<'a>(root: &'a Value, schema: &'a Value, ptr: &str, out: &mut Vec<Plan<'
                 "move the keyword into each branch",
             ));
         }
-        let list =
-            m[key].as_array().ok_or_else(|| Error::new(&child(ptr, key), Kind::WrongType { expected: "a list" }))?;
+        let list = m[key]
+            .as_array()
+            .ok_or_else(|| Error::new(&child(ptr, key), Kind::WrongType { expected: "a list" }))?;
         for (i, b) in list.iter().enumerate() {
             plans(root, b, &child(&child(ptr, key), &i.to_string()), out, depth + 1)?;
         }
@@ -532,15 +542,24 @@ fn plans<'a>(root: &'a Value, schema: &'a Value, ptr: &str, out: &mut Vec<Plan<'
         Some(Value::Array(a)) => a
             .iter()
             .map(|v| {
-                v.as_str().ok_or_else(|| Error::new(&child(ptr, "required"), Kind::WrongType { expected: "a list of strings" }))
+                v.as_str().ok_or_else(|| {
+                    Error::new(&child(ptr, "required"), Kind::WrongType { expected: "a list of strings" })
+                })
             })
             .collect::<R<_>>()?,
-        Some(_) => return Err(Error::new(&child(ptr, "required"), Kind::WrongType { expected: "a list of strings" })),
+        Some(_) => {
+            return Err(Error::new(
+                &child(ptr, "required"),
+                Kind::WrongType { expected: "a list of strings" },
+            ))
+        }
     };
     let props = match m.get("properties") {
         None => None,
         Some(Value::Object(p)) => Some(p),
-        Some(_) => return Err(Error::new(&child(ptr, "properties"), Kind::WrongType { expected: "an object" })),
+        Some(_) => {
+            return Err(Error::new(&child(ptr, "properties"), Kind::WrongType { expected: "an object" }))
+        }
     };
     let mut members = Vec::new();
     if let Some(p) = props {
@@ -670,7 +689,8 @@ impl Writer<'_, '_> {
             None => None,
             Some(s) => {
                 let name = self.name()?;
-                let item = seq([open.clone(), self.item(name, s, &child(&plan.ptr, "additionalProperties"))?]);
+                let item =
+                    seq([open.clone(), self.item(name, s, &child(&plan.ptr, "additionalProperties"))?]);
                 Some(self.rule("xml_extra_arg", item, false)?)
             }
         };
@@ -690,7 +710,9 @@ impl Writer<'_, '_> {
             // Back to front: `rest` writes members `i..` (each after whitespace) and the
             // extra ones; `first` the same with nothing written yet, and not empty.
             let more_extra = match extra {
-                Some(x) => Expr::Repeat { expr: Box::new(seq([ws.clone(), Expr::Rule(x)])), min: 0, max: None },
+                Some(x) => {
+                    Expr::Repeat { expr: Box::new(seq([ws.clone(), Expr::Rule(x)])), min: 0, max: None }
+                }
                 None => Expr::Empty,
             };
             let mut rest = more_extra.clone();
@@ -765,11 +787,9 @@ impl Writer<'_, '_> {
                 Raw::Literals(v) => alt(v.iter().map(|s| lit(s))),
                 Raw::Pattern(p) => regex_to_expr(p, &RegexLimits::default())
                     .map_err(|e| Error::new(&child(ptr, "pattern"), Kind::Regex(e)))?,
-                Raw::Length(min, max) => Expr::Repeat {
-                    expr: Box::new(Expr::Class(vec![(0, 0x10FFFF)])),
-                    min: *min,
-                    max: *max,
-                },
+                Raw::Length(min, max) => {
+                    Expr::Repeat { expr: Box::new(Expr::Class(vec![(0, 0x10FFFF)])), min: *min, max: *max }
+                }
             });
         }
         Ok(if alts.is_empty() { None } else { Some(alt(alts)) })
@@ -779,8 +799,9 @@ impl Writer<'_, '_> {
         if let Some(e) = &self.plain {
             return Ok(e.clone());
         }
-        let text = free_text(&[], &[self.markers.close.to_string()])
-            .map_err(|(what, given, limit)| Error::new(&self.schema_ptr, Kind::Limit { what, given, limit }))?;
+        let text = free_text(&[], &[self.markers.close.to_string()]).map_err(|(what, given, limit)| {
+            Error::new(&self.schema_ptr, Kind::Limit { what, given, limit })
+        })?;
         let e = Expr::Rule(self.rule("xml_string", text.rest, false)?);
         self.plain = Some(e.clone());
         Ok(e)
@@ -817,7 +838,8 @@ impl Writer<'_, '_> {
             property_order: if self.any_order { PropertyOrder::Any } else { PropertyOrder::Schema },
             ..Default::default()
         };
-        let mut g = json_schema_to_grammar(&schema, &options).map_err(|e| Error::new(ptr, Kind::Schema(e)))?;
+        let mut g =
+            json_schema_to_grammar(&schema, &options).map_err(|e| Error::new(ptr, Kind::Schema(e)))?;
         strip_outer_whitespace(&mut g);
         self.lower.embed(g, ptr)
     }
@@ -872,7 +894,10 @@ pub fn read_xml_arguments(
     text: &str,
 ) -> Result<(Map<String, Value>, usize), XmlReadError> {
     let Some(m) = style.markers() else {
-        return Err(read_err(0, format!("a style this reader knows (`{}` is not supported yet)", style.name())));
+        return Err(read_err(
+            0,
+            format!("a style this reader knows (`{}` is not supported yet)", style.name()),
+        ));
     };
     let mut args = Map::new();
     let mut pos = 0;
@@ -975,9 +1000,9 @@ fn read_value(
     }
     let len = text[p..].find(close).ok_or_else(|| read_err(text.len(), format!("`{close}`")))?;
     let raw = &text[p..p + len];
-    let constrained = !sp.raw.iter().any(|r| *r == Raw::Plain) && !sp.raw.is_empty();
-    let keep = !constrained
-        || sp.raw.iter().any(|r| matches!(r, Raw::Literals(v) if v.iter().any(|s| s == raw)));
+    let constrained = !sp.raw.contains(&Raw::Plain) && !sp.raw.is_empty();
+    let keep =
+        !constrained || sp.raw.iter().any(|r| matches!(r, Raw::Literals(v) if v.iter().any(|s| s == raw)));
     let s = if keep { raw } else { raw.trim_matches([' ', '\t', '\n', '\r']) };
     Ok((Value::String(s.to_string()), p + len + close.len()))
 }
