@@ -13,7 +13,7 @@
 //! | format | fields | language |
 //! |---|---|---|
 //! | `const_string` | `value` | the string |
-//! | `json_schema` | `json_schema`, `style`, `any_order`, `max_whitespace_cnt` | `json`: a JSON instance, any whitespace between tokens, members in schema order (any order with `any_order`); an XML style (`qwen_xml`, `minimax_xml`, `deepseek_xml`, `deepseek_v4_1_xml`, `glm_xml`, `kimi_k3_xml`): the object's members as that style's parameters, string values raw ([`XmlStyle`], module `xml`) |
+//! | `json_schema` | `json_schema`, `style`, `any_order`, `max_whitespace_cnt` | `json`: a JSON instance, any whitespace between tokens, members in schema order (any order with `any_order`); an XML style (`qwen_xml`, `minimax_xml`, `minimax_m3_xml`, `deepseek_xml`, `deepseek_v4_1_xml`, `glm_xml`, `kimi_k3_xml`): the object's members as that style's parameters, string values raw ([`XmlStyle`], module `xml`) |
 //! | `qwen_xml_parameter` | `json_schema` | deprecated: `json_schema` with `style: "qwen_xml"` |
 //! | `regex` | `pattern` | a full match of the ECMA-262 pattern |
 //! | `grammar` | `grammar` | the EBNF grammar's `root` |
@@ -43,8 +43,7 @@
 //!   produces special tokens from a grammar. For the same reason a tag marker written as
 //!   a string that is also a special token of the tokenizer (`<|python_tag|>` on Llama
 //!   3.1) is matched only by the ordinary tokens that spell it, not by the special token.
-//! - `json_schema` with the recursive XML styles `cohere_xml` and `minimax_m3_xml`, or
-//!   with `excludes`; under the other XML styles, top-level object keywords the layout
+//! - `json_schema` with the XML style `cohere_xml`, or with `excludes`; under the other XML styles, top-level object keywords the layout
 //!   does not carry (`minProperties`, `patternProperties`, …) and `allOf`/`not`/`if` on a
 //!   value that may be a string.
 //! - `any_text`'s `max_tokens` and `max_chars`.

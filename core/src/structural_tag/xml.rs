@@ -30,6 +30,13 @@
 //! | `deepseek_v4_1_xml` | the same with `<｜DSML｜ parameter` and `</｜DSML｜ parameter>` |
 //!
 //! where V is the raw text alone for an unconstrained string, else `ws (RAW | JSON) ws`.
+//!
+//! `minimax_m3_xml` is recursive: `]<]minimax[>[<KEY>` V `]<]minimax[>[</KEY>`, where V
+//! is a string as any text without the marker `]<]minimax[>[`, another scalar as bare
+//! JSON, an object as nested arguments (`ws item (ws item)* ws`, nothing when empty) and
+//! an array as `]<]minimax[>[<item>` V `]<]minimax[>[</item>` elements the same way; as
+//! in XGrammar, values without a type, constrained strings (`pattern`, `format`,
+//! lengths) and extra properties are refused.
 //! Kimi's `T` is the schema's own type (`integer` is written `number`; a `const` or an
 //! `enum` of one type gives that type) or, where the schema names none, any of the seven
 //! type names. Arguments come in schema order (required ones present, optional ones
@@ -42,8 +49,10 @@
 //!   and required ones present (the structural tag's meaning of `any_order`, see the
 //!   module docs of [`super`]); XGrammar's looser form also accepts repeated and missing
 //!   ones.
-//! - `cohere_xml` and `minimax_m3_xml` (recursive styles: nested objects and arrays are
-//!   XML too), and `excludes`, are refused with a typed error (not written yet).
+//! - `cohere_xml` (recursive, with a type attribute per value), and `excludes`, are
+//!   refused with a typed error (not written yet).
+//! - A recursive `$ref` under `minimax_m3_xml` is unrolled until a nesting limit and then
+//!   refused (XGrammar makes it a recursive rule).
 //! - Keywords on the top-level object that the layout does not carry (`patternProperties`,
 //!   `propertyNames`, `minProperties`, `maxProperties`, `dependentRequired`, …, a `required`
 //!   name that is not declared) and `allOf`/`not`/`if` on a value that may be a string are
@@ -111,7 +120,7 @@ impl XmlStyle {
         }
     }
 
-    /// The markers of the flat styles; `None` for the recursive ones (not converted).
+    /// The markers of the style; `None` for `cohere_xml` (not converted).
     fn markers(self) -> Option<Markers> {
         Some(match self {
             XmlStyle::Qwen => {
@@ -144,7 +153,10 @@ impl XmlStyle {
                 close: "</｜DSML｜ parameter>",
                 mid: Mid::Deepseek,
             },
-            XmlStyle::MinimaxM3 | XmlStyle::Cohere => return None,
+            XmlStyle::MinimaxM3 => {
+                Markers { open: "]<]minimax[>[<", key_end: ">", close: M3_NS, mid: Mid::M3 }
+            }
+            XmlStyle::Cohere => return None,
         })
     }
 }
@@ -170,7 +182,13 @@ enum Mid {
     Kimi,
     /// `" string="true">` before a raw string, `" string="false">` before JSON.
     Deepseek,
+    /// `>` VALUE `]<]minimax[>[</KEY>`: the closing marker names the key again, and
+    /// nested objects and arrays are written the same way.
+    M3,
 }
+
+/// MiniMax-M3's namespace marker, in front of every tag it writes.
+const M3_NS: &str = "]<]minimax[>[";
 
 const KIMI_TYPES: [&str; 7] = ["string", "number", "integer", "boolean", "object", "array", "null"];
 const NON_STRING_TYPES: [&str; 6] = ["number", "integer", "boolean", "null", "array", "object"];
@@ -479,6 +497,10 @@ fn kimi_type(schema: &Value) -> Option<&'static str> {
 struct Plan<'a> {
     members: Vec<(&'a str, &'a Value, bool)>,
     extra: Option<&'a Value>,
+    /// `extra` comes from `additionalProperties` itself, not from its absence.
+    extra_explicit: bool,
+    /// The schema names no type and no members (`true`, `{}`).
+    untyped: bool,
     ptr: String,
 }
 
@@ -495,7 +517,13 @@ fn plans<'a>(root: &'a Value, schema: &'a Value, ptr: &str, out: &mut Vec<Plan<'
     let s = resolve(root, schema, ptr)?;
     let m = match s {
         Value::Bool(true) => {
-            out.push(Plan { members: Vec::new(), extra: Some(&TRUE), ptr: ptr.to_string() });
+            out.push(Plan {
+                members: Vec::new(),
+                extra: Some(&TRUE),
+                extra_explicit: false,
+                untyped: true,
+                ptr: ptr.to_string(),
+            });
             return Ok(());
         }
         Value::Bool(false) => return Ok(()),
@@ -518,7 +546,8 @@ fn plans<'a>(root: &'a Value, schema: &'a Value, ptr: &str, out: &mut Vec<Plan<'
         }
         return Ok(());
     }
-    if let Some(types) = declared_types(m, ptr)? {
+    let types = declared_types(m, ptr)?;
+    if let Some(types) = &types {
         if !types.iter().any(|t| t == "object") {
             return Err(Error::new(
                 &child(ptr, "type"),
@@ -582,7 +611,13 @@ fn plans<'a>(root: &'a Value, schema: &'a Value, ptr: &str, out: &mut Vec<Plan<'
         None if props.is_none() => Some(&TRUE),
         None => None,
     };
-    out.push(Plan { members, extra, ptr: ptr.to_string() });
+    out.push(Plan {
+        members,
+        extra,
+        extra_explicit: m.contains_key("additionalProperties"),
+        untyped: types.is_none() && props.is_none(),
+        ptr: ptr.to_string(),
+    });
     Ok(())
 }
 
@@ -685,8 +720,27 @@ impl Writer<'_, '_> {
             let id = self.rule("xml_arg", item, false)?;
             items.push((id, *required));
         }
+        let m3 = matches!(self.markers.mid, Mid::M3);
+        if m3 && plan.untyped {
+            return Err(Error::new(
+                &plan.ptr,
+                Kind::InvalidValue("`minimax_m3_xml` needs a type for every value".into()),
+            ));
+        }
         let extra = match plan.extra {
             None => None,
+            // MiniMax-M3 objects take their declared members only (`{"type": "object"}`:
+            // an empty object), as in XGrammar.
+            Some(_) if m3 && !plan.extra_explicit => None,
+            Some(_) if m3 => {
+                return Err(Error::new(
+                    &plan.ptr,
+                    Kind::InvalidValue(
+                        "`minimax_m3_xml` needs fixed argument names: no `additionalProperties`, and `properties` declared"
+                            .into(),
+                    ),
+                ))
+            }
             Some(s) => {
                 let name = self.name()?;
                 let item =
@@ -696,8 +750,10 @@ impl Writer<'_, '_> {
         };
         let nullable = items.iter().all(|i| !i.1);
         let ws = self.ws();
+        // An empty object is whitespace, except in MiniMax-M3 where it is nothing.
+        let empty = if matches!(self.markers.mid, Mid::M3) { Expr::Empty } else { ws.clone() };
         if items.is_empty() && extra.is_none() {
-            return Ok(ws);
+            return Ok(empty);
         }
         let body = if any_order {
             let sep = self.rule("xml_sep", seq([ws.clone(), lit(self.markers.open)]), false)?;
@@ -732,12 +788,16 @@ impl Writer<'_, '_> {
             }
             seq([ws.clone(), first, ws.clone()])
         };
-        Ok(if nullable { alt([body, ws]) } else { body })
+        Ok(if nullable { alt([body, empty]) } else { body })
     }
 
     /// One argument after the style's opening marker: the name `key`, the value of
     /// `schema`, the closing marker.
     fn item(&mut self, key: Expr, schema: &Value, ptr: &str) -> R<Expr> {
+        if matches!(self.markers.mid, Mid::M3) {
+            let value = self.m3_value(schema, ptr, 0)?;
+            return Ok(seq([key.clone(), lit(">"), value, lit(M3_NS), lit("</"), key, lit(">")]));
+        }
         let sp = split(self.root, schema, ptr, 0)?;
         let m = self.markers;
         let close = lit(m.close);
@@ -765,6 +825,7 @@ impl Writer<'_, '_> {
                 };
                 seq([key, lit("\" type=\""), ty, lit("\"<|sep|>"), value(), close])
             }
+            Mid::M3 => unreachable!("written above"),
             Mid::Deepseek => {
                 let mut branches = Vec::new();
                 if let Some(r) = raw {
@@ -776,6 +837,138 @@ impl Writer<'_, '_> {
                 seq([key, alt(branches)])
             }
         })
+    }
+
+    /// A value in MiniMax-M3's recursive layout: strings raw (any text without the
+    /// namespace marker), other scalars JSON, objects as nested arguments, arrays as
+    /// `<item>` elements; no whitespace around scalars. Like XGrammar, unconstrained
+    /// values and constrained strings (no layout can combine them with the marker's
+    /// exclusion) are errors.
+    fn m3_value(&mut self, schema: &Value, ptr: &str, depth: usize) -> R<Expr> {
+        if depth > 32 {
+            return Err(Error::new(
+                ptr,
+                Kind::Limit { what: "XML value schema nesting", given: depth, limit: 32 },
+            ));
+        }
+        let root = self.root;
+        let s = resolve(root, schema, ptr)?;
+        let unconstrained =
+            || Error::new(ptr, Kind::InvalidValue("`minimax_m3_xml` needs a type for every value".into()));
+        let m = match s {
+            Value::Bool(false) => return Ok(nothing()),
+            Value::Bool(true) => return Err(unconstrained()),
+            Value::Object(m) => m,
+            _ => {
+                return Err(Error::new(
+                    ptr,
+                    Kind::WrongType { expected: "a JSON schema (object or boolean)" },
+                ))
+            }
+        };
+        if m.contains_key("enum") || m.contains_key("const") {
+            let sp = split(root, s, ptr, depth)?;
+            let raw = self.raw(&sp, ptr)?;
+            let json = match sp.json_schema() {
+                Some(j) => Some(self.json(j, ptr)?),
+                None => None,
+            };
+            return Ok(alt(raw.into_iter().chain(json)));
+        }
+        if let Some(key) = ["anyOf", "oneOf"].into_iter().find(|k| m.contains_key(*k)) {
+            let list = m[key]
+                .as_array()
+                .ok_or_else(|| Error::new(&child(ptr, key), Kind::WrongType { expected: "a list" }))?;
+            let mut alts = Vec::with_capacity(list.len());
+            for (i, b) in list.iter().enumerate() {
+                alts.push(self.m3_value(b, &child(&child(ptr, key), &i.to_string()), depth + 1)?);
+            }
+            return Ok(alt(alts));
+        }
+        let types = match declared_types(m, ptr)? {
+            Some(t) => t,
+            None if m.contains_key("properties") => vec!["object".to_string()],
+            None => return Err(unconstrained()),
+        };
+        let mut alts = Vec::with_capacity(types.len());
+        for t in &types {
+            alts.push(match t.as_str() {
+                "string" => {
+                    if let Some(k) = ["pattern", "format", "minLength", "maxLength"].into_iter().find(|k| m.contains_key(*k)) {
+                        return Err(Error::new(
+                            &child(ptr, k),
+                            Kind::InvalidValue(format!(
+                                "`minimax_m3_xml` strings cannot be constrained by `{k}` (XGrammar refuses it too)"
+                            )),
+                        ));
+                    }
+                    self.plain()?
+                }
+                "object" => {
+                    let mut out = Vec::new();
+                    plans(root, s, ptr, &mut out, depth + 1)?;
+                    let mut objs = Vec::with_capacity(out.len());
+                    for plan in &out {
+                        objs.push(self.object(plan)?);
+                    }
+                    alt(objs)
+                }
+                "array" => self.m3_array(m, ptr, depth)?,
+                _ => {
+                    let mut j = m.clone();
+                    j.insert("type".into(), json!(t));
+                    self.json(Value::Object(j), ptr)?
+                }
+            });
+        }
+        Ok(alt(alts))
+    }
+
+    /// `ws <item>V</item> (ws <item>V</item>)* ws` within `minItems`/`maxItems`; an
+    /// empty array is nothing at all.
+    fn m3_array(&mut self, m: &Map<String, Value>, ptr: &str, depth: usize) -> R<Expr> {
+        if let Some(k) = ["prefixItems", "contains", "uniqueItems"].into_iter().find(|k| m.contains_key(*k)) {
+            return Err(unsupported(
+                &child(ptr, k),
+                &format!("`{k}` in `minimax_m3_xml`"),
+                "only `items` and item counts are laid out",
+            ));
+        }
+        let count = |k: &str| -> R<Option<u32>> {
+            match m.get(k) {
+                None => Ok(None),
+                Some(v) => v.as_u64().and_then(|n| u32::try_from(n).ok()).map(Some).ok_or_else(|| {
+                    Error::new(&child(ptr, k), Kind::WrongType { expected: "a non-negative integer" })
+                }),
+            }
+        };
+        let (min, max) = (count("minItems")?.unwrap_or(0), count("maxItems")?);
+        if max.is_some_and(|x| x < min) {
+            return Ok(nothing());
+        }
+        let items_ptr = child(ptr, "items");
+        let value = match m.get("items") {
+            Some(s) => self.m3_value(s, &items_ptr, depth + 1)?,
+            None => {
+                return Err(Error::new(
+                    ptr,
+                    Kind::InvalidValue("`minimax_m3_xml` needs the `items` of every array".into()),
+                ))
+            }
+        };
+        let item = seq([lit(M3_NS), lit("<item>"), value, lit(M3_NS), lit("</item>")]);
+        let id = self.rule("xml_item", item, false)?;
+        let ws = self.ws();
+        if max == Some(0) {
+            return Ok(Expr::Empty);
+        }
+        let more = Expr::Repeat {
+            expr: Box::new(seq([ws.clone(), Expr::Rule(id)])),
+            min: min.saturating_sub(1),
+            max: max.map(|x| x - 1),
+        };
+        let some = seq([ws.clone(), Expr::Rule(id), more, ws]);
+        Ok(if min == 0 { alt([Expr::Empty, some]) } else { some })
     }
 
     /// The raw string forms, if any.
@@ -904,7 +1097,8 @@ pub fn read_xml_arguments(
     let mut end = 0;
     loop {
         let start = skip_ws(text, pos);
-        if !text[start..].starts_with(m.open) {
+        // (A MiniMax-M3 closing tag, `]<]minimax[>[</…`, also starts with its opening.)
+        if !text[start..].starts_with(m.open) || text[start + m.open.len()..].starts_with('/') {
             break;
         }
         let key_start = start + m.open.len();
@@ -923,6 +1117,14 @@ pub fn read_xml_arguments(
             Mid::Glm => {
                 p = expect(text, p, "</arg_key>")?;
                 p = expect(text, skip_ws(text, p), "<arg_value>")?;
+            }
+            Mid::M3 => {
+                let (value, after) = read_m3_value(schema, schema_of, text, p + 1, 0)?;
+                let after = expect(text, after, &format!("{M3_NS}</{key}>"))?;
+                args.insert(key.to_string(), value);
+                pos = after;
+                end = after;
+                continue;
             }
             Mid::Kimi => {
                 p = expect(text, p, "\" type=\"")?;
@@ -945,6 +1147,86 @@ pub fn read_xml_arguments(
         end = after;
     }
     Ok((args, end))
+}
+
+/// A MiniMax-M3 value at `p` (right after `<KEY>`) of `schema` (`root`'s definitions):
+/// nested arguments, `<item>` elements, or text up to the next marker. Returns the value
+/// and the offset of its closing marker.
+fn read_m3_value(
+    root: &Value,
+    schema: &Value,
+    text: &str,
+    p: usize,
+    depth: usize,
+) -> Result<(Value, usize), XmlReadError> {
+    if depth > 32 {
+        return Err(read_err(p, "a value nested at most 32 deep"));
+    }
+    let s = resolve(root, schema, "").unwrap_or(&TRUE);
+    let types: Vec<String> = match s {
+        Value::Object(m) => match m.get("type") {
+            Some(Value::String(t)) => vec![t.clone()],
+            Some(Value::Array(a)) => a.iter().filter_map(|t| t.as_str().map(str::to_string)).collect(),
+            _ if m.contains_key("properties") => vec!["object".into()],
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    };
+    let next = skip_ws(text, p);
+    let opens_element = text[next..].starts_with(M3_NS) && !text[next..].starts_with(&format!("{M3_NS}</"));
+    let has = |t: &str| types.iter().any(|x| x == t);
+    let item_next = text[next..].starts_with(&format!("{M3_NS}<item>"));
+    if has("array") && (item_next || (types.len() == 1 && !opens_element)) {
+        let items = s.get("items").unwrap_or(&TRUE);
+        let mut out = Vec::new();
+        let mut q = p;
+        loop {
+            let at = skip_ws(text, q);
+            let open = format!("{M3_NS}<item>");
+            if !text[at..].starts_with(&open) {
+                break;
+            }
+            let (v, after) = read_m3_value(root, items, text, at + open.len(), depth + 1)?;
+            q = expect(text, after, &format!("{M3_NS}</item>"))?;
+            out.push(v);
+        }
+        let end = if out.is_empty() { p } else { skip_ws(text, q) };
+        return Ok((Value::Array(out), end));
+    }
+    if has("object") && (opens_element || types.len() == 1) {
+        let mut obj = Map::new();
+        let mut q = p;
+        let mut end = p;
+        loop {
+            let at = skip_ws(text, q);
+            if !text[at..].starts_with(M3_NS) || text[at..].starts_with(&format!("{M3_NS}</")) {
+                break;
+            }
+            let k0 = at + M3_NS.len() + 1;
+            let klen = text[k0..].find('>').ok_or_else(|| read_err(k0, "an argument name ended by `>`"))?;
+            let key = &text[k0..k0 + klen];
+            let (v, after) = read_m3_value(root, value_schema(s, key), text, k0 + klen + 1, depth + 1)?;
+            q = expect(text, after, &format!("{M3_NS}</{key}>"))?;
+            obj.insert(key.to_string(), v);
+            end = skip_ws(text, q);
+        }
+        return Ok((Value::Object(obj), end));
+    }
+    let len = text[p..].find(M3_NS).ok_or_else(|| read_err(text.len(), format!("`{M3_NS}`")))?;
+    let raw = &text[p..p + len];
+    let string_ok = types.is_empty() || has("string");
+    let only_string = types.len() == 1 && has("string");
+    if !only_string {
+        if let Ok(v) = serde_json::from_str::<Value>(raw) {
+            if !v.is_string() {
+                return Ok((v, p + len));
+            }
+        }
+    }
+    if !string_ok {
+        return Err(read_err(p, "a JSON scalar"));
+    }
+    Ok((Value::String(raw.to_string()), p + len))
 }
 
 /// The schema of argument `key` in `schema` (declared, additional, or any).
