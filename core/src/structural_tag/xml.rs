@@ -338,11 +338,15 @@ fn split(root: &Value, schema: &Value, ptr: &str, depth: usize) -> R<Split> {
     if !may_be_string {
         return Ok(Split { raw: Vec::new(), json: vec![s.clone()] });
     }
-    if let Some(values) = m.get("enum").map(|v| v.as_array()).or_else(|| m.get("const").map(|_| None)) {
-        let values: Vec<Value> = match values {
-            Some(v) => v.clone(),
-            None => m.get("const").cloned().into_iter().collect(),
-        };
+    let listed = match (m.get("const"), m.get("enum")) {
+        (Some(c), _) => Some(vec![c.clone()]),
+        (None, Some(Value::Array(v))) => Some(v.clone()),
+        (None, Some(_)) => {
+            return Err(Error::new(&child(ptr, "enum"), Kind::WrongType { expected: "a list" }))
+        }
+        (None, None) => None,
+    };
+    if let Some(values) = listed {
         let allowed = |v: &Value| match &types {
             None => true,
             Some(t) => t.iter().any(|t| type_matches(t, v)),
