@@ -28,7 +28,7 @@ type R<T> = Result<T, Error>;
 pub(crate) const MAX_RULES: usize = 100_000;
 
 pub(crate) struct Lower<'a> {
-    rules: Vec<Rule>,
+    pub(super) rules: Vec<Rule>,
     parse_limits: &'a ParseLimits,
     embedded: usize,
 }
@@ -64,7 +64,10 @@ impl Lower<'_> {
         let ptr = node.pointer.as_str();
         Ok(match &node.format {
             Format::ConstString(s) => lit(s),
-            Format::JsonSchema { schema, any_order, max_whitespace } => {
+            Format::JsonSchema { schema, any_order, max_whitespace, style: Some(style) } => {
+                super::xml::lower_xml(self, *style, schema, *any_order, *max_whitespace, ptr)?
+            }
+            Format::JsonSchema { schema, any_order, max_whitespace, style: None } => {
                 // XGrammar's structural tags write JSON with any whitespace between
                 // tokens (unbounded unless `max_whitespace_cnt`), members in schema order
                 // unless `any_order`.
@@ -179,9 +182,29 @@ impl Lower<'_> {
             .map_err(|(what, given, limit)| Error::new(ptr, Kind::Limit { what, given, limit }))
     }
 
+    /// Adds a rule named `name` (an XML style's shared pieces).
+    pub(super) fn add_rule(&mut self, name: &str, body: Expr, keep: bool, ptr: &str) -> R<RuleId> {
+        if self.rules.len() >= MAX_RULES {
+            return Err(Error::new(
+                ptr,
+                Kind::Limit { what: "rules", given: self.rules.len() + 1, limit: MAX_RULES },
+            ));
+        }
+        let id = RuleId(self.rules.len() as u32);
+        let mut rule = Rule::new(format!("{name}_{}", self.rules.len()), body);
+        rule.keep = keep;
+        self.rules.push(rule);
+        Ok(id)
+    }
+
+    /// The rule `id`, to set its flags.
+    pub(super) fn rule_mut(&mut self, id: RuleId) -> &mut Rule {
+        &mut self.rules[id.index()]
+    }
+
     /// Adds `g`'s rules (renamed `s<n>_<name>`, renumbered) and returns a reference to its
     /// root.
-    fn embed(&mut self, g: Grammar, ptr: &str) -> R<Expr> {
+    pub(super) fn embed(&mut self, g: Grammar, ptr: &str) -> R<Expr> {
         if self.rules.len() + g.rules.len() > MAX_RULES {
             return Err(Error::new(
                 ptr,
@@ -196,7 +219,7 @@ impl Lower<'_> {
 /// Removes the whitespace the JSON Schema converter allows around the root value:
 /// XGrammar's structural tags start the value right after the tag's `begin` and end the
 /// tag right after it (a model's newline there is part of `begin`/`end`).
-fn strip_outer_whitespace(g: &mut Grammar) {
+pub(super) fn strip_outer_whitespace(g: &mut Grammar) {
     let is_ws = |e: &Expr| matches!(e, Expr::Repeat { expr, min: 0, .. } if **expr == Expr::Class(vec![(9, 10), (13, 13), (32, 32)]));
     let root = g.root.index();
     if let Some(Rule { body: Expr::Seq(items), .. }) = g.rules.get_mut(root) {

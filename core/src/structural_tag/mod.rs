@@ -13,7 +13,8 @@
 //! | format | fields | language |
 //! |---|---|---|
 //! | `const_string` | `value` | the string |
-//! | `json_schema` | `json_schema`, `style` (`json` only), `any_order`, `max_whitespace_cnt` | a JSON instance, any whitespace between tokens, members in schema order (any order with `any_order`) |
+//! | `json_schema` | `json_schema`, `style`, `any_order`, `max_whitespace_cnt` | `json`: a JSON instance, any whitespace between tokens, members in schema order (any order with `any_order`); an XML style (`qwen_xml`, `minimax_xml`, `minimax_m3_xml`, `deepseek_xml`, `deepseek_v4_1_xml`, `glm_xml`, `kimi_k3_xml`): the object's members as that style's parameters, string values raw ([`XmlStyle`], module `xml`) |
+//! | `qwen_xml_parameter` | `json_schema` | deprecated: `json_schema` with `style: "qwen_xml"` |
 //! | `regex` | `pattern` | a full match of the ECMA-262 pattern |
 //! | `grammar` | `grammar` | the EBNF grammar's `root` |
 //! | `any_text` | `excludes` | any text containing no exclude (inside a `tag`: nor the tag's `end`) |
@@ -43,8 +44,9 @@
 //!   (`<|python_tag|>` on Llama 3.1, `<|tool_calls_section_begin|>` on Kimi) is produced
 //!   as that one token wherever the tag allows its text ([`Grammar::markers`]); stop
 //!   tokens stay stop tokens.
-//! - `json_schema` with an XML `style` (`qwen_xml`, …), or with `excludes`;
-//!   `qwen_xml_parameter`.
+//! - `json_schema` with the XML style `cohere_xml`, or with `excludes`; under the other XML
+//!   styles, top-level object keywords the layout does not carry (`minProperties`,
+//!   `patternProperties`, …) and `allOf`/`not`/`if` on a value that may be a string.
 //! - `any_text`'s `max_tokens` and `max_chars`.
 //!
 //! # Deliberate differences from XGrammar
@@ -54,6 +56,13 @@
 //!   required ones present (JSON Schema's meaning, [`PropertyOrder::Any`]); XGrammar's
 //!   looser form also accepts repeated members and missing required ones.
 //! - A trigger that begins no tag is an error (XGrammar fails an internal check).
+//! - In the XML styles too, `any_order` keeps each argument at most once and the required
+//!   ones present.
+//!
+//! The XML styles are checked against XGrammar 0.2.8 text by text
+//! (`tests/structural_tag_xml.rs`, fixture written by
+//! `benches/structural_tag/xml_styles_fixture.py`); [`read_xml_arguments`] reads their
+//! arguments back for a tool-call parser.
 //!
 //! [`PropertyOrder::Any`]: crate::json_schema::PropertyOrder::Any
 //!
@@ -85,8 +94,10 @@ mod error;
 mod lower;
 pub(crate) mod parse;
 mod text;
+mod xml;
 
 pub use error::{StructuralTagError, StructuralTagErrorKind};
+pub use xml::{read_xml_arguments, XmlReadError, XmlStyle};
 
 use crate::grammar::{Grammar, ParseLimits};
 

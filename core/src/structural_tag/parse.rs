@@ -6,6 +6,7 @@
 //! would otherwise silently change the language.
 
 use super::error::{child, StructuralTagError as Error, StructuralTagErrorKind as Kind};
+use super::xml::XmlStyle;
 use serde_json::{Map, Value};
 
 /// Deepest nesting of formats accepted; each level is a stack frame in the parser and in
@@ -36,10 +37,12 @@ pub(crate) struct Tag {
 #[derive(Debug, Clone)]
 pub(crate) enum Format {
     ConstString(String),
+    /// `style`: `None` for JSON, else the XML argument style.
     JsonSchema {
         schema: Value,
         any_order: bool,
         max_whitespace: Option<u32>,
+        style: Option<XmlStyle>,
     },
     Regex(String),
     Grammar(String),
@@ -133,7 +136,7 @@ fn legacy(top: &mut Obj) -> R<Node> {
         };
         o.finish()?;
         let content = Node {
-            format: Format::JsonSchema { schema, any_order: false, max_whitespace: None },
+            format: Format::JsonSchema { schema, any_order: false, max_whitespace: None, style: None },
             pointer: schema_ptr,
         };
         tags.push(Tag { begin, content: Box::new(content), ends: vec![end], pointer: ptr });
@@ -237,12 +240,15 @@ fn format(v: &Value, ptr: &str, depth: usize) -> R<Node> {
                 "token-level formats need the matcher to accept special tokens by id; use string formats",
             ))
         }
+        // Deprecated in XGrammar: `json_schema` with `style: "qwen_xml"`.
         "qwen_xml_parameter" => {
-            return Err(unsupported(
-                &child(ptr, "type"),
-                "format `qwen_xml_parameter`",
-                "XML parameter styles have no converter yet",
-            ))
+            let (schema, schema_ptr) = o.req("json_schema")?;
+            Format::JsonSchema {
+                schema: schema_value(schema, &schema_ptr)?.clone(),
+                any_order: false,
+                max_whitespace: None,
+                style: Some(XmlStyle::Qwen),
+            }
         }
         _ => return Err(Error::new(&child(ptr, "type"), Kind::UnknownFormat(ty))),
     };
@@ -250,33 +256,30 @@ fn format(v: &Value, ptr: &str, depth: usize) -> R<Node> {
     Ok(Node { format: f, pointer: ptr.to_string() })
 }
 
+fn schema_value<'a>(schema: &'a Value, ptr: &str) -> R<&'a Value> {
+    if matches!(schema, Value::Object(_) | Value::Bool(_)) {
+        Ok(schema)
+    } else {
+        Err(Error::new(ptr, Kind::WrongType { expected: "a JSON schema (object or boolean)" }))
+    }
+}
+
 fn json_schema(o: &mut Obj) -> R<Format> {
     let (schema, schema_ptr) = o.req("json_schema")?;
-    if !matches!(schema, Value::Object(_) | Value::Bool(_)) {
-        return Err(Error::new(
-            &schema_ptr,
-            Kind::WrongType { expected: "a JSON schema (object or boolean)" },
-        ));
-    }
-    if let Some((style, style_ptr)) = o.opt_with_ptr("style") {
-        match style.as_str() {
-            Some("json") => {}
-            Some(
-                s @ ("qwen_xml" | "minimax_xml" | "minimax_m3_xml" | "deepseek_xml" | "glm_xml"
-                | "cohere_xml" | "kimi_k3_xml" | "deepseek_v4_1_xml"),
-            ) => {
-                return Err(unsupported(
-                    &style_ptr,
-                    &format!("style `{s}`"),
-                    "only `json` content is converted",
-                ));
-            }
-            Some(s) => {
-                return Err(Error::new(&style_ptr, Kind::InvalidValue(format!("unknown style `{s}`"))))
-            }
+    let schema = schema_value(schema, &schema_ptr)?;
+    let style = match o.opt_with_ptr("style") {
+        None => None,
+        Some((style, style_ptr)) => match style.as_str() {
+            Some("json") => None,
+            Some(s) => match XmlStyle::from_name(s) {
+                Some(x) => Some(x),
+                None => {
+                    return Err(Error::new(&style_ptr, Kind::InvalidValue(format!("unknown style `{s}`"))))
+                }
+            },
             None => return Err(Error::new(&style_ptr, Kind::WrongType { expected: "a string" })),
-        }
-    }
+        },
+    };
     let any_order = o.bool_or("any_order", false)?;
     let max_whitespace = match o.opt_with_ptr("max_whitespace_cnt") {
         None | Some((Value::Null, _)) => None,
@@ -295,7 +298,7 @@ fn json_schema(o: &mut Obj) -> R<Format> {
             ));
         }
     }
-    Ok(Format::JsonSchema { schema: schema.clone(), any_order, max_whitespace })
+    Ok(Format::JsonSchema { schema: schema.clone(), any_order, max_whitespace, style })
 }
 
 fn dispatch(o: &mut Obj, depth: usize) -> R<Format> {
