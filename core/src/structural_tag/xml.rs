@@ -1280,6 +1280,15 @@ fn read_value(
                 return Ok((v, after + close.len()));
             }
         }
+        // serde's stream reader wants a delimiter after a bare number or literal
+        // (`1</parameter>` fails there): read the text up to the closing marker whole.
+        if let Some(len) = text[start..].find(close) {
+            if let Ok(v) = serde_json::from_str::<Value>(text[start..start + len].trim_end()) {
+                if !v.is_string() || forced == Some(false) {
+                    return Ok((v, start + len + close.len()));
+                }
+            }
+        }
         if forced == Some(false) {
             return Err(read_err(start, format!("a JSON value followed by `{close}`")));
         }

@@ -38,7 +38,7 @@
 
 use super::{Preset, Role};
 use crate::structural_tag::parse::{parse_document, Format, Node, Tag};
-use crate::structural_tag::StructuralTagError;
+use crate::structural_tag::{read_xml_arguments, StructuralTagError, XmlStyle};
 use crate::{CompiledGrammar, GrammarCompiler, GrammarMatcher, GrammarSpec, TokenizerInfo, TokenizerOptions};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -330,12 +330,15 @@ enum TextRole {
 enum ArgsText {
     /// A slice of the output (JSON arguments, written as they are).
     Raw(std::ops::Range<usize>),
+    /// XML-style arguments converted to a JSON object.
+    Json(String),
 }
 
 impl ArgsText {
     fn get<'t>(&'t self, text: &'t str) -> &'t str {
         match self {
             ArgsText::Raw(r) => &text[r.clone()],
+            ArgsText::Json(s) => s,
         }
     }
 }
@@ -464,7 +467,8 @@ impl<'a> Walk<'a> {
                 Some(p) => k(self, p),
                 None => false,
             },
-            Format::JsonSchema { schema, .. } => self.json(schema, pos, cx, k),
+            Format::JsonSchema { schema, style: None, .. } => self.json(schema, pos, cx, k),
+            Format::JsonSchema { schema, style: Some(style), .. } => self.xml(*style, schema, pos, cx, k),
             Format::Regex(_) | Format::Grammar(_) => self.machine(&n.pointer, pos, k),
             Format::AnyText { excludes } => self.any_text(excludes, pos, cx, k),
             Format::Sequence(items) => self.seq(items, pos, cx, k),
@@ -545,6 +549,9 @@ impl<'a> Walk<'a> {
         let mut values = serde_json::Deserializer::from_str(rest).into_iter::<serde::de::IgnoredAny>();
         let end = match values.next() {
             Some(Ok(_)) => pos + values.byte_offset(),
+            // A bare number or literal right before a marker (`7</x>`): serde's stream
+            // reader wants a delimiter after it; read the longest such token instead.
+            Some(Err(_)) if bare_scalar(rest).is_some() => pos + bare_scalar(rest).unwrap_or(0),
             Some(Err(e)) if self.partial && e.is_eof() => {
                 let end = pos + rest.trim_end().len();
                 self.reach(self.text.len());
@@ -560,6 +567,45 @@ impl<'a> Walk<'a> {
             self.events.push(Ev::Args { text: ArgsText::Raw(pos..end), schema: Some(schema) });
         }
         k(self, end)
+    }
+
+    /// XML-style arguments (`<parameter=k>v</parameter>`, …), read back into a JSON object.
+    /// In a prefix reading they show only once whole: a parameter still being written
+    /// cannot be converted yet.
+    fn xml(&mut self, style: XmlStyle, schema: &'a Value, pos: usize, cx: Cx<'a>, k: &mut K<'_, 'a>) -> bool {
+        let read = read_xml_arguments(style, schema, &self.text[pos..]);
+        // In a prefix, the arguments are whole only once the tag's `end` is there in full
+        // (a cut-off `<` may yet open another parameter).
+        let read = read.ok().filter(|(_, used)| {
+            let rest = self.text[pos + used..].trim_start_matches([' ', '\t', '\n', '\r']);
+            !self.partial || cx.ends.iter().any(|e| !e.is_empty() && rest.starts_with(e.trim_start()))
+        });
+        if let Some((args, used)) = read {
+            let json = Value::Object(args).to_string();
+            // The styles allow whitespace after the last parameter, before the tag's end.
+            let end = pos + used;
+            let ws = |c: char| matches!(c, ' ' | '\t' | '\n' | '\r');
+            let after_ws = end + (self.text[end..].len() - self.text[end..].trim_start_matches(ws).len());
+            // The end string may itself start with whitespace (`\n</function>`): any point
+            // of the run can be where the arguments stop; the longest first.
+            for end in (end..=after_ws).rev() {
+                let whole = self.attempt(|w| {
+                    w.reach(end);
+                    if cx.role == TextRole::Markup {
+                        w.events.push(Ev::Args { text: ArgsText::Json(json.clone()), schema: Some(schema) });
+                    }
+                    k(w, end)
+                });
+                if whole {
+                    return true;
+                }
+            }
+        }
+        if self.partial {
+            self.reach(self.text.len());
+            return k(self, self.text.len());
+        }
+        false
     }
 
     /// A `regex` or `grammar` format: every end its byte automaton accepts, longest first.
@@ -844,6 +890,19 @@ fn first_occurrence(text: &str, patterns: &[&str]) -> Option<(usize, usize)> {
         }
     }
     best.map(|(_, s, j)| (s, j))
+}
+
+/// Length of the JSON number or literal (`true`, `false`, `null`) at the start of `text`,
+/// when there is one.
+fn bare_scalar(text: &str) -> Option<usize> {
+    let n = text
+        .bytes()
+        .take_while(|b| matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E' | b'a'..=b'z'))
+        .count();
+    // The longest prefix that is a whole JSON scalar (`1e` is not, `1` is).
+    (1..=n)
+        .rev()
+        .find(|&i| serde_json::from_str::<Value>(&text[..i]).is_ok_and(|v| !v.is_object() && !v.is_array()))
 }
 
 /// Where the first occurrence of one of `patterns` ends.
