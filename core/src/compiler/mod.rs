@@ -647,6 +647,20 @@ impl CompiledGrammar {
     }
 }
 
+/// The special, non-stop tokens whose text occurs in one of `markers`.
+fn marker_tokens(markers: &[String], tok: &TokenizerInfo) -> Box<[u32]> {
+    if markers.is_empty() {
+        return Box::default();
+    }
+    (0..tok.tokenizer_size() as u32)
+        .filter(|&id| tok.is_special(id) && !tok.stop_tokens().contains(&id))
+        .filter(|&id| {
+            let b = tok.token_bytes(id);
+            !b.is_empty() && std::str::from_utf8(b).is_ok_and(|t| markers.iter().any(|m| m.contains(t)))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -669,18 +683,4 @@ mod tests {
         assert_eq!(c.walked_ancestor(at(5)), Some(at(3)), "the nearest one");
         assert_eq!(c.walked_ancestor(at(2)), Some(at(0)));
     }
-}
-
-/// The special, non-stop tokens whose text occurs in one of `markers`.
-fn marker_tokens(markers: &[String], tok: &TokenizerInfo) -> Box<[u32]> {
-    if markers.is_empty() {
-        return Box::default();
-    }
-    (0..tok.tokenizer_size() as u32)
-        .filter(|&id| tok.is_special(id) && !tok.stop_tokens().contains(&id))
-        .filter(|&id| {
-            let b = tok.token_bytes(id);
-            !b.is_empty() && std::str::from_utf8(b).is_ok_and(|t| markers.iter().any(|m| m.contains(t)))
-        })
-        .collect()
 }

@@ -528,7 +528,7 @@ impl<'a> Walk<'a> {
     ) -> bool {
         // Greedy: one more first, then stop; an empty round ends the loop (it would
         // repeat forever).
-        if max.is_none_or(|m| done < m)
+        if max.map_or(true, |m| done < m)
             && self.attempt(|w| {
                 w.node(content, pos, cx, &mut |w, p| {
                     (p > pos || done < min) && w.repeat(content, min, max, done + 1, p, cx, k)
@@ -884,7 +884,7 @@ fn first_occurrence(text: &str, patterns: &[&str]) -> Option<(usize, usize)> {
         }
         if let Some(s) = text.find(p) {
             let e = s + p.len();
-            if best.is_none_or(|(be, bs, _)| e < be || (e == be && s < bs)) {
+            if best.map_or(true, |(be, bs, _)| e < be || (e == be && s < bs)) {
                 best = Some((e, s, j));
             }
         }
