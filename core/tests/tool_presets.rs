@@ -5,7 +5,6 @@
 
 mod common;
 
-use grammask::structural_tag::StructuralTagErrorKind;
 use grammask::tool_calling::{
     model_structural_tag, normalize_tool_choice, tools_from_json, Family, Preset, PresetOptions,
     ReasoningMode, Role, Tool, ToolChoice, ToolError,
@@ -15,21 +14,18 @@ use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
 
-/// Families whose tool calls use XML argument styles (`json_schema` with `style:
-/// "qwen_xml"`, …), which grammask's structural tags do not convert yet: their presets
-/// may fail to compile, but only for that reason. Remove this list once XML styles land.
-const NEEDS_XML_STYLES: &[Family] = &[
-    Family::KimiK3,
-    Family::Qwen3Coder,
-    Family::Qwen3_5,
-    Family::Mimo,
-    Family::DeepseekV3_2,
-    Family::DeepseekV4,
-    Family::DeepseekV4_1,
-    Family::Minimax,
-    Family::MinimaxM3,
-    Family::Glm4_7,
-    Family::Cohere,
+/// Presets that may fail to compile, by family, and the one typed error each may fail with
+/// (a substring of its message):
+/// - Cohere: the `cohere_xml` argument style is not lowered yet.
+/// - Kimi K3 with `exclude_special_tokens`: `excludes` on its arguments' `json_schema` is
+///   not lowered yet.
+/// - MiniMax M3 with a tool whose arguments are unconstrained (no `parameters`, or
+///   `strict: false`): its XML layout needs a type for every value; XGrammar refuses these
+///   too (see its `get_model_structural_tag` notes).
+const EXPECTED_REFUSALS: &[(Family, &str)] = &[
+    (Family::Cohere, "style `cohere_xml`"),
+    (Family::KimiK3, "`excludes` in `json_schema`"),
+    (Family::MinimaxM3, "`minimax_m3_xml` needs a type for every value"),
 ];
 
 fn fixture() -> &'static Value {
@@ -262,16 +258,14 @@ fn every_preset_compiles() {
         match compile(&preset.structural_tag) {
             Ok(_) => compiled += 1,
             Err(Error::StructuralTag(e))
-                if NEEDS_XML_STYLES.contains(&family)
-                    && matches!(&e.kind, StructuralTagErrorKind::Unsupported { what, .. }
-                        if what.starts_with("style `") && what.ends_with("_xml`")) =>
+                if EXPECTED_REFUSALS.iter().any(|(f, w)| *f == family && e.to_string().contains(w)) =>
             {
                 waiting += 1
             }
             Err(e) => panic!("{case}: {e}"),
         }
     }
-    eprintln!("{compiled} distinct presets compile, {waiting} wait for XML styles");
+    eprintln!("{compiled} distinct presets compile, {waiting} refused as expected");
     assert!(compiled > 0);
 }
 
