@@ -130,3 +130,52 @@ fn a_tag_that_is_not_valid_is_refused() {
     };
     assert!(matches!(OutputParser::new(&bad_regex), Err(OutputError::Tag(_) | OutputError::Compile { .. })));
 }
+
+mod garbage {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Pieces of markers, JSON and multi-byte text: garbage that gets far into a reading.
+    fn piece() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("<tool_call>\n{\"name\": \"a".to_string()),
+            Just("b\", \"arguments\": ".to_string()),
+            Just("{\"n\": 1}".to_string()),
+            Just("}\n</tool_call>".to_string()),
+            Just("</think>".to_string()),
+            Just("<calls><call>x:".to_string()),
+            Just("12|".to_string()),
+            Just("</call>,".to_string()),
+            Just("</calls>".to_string()),
+            Just("<".to_string()),
+            Just("é漢".to_string()),
+            "[ -~]{0,6}",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+        /// Any text: a reading or a typed error, whole or streamed, never a panic or a hang.
+        #[test]
+        fn any_text_reads_or_errs(pieces in prop::collection::vec(piece(), 0..12)) {
+            let text: String = pieces.concat();
+            for preset in [qwen_like(), sectioned()] {
+                let p = OutputParser::new(&preset).unwrap();
+                let whole = p.parse(&text);
+                let _ = p.parse_prefix(&text);
+                let mut s = p.stream();
+                let mut ok = true;
+                for piece in &pieces {
+                    ok &= s.push(piece).is_ok();
+                }
+                if ok {
+                    // A text read whole was a valid prefix at every step.
+                    let finished = s.finish();
+                    prop_assert_eq!(finished.is_ok(), whole.is_ok());
+                } else {
+                    prop_assert!(whole.is_err());
+                }
+            }
+        }
+    }
+}
