@@ -404,7 +404,7 @@ fn read_masks(r: &mut Reader, c: &CompiledGrammar) -> Result<()> {
 
 impl CompiledGrammar {
     /// The grammar and every token mask computed so far, as bytes (format in the
-    /// [module docs](self)). Save a grammar after it has served for a while, or after
+    /// `docs/serialization.md`). Save a grammar after it has served for a while, or after
     /// [`Self::precompute`], and [`Self::from_bytes`] starts warm.
     ///
     /// ```

@@ -135,7 +135,7 @@ pub enum OutputError {
 /// Most node visits one reading may take before it is given up as ambiguous.
 const MAX_STEPS: usize = 2_000_000;
 
-/// Reads outputs produced under a [`Preset`] (see the [module docs](self)).
+/// Reads outputs produced under a [`Preset`] (how the reading works: `docs/tool-calling.md`).
 #[derive(Debug)]
 pub struct OutputParser {
     root: Node,
@@ -253,7 +253,7 @@ impl OutputParser {
     }
 }
 
-/// Reads an output as it is generated (see the [module docs](self)).
+/// Reads an output as it is generated (deltas that always add up to the final reading: `docs/tool-calling.md`).
 #[derive(Debug)]
 pub struct StreamParser<'p> {
     parser: &'p OutputParser,
