@@ -94,7 +94,7 @@ fn utf8_prefix(span: &[u8], keep: usize) -> Option<&str> {
 impl GrammarMatcher {
     /// The forced continuation ([`Self::find_jump_forward_string`]) as token ids,
     /// re-encoded across the boundary with up to [`MAX_RETOKENIZED`] trailing accepted
-    /// tokens (why re-encode: the `matcher::jump` module source). The state is unchanged: apply the result
+    /// tokens (why: the `matcher::jump` source). The state is unchanged: apply the result
     /// with `rollback(jf.rollback)` then `accept_tokens(&jf.ids)`.
     ///
     /// ```
