@@ -63,3 +63,26 @@ fn a_special_token_marker_is_produced_where_its_text_is_allowed() {
     assert!(plain.marker_tokens().is_empty());
     assert!(GrammarMatcher::new(plain).accept_token(marker).is_err());
 }
+
+/// The brute-force oracle (which derives the producible special tokens from the grammar's
+/// markers itself) agrees with the masks at every byte of a text that writes the markers,
+/// on the three real tokenizers: each tokenizer's own special token is produced, the
+/// other tokenizers spell the same text with ordinary tokens.
+#[test]
+fn special_markers_agree_with_the_oracle() {
+    let tag = r#"{"type": "structural_tag", "format": {"type": "triggered_tags",
+        "triggers": ["<|im_start|>", "<|start_header_id|>"],
+        "tags": [{"begin": "<|im_start|>", "end": ";", "content": {"type": "const_string", "value": "q"}},
+                 {"begin": "<|start_header_id|>", "end": ";", "content": {"type": "const_string", "value": "h"}}]}}"#;
+    let grammar = grammask::structural_tag_to_grammar(tag).unwrap();
+    assert_eq!(grammar.markers, [";", "<|im_start|>", "<|start_header_id|>", "h", "q"]);
+    common::check_masks_along(
+        "special markers",
+        &grammar,
+        &GrammarSpec::StructuralTag(tag.into()),
+        // Free text (both markers allowed), inside a marker, after a tag: each oracle mask
+        // walks the whole vocabulary, so the text is short and every 2nd byte is checked.
+        "x<|im_start|>q;y",
+        |_| 2,
+    );
+}

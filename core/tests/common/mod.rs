@@ -75,8 +75,15 @@ pub fn check_masks_along(
         let stride = forced.unwrap_or_else(|| stride_for(tname));
         let tok = tokenizer(tname);
         let compiled = GrammarCompiler::new(tok.clone()).compile(spec).unwrap();
+        // Producible: ordinary tokens, and special non-stop tokens whose text occurs in one
+        // of the grammar's markers (`Grammar::markers`), derived here from the rule itself.
+        let marker = |id: u32| {
+            !tok.stop_tokens().contains(&id)
+                && std::str::from_utf8(tok.token_bytes(id))
+                    .is_ok_and(|t| !t.is_empty() && grammar.markers.iter().any(|m| m.contains(t)))
+        };
         let tokens: Vec<Option<Vec<u8>>> = (0..tok.tokenizer_size() as u32)
-            .map(|id| (!tok.is_special(id)).then(|| tok.token_bytes(id).to_vec()))
+            .map(|id| (!tok.is_special(id) || marker(id)).then(|| tok.token_bytes(id).to_vec()))
             .collect();
         let mut m = GrammarMatcher::new(compiled);
         let mut mask = TokenBitmask::new(1, tok.vocab_size());
