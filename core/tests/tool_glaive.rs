@@ -9,7 +9,7 @@
 mod common;
 
 use common::tokenizer;
-use grammask::json_schema::{PropertyOrder, Whitespace};
+use grammask::json_schema::{to_python_json, PropertyOrder, Whitespace};
 use grammask::tool_calling::{model_structural_tag, tools_from_json, Family, OutputParser, PresetOptions};
 use grammask::{GrammarCompiler, GrammarMatcher, GrammarSpec, JsonSchemaOptions};
 use serde_json::{json, Value};
@@ -29,21 +29,6 @@ fn call_text(family: &str, name: &str, args: &str) -> String {
             "</think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>{name}<｜tool▁sep｜>{args}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
         ),
         _ => unreachable!(),
-    }
-}
-
-/// `json.dumps`-style text: `", "` and `": "` separators.
-fn dumps(v: &Value) -> String {
-    match v {
-        Value::Array(a) => format!("[{}]", a.iter().map(dumps).collect::<Vec<_>>().join(", ")),
-        Value::Object(o) => format!(
-            "{{{}}}",
-            o.iter()
-                .map(|(k, v)| format!("{}: {}", Value::String(k.clone()), dumps(v)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        _ => v.to_string(),
     }
 }
 
@@ -79,7 +64,7 @@ fn glaive_schemas_inside_tags_match_the_bare_schema() {
             let tag = GrammarSpec::StructuralTag(preset.structural_tag.to_string());
             let parser = OutputParser::new(&preset).unwrap();
             for t in d["tests"].as_array().unwrap() {
-                let args = dumps(&t["data"]);
+                let args = to_python_json(&t["data"], Whitespace::Compact);
                 let Some(want) = accepts(&compiler, &bare, &args) else {
                     // The bare schema is refused (a typed error); the tag must be too.
                     assert!(
