@@ -160,7 +160,12 @@ impl OutputParser {
             }
         }
         let mut machines = HashMap::new();
-        compile_machines(&root, &mut machines)?;
+        // One token per byte: a matcher then walks the text byte by byte. One compiler for
+        // every node, so its cache compiles a pattern repeated per tool (`\d+`) once.
+        let bytes: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+        let tok = TokenizerInfo::from_byte_tokens(bytes, &TokenizerOptions::default())
+            .map_err(|e| OutputError::Compile { pointer: String::new(), message: e.to_string() })?;
+        compile_machines(&root, &GrammarCompiler::new(Arc::new(tok)), &mut machines)?;
         Ok(OutputParser { root, roles, machines, id_prefix: "call_".into() })
     }
 
@@ -549,9 +554,6 @@ impl<'a> Walk<'a> {
         let mut values = serde_json::Deserializer::from_str(rest).into_iter::<serde::de::IgnoredAny>();
         let end = match values.next() {
             Some(Ok(_)) => pos + values.byte_offset(),
-            // A bare number or literal right before a marker (`7</x>`): serde's stream
-            // reader wants a delimiter after it; read the longest such token instead.
-            Some(Err(_)) if bare_scalar(rest).is_some() => pos + bare_scalar(rest).unwrap_or(0),
             Some(Err(e)) if self.partial && e.is_eof() => {
                 let end = pos + rest.trim_end().len();
                 self.reach(self.text.len());
@@ -560,7 +562,12 @@ impl<'a> Walk<'a> {
                 }
                 return k(self, self.text.len());
             }
-            _ => return false,
+            // A bare number or literal right before a marker (`7</x>`): serde's stream
+            // reader wants a delimiter after it; read the longest such token instead.
+            _ => match bare_scalar(rest) {
+                Some(n) => pos + n,
+                None => return false,
+            },
         };
         self.reach(end);
         if cx.role == TextRole::Markup {
@@ -944,22 +951,23 @@ fn collect_tags<'n>(n: &'n Node, out: &mut Vec<&'n Tag>) {
     }
 }
 
-fn compile_machines(n: &Node, out: &mut HashMap<String, Arc<CompiledGrammar>>) -> Result<(), OutputError> {
+fn compile_machines(
+    n: &Node,
+    compiler: &GrammarCompiler,
+    out: &mut HashMap<String, Arc<CompiledGrammar>>,
+) -> Result<(), OutputError> {
     let spec = match &n.format {
         Format::Regex(p) => Some(GrammarSpec::Regex(p.clone())),
         Format::Grammar(g) => Some(GrammarSpec::ebnf(g.clone())),
         _ => None,
     };
     if let Some(spec) = spec {
-        let err =
-            |e: crate::Error| OutputError::Compile { pointer: n.pointer.clone(), message: e.to_string() };
-        // One token per byte: the matcher then walks the text byte by byte.
-        let bytes: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
-        let tok = TokenizerInfo::from_byte_tokens(bytes, &TokenizerOptions::default()).map_err(err)?;
-        let compiled = GrammarCompiler::new(Arc::new(tok)).compile(&spec).map_err(err)?;
+        let compiled = compiler
+            .compile(&spec)
+            .map_err(|e| OutputError::Compile { pointer: n.pointer.clone(), message: e.to_string() })?;
         out.insert(n.pointer.clone(), compiled);
     }
-    let mut child = |c: &Node| compile_machines(c, out);
+    let mut child = |c: &Node| compile_machines(c, compiler, out);
     match &n.format {
         Format::Tag(t) => child(&t.content),
         Format::Sequence(v) | Format::Or(v) => v.iter().try_for_each(child),
