@@ -151,8 +151,8 @@ impl GrammarMatcher {
             return Ok(());
         }
         let bytes = tok.token_bytes(id);
-        let marker = self.compiled.marker_tokens().binary_search(&id).is_ok();
-        if (tok.is_special(id) && !marker) || bytes.is_empty() {
+        let producible = !tok.is_special(id) || self.compiled.marker_tokens().binary_search(&id).is_ok();
+        if !producible || bytes.is_empty() {
             return Err(Error::TokenRejected { id });
         }
         match self.push_bytes(bytes, id) {
