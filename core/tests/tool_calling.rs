@@ -280,3 +280,52 @@ fn random_generation_under_every_preset_reads_back_valid() {
     // A quarter of the outputs are `tool_choice: "none"` (no calls by construction).
     assert!(calls * 3 >= outputs, "too few calls generated: {calls} in {outputs} outputs");
 }
+
+/// An OpenAI request's tools and response format → the constraint (see
+/// `tool_calling::request`).
+#[test]
+fn chat_requests_map_to_constraints() {
+    use grammask::tool_calling::{chat_constraint, ChatConstraint, RequestError, ResponseFormat, ToolError};
+    let tools = tools();
+    let opts = |choice: Value| PresetOptions {
+        tool_choice: ToolChoice::from_json(&choice).unwrap(),
+        ..Default::default()
+    };
+    let hermes = Some(Family::Hermes);
+    // Tools on: the family's preset, whatever `auto`/`required`/named says.
+    for choice in [json!("auto"), json!("required"), json!({"type": "function", "function": {"name": "add"}})]
+    {
+        let c = chat_constraint(hermes, &tools, &opts(choice), None).unwrap();
+        assert!(matches!(c, ChatConstraint::Tools { .. }));
+    }
+    // `none` or no tools: only the response format counts.
+    assert!(matches!(
+        chat_constraint(hermes, &tools, &opts(json!("none")), None).unwrap(),
+        ChatConstraint::None
+    ));
+    let rf = ResponseFormat::from_json(
+        &json!({"type": "json_schema", "json_schema": {"name": "p", "schema": {"type": "object"}}}),
+    )
+    .unwrap();
+    assert!(matches!(
+        chat_constraint(None, &[], &opts(json!("auto")), Some(&rf)).unwrap(),
+        ChatConstraint::Spec(_)
+    ));
+    // Typed errors: a call that cannot happen, tools with structured content, no family.
+    assert!(matches!(
+        chat_constraint(hermes, &[], &opts(json!("required")), None),
+        Err(RequestError::Tool(ToolError::RequiredWithoutTools))
+    ));
+    assert!(matches!(
+        chat_constraint(hermes, &tools, &opts(json!("auto")), Some(&rf)),
+        Err(RequestError::ToolsWithResponseFormat("json_schema"))
+    ));
+    assert!(matches!(
+        chat_constraint(None, &tools, &opts(json!("auto")), None),
+        Err(RequestError::UnknownFamily)
+    ));
+    assert!(matches!(
+        ResponseFormat::from_json(&json!({"type": "xml"})),
+        Err(RequestError::ResponseFormat(_))
+    ));
+}

@@ -27,7 +27,9 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use super::{model_structural_tag, Family, Preset, PresetOptions, Tool, ToolChoice, ToolError};
+use super::{
+    model_structural_tag, normalize_tool_choice, Family, Preset, PresetOptions, Tool, ToolChoice, ToolError,
+};
 use crate::{GrammarSpec, JsonSchemaOptions};
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -182,9 +184,7 @@ pub fn chat_constraint(
     }
     // `required` or a named choice with no tools is an error even though nothing is
     // enabled: the client asked for a call that cannot happen.
-    if tools.is_empty() && !matches!(options.tool_choice, ToolChoice::None | ToolChoice::Auto) {
-        model_structural_tag(family.unwrap_or(Family::Hermes), tools, options)?;
-    }
+    normalize_tool_choice(tools, &options.tool_choice)?;
     Ok(match response_format.and_then(ResponseFormat::to_spec) {
         None => ChatConstraint::None,
         Some(spec) => ChatConstraint::Spec(spec),
