@@ -49,6 +49,9 @@ FREE_TEXT = (
 )
 REASONING = "The user wants a weekend plan; I should call the tools for facts instead of guessing."
 
+sys.path.insert(0, os.path.join(ROOT, "benches"))
+from grammar_sitting import run_json_lines  # noqa: E402
+
 SETUPS = [("qwen_3", "qwen3"), ("llama", "llama3_1"), ("deepseek_v3_1", "qwen3")]
 
 
@@ -92,14 +95,6 @@ def transcript(family, calls, with_calls):
     if family == "deepseek_v3_1":
         body = "<｜tool▁calls▁begin｜>" + body + "<｜tool▁calls▁end｜>"
     return head + FREE_TEXT + body
-
-
-def run_json_lines(cmd):
-    print("# " + " ".join(cmd), file=sys.stderr, flush=True)
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=dict(os.environ, RAYON_NUM_THREADS="1"))
-    if p.returncode != 0:
-        print(f"# exit {p.returncode}", file=sys.stderr)
-    return [json.loads(l) for l in p.stdout.splitlines() if l.strip().startswith("{")]
 
 
 def f(x, d=2):
