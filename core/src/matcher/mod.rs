@@ -327,6 +327,9 @@ impl GrammarMatcher {
     /// Runs the grammar's marker tokens (special tokens its markers contain) through the
     /// live parse state.
     fn check_markers(&mut self, row: &mut [u32]) {
+        if self.compiled.marker_tokens().is_empty() {
+            return;
+        }
         let compiled = self.compiled.clone();
         let a = compiled.automata();
         let tok = compiled.tokenizer();
