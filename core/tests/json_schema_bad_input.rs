@@ -42,7 +42,8 @@ fn not_a_schema() {
 
 #[test]
 fn unresolvable_refs() {
-    for r in ["#/$defs/missing", "other.json", "http://localhost:1234/x.json", "#nope"] {
+    // `#/%aé`: a `%` before a multi-byte character (a panic once, in percent-decoding).
+    for r in ["#/$defs/missing", "other.json", "http://localhost:1234/x.json", "#nope", "#/%aé"] {
         let e = json_schema_to_grammar(&json!({"properties": {"a": {"$ref": r}}}), &opts()).unwrap_err();
         assert!(matches!(e.kind, SchemaErrorKind::UnresolvableRef(_)), "{r}: {e}");
         assert_eq!(e.pointer, "/properties/a");

@@ -101,7 +101,7 @@ pub mod format;
 mod number;
 mod object;
 mod one_of;
-mod resolve;
+pub(crate) mod resolve;
 mod string;
 mod types;
 mod whitespace;

@@ -126,20 +126,25 @@ pub(crate) fn join(base: &str, r: &str) -> String {
     format!("{scheme}{authority}{}{tail}", remove_dots(&merged))
 }
 
-fn percent_decode(s: &str) -> String {
+/// `%XX` escapes of a JSON pointer in a URI fragment, decoded (a `%` not followed by two
+/// hex digits stays as it is).
+pub(crate) fn percent_decode(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+        // `get`: the two bytes after `%` may split a multi-byte character.
+        let hex = s.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (b[i], hex) {
+            (b'%', Some(v)) => {
                 out.push(v);
                 i += 3;
-                continue;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
             }
         }
-        out.push(b[i]);
-        i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
 }
@@ -273,6 +278,13 @@ impl Resolver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn percent_decoding_never_splits_a_character() {
+        assert_eq!(percent_decode("/a%20b/%7e"), "/a b/~");
+        assert_eq!(percent_decode("/%aé"), "/%aé");
+        assert_eq!(percent_decode("/100%"), "/100%");
+    }
 
     #[test]
     fn joins() {

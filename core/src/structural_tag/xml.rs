@@ -62,6 +62,7 @@ use super::error::{child, StructuralTagError as Error, StructuralTagErrorKind as
 use super::lower::{strip_outer_whitespace, Lower};
 use super::text::{alt2, free_text, nothing, seq2};
 use crate::grammar::{Expr, MemberSet, RuleId, MAX_SET_MEMBERS};
+use crate::json_schema::resolve::percent_decode;
 use crate::json_schema::{json_schema_to_grammar, JsonSchemaOptions, PropertyOrder, Whitespace};
 use crate::regex::{regex_to_expr, RegexLimits};
 use serde_json::{json, Map, Value};
@@ -274,26 +275,6 @@ fn deref<'a>(root: &'a Value, reference: &str, ptr: &str) -> R<&'a Value> {
             },
         )
     })
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = s.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(b)) => {
-                out.push(b);
-                i += 3;
-            }
-            (b, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).unwrap_or_else(|_| s.to_string())
 }
 
 /// Follows `$ref`s standing alone (annotations beside them are ignored).
