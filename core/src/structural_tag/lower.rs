@@ -41,7 +41,8 @@ pub(crate) fn lower(node: &Node, parse_limits: &ParseLimits) -> R<Grammar> {
     Ok(Grammar { rules: l.rules, root: RuleId(0), markers: Vec::new() })
 }
 
-fn lit(s: &str) -> Expr {
+/// `s` as an expression (the empty string: [`Expr::Empty`]).
+pub(super) fn lit(s: &str) -> Expr {
     if s.is_empty() {
         Expr::Empty
     } else {
@@ -49,7 +50,8 @@ fn lit(s: &str) -> Expr {
     }
 }
 
-fn alt_all(items: impl IntoIterator<Item = Expr>) -> Expr {
+/// Any one of `items` (none: the empty language).
+pub(super) fn alt_all(items: impl IntoIterator<Item = Expr>) -> Expr {
     items.into_iter().reduce(alt2).unwrap_or_else(nothing)
 }
 

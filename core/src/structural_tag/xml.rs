@@ -59,8 +59,8 @@
 //!   refused with a typed error rather than ignored.
 
 use super::error::{child, StructuralTagError as Error, StructuralTagErrorKind as Kind};
-use super::lower::{strip_outer_whitespace, Lower};
-use super::text::{alt2, free_text, nothing, seq2};
+use super::lower::{alt_all as alt, lit, strip_outer_whitespace, Lower};
+use super::text::{free_text, nothing, seq2};
 use crate::grammar::{Expr, MemberSet, RuleId, MAX_SET_MEMBERS};
 use crate::json_schema::resolve::percent_decode;
 use crate::json_schema::{json_schema_to_grammar, JsonSchemaOptions, PropertyOrder, Whitespace};
@@ -610,20 +610,8 @@ fn plans<'a>(root: &'a Value, schema: &'a Value, ptr: &str, out: &mut Vec<Plan<'
 // The writer: arguments → grammar
 // ---------------------------------------------------------------------------------------
 
-fn lit(s: &str) -> Expr {
-    if s.is_empty() {
-        Expr::Empty
-    } else {
-        Expr::Literal(s.to_string())
-    }
-}
-
 fn seq(items: impl IntoIterator<Item = Expr>) -> Expr {
     items.into_iter().fold(Expr::Empty, seq2)
-}
-
-fn alt(items: impl IntoIterator<Item = Expr>) -> Expr {
-    items.into_iter().reduce(alt2).unwrap_or_else(nothing)
 }
 
 /// Writes one `json_schema` format in an XML style.
