@@ -125,38 +125,23 @@ pub fn structural_tag_to_grammar_with(
 /// ([`Grammar::markers`]); excludes are not among them.
 fn collect_markers(node: &parse::Node, out: &mut Vec<String>) {
     use parse::Format;
-    let mut text = |s: &String| {
+    fn text(out: &mut Vec<String>, s: &str) {
         if !s.is_empty() {
-            out.push(s.clone())
+            out.push(s.to_string())
         }
-    };
-    let mut tags: Vec<&parse::Tag> = Vec::new();
-    let mut children: Vec<&parse::Node> = Vec::new();
+    }
     match &node.format {
-        Format::ConstString(s) => text(s),
-        Format::Tag(t) => tags.push(t),
-        Format::TriggeredTags { triggers, tags: ts, .. } => {
-            triggers.iter().for_each(&mut text);
-            tags.extend(ts);
-        }
-        Format::TagsWithSeparator { tags: ts, separator, .. } => {
-            text(separator);
-            tags.extend(ts);
-        }
-        Format::Dispatch { rules, .. } => {
-            for (pattern, content) in rules {
-                text(pattern);
-                children.push(content);
-            }
-        }
-        Format::Sequence(v) | Format::Or(v) => children.extend(v),
-        Format::Repeat { content, .. } => children.push(content),
+        Format::ConstString(s) => text(out, s),
+        Format::TriggeredTags { triggers, .. } => triggers.iter().for_each(|t| text(out, t)),
+        Format::TagsWithSeparator { separator, .. } => text(out, separator),
+        Format::Dispatch { rules, .. } => rules.iter().for_each(|(pattern, _)| text(out, pattern)),
         _ => {}
     }
+    let (tags, children) = node.parts();
     for t in tags {
-        text(&t.begin);
-        t.ends.iter().for_each(&mut text);
-        children.push(&t.content);
+        text(out, &t.begin);
+        t.ends.iter().for_each(|e| text(out, e));
+        collect_markers(&t.content, out);
     }
     for c in children {
         collect_markers(c, out);

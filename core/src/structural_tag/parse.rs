@@ -78,6 +78,23 @@ pub(crate) enum Format {
     },
 }
 
+impl Node {
+    /// The node's direct parts: the tags it holds and its other sub-formats (a tag's
+    /// content is reached through the tag) — one walk for every pass over the tree.
+    pub(crate) fn parts(&self) -> (Vec<&Tag>, Vec<&Node>) {
+        match &self.format {
+            Format::Tag(t) => (vec![t], Vec::new()),
+            Format::TriggeredTags { tags, .. } | Format::TagsWithSeparator { tags, .. } => {
+                (tags.iter().collect(), Vec::new())
+            }
+            Format::Sequence(v) | Format::Or(v) => (Vec::new(), v.iter().collect()),
+            Format::Repeat { content, .. } => (Vec::new(), vec![content]),
+            Format::Dispatch { rules, .. } => (Vec::new(), rules.iter().map(|(_, c)| c).collect()),
+            _ => (Vec::new(), Vec::new()),
+        }
+    }
+}
+
 type R<T> = Result<T, Error>;
 
 /// Parses a structural tag document: `{"type": "structural_tag", "format": …}` or the

@@ -932,23 +932,12 @@ fn held_back(text: &str, patterns: &[&str]) -> usize {
 }
 
 fn collect_tags<'n>(n: &'n Node, out: &mut Vec<&'n Tag>) {
-    let tag_list = |tags: &'n [Tag], out: &mut Vec<&'n Tag>| {
-        for t in tags {
-            out.push(t);
-            collect_tags(&t.content, out);
-        }
-    };
-    match &n.format {
-        Format::Tag(t) => {
-            out.push(t);
-            collect_tags(&t.content, out);
-        }
-        Format::Sequence(v) | Format::Or(v) => v.iter().for_each(|c| collect_tags(c, out)),
-        Format::Repeat { content, .. } => collect_tags(content, out),
-        Format::TriggeredTags { tags, .. } | Format::TagsWithSeparator { tags, .. } => tag_list(tags, out),
-        Format::Dispatch { rules, .. } => rules.iter().for_each(|(_, c)| collect_tags(c, out)),
-        _ => {}
+    let (tags, children) = n.parts();
+    for t in tags {
+        out.push(t);
+        collect_tags(&t.content, out);
     }
+    children.into_iter().for_each(|c| collect_tags(c, out));
 }
 
 fn compile_machines(
@@ -967,15 +956,6 @@ fn compile_machines(
             .map_err(|e| OutputError::Compile { pointer: n.pointer.clone(), message: e.to_string() })?;
         out.insert(n.pointer.clone(), compiled);
     }
-    let mut child = |c: &Node| compile_machines(c, compiler, out);
-    match &n.format {
-        Format::Tag(t) => child(&t.content),
-        Format::Sequence(v) | Format::Or(v) => v.iter().try_for_each(child),
-        Format::Repeat { content, .. } => child(content),
-        Format::TriggeredTags { tags, .. } | Format::TagsWithSeparator { tags, .. } => {
-            tags.iter().try_for_each(|t| child(&t.content))
-        }
-        Format::Dispatch { rules, .. } => rules.iter().try_for_each(|(_, c)| child(c)),
-        _ => Ok(()),
-    }
+    let (tags, children) = n.parts();
+    tags.iter().map(|t| &*t.content).chain(children).try_for_each(|c| compile_machines(c, compiler, out))
 }
