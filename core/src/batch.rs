@@ -95,13 +95,49 @@ impl BatchFiller {
     /// Errors, before anything is written: as many indices as constraints, each in
     /// range and distinct, every constraint's vocabulary the mask's. A constraint whose
     /// own fill fails makes the call return that error (the first in row order); the
-    /// other rows are filled all the same.
+    /// other rows are filled all the same. [`Self::fill_each`] reports every failed row
+    /// instead.
     pub fn fill<M, C>(
         &mut self,
         constraints: &mut [C],
         mask: &mut TokenBitmask,
         indices: &[usize],
     ) -> Result<&[bool]>
+    where
+        M: LogitsConstraint + ?Sized,
+        C: BorrowMut<M> + Send,
+    {
+        let filled = self.fill_each::<M, C>(constraints, mask, indices)?;
+        if let Some((_, e)) = filled.failed.into_iter().next() {
+            return Err(e);
+        }
+        Ok(&self.all)
+    }
+
+    /// [`Self::fill`] for engines that keep going when one row fails: every row is
+    /// filled, and the rows whose own fill failed are listed with their errors (a
+    /// failed row's mask words are unspecified; the engine finishes that sequence).
+    /// The call itself fails only on the shape errors [`Self::fill`] checks first.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use grammask::batch::BatchFiller;
+    /// use grammask::{GrammarCompiler, GrammarMatcher, TokenBitmask, TokenizerInfo, TokenizerOptions};
+    /// let vocab: Vec<Vec<u8>> = ["a", "b", "<eos>"].iter().map(|s| s.as_bytes().to_vec()).collect();
+    /// let opts = TokenizerOptions { stop_tokens: Some(vec![2]), ..Default::default() };
+    /// let c = GrammarCompiler::new(Arc::new(TokenizerInfo::from_byte_tokens(vocab, &opts)?));
+    /// let mut rows = vec![GrammarMatcher::new(c.compile_ebnf(r#"root ::= "a""#)?)];
+    /// let mut mask = TokenBitmask::new(2, 3);
+    /// let filled = BatchFiller::new().fill_each::<GrammarMatcher, _>(&mut rows, &mut mask, &[1])?;
+    /// assert_eq!((filled.allows_all, filled.failed.len()), (&[false][..], 0));
+    /// # Ok::<(), grammask::Error>(())
+    /// ```
+    pub fn fill_each<M, C>(
+        &mut self,
+        constraints: &mut [C],
+        mask: &mut TokenBitmask,
+        indices: &[usize],
+    ) -> Result<Filled<'_>>
     where
         M: LogitsConstraint + ?Sized,
         C: BorrowMut<M> + Send,
@@ -137,23 +173,117 @@ impl BatchFiller {
         let words = words_per_row(vocab);
         let base = Rows(mask.as_words_mut().as_mut_ptr());
         let all = &mut self.all;
-        let mut run = move || -> Result<()> {
+        let mut run = move || -> Vec<(usize, Error)> {
             let results = constraints.par_iter_mut().zip(indices.par_iter()).zip(all.par_iter_mut());
-            // `reduce` keeps row order, so the first error in row order wins, and every
-            // row is filled whatever fails elsewhere.
+            // `collect` keeps row order; every row is filled whatever fails elsewhere.
             results
-                .map(|((c, &r), all)| {
+                .enumerate()
+                .filter_map(|(i, ((c, &r), all))| {
                     // SAFETY: `r < rows` and the indices are distinct (checked above),
                     // so this task alone touches these `words` words of the mask.
                     let row = unsafe { base.row(r, words) };
-                    c.borrow_mut().fill_next_token_bitmask(row).map(|a| *all = a)
+                    match c.borrow_mut().fill_next_token_bitmask(row) {
+                        Ok(a) => {
+                            *all = a;
+                            None
+                        }
+                        Err(e) => Some((i, e)),
+                    }
                 })
-                .reduce(|| Ok(()), |a, b| a.and(b))
+                .collect()
         };
-        match &self.pool {
-            Some(pool) => pool.install(&mut run)?,
-            None => (run)()?,
+        let failed = match &self.pool {
+            Some(pool) => pool.install(&mut run),
+            None => run(),
+        };
+        Ok(Filled { allows_all: &self.all, failed })
+    }
+}
+
+/// What [`BatchFiller::fill_each`] did.
+#[derive(Debug)]
+pub struct Filled<'a> {
+    /// Per constraint, whether its row allows every token (`false` for a failed row).
+    pub allows_all: &'a [bool],
+    /// `(position in the constraints, error)` of each row whose fill failed, in order.
+    pub failed: Vec<(usize, Error)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matcher::{JumpForward, TextEncoder};
+    use crate::{GrammarCompiler, GrammarMatcher, GrammarSpec, TokenizerInfo, TokenizerOptions};
+
+    /// A matcher whose fill fails when `fail` is set: the engine's view of a row that
+    /// went wrong.
+    struct Flaky {
+        m: GrammarMatcher,
+        fail: bool,
+    }
+
+    impl LogitsConstraint for Flaky {
+        fn compile(c: &GrammarCompiler, s: &GrammarSpec) -> Result<Self> {
+            Ok(Self { m: GrammarMatcher::compile(c, s)?, fail: false })
         }
-        Ok(&self.all)
+        fn vocab_size(&self) -> usize {
+            self.m.vocab_size()
+        }
+        fn fill_next_token_bitmask(&mut self, row: &mut [u32]) -> Result<bool> {
+            if self.fail {
+                return Err(Error::Shape("flaky row".into()));
+            }
+            self.m.fill_next_token_bitmask(row)
+        }
+        fn accept_token(&mut self, t: u32) -> Result<()> {
+            self.m.accept_token(t)
+        }
+        fn accept_bytes(&mut self, b: &[u8]) -> Result<()> {
+            self.m.accept_bytes(b)
+        }
+        fn rollback(&mut self, n: usize) -> Result<()> {
+            self.m.rollback(n)
+        }
+        fn fork(&self) -> Self {
+            Self { m: self.m.fork(), fail: self.fail }
+        }
+        fn find_jump_forward_string(&mut self) -> Vec<u8> {
+            self.m.find_jump_forward_string()
+        }
+        fn reset(&mut self) {
+            self.m.reset()
+        }
+        fn can_terminate(&self) -> bool {
+            self.m.can_terminate()
+        }
+        fn is_terminated(&self) -> bool {
+            self.m.is_terminated()
+        }
+        fn token_bytes(&self, t: u32) -> &[u8] {
+            self.m.token_bytes(t)
+        }
+        fn jump_forward_tokens(&mut self, e: &dyn TextEncoder) -> Result<JumpForward> {
+            self.m.jump_forward_tokens(e)
+        }
+    }
+
+    #[test]
+    fn fill_each_reports_every_failed_row_and_fills_the_others() {
+        let vocab: Vec<Vec<u8>> = ["a", "b", "<eos>"].iter().map(|s| s.as_bytes().to_vec()).collect();
+        let opts = TokenizerOptions { stop_tokens: Some(vec![2]), ..Default::default() };
+        let c = GrammarCompiler::new(Arc::new(TokenizerInfo::from_byte_tokens(vocab, &opts).unwrap()));
+        let spec = GrammarSpec::ebnf(r#"root ::= "a""#);
+        let mut rows: Vec<Flaky> = (0..4).map(|_| Flaky::compile(&c, &spec).unwrap()).collect();
+        rows[1].fail = true;
+        rows[3].fail = true;
+        let mut mask = TokenBitmask::new(4, 3);
+        let mut filler = BatchFiller::with_threads(2).unwrap();
+        let filled = filler.fill_each::<Flaky, _>(&mut rows, &mut mask, &[3, 2, 1, 0]).unwrap();
+        assert_eq!(filled.failed.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [1, 3]);
+        assert_eq!(filled.allows_all, [false; 4]);
+        assert_eq!((mask.allowed_ids(3), mask.allowed_ids(1)), (vec![0], vec![0]));
+        // `fill` gives the first failure in row order.
+        let e = filler.fill::<Flaky, _>(&mut rows, &mut mask, &[0, 1, 2, 3]).unwrap_err();
+        assert!(e.to_string().contains("flaky row"), "{e}");
     }
 }

@@ -1,0 +1,122 @@
+//! The HTTP APIs: TGI's (`/generate`, `/generate_stream`, `/info`, `/health`,
+//! `/metrics`) and OpenAI's (`/v1/chat/completions`, `/v1/completions`, `/v1/models`),
+//! on axum.
+
+mod openai;
+mod tgi;
+
+use crate::engine::Event;
+use crate::service::{Service, ServiceError};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Json;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+/// Largest request body accepted (bytes).
+pub const MAX_BODY_BYTES: usize = 2 << 20;
+
+/// The router's HTTP application over `service`.
+pub fn app(service: Arc<Service>) -> axum::Router {
+    axum::Router::new()
+        .route("/generate", post(tgi::generate))
+        .route("/generate_stream", post(tgi::generate_stream))
+        .route("/", post(tgi::compat))
+        .route("/info", get(tgi::info))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .route("/v1/chat/completions", post(openai::chat))
+        .route("/v1/completions", post(openai::completions))
+        .route("/v1/models", get(openai::models))
+        .layer(tower_http::limit::RequestBodyLimitLayer::new(MAX_BODY_BYTES))
+        .with_state(service)
+}
+
+async fn health() -> StatusCode {
+    StatusCode::OK
+}
+
+async fn metrics(axum::extract::State(s): axum::extract::State<Arc<Service>>) -> String {
+    s.metrics.render()
+}
+
+/// Which API's error body to write.
+#[derive(Debug, Clone, Copy)]
+enum Flavor {
+    Tgi,
+    OpenAi,
+}
+
+/// An error answer: the status and message, in the API's own body shape.
+#[derive(Debug)]
+struct ApiError {
+    status: StatusCode,
+    kind: &'static str,
+    message: String,
+    flavor: Flavor,
+}
+
+impl ApiError {
+    fn validation(flavor: Flavor, message: impl Into<String>) -> Self {
+        Self { status: StatusCode::UNPROCESSABLE_ENTITY, kind: "validation", message: message.into(), flavor }
+    }
+
+    fn from_service(flavor: Flavor, e: ServiceError) -> Self {
+        let (status, kind) = match e {
+            ServiceError::Validation(_) => (StatusCode::UNPROCESSABLE_ENTITY, "validation"),
+            ServiceError::Overloaded(_) => (StatusCode::TOO_MANY_REQUESTS, "overloaded"),
+            ServiceError::Generation(_) => (StatusCode::FAILED_DEPENDENCY, "generation"),
+        };
+        Self { status, kind, message: e.to_string(), flavor }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = match self.flavor {
+            Flavor::Tgi => json!({"error": self.message, "error_type": self.kind}),
+            Flavor::OpenAi => json!({"error": {"message": self.message, "type": self.kind, "param": null,
+                                                "code": self.status.as_u16()}}),
+        };
+        (self.status, Json(body)).into_response()
+    }
+}
+
+/// The body as `T`; malformed JSON or a wrong field is a 422 naming where.
+fn parse_body<T: serde::de::DeserializeOwned>(flavor: Flavor, body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::validation(flavor, format!("invalid request body: {e}")))
+}
+
+/// Everything a non-streamed answer needs, gathered from the events.
+#[derive(Debug, Default)]
+struct Collected {
+    tokens: Vec<crate::engine::TokenEvent>,
+    end: Option<crate::engine::EndEvent>,
+}
+
+async fn collect(mut rx: UnboundedReceiver<Event>) -> Result<Collected, ServiceError> {
+    let mut c = Collected::default();
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            Event::Token(t) => c.tokens.push(t),
+            Event::End(e) => {
+                c.end = Some(e);
+                return Ok(c);
+            }
+            Event::Error(e) => return Err(ServiceError::Generation(e)),
+        }
+    }
+    Err(ServiceError::Generation("the generation stopped without an answer".into()))
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// A JSON value as an SSE event.
+fn sse(v: &Value) -> Result<axum::response::sse::Event, std::convert::Infallible> {
+    Ok(axum::response::sse::Event::default().data(v.to_string()))
+}

@@ -1,0 +1,411 @@
+//! OpenAI's API: `POST /v1/chat/completions` (with `response_format`, `tools`,
+//! `tool_choice`, `parallel_tool_calls`; streamed or not), `POST /v1/completions`,
+//! `GET /v1/models`.
+
+use super::{collect, parse_body, sse, unix_now, ApiError, Flavor};
+use crate::engine::{Event, FinishReason};
+use crate::sampling::SamplingParams;
+use crate::service::{Generation, Service};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::sse::Sse;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures::StreamExt;
+use grammask::tool_calling::{
+    chat_constraint, tools_from_json, ChatConstraint, Delta, OutputParser, PresetOptions, ResponseFormat,
+    ToolChoice,
+};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+fn new_id(prefix: &str) -> String {
+    format!("{prefix}-{:x}{:06x}", unix_now(), NEXT_ID.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A string or a list of strings (`stop`).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// The stop sequences of `stop`.
+fn stops(stop: &Option<OneOrMany>) -> Vec<String> {
+    match stop {
+        None => Vec::new(),
+        Some(OneOrMany::One(s)) => vec![s.clone()],
+        Some(OneOrMany::Many(v)) => v.clone(),
+    }
+}
+
+/// The sampling fields both endpoints share.
+#[derive(Debug, Default, Deserialize)]
+struct Common {
+    #[allow(dead_code)]
+    model: Option<String>,
+    max_tokens: Option<u64>,
+    max_completion_tokens: Option<u64>,
+    temperature: Option<f32>,
+    top_p: Option<f32>,
+    n: Option<u32>,
+    #[serde(default)]
+    stream: bool,
+    stop: Option<OneOrMany>,
+    seed: Option<u64>,
+    frequency_penalty: Option<f32>,
+    presence_penalty: Option<f32>,
+    logprobs: Option<Value>,
+    #[allow(dead_code)]
+    user: Option<String>,
+    #[allow(dead_code)]
+    stream_options: Option<Value>,
+}
+
+impl Common {
+    fn check(&self) -> Result<SamplingParams, String> {
+        if self.n.is_some_and(|n| n != 1) {
+            return Err("`n` must be 1 on this server".into());
+        }
+        if self.presence_penalty.is_some_and(|p| p != 0.0) {
+            return Err("`presence_penalty` is not supported by this server".into());
+        }
+        if self.logprobs.as_ref().is_some_and(|l| l != &Value::Bool(false) && !l.is_null()) {
+            return Err("`logprobs` is not supported by this server".into());
+        }
+        let t = self.temperature.unwrap_or(1.0);
+        if !(0.0..=2.0).contains(&t) {
+            return Err("`temperature` must be between 0 and 2".into());
+        }
+        if self.top_p.is_some_and(|p| !(p > 0.0 && p <= 1.0)) {
+            return Err("`top_p` must be > 0 and <= 1".into());
+        }
+        if self.frequency_penalty.is_some_and(|x| !(-2.0..=2.0).contains(&x)) {
+            return Err("`frequency_penalty` must be between -2 and 2".into());
+        }
+        // OpenAI samples at temperature 1 by default; 0 is greedy.
+        Ok(SamplingParams {
+            do_sample: t > 0.0,
+            temperature: if t > 0.0 { t } else { 1.0 },
+            top_k: None,
+            top_p: self.top_p.filter(|&p| p < 1.0),
+            repetition_penalty: None,
+            frequency_penalty: self.frequency_penalty.filter(|&f| f != 0.0),
+            seed: self.seed.unwrap_or_else(rand::random),
+        })
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct ChatRequest {
+    messages: Vec<Value>,
+    #[serde(flatten)]
+    common: Common,
+    response_format: Option<Value>,
+    tools: Option<Value>,
+    tool_choice: Option<Value>,
+    parallel_tool_calls: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+struct CompletionRequest {
+    prompt: String,
+    #[serde(flatten)]
+    common: Common,
+    response_format: Option<Value>,
+}
+
+fn finish_name(reason: FinishReason, calls: bool) -> &'static str {
+    match reason {
+        FinishReason::Length => "length",
+        _ if calls => "tool_calls",
+        _ => "stop",
+    }
+}
+
+fn usage(prompt: usize, completion: usize) -> Value {
+    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
+}
+
+/// A chat request made ready: the generation and, for tools, the output reader.
+fn prepare_chat(s: &Service, req: &ChatRequest) -> Result<(Generation, Option<OutputParser>), String> {
+    let sampling = req.common.check()?;
+    if req.messages.is_empty() {
+        return Err("`messages` must not be empty".into());
+    }
+    let tools = match &req.tools {
+        None | Some(Value::Null) => Vec::new(),
+        Some(v) => tools_from_json(v).map_err(|e| format!("tools: {e}"))?,
+    };
+    let tool_choice = match &req.tool_choice {
+        None | Some(Value::Null) => ToolChoice::Auto,
+        Some(v) => ToolChoice::from_json(v).map_err(|e| format!("tool_choice: {e}"))?,
+    };
+    let response_format = match &req.response_format {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(ResponseFormat::from_json(v).map_err(|e| format!("response_format: {e}"))?),
+    };
+    let options = PresetOptions {
+        tool_choice,
+        parallel_tool_calls: req.parallel_tool_calls.unwrap_or(true),
+        ..PresetOptions::default()
+    };
+    let constraint =
+        chat_constraint(s.family, &tools, &options, response_format.as_ref()).map_err(|e| e.to_string())?;
+    let (spec, parser) = match constraint {
+        ChatConstraint::None => (None, None),
+        ChatConstraint::Spec(spec) => (Some(spec), None),
+        ChatConstraint::Tools { spec, preset } => {
+            let parser = OutputParser::new(&preset).map_err(|e| format!("tools: {e}"))?;
+            (Some(spec), Some(parser))
+        }
+    };
+    let chat = s.chat.as_ref().ok_or("this model has no chat template; use /v1/completions")?;
+    let tool_values: Option<Vec<Value>> = match &req.tools {
+        Some(Value::Array(a)) if !a.is_empty() => Some(a.clone()),
+        _ => None,
+    };
+    let prompt = chat.render(&req.messages, tool_values.as_deref()).map_err(|e| e.to_string())?;
+    let prompt = s.encode(&prompt).map_err(|e| e.to_string())?;
+    let max_new_tokens = s
+        .max_new_tokens(req.common.max_completion_tokens.or(req.common.max_tokens))
+        .map_err(|e| e.to_string())?;
+    Ok((Generation { prompt, spec, sampling, max_new_tokens, stop: stops(&req.common.stop) }, parser))
+}
+
+fn tool_calls_json(calls: &[grammask::tool_calling::ToolCall]) -> Value {
+    calls
+        .iter()
+        .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+        .collect()
+}
+
+pub(super) async fn chat(State(s): State<Arc<Service>>, body: Bytes) -> Response {
+    s.metrics.requests.with_label_values(&["chat_completions"]).inc();
+    match run_chat(s, &body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn run_chat(s: Arc<Service>, body: &[u8]) -> Result<Response, ApiError> {
+    let req: ChatRequest = parse_body(Flavor::OpenAi, body)?;
+    let (generation, parser) = prepare_chat(&s, &req).map_err(|e| {
+        s.metrics.errors.with_label_values(&["validation"]).inc();
+        ApiError::validation(Flavor::OpenAi, e)
+    })?;
+    let prompt_tokens = generation.prompt.len();
+    let rx = s.submit(generation).await.map_err(|e| ApiError::from_service(Flavor::OpenAi, e))?;
+    let id = new_id("chatcmpl");
+    let created = unix_now();
+    let model = s.model_id.clone();
+    if req.common.stream {
+        let include_usage = req
+            .common
+            .stream_options
+            .as_ref()
+            .and_then(|o| o.get("include_usage"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        return Ok(chat_stream(rx, parser, id, created, model, prompt_tokens, include_usage));
+    }
+    let c = collect(rx).await.map_err(|e| ApiError::from_service(Flavor::OpenAi, e))?;
+    let end = c.end.ok_or_else(|| ApiError::validation(Flavor::OpenAi, "no answer"))?;
+    let mut message = json!({"role": "assistant", "content": end.text});
+    let mut calls = false;
+    if let Some(p) = &parser {
+        // A cut-off output is read as far as it goes.
+        let read =
+            if end.reason == FinishReason::Length { p.parse_prefix(&end.text) } else { p.parse(&end.text) };
+        let out = read.map_err(|e| {
+            ApiError::from_service(
+                Flavor::OpenAi,
+                crate::service::ServiceError::Generation(format!("tool calls: {e}")),
+            )
+        })?;
+        calls = !out.tool_calls.is_empty();
+        message["content"] =
+            if out.content.is_empty() && calls { Value::Null } else { Value::String(out.content) };
+        if !out.reasoning.is_empty() {
+            message["reasoning_content"] = Value::String(out.reasoning);
+        }
+        if calls {
+            message["tool_calls"] = tool_calls_json(&out.tool_calls);
+        }
+    }
+    Ok(Json(json!({
+        "id": id, "object": "chat.completion", "created": created, "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish_name(end.reason, calls)}],
+        "usage": usage(prompt_tokens, end.generated_tokens),
+    }))
+    .into_response())
+}
+
+fn chunk(id: &str, created: u64, model: &str, delta: Value, finish: Option<&str>) -> Value {
+    json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+           "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]})
+}
+
+fn delta_json(d: Delta) -> Value {
+    match d {
+        Delta::Content(t) => json!({"content": t}),
+        Delta::Reasoning(t) => json!({"reasoning_content": t}),
+        Delta::ToolCallStart { index, id, name } => {
+            json!({"tool_calls": [{"index": index, "id": id, "type": "function",
+                                                             "function": {"name": name, "arguments": ""}}]})
+        }
+        Delta::ToolCallArguments { index, arguments } => {
+            json!({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]})
+        }
+    }
+}
+
+/// The chunks of a streamed chat answer: role first, content or tool-call deltas as
+/// the tokens come, the finish reason, usage if asked, then `[DONE]`.
+fn chat_stream(
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    parser: Option<OutputParser>,
+    id: String,
+    created: u64,
+    model: String,
+    prompt_tokens: usize,
+    include_usage: bool,
+) -> Response {
+    let (tx, out) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    tokio::spawn(async move {
+        let _ = tx.send(chunk(&id, created, &model, json!({"role": "assistant", "content": ""}), None));
+        let mut reader = parser.as_ref().map(|p| p.stream());
+        let mut calls = false;
+        while let Some(ev) = rx.recv().await {
+            match ev {
+                Event::Token(t) => {
+                    if t.special || t.text.is_empty() {
+                        continue;
+                    }
+                    let deltas = match reader.as_mut() {
+                        None => vec![Delta::Content(t.text)],
+                        Some(r) => match r.push(&t.text) {
+                            Ok(d) => d,
+                            Err(e) => {
+                                let _ = tx.send(json!({"error": {"message": format!("tool calls: {e}"), "type": "generation"}}));
+                                return;
+                            }
+                        },
+                    };
+                    for d in deltas {
+                        calls |= matches!(d, Delta::ToolCallStart { .. });
+                        if tx.send(chunk(&id, created, &model, delta_json(d), None)).is_err() {
+                            return; // the client went away: dropping `rx` cancels the generation
+                        }
+                    }
+                }
+                Event::End(end) => {
+                    if let Some(r) = reader.take() {
+                        if let Ok((_, rest)) = r.finish() {
+                            for d in rest {
+                                calls |= matches!(d, Delta::ToolCallStart { .. });
+                                let _ = tx.send(chunk(&id, created, &model, delta_json(d), None));
+                            }
+                        }
+                    }
+                    let _ =
+                        tx.send(chunk(&id, created, &model, json!({}), Some(finish_name(end.reason, calls))));
+                    if include_usage {
+                        let _ =
+                            tx.send(json!({"id": id, "object": "chat.completion.chunk", "created": created,
+                                               "model": model, "choices": [],
+                                               "usage": usage(prompt_tokens, end.generated_tokens)}));
+                    }
+                    return;
+                }
+                Event::Error(e) => {
+                    let _ = tx.send(json!({"error": {"message": e, "type": "generation"}}));
+                    return;
+                }
+            }
+        }
+    });
+    let done = futures::stream::once(async { Ok(axum::response::sse::Event::default().data("[DONE]")) });
+    let stream = tokio_stream_from(out).map(|v| sse(&v)).chain(done);
+    Sse::new(stream).into_response()
+}
+
+/// An unbounded receiver as a stream.
+fn tokio_stream_from(rx: tokio::sync::mpsc::UnboundedReceiver<Value>) -> impl futures::Stream<Item = Value> {
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|v| (v, rx)) })
+}
+
+pub(super) async fn completions(State(s): State<Arc<Service>>, body: Bytes) -> Response {
+    s.metrics.requests.with_label_values(&["completions"]).inc();
+    match run_completions(s, &body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn run_completions(s: Arc<Service>, body: &[u8]) -> Result<Response, ApiError> {
+    let req: CompletionRequest = parse_body(Flavor::OpenAi, body)?;
+    let prepared = (|| -> Result<Generation, String> {
+        let sampling = req.common.check()?;
+        let spec = match &req.response_format {
+            None | Some(Value::Null) => None,
+            Some(v) => ResponseFormat::from_json(v).map_err(|e| format!("response_format: {e}"))?.to_spec(),
+        };
+        let prompt = s.encode(&req.prompt).map_err(|e| e.to_string())?;
+        let max_new_tokens = s.max_new_tokens(req.common.max_tokens).map_err(|e| e.to_string())?;
+        Ok(Generation { prompt, spec, sampling, max_new_tokens, stop: stops(&req.common.stop) })
+    })()
+    .map_err(|e| ApiError::validation(Flavor::OpenAi, e))?;
+    let prompt_tokens = prepared.prompt.len();
+    let mut rx = s.submit(prepared).await.map_err(|e| ApiError::from_service(Flavor::OpenAi, e))?;
+    let id = new_id("cmpl");
+    let created = unix_now();
+    let model = s.model_id.clone();
+    if req.common.stream {
+        let (tx, out) = tokio::sync::mpsc::unbounded_channel::<Value>();
+        tokio::spawn(async move {
+            let piece = |text: &str, finish: Option<&str>| {
+                json!({"id": id, "object": "text_completion", "created": created, "model": model,
+                       "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": finish}]})
+            };
+            while let Some(ev) = rx.recv().await {
+                let sent = match ev {
+                    Event::Token(t) if !t.special && !t.text.is_empty() => tx.send(piece(&t.text, None)),
+                    Event::Token(_) => Ok(()),
+                    Event::End(end) => {
+                        let _ = tx.send(piece("", Some(finish_name(end.reason, false))));
+                        return;
+                    }
+                    Event::Error(e) => {
+                        let _ = tx.send(json!({"error": {"message": e, "type": "generation"}}));
+                        return;
+                    }
+                };
+                if sent.is_err() {
+                    return;
+                }
+            }
+        });
+        let done = futures::stream::once(async { Ok(axum::response::sse::Event::default().data("[DONE]")) });
+        return Ok(Sse::new(tokio_stream_from(out).map(|v| sse(&v)).chain(done)).into_response());
+    }
+    let c = collect(rx).await.map_err(|e| ApiError::from_service(Flavor::OpenAi, e))?;
+    let end = c.end.ok_or_else(|| ApiError::validation(Flavor::OpenAi, "no answer"))?;
+    Ok(Json(json!({
+        "id": id, "object": "text_completion", "created": created, "model": model,
+        "choices": [{"index": 0, "text": end.text, "logprobs": null, "finish_reason": finish_name(end.reason, false)}],
+        "usage": usage(prompt_tokens, end.generated_tokens),
+    }))
+    .into_response())
+}
+
+pub(super) async fn models(State(s): State<Arc<Service>>) -> Json<Value> {
+    Json(
+        json!({"object": "list", "data": [{"id": s.model_id, "object": "model", "created": 0, "owned_by": "grammask"}]}),
+    )
+}

@@ -1,0 +1,296 @@
+//! TGI's API: `POST /generate`, `POST /generate_stream` (SSE), `POST /` (either, by
+//! its `stream` field) and `GET /info`, with TGI's request and response shapes.
+
+use super::{collect, parse_body, sse, ApiError, Flavor};
+use crate::engine::{EndEvent, Event, FinishReason, TokenEvent};
+use crate::sampling::SamplingParams;
+use crate::service::{Generation, Service};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::sse::Sse;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures::StreamExt;
+use grammask::{GrammarSpec, JsonSchemaOptions};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// `POST /generate`'s body.
+#[derive(Debug, Deserialize)]
+struct GenerateRequest {
+    inputs: String,
+    #[serde(default)]
+    parameters: Parameters,
+    /// Read by `POST /` to pick the endpoint; here only so that it is not unknown.
+    #[serde(default)]
+    #[allow(dead_code)]
+    stream: bool,
+}
+
+/// TGI's `parameters`; unknown fields are refused, as TGI does.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Parameters {
+    best_of: Option<u32>,
+    temperature: Option<f32>,
+    repetition_penalty: Option<f32>,
+    frequency_penalty: Option<f32>,
+    top_k: Option<i64>,
+    top_p: Option<f32>,
+    typical_p: Option<f32>,
+    do_sample: Option<bool>,
+    max_new_tokens: Option<u64>,
+    return_full_text: Option<bool>,
+    stop: Option<Vec<String>>,
+    truncate: Option<usize>,
+    watermark: Option<bool>,
+    details: Option<bool>,
+    decoder_input_details: Option<bool>,
+    seed: Option<u64>,
+    top_n_tokens: Option<u32>,
+    grammar: Option<Grammar>,
+    adapter_id: Option<String>,
+}
+
+/// `parameters.grammar`.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", content = "value", deny_unknown_fields)]
+enum Grammar {
+    /// A JSON schema (an object, or its JSON text).
+    #[serde(rename = "json", alias = "json_object")]
+    Json(Value),
+    /// A regular expression the whole output must match.
+    #[serde(rename = "regex")]
+    Regex(String),
+    /// `{name, schema}` (TGI 3).
+    #[serde(rename = "json_schema")]
+    JsonSchema(JsonSchemaConfig),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonSchemaConfig {
+    #[allow(dead_code)]
+    name: Option<String>,
+    schema: Value,
+}
+
+fn schema_spec(v: &Value) -> Result<GrammarSpec, String> {
+    // TGI accepts the schema as an object or as its JSON text.
+    let text = match v {
+        Value::String(s) => {
+            serde_json::from_str::<Value>(s)
+                .map_err(|e| format!("grammar: the JSON schema text is not JSON: {e}"))?;
+            s.clone()
+        }
+        other => other.to_string(),
+    };
+    Ok(GrammarSpec::JsonSchema { schema: text, options: JsonSchemaOptions::default() })
+}
+
+/// TGI's validation, then the generation.
+fn validate(s: &Service, inputs: &str, p: &Parameters) -> Result<Generation, String> {
+    let positive = |name: &str, v: Option<f32>| match v {
+        Some(x) if x.is_nan() || x <= 0.0 => Err(format!("`{name}` must be strictly positive")),
+        _ => Ok(()),
+    };
+    positive("temperature", p.temperature)?;
+    positive("repetition_penalty", p.repetition_penalty)?;
+    if p.top_p.is_some_and(|x| !(x > 0.0 && x < 1.0)) {
+        return Err("`top_p` must be > 0.0 and < 1.0".into());
+    }
+    if p.top_k.is_some_and(|k| k <= 0) {
+        return Err("`top_k` must be strictly positive".into());
+    }
+    if p.frequency_penalty.is_some_and(|x| !(-2.0..=2.0).contains(&x)) {
+        return Err("`frequency_penalty` must be >= -2.0 and <= 2.0".into());
+    }
+    if p.typical_p.is_some() {
+        return Err("`typical_p` is not supported by this server".into());
+    }
+    if p.best_of.is_some_and(|b| b > 1) {
+        return Err("`best_of` > 1 is not supported by this server".into());
+    }
+    if p.top_n_tokens.is_some_and(|n| n > 0) {
+        return Err("`top_n_tokens` is not supported by this server".into());
+    }
+    if p.watermark == Some(true) {
+        return Err("`watermark` is not supported by this server".into());
+    }
+    if p.decoder_input_details == Some(true) {
+        return Err("`decoder_input_details` is not supported by this server".into());
+    }
+    if p.adapter_id.is_some() {
+        return Err("`adapter_id`: this server has no adapters".into());
+    }
+    let mut prompt = s.encode(inputs).map_err(|e| e.to_string())?;
+    if let Some(t) = p.truncate.filter(|&t| t > 0 && t < prompt.len()) {
+        prompt.drain(..prompt.len() - t);
+    }
+    let max_new_tokens = s.max_new_tokens(p.max_new_tokens).map_err(|e| e.to_string())?;
+    let temperature = p.temperature.unwrap_or(1.0);
+    // TGI samples when asked to, or when any warper is set.
+    let do_sample =
+        p.do_sample.unwrap_or(false) || temperature != 1.0 || p.top_k.is_some() || p.top_p.is_some();
+    let sampling = SamplingParams {
+        do_sample,
+        temperature,
+        top_k: p.top_k.map(|k| k as usize),
+        top_p: p.top_p,
+        repetition_penalty: p.repetition_penalty,
+        frequency_penalty: p.frequency_penalty,
+        seed: p.seed.unwrap_or_else(rand::random),
+    };
+    let spec = match &p.grammar {
+        None => None,
+        Some(Grammar::Json(v)) => Some(schema_spec(v)?),
+        Some(Grammar::JsonSchema(c)) => Some(schema_spec(&c.schema)?),
+        Some(Grammar::Regex(r)) => Some(GrammarSpec::Regex(r.clone())),
+    };
+    Ok(Generation { prompt, spec, sampling, max_new_tokens, stop: p.stop.clone().unwrap_or_default() })
+}
+
+fn token_json(t: &TokenEvent) -> Value {
+    json!({"id": t.id, "text": t.text, "logprob": t.logprob, "special": t.special})
+}
+
+fn finish_json(r: FinishReason) -> Value {
+    serde_json::to_value(r).unwrap_or(Value::Null)
+}
+
+pub(super) async fn generate(State(s): State<Arc<Service>>, body: Bytes) -> Response {
+    s.metrics.requests.with_label_values(&["generate"]).inc();
+    match run_generate(&s, &body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn run_generate(s: &Service, body: &[u8]) -> Result<Response, ApiError> {
+    let req: GenerateRequest = parse_body(Flavor::Tgi, body)?;
+    let generation = validate(s, &req.inputs, &req.parameters).map_err(|e| {
+        s.metrics.errors.with_label_values(&["validation"]).inc();
+        ApiError::validation(Flavor::Tgi, e)
+    })?;
+    let rx = s.submit(generation).await.map_err(|e| ApiError::from_service(Flavor::Tgi, e))?;
+    let c = collect(rx).await.map_err(|e| ApiError::from_service(Flavor::Tgi, e))?;
+    let Some(end) = c.end else {
+        return Err(ApiError::validation(Flavor::Tgi, "no answer"));
+    };
+    let mut text = end.text.clone();
+    if req.parameters.return_full_text == Some(true) {
+        text = format!("{}{}", req.inputs, text);
+    }
+    let mut out = json!({"generated_text": text});
+    if req.parameters.details == Some(true) {
+        out["details"] = json!({
+            "finish_reason": finish_json(end.reason),
+            "generated_tokens": end.generated_tokens,
+            "seed": end.seed,
+            "prefill": [],
+            "tokens": c.tokens.iter().map(token_json).collect::<Vec<_>>(),
+        });
+    }
+    Ok(Json(out).into_response())
+}
+
+pub(super) async fn generate_stream(State(s): State<Arc<Service>>, body: Bytes) -> Response {
+    s.metrics.requests.with_label_values(&["generate_stream"]).inc();
+    match start_stream(&s, &body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `POST /`: `/generate` or `/generate_stream` by the body's `stream`.
+pub(super) async fn compat(state: State<Arc<Service>>, body: Bytes) -> Response {
+    let stream =
+        serde_json::from_slice::<Value>(&body).ok().and_then(|v| v.get("stream").and_then(Value::as_bool));
+    if stream == Some(true) {
+        generate_stream(state, body).await
+    } else {
+        generate(state, body).await
+    }
+}
+
+async fn start_stream(s: &Service, body: &[u8]) -> Result<Response, ApiError> {
+    let req: GenerateRequest = parse_body(Flavor::Tgi, body)?;
+    let generation =
+        validate(s, &req.inputs, &req.parameters).map_err(|e| ApiError::validation(Flavor::Tgi, e))?;
+    let rx = s.submit(generation).await.map_err(|e| ApiError::from_service(Flavor::Tgi, e))?;
+    let full = (req.parameters.return_full_text == Some(true)).then(|| req.inputs.clone());
+    // A token is sent when the next event shows whether it was the last (the last one
+    // carries the generated text and the details).
+    let events = futures::stream::unfold(
+        (rx, None::<TokenEvent>, 0usize, false),
+        move |(mut rx, held, index, over)| {
+            let full = full.clone();
+            async move {
+                if over {
+                    return None;
+                }
+                match rx.recv().await {
+                    Some(Event::Token(t)) => {
+                        let Some(prev) = held else {
+                            return Some((vec![], (rx, Some(t), index, false)));
+                        };
+                        let v = json!({"index": index, "token": token_json(&prev), "top_tokens": null,
+                                       "generated_text": null, "details": null});
+                        Some((vec![v], (rx, Some(t), index + 1, false)))
+                    }
+                    Some(Event::End(end)) => {
+                        let v = last_event(&end, held.as_ref(), index, full.as_deref());
+                        Some((vec![v], (rx, None, index + 1, true)))
+                    }
+                    Some(Event::Error(e)) => {
+                        let v = json!({"error": e, "error_type": "generation"});
+                        Some((vec![v], (rx, None, index, true)))
+                    }
+                    None => None,
+                }
+            }
+        },
+    )
+    .flat_map(|vs| futures::stream::iter(vs.into_iter().map(|v| sse(&v))));
+    Ok(Sse::new(events).into_response())
+}
+
+fn last_event(end: &EndEvent, last: Option<&TokenEvent>, index: usize, full: Option<&str>) -> Value {
+    let text = match full {
+        Some(p) => format!("{p}{}", end.text),
+        None => end.text.clone(),
+    };
+    json!({
+        "index": index,
+        "token": last.map(token_json),
+        "top_tokens": null,
+        "generated_text": text,
+        "details": {"finish_reason": finish_json(end.reason), "generated_tokens": end.generated_tokens,
+                    "seed": end.seed, "input_length": end.input_length},
+    })
+}
+
+pub(super) async fn info(State(s): State<Arc<Service>>) -> Json<Value> {
+    Json(json!({
+        "model_id": s.model_id,
+        "model_sha": null,
+        "model_pipeline_tag": "text-generation",
+        "model_device_type": "cpu",
+        "model_dtype": "float32",
+        "max_concurrent_requests": s.max_queue,
+        "max_best_of": 1,
+        "max_stop_sequences": s.limits.max_stop_sequences,
+        "max_input_tokens": s.limits.max_input_tokens,
+        "max_total_tokens": s.limits.max_input_tokens + s.limits.max_new_tokens,
+        "max_batch_size": s.max_batch_size,
+        "validation_workers": 1,
+        "router": "grammask-router",
+        "version": env!("CARGO_PKG_VERSION"),
+        "sha": null,
+        "docker_label": null,
+        "grammar_backend": "grammask",
+        "model": s.model_description,
+        "tool_calling_family": s.family.map(|f| f.name()),
+    }))
+}

@@ -1,0 +1,124 @@
+//! `grammask-router`: a TGI/OpenAI-compatible server whose batched step masks mixed
+//! structured and unstructured rows with grammask.
+//!
+//! `cargo run --release -p grammask-router` serves the simulated model over the
+//! embedded Qwen3 tokenizer on port 3000, with no network and no model download.
+
+use clap::Parser;
+use grammask_router::engine::EngineOptions;
+use grammask_router::model::{ForwardTime, SimulatedModel};
+use grammask_router::server::{LoadedTokenizer, Router, RouterConfig};
+use grammask_router::service::Limits;
+use grammask_router::step::BatchOptions;
+use std::time::Duration;
+
+/// Flags named like TGI's launcher where they mean the same.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// Port to listen on.
+    #[arg(long, default_value_t = 3000)]
+    port: u16,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    hostname: String,
+    /// `tokenizer.json` or a folder with it and `tokenizer_config.json` (default: the
+    /// embedded Qwen3 tokenizer).
+    #[arg(long)]
+    tokenizer: Option<std::path::PathBuf>,
+    /// Name reported in `/info` and OpenAI answers.
+    #[arg(long, default_value = "grammask/simulated")]
+    model_id: String,
+    /// Most sequences per step.
+    #[arg(long, default_value_t = 32)]
+    max_batch_size: usize,
+    /// Most prompt tokens prefilled per step.
+    #[arg(long, default_value_t = 4096)]
+    max_batch_prefill_tokens: usize,
+    /// Most requests waiting; more get 429.
+    #[arg(long, default_value_t = 128)]
+    max_concurrent_requests: usize,
+    /// Most prompt tokens.
+    #[arg(long, default_value_t = 4096)]
+    max_input_tokens: usize,
+    /// Most tokens a request may generate.
+    #[arg(long, default_value_t = 4096)]
+    max_new_tokens: usize,
+    /// Most bytes of a grammar or schema.
+    #[arg(long, default_value_t = 1 << 20)]
+    max_grammar_bytes: usize,
+    /// Compile time limit per request, milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    compile_timeout_ms: u64,
+    /// Simulated model: forward time per step, milliseconds.
+    #[arg(long, default_value_t = 5.0)]
+    forward_ms: f64,
+    /// Simulated model: busy-wait the forward time (a CPU model) instead of sleeping.
+    #[arg(long)]
+    spin: bool,
+    /// Simulated model: seed of the logits.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Threads filling masks (default: half the cores).
+    #[arg(long)]
+    fill_threads: Option<usize>,
+    /// Fill masks after the forward instead of during it (to measure the overlap).
+    #[arg(long)]
+    no_overlap: bool,
+    /// Turn jump-forward (forced tokens without sampling) off.
+    #[arg(long)]
+    no_jump_forward: bool,
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let a = Args::parse();
+    let tokenizer = match &a.tokenizer {
+        Some(p) => LoadedTokenizer::from_path(p)?,
+        None => LoadedTokenizer::embedded()?,
+    };
+    let time = Duration::from_secs_f64(a.forward_ms.max(0.0) / 1e3);
+    let time = if a.spin { ForwardTime::Spin(time) } else { ForwardTime::Sleep(time) };
+    let model = Box::new(SimulatedModel::new(tokenizer.info.vocab_size(), a.seed, time));
+    let mut batch = BatchOptions::default();
+    if let Some(t) = a.fill_threads {
+        batch.fill_threads = t;
+    }
+    let config = RouterConfig {
+        tokenizer,
+        model,
+        engine: EngineOptions {
+            max_batch_size: a.max_batch_size.max(1),
+            max_batch_prefill_tokens: a.max_batch_prefill_tokens,
+            max_queue: a.max_concurrent_requests,
+            overlap: !a.no_overlap,
+            batch,
+        },
+        limits: Limits {
+            max_input_tokens: a.max_input_tokens,
+            max_new_tokens: a.max_new_tokens,
+            max_grammar_bytes: a.max_grammar_bytes,
+            compile_timeout: Duration::from_millis(a.compile_timeout_ms),
+            ..Limits::default()
+        },
+        jump_forward: !a.no_jump_forward,
+        model_id: a.model_id.clone(),
+    };
+    let router = Router::start(config)?;
+    let addr = format!("{}:{}", a.hostname, a.port);
+    let listener = tokio::net::TcpListener::bind(&addr).await?;
+    tracing::info!(%addr, model = %router.service.model_description, "grammask-router listening");
+    let engine = router.engine.clone();
+    axum::serve(listener, router.app())
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+    tokio::task::spawn_blocking(move || engine.shutdown()).await?;
+    Ok(())
+}

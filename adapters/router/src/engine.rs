@@ -1,0 +1,500 @@
+//! The scheduler: continuous batching on a thread of its own.
+//!
+//! Requests arrive compiled (their grammar was compiled off this thread) and wait in a
+//! bounded queue; between steps the loop admits as many as the batch size and the
+//! prefill token budget allow, drops the ones whose client went away, and runs one
+//! step over every running sequence: prefill rows (a new sequence's prompt) and
+//! decode rows (the last token, plus jump-forward tokens) in one forward, masks from
+//! [`StructuredBatch`] filled while it runs, then sampling and acceptance. Each
+//! request hears about its tokens and its end through its own channel, so a slow or
+//! gone client never holds up the loop.
+
+use crate::metrics::Metrics;
+use crate::model::{ForwardRow, Model};
+use crate::sampling::{Sampler, SamplingParams};
+use crate::step::{Accepted, BatchOptions, SeqId, StepError, StructuredBatch};
+use grammask::{GrammarMatcher, TokenizerInfo};
+use grammask_gpu::LogitsLayout;
+use rayon::prelude::*;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// Why a generation ended (TGI's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// `max_new_tokens` reached: the output may be cut off.
+    Length,
+    /// A stop token was generated (for a constrained request: the grammar ended).
+    EosToken,
+    /// A stop sequence was generated.
+    StopSequence,
+}
+
+/// One generated token.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TokenEvent {
+    /// Token id.
+    pub id: u32,
+    /// The text it adds (a special token's own text, which the generated text skips).
+    pub text: String,
+    /// Log-probability it was drawn with (0 for a jump-forward token: forced).
+    pub logprob: f32,
+    /// A special token (e.g. the end of sequence).
+    pub special: bool,
+}
+
+/// The end of a generation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndEvent {
+    /// Why it ended.
+    pub reason: FinishReason,
+    /// Tokens generated (sampled and forced).
+    pub generated_tokens: usize,
+    /// The generated text (special tokens skipped).
+    pub text: String,
+    /// The seed the sampler used.
+    pub seed: u64,
+    /// Prompt tokens.
+    pub input_length: usize,
+}
+
+/// What a request hears from the loop, in order: tokens, then one end or one error.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A token, with the text it adds (UTF-8 held back until complete).
+    Token(TokenEvent),
+    /// The end.
+    End(EndEvent),
+    /// The generation failed; nothing follows.
+    Error(String),
+}
+
+/// A request ready to run.
+#[derive(Debug)]
+pub struct Request {
+    /// Prompt token ids (not empty).
+    pub prompt: Vec<u32>,
+    /// The compiled constraint, at its start; `None`: unconstrained.
+    pub constraint: Option<GrammarMatcher>,
+    /// Sampling settings.
+    pub sampling: SamplingParams,
+    /// Most tokens to generate.
+    pub max_new_tokens: usize,
+    /// Stop sequences.
+    pub stop: Vec<String>,
+    /// Where its events go; a closed channel cancels the request.
+    pub events: UnboundedSender<Event>,
+}
+
+/// Limits of the loop.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Most sequences in a step.
+    pub max_batch_size: usize,
+    /// Most prompt tokens prefilled in one step (a prompt longer than this still runs,
+    /// alone).
+    pub max_batch_prefill_tokens: usize,
+    /// Most requests waiting; more are refused (HTTP 429).
+    pub max_queue: usize,
+    /// Mask the constrained rows while the forward runs (`false`: fill after it, to
+    /// measure what the overlap buys).
+    pub overlap: bool,
+    /// The step engine's settings.
+    pub batch: BatchOptions,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            max_batch_size: 32,
+            max_batch_prefill_tokens: 4096,
+            max_queue: 128,
+            overlap: true,
+            batch: BatchOptions::default(),
+        }
+    }
+}
+
+/// The queue is full.
+#[derive(Debug, thiserror::Error)]
+#[error("the queue is full ({0} requests waiting); retry later")]
+pub struct QueueFull(pub usize);
+
+struct Shared {
+    queue: Mutex<VecDeque<Request>>,
+    wake: Condvar,
+    stop: AtomicBool,
+    max_queue: usize,
+}
+
+/// A handle to the loop: submit requests, read the queue length, shut down.
+#[derive(Clone)]
+pub struct EngineHandle {
+    shared: Arc<Shared>,
+    thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
+}
+
+impl std::fmt::Debug for EngineHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineHandle").field("queued", &self.queued()).finish()
+    }
+}
+
+impl EngineHandle {
+    /// Queues a request, or refuses it when the queue is full.
+    pub fn submit(&self, request: Request) -> Result<(), QueueFull> {
+        let mut q = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+        if q.len() >= self.shared.max_queue {
+            return Err(QueueFull(q.len()));
+        }
+        q.push_back(request);
+        drop(q);
+        self.shared.wake.notify_one();
+        Ok(())
+    }
+
+    /// Requests waiting to join the batch.
+    pub fn queued(&self) -> usize {
+        self.shared.queue.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Stops the loop after its current step and waits for it; running requests get
+    /// an error event.
+    pub fn shutdown(&self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.wake.notify_all();
+        let handle = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(h) = handle {
+            let _ = h.join();
+        }
+    }
+}
+
+/// A running sequence.
+struct Seq {
+    id: SeqId,
+    constrained: bool,
+    /// Tokens for the next forward (the prompt first).
+    pending: Vec<u32>,
+    prompt_len: usize,
+    generated: usize,
+    /// Generated bytes, special tokens skipped, and how many are sent as text.
+    bytes: Vec<u8>,
+    sent: usize,
+    sampler: Sampler,
+    max_new_tokens: usize,
+    stop: Vec<String>,
+    events: UnboundedSender<Event>,
+}
+
+/// Starts the loop on its own thread.
+pub fn start(
+    model: Box<dyn Model>,
+    tokenizer: Arc<TokenizerInfo>,
+    options: EngineOptions,
+    metrics: Arc<Metrics>,
+) -> Result<EngineHandle, StepError> {
+    let batch = StructuredBatch::new(tokenizer.vocab_size(), options.batch.clone())?;
+    let shared = Arc::new(Shared {
+        queue: Mutex::new(VecDeque::new()),
+        wake: Condvar::new(),
+        stop: AtomicBool::new(false),
+        max_queue: options.max_queue,
+    });
+    let mut lp = Loop {
+        model,
+        tokenizer,
+        batch,
+        options,
+        metrics,
+        shared: shared.clone(),
+        running: Vec::new(),
+        next_id: 1,
+        logits: Vec::new(),
+    };
+    let thread = std::thread::Builder::new()
+        .name("grammask-step".into())
+        .spawn(move || lp.run())
+        .map_err(|e| StepError::Pool(e.to_string()))?;
+    Ok(EngineHandle { shared, thread: Arc::new(Mutex::new(Some(thread))) })
+}
+
+struct Loop {
+    model: Box<dyn Model>,
+    tokenizer: Arc<TokenizerInfo>,
+    batch: StructuredBatch,
+    options: EngineOptions,
+    metrics: Arc<Metrics>,
+    shared: Arc<Shared>,
+    running: Vec<Seq>,
+    next_id: SeqId,
+    logits: Vec<f32>,
+}
+
+impl Loop {
+    fn run(&mut self) {
+        while !self.shared.stop.load(Ordering::SeqCst) {
+            self.admit();
+            self.drop_cancelled();
+            if self.running.is_empty() {
+                continue;
+            }
+            self.step();
+        }
+        for s in std::mem::take(&mut self.running) {
+            let _ = s.events.send(Event::Error("the server is shutting down".into()));
+        }
+    }
+
+    /// Moves queued requests into the batch; sleeps while there is nothing to do.
+    fn admit(&mut self) {
+        let mut q = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+        while self.running.is_empty() && q.is_empty() && !self.shared.stop.load(Ordering::SeqCst) {
+            q = self
+                .shared
+                .wake
+                .wait_timeout(q, Duration::from_millis(100))
+                .map_or_else(|p| p.into_inner().0, |r| r.0);
+        }
+        let mut budget = self.options.max_batch_prefill_tokens;
+        let mut admitted_any = false;
+        while self.running.len() < self.options.max_batch_size {
+            let Some(front) = q.front() else { break };
+            // A prompt over the budget still runs, but alone in its prefill.
+            if front.prompt.len() > budget && admitted_any {
+                break;
+            }
+            let Some(r) = q.pop_front() else { break };
+            budget = budget.saturating_sub(r.prompt.len());
+            admitted_any = true;
+            let id = self.next_id;
+            self.next_id += 1;
+            if r.events.is_closed() {
+                continue;
+            }
+            let constrained = r.constraint.is_some();
+            if let Some(m) = r.constraint {
+                if let Err(e) = self.batch.add(id, m) {
+                    let _ = r.events.send(Event::Error(e.to_string()));
+                    continue;
+                }
+            }
+            self.running.push(Seq {
+                id,
+                constrained,
+                prompt_len: r.prompt.len(),
+                pending: r.prompt,
+                generated: 0,
+                bytes: Vec::new(),
+                sent: 0,
+                sampler: Sampler::new(r.sampling),
+                max_new_tokens: r.max_new_tokens,
+                stop: r.stop,
+                events: r.events,
+            });
+        }
+        self.metrics.queue_length.set(q.len() as i64);
+    }
+
+    /// Frees the sequences whose client went away.
+    fn drop_cancelled(&mut self) {
+        let mut i = 0;
+        while i < self.running.len() {
+            if self.running[i].events.is_closed() {
+                let s = self.running.swap_remove(i);
+                self.release(&s);
+                self.metrics.cancelled.inc();
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    fn release(&mut self, s: &Seq) {
+        self.model.release(s.id);
+        if s.constrained {
+            // Between steps: the batch is never busy here.
+            let _ = self.batch.remove(s.id);
+        }
+    }
+
+    fn step(&mut self) {
+        let _span = tracing::debug_span!("step", rows = self.running.len()).entered();
+        let t0 = Instant::now();
+        let ids: Vec<SeqId> = self.running.iter().map(|s| s.id).collect();
+        self.metrics.batch_size.observe(ids.len() as f64);
+        if self.options.overlap {
+            if let Err(e) = self.batch.begin_step(&ids) {
+                return self.fail_all(&format!("mask fill: {e}"));
+            }
+        }
+        let rows: Vec<ForwardRow<'_>> =
+            self.running.iter().map(|s| ForwardRow { id: s.id, tokens: &s.pending }).collect();
+        let forward = {
+            let _f = tracing::debug_span!("forward").entered();
+            self.model.forward(&rows, &mut self.logits)
+        };
+        drop(rows);
+        if let Err(e) = forward {
+            if self.options.overlap {
+                let _ =
+                    self.batch.apply_masks(self.logits.as_mut_slice().into(), LogitsLayout::contiguous(0, 0));
+            }
+            return self.fail_all(&e.to_string());
+        }
+        if !self.options.overlap {
+            if let Err(e) = self.batch.begin_step(&ids) {
+                return self.fail_all(&format!("mask fill: {e}"));
+            }
+        }
+        let vocab = self.model.vocab_size();
+        let layout = LogitsLayout::contiguous(ids.len(), vocab);
+        let masks = {
+            let _a = tracing::debug_span!("wait_and_apply").entered();
+            self.batch.apply_masks(self.logits.as_mut_slice().into(), layout)
+        };
+        let masks = match masks {
+            Ok(m) => m,
+            Err(e) => return self.fail_all(&format!("mask apply: {e}")),
+        };
+        self.metrics.record_masks(&masks);
+        // A row whose fill failed was not masked: it ends with the error, never with
+        // what is sampled from its row.
+        let failed: std::collections::HashMap<SeqId, String> =
+            masks.failed.into_iter().map(|(id, e)| (id, format!("grammar: {e}"))).collect();
+        // Sampling is per row and independent: in parallel (the mask pool is idle now).
+        let sample_t = Instant::now();
+        let picks: Vec<_> = {
+            let _s = tracing::debug_span!("sample").entered();
+            self.running
+                .par_iter_mut()
+                .zip(self.logits.par_chunks_mut(vocab.max(1)))
+                .map(|(s, row)| s.sampler.sample(row))
+                .collect()
+        };
+        self.metrics.sample_seconds.observe(sample_t.elapsed().as_secs_f64());
+        let mut done = Vec::new();
+        for (i, pick) in picks.into_iter().enumerate() {
+            let s = &mut self.running[i];
+            s.pending.clear();
+            if let Some(msg) = failed.get(&s.id) {
+                done.push((i, Err(msg.clone())));
+                continue;
+            }
+            let (token, logprob) = match pick {
+                Ok(p) => p,
+                Err(e) => {
+                    done.push((i, Err(format!("sampling: {e}"))));
+                    continue;
+                }
+            };
+            let mut forced = Vec::new();
+            let mut ended = false;
+            if s.constrained {
+                match self.batch.accept(s.id, token) {
+                    Ok(Accepted::Continue { forced: jf }) => forced = jf.ids,
+                    Ok(Accepted::Finished) => ended = true,
+                    Err(e) => {
+                        done.push((i, Err(format!("grammar: {e}"))));
+                        continue;
+                    }
+                }
+            } else {
+                ended = self.tokenizer.stop_tokens().contains(&token);
+            }
+            let outcome = emit(&self.tokenizer, s, token, logprob, ended);
+            if let Some(reason) = outcome {
+                done.push((i, Ok(reason)));
+                continue;
+            }
+            s.pending.push(token);
+            s.sampler.record(&forced);
+            let mut reason = None;
+            for &f in &forced {
+                s.pending.push(f);
+                if let Some(r) = emit(&self.tokenizer, s, f, 0.0, false) {
+                    reason = Some(r);
+                    break;
+                }
+            }
+            if let Some(r) = reason {
+                done.push((i, Ok(r)));
+            }
+        }
+        // Highest index first, so swap_remove does not move a row still to finish.
+        done.sort_by_key(|(i, _)| std::cmp::Reverse(*i));
+        for (i, result) in done {
+            let s = self.running.swap_remove(i);
+            self.release(&s);
+            match result {
+                Ok(reason) => {
+                    let text = String::from_utf8_lossy(&s.bytes).into_owned();
+                    let _ = s.events.send(Event::End(EndEvent {
+                        reason,
+                        generated_tokens: s.generated,
+                        text,
+                        seed: s.sampler.params().seed,
+                        input_length: s.prompt_len,
+                    }));
+                    self.metrics.finished.with_label_values(&[reason_label(reason)]).inc();
+                }
+                Err(msg) => {
+                    let _ = s.events.send(Event::Error(msg.clone()));
+                    self.metrics.errors.with_label_values(&["generation"]).inc();
+                }
+            }
+        }
+        self.metrics.step_seconds.observe(t0.elapsed().as_secs_f64());
+    }
+
+    fn fail_all(&mut self, msg: &str) {
+        tracing::error!(error = msg, "step failed");
+        for s in std::mem::take(&mut self.running) {
+            self.release(&s);
+            let _ = s.events.send(Event::Error(msg.to_string()));
+            self.metrics.errors.with_label_values(&["model"]).inc();
+        }
+    }
+}
+
+fn reason_label(r: FinishReason) -> &'static str {
+    match r {
+        FinishReason::Length => "length",
+        FinishReason::EosToken => "eos_token",
+        FinishReason::StopSequence => "stop_sequence",
+    }
+}
+
+/// Sends a token's event and says whether the sequence ends here.
+fn emit(tok: &TokenizerInfo, s: &mut Seq, token: u32, logprob: f32, ended: bool) -> Option<FinishReason> {
+    s.generated += 1;
+    let special = tok.is_special(token);
+    if !special {
+        s.bytes.extend_from_slice(tok.token_bytes(token));
+    }
+    // Text goes out at character boundaries: a token may end inside a character.
+    let ready = match std::str::from_utf8(&s.bytes[s.sent..]) {
+        Ok(t) => t.len(),
+        Err(e) if e.error_len().is_none() => e.valid_up_to(),
+        // Bytes that can never be UTF-8 go out replaced rather than holding text back.
+        Err(_) => s.bytes.len() - s.sent,
+    };
+    let mut text = String::from_utf8_lossy(&s.bytes[s.sent..s.sent + ready]).into_owned();
+    s.sent += ready;
+    if special {
+        // The token's own text, as TGI shows it (the generated text skips it).
+        text.push_str(&String::from_utf8_lossy(tok.token_bytes(token)));
+    }
+    let _ = s.events.send(Event::Token(TokenEvent { id: token, text, logprob, special }));
+    if ended {
+        return Some(FinishReason::EosToken);
+    }
+    if s.stop.iter().any(|st| !st.is_empty() && s.bytes.ends_with(st.as_bytes())) {
+        return Some(FinishReason::StopSequence);
+    }
+    (s.generated >= s.max_new_tokens).then_some(FinishReason::Length)
+}

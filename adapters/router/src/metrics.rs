@@ -1,0 +1,138 @@
+//! Prometheus metrics of the router (`GET /metrics`).
+
+use crate::step::StepMasks;
+use prometheus::{Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+
+/// Every metric the router exports, registered in one registry.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Requests waiting to join the batch.
+    pub queue_length: IntGauge,
+    /// Sequences per step.
+    pub batch_size: Histogram,
+    /// Wall time of a step's mask fill on the pool.
+    pub fill_seconds: Histogram,
+    /// Time a step waited for its masks after the forward.
+    pub wait_seconds: Histogram,
+    /// Time applying a step's masks took.
+    pub apply_seconds: Histogram,
+    /// Sampling time per step.
+    pub sample_seconds: Histogram,
+    /// Whole step time.
+    pub step_seconds: Histogram,
+    /// Grammar compile time (cache misses).
+    pub compile_seconds: Histogram,
+    /// Compiles answered from the cache.
+    pub cache_hits: IntCounter,
+    /// Requests by endpoint.
+    pub requests: IntCounterVec,
+    /// Finished generations by reason.
+    pub finished: IntCounterVec,
+    /// Errors by kind (validation, grammar, compile_timeout, overloaded, generation, model).
+    pub errors: IntCounterVec,
+    /// Generations dropped because the client went away.
+    pub cancelled: IntCounter,
+}
+
+fn histogram(name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
+    // Names and buckets are constants of this file: the construction cannot fail.
+    Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets))
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn micro_buckets() -> Vec<f64> {
+    prometheus::exponential_buckets(1e-6, 2.0, 24).unwrap_or_default()
+}
+
+impl Metrics {
+    /// Fresh metrics in their own registry.
+    pub fn new() -> Self {
+        let m = Self {
+            registry: Registry::new(),
+            queue_length: IntGauge::new("grammask_queue_length", "Requests waiting to join the batch")
+                .unwrap_or_else(|e| panic!("{e}")),
+            batch_size: histogram(
+                "grammask_batch_size",
+                "Sequences per step",
+                prometheus::exponential_buckets(1.0, 2.0, 10).unwrap_or_default(),
+            ),
+            fill_seconds: histogram(
+                "grammask_mask_fill_seconds",
+                "Mask fill wall time per step",
+                micro_buckets(),
+            ),
+            wait_seconds: histogram(
+                "grammask_mask_wait_seconds",
+                "Time a step waited for its masks after the forward",
+                micro_buckets(),
+            ),
+            apply_seconds: histogram(
+                "grammask_mask_apply_seconds",
+                "Mask apply time per step",
+                micro_buckets(),
+            ),
+            sample_seconds: histogram("grammask_sample_seconds", "Sampling time per step", micro_buckets()),
+            step_seconds: histogram("grammask_step_seconds", "Step time", micro_buckets()),
+            compile_seconds: histogram("grammask_compile_seconds", "Grammar compile time", micro_buckets()),
+            cache_hits: IntCounter::new("grammask_compile_cache_hits", "Compiles answered by the cache")
+                .unwrap_or_else(|e| panic!("{e}")),
+            requests: IntCounterVec::new(
+                Opts::new("grammask_requests", "Requests by endpoint"),
+                &["endpoint"],
+            )
+            .unwrap_or_else(|e| panic!("{e}")),
+            finished: IntCounterVec::new(
+                Opts::new("grammask_finished", "Generations by finish reason"),
+                &["reason"],
+            )
+            .unwrap_or_else(|e| panic!("{e}")),
+            errors: IntCounterVec::new(Opts::new("grammask_errors", "Errors by kind"), &["kind"])
+                .unwrap_or_else(|e| panic!("{e}")),
+            cancelled: IntCounter::new("grammask_cancelled", "Generations dropped: the client went away")
+                .unwrap_or_else(|e| panic!("{e}")),
+        };
+        let all: Vec<Box<dyn prometheus::core::Collector>> = vec![
+            Box::new(m.queue_length.clone()),
+            Box::new(m.batch_size.clone()),
+            Box::new(m.fill_seconds.clone()),
+            Box::new(m.wait_seconds.clone()),
+            Box::new(m.apply_seconds.clone()),
+            Box::new(m.sample_seconds.clone()),
+            Box::new(m.step_seconds.clone()),
+            Box::new(m.compile_seconds.clone()),
+            Box::new(m.cache_hits.clone()),
+            Box::new(m.requests.clone()),
+            Box::new(m.finished.clone()),
+            Box::new(m.errors.clone()),
+            Box::new(m.cancelled.clone()),
+        ];
+        for c in all {
+            // Distinct names, registered once: cannot fail.
+            let _ = m.registry.register(c);
+        }
+        m
+    }
+
+    /// Records a step's mask timings.
+    pub fn record_masks(&self, masks: &StepMasks) {
+        if masks.constrained > 0 {
+            self.fill_seconds.observe(masks.fill.as_secs_f64());
+            self.wait_seconds.observe(masks.wait.as_secs_f64());
+            self.apply_seconds.observe(masks.apply.as_secs_f64());
+        }
+    }
+
+    /// The text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        let _ = prometheus::TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        String::from_utf8_lossy(&buf).into_owned()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,235 @@
+//! Choosing the next token from a row of (masked) logits: greedy or sampled, with
+//! TGI's and OpenAI's parameters.
+//!
+//! Every choice looks only at finite logits, so a masked token (−∞) is never picked;
+//! a row with no finite logit is an error, not a token. The sampler's random stream
+//! belongs to its request (seeded), so the same seed gives the same output whatever
+//! else runs in the batch.
+
+use rand::{Rng, SeedableRng};
+use std::collections::HashMap;
+
+/// Sampling settings of one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    /// Draw from the distribution (`false`: the most likely token).
+    pub do_sample: bool,
+    /// Divides the logits (sampling only); must be > 0.
+    pub temperature: f32,
+    /// Keep only the `k` most likely tokens.
+    pub top_k: Option<usize>,
+    /// Keep the most likely tokens whose probabilities add up to `top_p`.
+    pub top_p: Option<f32>,
+    /// CTRL's repetition penalty (> 1 discourages tokens already generated).
+    pub repetition_penalty: Option<f32>,
+    /// OpenAI's frequency penalty: minus `penalty × count` for each generated token.
+    pub frequency_penalty: Option<f32>,
+    /// Seed of the random stream.
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self {
+            do_sample: false,
+            temperature: 1.0,
+            top_k: None,
+            top_p: None,
+            repetition_penalty: None,
+            frequency_penalty: None,
+            seed: 0,
+        }
+    }
+}
+
+/// A request's sampler: its parameters and its random stream.
+#[derive(Debug)]
+pub struct Sampler {
+    params: SamplingParams,
+    rng: rand::rngs::StdRng,
+    counts: HashMap<u32, u32>,
+    /// Scratch: candidate ids and their weights.
+    cand: Vec<(u32, f32)>,
+}
+
+/// No token can be chosen: every logit of the row is −∞ (or NaN).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no token is allowed in this row")]
+pub struct NothingAllowed;
+
+impl Sampler {
+    /// A sampler for `params`.
+    pub fn new(params: SamplingParams) -> Self {
+        let rng = rand::rngs::StdRng::seed_from_u64(params.seed);
+        Self { params, rng, counts: HashMap::new(), cand: Vec::new() }
+    }
+
+    /// The parameters.
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// Chooses a token from `logits` (modified in place by the penalties) and returns
+    /// it with its log-probability under the distribution it was drawn from.
+    ///
+    /// ```
+    /// use grammask_router::sampling::{Sampler, SamplingParams};
+    /// let mut s = Sampler::new(SamplingParams { do_sample: true, seed: 1, top_k: Some(2), ..Default::default() });
+    /// let mut logits = [0.0, f32::NEG_INFINITY, 3.0, 2.9];
+    /// let (t, _) = s.sample(&mut logits)?;
+    /// assert!(t == 2 || t == 3);
+    /// # Ok::<(), grammask_router::sampling::NothingAllowed>(())
+    /// ```
+    pub fn sample(&mut self, logits: &mut [f32]) -> Result<(u32, f32), NothingAllowed> {
+        self.penalize(logits);
+        let p = &self.params;
+        let sampling = p.do_sample && p.temperature > 0.0;
+        let t = if sampling { p.temperature } else { 1.0 };
+        self.cand.clear();
+        self.cand.extend(
+            logits.iter().enumerate().filter(|(_, x)| x.is_finite()).map(|(i, &x)| (i as u32, x / t)),
+        );
+        if self.cand.is_empty() {
+            return Err(NothingAllowed);
+        }
+        let max = self.cand.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
+        // Log of the full normalizer, for the log-probability reported.
+        let z: f64 = self.cand.iter().map(|c| f64::from(c.1 - max).exp()).sum();
+        let logprob = |x: f32| (f64::from(x - max) - z.ln()) as f32;
+        if !sampling {
+            let &(id, x) = self
+                .cand
+                .iter()
+                .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
+                .ok_or(NothingAllowed)?;
+            return Ok((self.note(id), logprob(x)));
+        }
+        let k = p.top_k.filter(|&k| k > 0).unwrap_or(usize::MAX).min(self.cand.len());
+        let top_p = p.top_p.filter(|&q| q > 0.0 && q < 1.0);
+        // Only the kept head is sorted: select it first (linear), so that top-k/top-p
+        // over a 150k vocabulary does not sort all of it.
+        let keep = match top_p {
+            None => k,
+            Some(q) => {
+                let mut head = k.min(64);
+                loop {
+                    self.select_head(head);
+                    let mut mass = 0.0;
+                    let found = self.cand[..head].iter().position(|c| {
+                        mass += f64::from(c.1 - max).exp() / z;
+                        mass >= f64::from(q)
+                    });
+                    match found {
+                        Some(i) => break i + 1,
+                        None if head == k => break k,
+                        None => head = (head * 4).min(k),
+                    }
+                }
+            }
+        };
+        if keep < self.cand.len() {
+            self.select_head(keep);
+            self.cand.truncate(keep);
+        }
+        let total: f64 = self.cand.iter().map(|c| f64::from(c.1 - max).exp()).sum();
+        let mut draw = self.rng.gen::<f64>() * total;
+        let mut chosen = self.cand[self.cand.len() - 1];
+        for &c in &self.cand {
+            draw -= f64::from(c.1 - max).exp();
+            if draw <= 0.0 {
+                chosen = c;
+                break;
+            }
+        }
+        let lp = (f64::from(chosen.1 - max) - total.ln()) as f32;
+        Ok((self.note(chosen.0), lp))
+    }
+
+    /// Moves the `n` largest candidates to the front, sorted descending.
+    fn select_head(&mut self, n: usize) {
+        let by = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        if n < self.cand.len() {
+            self.cand.select_nth_unstable_by(n, by);
+        }
+        self.cand[..n].sort_unstable_by(by);
+    }
+
+    fn penalize(&self, logits: &mut [f32]) {
+        let (rep, freq) = (self.params.repetition_penalty, self.params.frequency_penalty);
+        if rep.is_none() && freq.is_none() {
+            return;
+        }
+        for (&id, &n) in &self.counts {
+            let Some(x) = logits.get_mut(id as usize) else { continue };
+            if let Some(r) = rep.filter(|&r| r > 0.0) {
+                *x = if *x > 0.0 { *x / r } else { *x * r };
+            }
+            if let Some(f) = freq {
+                *x -= f * n as f32;
+            }
+        }
+    }
+
+    fn note(&mut self, id: u32) -> u32 {
+        *self.counts.entry(id).or_default() += 1;
+        id
+    }
+
+    /// Records tokens chosen elsewhere (jump-forward) for the penalties.
+    pub fn record(&mut self, ids: &[u32]) {
+        for &id in ids {
+            self.note(id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn greedy_takes_the_largest_finite_logit() {
+        let mut s = Sampler::new(SamplingParams::default());
+        let mut l = [1.0, f32::NEG_INFINITY, 0.5, f32::NAN];
+        assert_eq!(s.sample(&mut l).unwrap().0, 0);
+        let mut none = [f32::NEG_INFINITY; 3];
+        assert_eq!(s.sample(&mut none), Err(NothingAllowed));
+    }
+
+    #[test]
+    fn sampling_never_picks_a_masked_token_and_respects_top_k_and_top_p() {
+        let mut logits: Vec<f32> = (0..5000).map(|i| (i % 97) as f32 / 10.0).collect();
+        for i in (0..5000).step_by(3) {
+            logits[i] = f32::NEG_INFINITY;
+        }
+        let params = SamplingParams { do_sample: true, temperature: 0.7, seed: 3, ..Default::default() };
+        let mut s = Sampler::new(params.clone());
+        for _ in 0..200 {
+            let (t, lp) = s.sample(&mut logits.clone()).unwrap();
+            assert!(logits[t as usize].is_finite() && lp <= 0.0);
+        }
+        let mut s = Sampler::new(SamplingParams { top_k: Some(3), ..params.clone() });
+        let mut best: Vec<u32> = (0..5000u32).filter(|&i| logits[i as usize].is_finite()).collect();
+        best.sort_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]).then(a.cmp(&b)));
+        for _ in 0..100 {
+            assert!(best[..3].contains(&s.sample(&mut logits.clone()).unwrap().0));
+        }
+        // A tiny top_p keeps only the single most likely token.
+        let mut s = Sampler::new(SamplingParams { top_p: Some(1e-6), ..params.clone() });
+        assert_eq!(s.sample(&mut logits.clone()).unwrap().0, best[0]);
+        // Same seed, same draws.
+        let (mut a, mut b) = (Sampler::new(params.clone()), Sampler::new(params));
+        for _ in 0..20 {
+            assert_eq!(a.sample(&mut logits.clone()), b.sample(&mut logits.clone()));
+        }
+    }
+
+    #[test]
+    fn penalties_push_repeated_tokens_down() {
+        let mut s = Sampler::new(SamplingParams { repetition_penalty: Some(2.0), ..Default::default() });
+        let mut l = [2.0, 1.5];
+        assert_eq!(s.sample(&mut l).unwrap().0, 0);
+        let mut l = [2.0, 1.5];
+        assert_eq!(s.sample(&mut l).unwrap().0, 1); // 2.0 / 2 < 1.5
+    }
+}

@@ -1,0 +1,141 @@
+//! Assembling a router: tokenizer, model, engine, service, HTTP app.
+
+use crate::chat::ChatTemplate;
+use crate::engine::{self, EngineHandle, EngineOptions};
+use crate::metrics::Metrics;
+use crate::model::Model;
+use crate::service::{Limits, Service};
+use grammask::matcher::TextEncoder;
+use grammask::tool_calling::Family;
+use grammask::{CompileOptions, GrammarCompiler, TokenizerInfo, TokenizerOptions};
+use std::io::Read;
+use std::sync::Arc;
+
+/// The embedded default tokenizer (Qwen3's, Apache-2.0): `(tokenizer.json, tokenizer_config.json)`.
+pub fn embedded_qwen3() -> Result<(Vec<u8>, Vec<u8>), String> {
+    const GZ: &[u8] = include_bytes!("../../../core/assets/qwen3-tokenizer.json.gz");
+    const CONFIG: &[u8] = include_bytes!("../../../core/assets/qwen3-tokenizer_config.json");
+    let mut json = Vec::new();
+    flate2::read::GzDecoder::new(GZ)
+        .read_to_end(&mut json)
+        .map_err(|e| format!("embedded tokenizer: {e}"))?;
+    Ok((json, CONFIG.to_vec()))
+}
+
+/// A tokenizer as the router needs it: Hugging Face's (encoding) and grammask's view.
+#[derive(Clone)]
+pub struct LoadedTokenizer {
+    /// For encoding prompts and jump-forward text.
+    pub hf: Arc<tokenizers::Tokenizer>,
+    /// For masks.
+    pub info: Arc<TokenizerInfo>,
+    /// `tokenizer_config.json`, if any (chat template, family detection).
+    pub config: Option<String>,
+}
+
+impl LoadedTokenizer {
+    /// From the bytes of `tokenizer.json` and `tokenizer_config.json`.
+    pub fn from_bytes(json: &[u8], config: Option<&[u8]>) -> Result<Self, String> {
+        let hf = tokenizers::Tokenizer::from_bytes(json).map_err(|e| format!("tokenizer.json: {e}"))?;
+        let info = TokenizerInfo::from_json_bytes(json, config, &TokenizerOptions::default())
+            .map_err(|e| e.to_string())?;
+        let config = config.map(|c| String::from_utf8_lossy(c).into_owned());
+        Ok(Self { hf: Arc::new(hf), info: Arc::new(info), config })
+    }
+
+    /// From a `tokenizer.json` or a folder holding one (and its `tokenizer_config.json`).
+    pub fn from_path(path: &std::path::Path) -> Result<Self, String> {
+        let file = if path.is_dir() { path.join("tokenizer.json") } else { path.to_path_buf() };
+        let json = std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let config = file.parent().and_then(|d| std::fs::read(d.join("tokenizer_config.json")).ok());
+        Self::from_bytes(&json, config.as_deref())
+    }
+
+    /// The embedded Qwen3 tokenizer.
+    pub fn embedded() -> Result<Self, String> {
+        let (json, config) = embedded_qwen3()?;
+        Self::from_bytes(&json, Some(&config))
+    }
+}
+
+/// Everything a router is started from.
+pub struct RouterConfig {
+    /// The tokenizer.
+    pub tokenizer: LoadedTokenizer,
+    /// The model.
+    pub model: Box<dyn Model>,
+    /// Scheduler settings.
+    pub engine: EngineOptions,
+    /// Request limits.
+    pub limits: Limits,
+    /// Jump-forward (forced tokens appended without sampling).
+    pub jump_forward: bool,
+    /// Name for `/info` and OpenAI's `model`.
+    pub model_id: String,
+}
+
+/// A running router: its shared state (for the HTTP app) and the engine (to shut down).
+pub struct Router {
+    /// The handlers' state.
+    pub service: Arc<Service>,
+    /// The scheduler.
+    pub engine: EngineHandle,
+}
+
+struct HfEncoder(Arc<tokenizers::Tokenizer>);
+
+impl TextEncoder for HfEncoder {
+    fn encode_text(&self, text: &str) -> grammask::Result<Vec<u32>> {
+        self.0.encode_text(text)
+    }
+}
+
+impl Router {
+    /// Starts the engine and builds the service.
+    pub fn start(mut config: RouterConfig) -> Result<Self, String> {
+        let metrics = Arc::new(Metrics::new());
+        if config.jump_forward {
+            config.engine.batch.encoder = Some(Arc::new(HfEncoder(config.tokenizer.hf.clone())));
+        }
+        // Jump-forward never takes back a token already streamed to a client.
+        config.engine.batch.rollback_ok = false;
+        let max_batch_size = config.engine.max_batch_size;
+        let max_queue = config.engine.max_queue;
+        let description = config.model.name();
+        let engine =
+            engine::start(config.model, config.tokenizer.info.clone(), config.engine, metrics.clone())
+                .map_err(|e| e.to_string())?;
+        let compiler = GrammarCompiler::with_options(
+            config.tokenizer.info.clone(),
+            CompileOptions::default(),
+            256 << 20,
+        );
+        let (chat, family) = match &config.tokenizer.config {
+            None => (None, None),
+            Some(c) => (
+                ChatTemplate::from_tokenizer_config(c).map_err(|e| e.to_string())?,
+                Family::detect_from_tokenizer_config(c).ok().flatten(),
+            ),
+        };
+        let service = Arc::new(Service {
+            hf: config.tokenizer.hf.clone(),
+            info: config.tokenizer.info.clone(),
+            compiler: Arc::new(compiler),
+            engine: engine.clone(),
+            limits: config.limits,
+            metrics,
+            chat,
+            family,
+            model_id: config.model_id,
+            model_description: description,
+            max_batch_size,
+            max_queue,
+        });
+        Ok(Self { service, engine })
+    }
+
+    /// The HTTP app.
+    pub fn app(&self) -> axum::Router {
+        crate::api::app(self.service.clone())
+    }
+}

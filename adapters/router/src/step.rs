@@ -1,0 +1,486 @@
+//! The step engine: the constrained sequences of a running batch, masked while the
+//! model's forward runs.
+//!
+//! A serving loop's decode step, with [`StructuredBatch`]:
+//!
+//! ```text
+//! rows of the step known ──▶ begin_step(rows)   fills start on the mask pool
+//!        model forward runs meanwhile ─────────┐
+//! logits ready ────────────▶ apply_masks(logits) waits for the fills, masks the rows
+//!                                              that need it (one call, `indices`)
+//! sample each row ─────────▶ accept(id, token)  next state, jump-forward, end
+//! ```
+//!
+//! Only constrained sequences live here; a batch row whose sequence is not in the
+//! batch is left alone, and so is a constrained row whose mask allows every token
+//! (both stay out of `indices`). The fill runs on a rayon pool of its own, so it
+//! overlaps the forward whatever thread runs the model (the XGrammar paper's §4).
+
+use grammask::batch::BatchFiller;
+use grammask::bitmask::words_per_row;
+use grammask::matcher::{JumpForward, TextEncoder};
+use grammask::{GrammarMatcher, TokenBitmask};
+use grammask_gpu::{
+    apply_token_bitmask_inplace, Bitmask, Device, Indices, LogitElem, Logits, LogitsLayout, MaskLayout,
+};
+use std::collections::HashMap;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A sequence's id, unique within a batch.
+pub type SeqId = u64;
+
+/// What went wrong with a call on the batch as a whole (a row's own trouble is a
+/// [`RowError`], reported per row).
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// `add` of an id already in the batch.
+    #[error("sequence {0} is already in the batch")]
+    Duplicate(SeqId),
+    /// A step names an id twice.
+    #[error("sequence {0} is named twice in one step")]
+    TwiceInStep(SeqId),
+    /// The call needs the fill of the current step to be over (`apply_masks` first).
+    #[error("a mask fill is in flight: call apply_masks before changing the batch")]
+    Busy,
+    /// `apply_masks` without `begin_step`.
+    #[error("no step was begun")]
+    NoStep,
+    /// A matcher for another tokenizer.
+    #[error("a matcher over {got} tokens cannot join a batch over {batch}")]
+    Vocab {
+        /// The matcher's vocabulary.
+        got: usize,
+        /// The batch's.
+        batch: usize,
+    },
+    /// The pool running the fill went away (it panicked).
+    #[error("the mask fill worker stopped")]
+    WorkerGone,
+    /// The mask could not be applied to these logits (shape, device).
+    #[error(transparent)]
+    Apply(#[from] grammask_gpu::BitmaskError),
+    /// The fill pool could not be started.
+    #[error("cannot start the mask pool: {0}")]
+    Pool(String),
+}
+
+/// A row's own failure; the other rows go on.
+#[derive(Debug, thiserror::Error)]
+pub enum RowError {
+    /// `accept` of a sequence that is not in the batch (never added, finished,
+    /// removed, or dropped after a failed fill).
+    #[error("sequence {0} is not in the batch")]
+    Unknown(SeqId),
+    /// The grammar failed on this row (fill or accept).
+    #[error(transparent)]
+    Grammar(#[from] grammask::Error),
+}
+
+/// What became of a row after [`StructuredBatch::accept`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Accepted {
+    /// Go on; append `forced` first when it is not empty (take back its `rollback`
+    /// last tokens, then append its ids: they need no sampling, only a forward).
+    Continue {
+        /// Tokens the grammar forces next, as the tokenizer would write them.
+        forced: JumpForward,
+    },
+    /// The grammar ended (a stop token was accepted); the row has left the batch.
+    Finished,
+}
+
+/// Timings and results of one step's masks.
+#[derive(Debug, Default)]
+pub struct StepMasks {
+    /// Constrained rows in the step.
+    pub constrained: usize,
+    /// Rows masked (constrained rows whose mask allowed less than everything).
+    pub masked: usize,
+    /// Wall time of the fill on the pool.
+    pub fill: Duration,
+    /// Time `apply_masks` waited for the fill (zero when the forward took longer).
+    pub wait: Duration,
+    /// Time applying the masks took.
+    pub apply: Duration,
+    /// Rows whose fill failed: they left the batch and were not masked; finish their
+    /// sequences with the error.
+    pub failed: Vec<(SeqId, RowError)>,
+}
+
+/// Settings of a [`StructuredBatch`].
+#[derive(Clone)]
+pub struct BatchOptions {
+    /// Threads filling masks (default: half the machine's, at least 1).
+    pub fill_threads: usize,
+    /// Where the logits live.
+    pub device: Device,
+    /// Turns forced text into token ids (jump-forward); `None` turns jump-forward off.
+    pub encoder: Option<Arc<dyn TextEncoder + Send + Sync>>,
+    /// Whether a jump-forward may take back sampled tokens (needs a model that can
+    /// truncate a sequence's cache).
+    pub rollback_ok: bool,
+}
+
+impl std::fmt::Debug for BatchOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchOptions")
+            .field("fill_threads", &self.fill_threads)
+            .field("device", &self.device)
+            .field("jump_forward", &self.encoder.is_some())
+            .field("rollback_ok", &self.rollback_ok)
+            .finish()
+    }
+}
+
+impl Default for BatchOptions {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self { fill_threads: (cores / 2).max(1), device: Device::cpu(), encoder: None, rollback_ok: false }
+    }
+}
+
+/// A constrained sequence.
+struct Row {
+    id: SeqId,
+    matcher: GrammarMatcher,
+    /// The step row this sequence has in the step being filled.
+    step_row: Option<usize>,
+}
+
+/// What moves to the pool for a fill and comes back: the rows, the mask, the filler.
+struct Work {
+    rows: Vec<Row>,
+    mask: TokenBitmask,
+    filler: BatchFiller,
+    /// Positions in `rows` of the step's constrained rows, in row order.
+    members: Vec<usize>,
+    allows_all: Vec<bool>,
+    failed: Vec<(usize, grammask::Error)>,
+    fill: Duration,
+}
+
+impl Work {
+    fn fill(&mut self) {
+        let t0 = Instant::now();
+        self.members.clear();
+        let (mut matchers, mut targets) = (Vec::new(), Vec::new());
+        for (p, r) in self.rows.iter_mut().enumerate() {
+            if let Some(t) = r.step_row {
+                self.members.push(p);
+                matchers.push(&mut r.matcher);
+                targets.push(t);
+            }
+        }
+        match self.filler.fill_each::<GrammarMatcher, _>(&mut matchers, &mut self.mask, &targets) {
+            Ok(filled) => {
+                self.allows_all.clear();
+                self.allows_all.extend_from_slice(filled.allows_all);
+                self.failed = filled.failed;
+            }
+            // Shape errors cannot happen (the engine sized the mask and checked the
+            // rows), but if one did, every row of the step fails rather than the loop.
+            Err(e) => {
+                self.allows_all = vec![false; targets.len()];
+                self.failed =
+                    (0..targets.len()).map(|i| (i, grammask::Error::Shape(e.to_string()))).collect();
+            }
+        }
+        self.fill = t0.elapsed();
+    }
+}
+
+/// The constrained sequences of a running batch (see the [module docs](self)).
+///
+/// ```
+/// use std::sync::Arc;
+/// use grammask::{GrammarCompiler, GrammarMatcher, TokenizerInfo, TokenizerOptions};
+/// use grammask_gpu::LogitsLayout;
+/// use grammask_router::step::{Accepted, BatchOptions, StructuredBatch};
+///
+/// let vocab: Vec<Vec<u8>> = ["a", "b", "<eos>"].iter().map(|s| s.as_bytes().to_vec()).collect();
+/// let opts = TokenizerOptions { stop_tokens: Some(vec![2]), ..Default::default() };
+/// let compiler = GrammarCompiler::new(Arc::new(TokenizerInfo::from_byte_tokens(vocab, &opts)?));
+/// let mut batch = StructuredBatch::new(3, BatchOptions::default())?;
+/// batch.add(7, GrammarMatcher::new(compiler.compile_ebnf(r#"root ::= "b""#)?))?;
+///
+/// // A step of two rows: sequence 3 (unconstrained) and sequence 7.
+/// batch.begin_step(&[3, 7])?;
+/// let mut logits = vec![0.0f32; 2 * 3]; // the model's forward would run here
+/// let report = batch.apply_masks(logits.as_mut_slice().into(), LogitsLayout::contiguous(2, 3))?;
+/// assert_eq!(report.masked, 1);
+/// assert_eq!(logits, [0.0, 0.0, 0.0, f32::NEG_INFINITY, 0.0, f32::NEG_INFINITY]);
+/// assert!(matches!(batch.accept(7, 1)?, Accepted::Continue { .. }));
+/// assert_eq!(batch.accept(7, 2)?, Accepted::Finished);
+/// assert!(batch.is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct StructuredBatch {
+    vocab: usize,
+    pool: Arc<rayon::ThreadPool>,
+    options: BatchOptions,
+    /// Position in `work.rows` of each sequence.
+    index: HashMap<SeqId, usize>,
+    /// `None` while a fill holds it.
+    work: Option<Box<Work>>,
+    pending: Option<mpsc::Receiver<Box<Work>>>,
+    /// A step was begun and its masks not applied yet.
+    begun: bool,
+    indices: Vec<i32>,
+}
+
+impl std::fmt::Debug for StructuredBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StructuredBatch")
+            .field("vocab", &self.vocab)
+            .field("rows", &self.index.len())
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+impl StructuredBatch {
+    /// An empty batch for a tokenizer of `vocab` tokens.
+    pub fn new(vocab: usize, options: BatchOptions) -> Result<Self, StepError> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(options.fill_threads.max(1))
+            .thread_name(|i| format!("grammask-mask-{i}"))
+            .build()
+            .map_err(|e| StepError::Pool(e.to_string()))?;
+        let pool = Arc::new(pool);
+        let work = Work {
+            rows: Vec::new(),
+            mask: TokenBitmask::new(0, vocab),
+            filler: BatchFiller::with_pool(pool.clone()),
+            members: Vec::new(),
+            allows_all: Vec::new(),
+            failed: Vec::new(),
+            fill: Duration::ZERO,
+        };
+        Ok(Self {
+            vocab,
+            pool,
+            options,
+            index: HashMap::new(),
+            work: Some(Box::new(work)),
+            pending: None,
+            begun: false,
+            indices: Vec::new(),
+        })
+    }
+
+    /// Constrained sequences in the batch.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// True when no sequence is constrained.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// True if `id` is in the batch.
+    pub fn contains(&self, id: SeqId) -> bool {
+        self.index.contains_key(&id)
+    }
+
+    fn work(&mut self) -> Result<&mut Work, StepError> {
+        self.work.as_deref_mut().ok_or(StepError::Busy)
+    }
+
+    /// Adds a constrained sequence (between steps). Its matcher's vocabulary must be
+    /// the batch's.
+    pub fn add(&mut self, id: SeqId, matcher: GrammarMatcher) -> Result<(), StepError> {
+        if self.index.contains_key(&id) {
+            return Err(StepError::Duplicate(id));
+        }
+        if matcher.vocab_size() != self.vocab {
+            return Err(StepError::Vocab { got: matcher.vocab_size(), batch: self.vocab });
+        }
+        let work = self.work()?;
+        work.rows.push(Row { id, matcher, step_row: None });
+        let p = work.rows.len() - 1;
+        self.index.insert(id, p);
+        Ok(())
+    }
+
+    /// Takes a sequence out (finished, cancelled); returns its matcher. Between steps.
+    pub fn remove(&mut self, id: SeqId) -> Result<Option<GrammarMatcher>, StepError> {
+        let Some(&p) = self.index.get(&id) else {
+            return Ok(None);
+        };
+        let work = self.work.as_deref_mut().ok_or(StepError::Busy)?;
+        let row = work.rows.swap_remove(p);
+        if let Some(moved) = work.rows.get(p) {
+            self.index.insert(moved.id, p);
+        }
+        self.index.remove(&id);
+        Ok(Some(row.matcher))
+    }
+
+    /// Starts filling the masks of this step's constrained rows on the pool and
+    /// returns at once: run the forward now. `rows[r]` is the sequence of logits row
+    /// `r`; ids not in the batch are unconstrained rows.
+    pub fn begin_step(&mut self, rows: &[SeqId]) -> Result<(), StepError> {
+        if self.begun {
+            return Err(StepError::Busy);
+        }
+        let vocab = self.vocab;
+        let index = &self.index;
+        let work = self.work.as_deref_mut().ok_or(StepError::Busy)?;
+        let mut any = false;
+        for (r, id) in rows.iter().enumerate() {
+            if let Some(&p) = index.get(id) {
+                if work.rows[p].step_row.is_some() {
+                    for row in &mut work.rows {
+                        row.step_row = None;
+                    }
+                    return Err(StepError::TwiceInStep(*id));
+                }
+                work.rows[p].step_row = Some(r);
+                any = true;
+            }
+        }
+        if work.mask.rows() < rows.len() {
+            // Grown in powers of two so that a batch growing row by row allocates
+            // rarely; rows beyond the step are never read.
+            work.mask = TokenBitmask::new(rows.len().next_power_of_two(), vocab);
+        }
+        self.begun = true;
+        if !any {
+            work.members.clear();
+            work.fill = Duration::ZERO;
+            return Ok(());
+        }
+        let Some(mut work) = self.work.take() else {
+            return Err(StepError::Busy);
+        };
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.pool.spawn(move || {
+            work.fill();
+            // The receiver is gone only if the batch was dropped mid-step.
+            let _ = tx.send(work);
+        });
+        self.pending = Some(rx);
+        Ok(())
+    }
+
+    /// Waits for this step's fills and masks the logits of the constrained rows that
+    /// need it, in one call with an `indices` array. Rows whose fill failed leave the
+    /// batch and are reported in [`StepMasks::failed`].
+    pub fn apply_masks<T: LogitElem>(
+        &mut self,
+        logits: Logits<'_, T>,
+        layout: LogitsLayout,
+    ) -> Result<StepMasks, StepError> {
+        if !self.begun {
+            return Err(StepError::NoStep);
+        }
+        let t0 = Instant::now();
+        if let Some(rx) = self.pending.take() {
+            let work = rx.recv().map_err(|_| StepError::WorkerGone)?;
+            self.work = Some(work);
+        }
+        let wait = t0.elapsed();
+        self.begun = false;
+        let work = self.work.as_deref_mut().ok_or(StepError::WorkerGone)?;
+        let mut report =
+            StepMasks { constrained: work.members.len(), fill: work.fill, wait, ..Default::default() };
+        let mut failed_rows = std::mem::take(&mut work.failed);
+        failed_rows.sort_by_key(|(i, _)| *i);
+        let mut failed = failed_rows.into_iter().peekable();
+        self.indices.clear();
+        let mut drop_ids = Vec::new();
+        for (i, &p) in work.members.iter().enumerate() {
+            let row = &mut work.rows[p];
+            let Some(target) = row.step_row.take() else { continue };
+            if failed.peek().is_some_and(|(f, _)| *f == i) {
+                if let Some((_, e)) = failed.next() {
+                    drop_ids.push((row.id, RowError::Grammar(e)));
+                }
+                continue;
+            }
+            if !work.allows_all.get(i).copied().unwrap_or(false) {
+                self.indices.push(target as i32);
+            }
+        }
+        report.masked = self.indices.len();
+        // Failed rows leave before the apply, so that an apply error cannot keep them.
+        for (id, e) in drop_ids {
+            self.remove(id)?;
+            report.failed.push((id, e));
+        }
+        if !self.indices.is_empty() {
+            let t1 = Instant::now();
+            let words = words_per_row(self.vocab);
+            let work = self.work.as_deref().ok_or(StepError::WorkerGone)?;
+            apply_token_bitmask_inplace(
+                &self.options.device,
+                logits,
+                layout,
+                Bitmask::Host(work.mask.as_words()),
+                MaskLayout::new(work.mask.rows(), words),
+                Some(Indices::Host(&self.indices)),
+            )?;
+            report.apply = t1.elapsed();
+        }
+        Ok(report)
+    }
+
+    /// Accepts the token sampled for `id`; then, when the grammar forces text next
+    /// and jump-forward is on, accepts the forced tokens too and returns them. A
+    /// finished row leaves the batch. On a grammar error the row stays unchanged (the
+    /// caller decides: finish it with the error, or resample).
+    pub fn accept(&mut self, id: SeqId, token: u32) -> Result<Accepted, RowError> {
+        let p = *self.index.get(&id).ok_or(RowError::Unknown(id))?;
+        let rollback_ok = self.options.rollback_ok;
+        let encoder = self.options.encoder.clone();
+        let work = self.work.as_deref_mut().ok_or(RowError::Unknown(id))?;
+        let m = &mut work.rows[p].matcher;
+        m.accept_token(token)?;
+        if m.is_terminated() {
+            // A row that ended cannot fail to leave.
+            let _ = self.remove(id);
+            return Ok(Accepted::Finished);
+        }
+        let mut forced = JumpForward::default();
+        if let Some(enc) = encoder {
+            let jf = m.jump_forward_tokens(enc.as_ref())?;
+            let jf = if jf.rollback > 0 && !rollback_ok { only_appended(m, enc.as_ref())? } else { jf };
+            if !jf.ids.is_empty() {
+                m.rollback(jf.rollback)?;
+                m.accept_tokens(&jf.ids)?;
+                forced = jf;
+            }
+        }
+        Ok(Accepted::Continue { forced })
+    }
+
+    /// The matcher of `id` (to inspect its state between steps).
+    pub fn matcher(&self, id: SeqId) -> Option<&GrammarMatcher> {
+        let p = *self.index.get(&id)?;
+        self.work.as_deref().map(|w| &w.rows[p].matcher)
+    }
+}
+
+/// The forced text's own tokens, appended after what was sampled without taking any
+/// back, when the model cannot truncate its cache: the tokenizer's split of the
+/// forced text alone, accepted only if the grammar takes it whole (else nothing).
+fn only_appended(
+    m: &mut GrammarMatcher,
+    enc: &(dyn TextEncoder + Send + Sync),
+) -> grammask::Result<JumpForward> {
+    let forced = m.find_jump_forward_string();
+    let Ok(text) = std::str::from_utf8(&forced) else {
+        return Ok(JumpForward::default());
+    };
+    let ids = enc.encode_text(text)?;
+    let tok = m.compiled().tokenizer().clone();
+    let exact = ids.iter().all(|&id| !tok.is_special(id))
+        && ids.iter().flat_map(|&id| tok.token_bytes(id).iter().copied()).eq(forced.iter().copied());
+    if !exact || m.validate_tokens(&ids) != ids.len() {
+        return Ok(JumpForward::default());
+    }
+    Ok(JumpForward { rollback: 0, ids })
+}
