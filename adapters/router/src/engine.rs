@@ -240,6 +240,7 @@ impl Loop {
         while !self.shared.stop.load(Ordering::SeqCst) {
             self.admit();
             self.drop_cancelled();
+            self.metrics.running.set(self.running.len() as i64);
             if self.running.is_empty() {
                 continue;
             }
@@ -449,6 +450,7 @@ impl Loop {
             }
         }
         self.metrics.step_seconds.observe(t0.elapsed().as_secs_f64());
+        self.metrics.running.set(self.running.len() as i64);
     }
 
     fn fail_all(&mut self, msg: &str) {

@@ -9,6 +9,8 @@ pub struct Metrics {
     registry: Registry,
     /// Requests waiting to join the batch.
     pub queue_length: IntGauge,
+    /// Sequences running (in the batch).
+    pub running: IntGauge,
     /// Sequences per step.
     pub batch_size: Histogram,
     /// Wall time of a step's mask fill on the pool.
@@ -52,6 +54,8 @@ impl Metrics {
             registry: Registry::new(),
             queue_length: IntGauge::new("grammask_queue_length", "Requests waiting to join the batch")
                 .unwrap_or_else(|e| panic!("{e}")),
+            running: IntGauge::new("grammask_running", "Sequences in the batch")
+                .unwrap_or_else(|e| panic!("{e}")),
             batch_size: histogram(
                 "grammask_batch_size",
                 "Sequences per step",
@@ -94,6 +98,7 @@ impl Metrics {
         };
         let all: Vec<Box<dyn prometheus::core::Collector>> = vec![
             Box::new(m.queue_length.clone()),
+            Box::new(m.running.clone()),
             Box::new(m.batch_size.clone()),
             Box::new(m.fill_seconds.clone()),
             Box::new(m.wait_seconds.clone()),

@@ -132,7 +132,8 @@ impl Service {
 
     /// Checks `max_new_tokens` against the limit; the default when `None`.
     pub fn max_new_tokens(&self, asked: Option<u64>) -> Result<usize, ServiceError> {
-        let n = asked.map_or(self.limits.default_max_new_tokens as u64, |n| n);
+        let default = self.limits.default_max_new_tokens.min(self.limits.max_new_tokens);
+        let n = asked.unwrap_or(default as u64);
         if n == 0 || n > self.limits.max_new_tokens as u64 {
             return Err(ServiceError::Validation(format!(
                 "`max_new_tokens` must be between 1 and {} (got {n})",

@@ -1,0 +1,364 @@
+//! The router over loopback HTTP with a real client: mixed concurrent requests,
+//! clients that go away mid-stream, a flood past the queue, bad input. The model is
+//! the simulated one (random logits over the embedded Qwen3 tokenizer): only the
+//! grammar keeps the structured answers valid.
+
+use futures::StreamExt;
+use grammask_router::engine::EngineOptions;
+use grammask_router::model::{ForwardTime, SimulatedModel};
+use grammask_router::server::{LoadedTokenizer, Router, RouterConfig};
+use grammask_router::service::Limits;
+use serde_json::{json, Value};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+fn tokenizer() -> LoadedTokenizer {
+    static T: OnceLock<LoadedTokenizer> = OnceLock::new();
+    T.get_or_init(|| LoadedTokenizer::embedded().unwrap()).clone()
+}
+
+struct Server {
+    base: String,
+    router: Router,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.router.engine.shutdown();
+    }
+}
+
+async fn serve(engine: EngineOptions, forward: Duration, limits: Limits) -> Server {
+    let tok = tokenizer();
+    let model = Box::new(SimulatedModel::new(tok.info.vocab_size(), 11, ForwardTime::Sleep(forward)));
+    let config =
+        RouterConfig { tokenizer: tok, model, engine, limits, jump_forward: true, model_id: "test".into() };
+    let router = Router::start(config).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let app = router.app();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Server { base, router }
+}
+
+async fn metric(c: &reqwest::Client, base: &str, name: &str) -> f64 {
+    let text = c.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
+    text.lines()
+        .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+const PERSON: &str = r#"{"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+    "age": {"type": "integer", "minimum": 0, "maximum": 120}, "tags": {"type": "array",
+    "items": {"enum": ["a", "b", "c"]}, "maxItems": 3}}, "required": ["name", "age"],
+    "additionalProperties": false}"#;
+const FLAGS: &str = r#"{"type": "object", "properties": {"on": {"type": "boolean"},
+    "level": {"enum": [1, 2, 3]}}, "required": ["on", "level"], "additionalProperties": false}"#;
+const REGEX: &str = "[0-9]{3}-[a-z]{2,5}";
+
+/// One request of the mixed load and how to check its answer.
+#[derive(Debug, Clone)]
+enum Case {
+    Schema(&'static str, bool),
+    Regex(bool),
+    Plain(bool),
+    Tools(bool),
+}
+
+fn check_schema(schema: &str, text: &str) {
+    let schema: Value = serde_json::from_str(schema).unwrap();
+    let doc: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+    let v = jsonschema::validator_for(&schema).unwrap();
+    assert!(v.is_valid(&doc), "invalid against the schema: {text}");
+}
+
+/// Sends `case`; returns `Some(valid)` for a completed structured answer, `None` when
+/// cut off or unconstrained. Panics on anything but a complete answer.
+async fn run_case(c: &reqwest::Client, base: &str, case: &Case, seed: u64) -> (Option<bool>, String) {
+    let stream =
+        matches!(case, Case::Schema(_, true) | Case::Regex(true) | Case::Plain(true) | Case::Tools(true));
+    match case {
+        Case::Schema(..) | Case::Regex(_) | Case::Plain(_) => {
+            let grammar = match case {
+                Case::Schema(s, _) => {
+                    json!({"type": "json", "value": serde_json::from_str::<Value>(s).unwrap()})
+                }
+                Case::Regex(_) => json!({"type": "regex", "value": REGEX}),
+                _ => Value::Null,
+            };
+            let mut params = json!({"max_new_tokens": 120, "seed": seed, "do_sample": true, "details": true});
+            if !grammar.is_null() {
+                params["grammar"] = grammar;
+            }
+            let body = json!({"inputs": "Write it:", "parameters": params});
+            let (text, reason) = if stream {
+                let r = c.post(format!("{base}/generate_stream")).json(&body).send().await.unwrap();
+                assert_eq!(r.status(), 200);
+                let mut s = r.bytes_stream();
+                let mut buf = String::new();
+                while let Some(chunk) = s.next().await {
+                    buf.push_str(std::str::from_utf8(&chunk.unwrap()).unwrap());
+                }
+                let events: Vec<Value> = buf
+                    .split("\n\n")
+                    .filter_map(|e| e.strip_prefix("data:"))
+                    .map(|d| serde_json::from_str(d.trim()).unwrap())
+                    .collect();
+                let last = events.last().unwrap_or_else(|| panic!("no events: {buf}"));
+                assert!(last.get("error").is_none(), "{last}");
+                let text = last["generated_text"].as_str().unwrap().to_string();
+                // The streamed tokens' texts add up to the final text.
+                let joined: String = events
+                    .iter()
+                    .filter(|e| e["token"]["special"] == false)
+                    .map(|e| e["token"]["text"].as_str().unwrap_or(""))
+                    .collect();
+                assert_eq!(joined, text);
+                (text, last["details"]["finish_reason"].as_str().unwrap().to_string())
+            } else {
+                let r = c.post(format!("{base}/generate")).json(&body).send().await.unwrap();
+                assert_eq!(r.status(), 200);
+                let v: Value = r.json().await.unwrap();
+                let tokens = v["details"]["tokens"].as_array().unwrap().len();
+                assert_eq!(tokens, v["details"]["generated_tokens"].as_u64().unwrap() as usize);
+                (
+                    v["generated_text"].as_str().unwrap().to_string(),
+                    v["details"]["finish_reason"].as_str().unwrap().to_string(),
+                )
+            };
+            let done = reason == "eos_token";
+            match case {
+                Case::Schema(s, _) if done => check_schema(s, &text),
+                Case::Regex(_) if done => {
+                    let re = regex::Regex::new(&format!("^(?:{REGEX})$")).unwrap();
+                    assert!(re.is_match(&text), "{text:?}");
+                }
+                _ => {}
+            }
+            (done.then_some(!matches!(case, Case::Plain(_)) && done).filter(|&s| s), text)
+        }
+        Case::Tools(_) => {
+            let body = json!({"model": "test", "seed": seed, "max_tokens": 200, "stream": stream,
+                "messages": [{"role": "user", "content": "Flags?"}],
+                "tools": [{"type": "function", "function": {"name": "set_flags",
+                    "parameters": serde_json::from_str::<Value>(FLAGS).unwrap()}}],
+                "tool_choice": {"type": "function", "function": {"name": "set_flags"}}});
+            let r = c.post(format!("{base}/v1/chat/completions")).json(&body).send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            let (finish, calls) = if stream {
+                let buf = r.text().await.unwrap();
+                assert!(buf.trim_end().ends_with("data: [DONE]"), "{buf}");
+                let mut args = String::new();
+                let mut names = Vec::new();
+                let mut finish = String::new();
+                for d in buf.split("\n\n").filter_map(|e| e.strip_prefix("data:")).map(str::trim) {
+                    if d == "[DONE]" {
+                        continue;
+                    }
+                    let v: Value = serde_json::from_str(d).unwrap();
+                    assert!(v.get("error").is_none(), "{v}");
+                    let choice = &v["choices"][0];
+                    if let Some(f) = choice["finish_reason"].as_str() {
+                        finish = f.to_string();
+                    }
+                    for tc in choice["delta"]["tool_calls"].as_array().into_iter().flatten() {
+                        if let Some(n) = tc["function"]["name"].as_str() {
+                            names.push(n.to_string());
+                        }
+                        args.push_str(tc["function"]["arguments"].as_str().unwrap_or(""));
+                    }
+                }
+                (finish, names.into_iter().map(|n| (n, args.clone())).collect::<Vec<_>>())
+            } else {
+                let v: Value = r.json().await.unwrap();
+                let choice = &v["choices"][0];
+                let calls = choice["message"]["tool_calls"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|c| {
+                        (
+                            c["function"]["name"].as_str().unwrap().to_string(),
+                            c["function"]["arguments"].as_str().unwrap().to_string(),
+                        )
+                    })
+                    .collect();
+                (choice["finish_reason"].as_str().unwrap().to_string(), calls)
+            };
+            if finish != "tool_calls" {
+                assert_eq!(finish, "length");
+                return (None, String::new());
+            }
+            assert_eq!(calls.len(), 1, "{calls:?}");
+            assert_eq!(calls[0].0, "set_flags");
+            check_schema(FLAGS, &calls[0].1);
+            (Some(true), calls[0].1.clone())
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_mixed_requests_all_complete_and_structured_ones_are_valid() {
+    let engine = EngineOptions { max_batch_size: 8, ..EngineOptions::default() };
+    let server = serve(engine, Duration::from_millis(1), Limits::default()).await;
+    let c = reqwest::Client::new();
+    let cases = [
+        Case::Schema(PERSON, false),
+        Case::Schema(FLAGS, true),
+        Case::Regex(false),
+        Case::Regex(true),
+        Case::Plain(false),
+        Case::Plain(true),
+        Case::Tools(false),
+        Case::Tools(true),
+    ];
+    let jobs = (0..24u64).map(|i| {
+        let (c, base, case) = (c.clone(), server.base.clone(), cases[i as usize % cases.len()].clone());
+        tokio::spawn(async move { run_case(&c, &base, &case, i).await })
+    });
+    let results = futures::future::join_all(jobs).await;
+    let valid = results.iter().filter(|r| matches!(r.as_ref().unwrap().0, Some(true))).count();
+    // Bounded answers (FLAGS, the regex, the forced call) always finish in 120 tokens;
+    // PERSON's string may be cut off by a random model.
+    assert!(valid >= 12, "only {valid} structured answers completed");
+    // Nothing leaks: every row left the batch.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(metric(&c, &server.base, "grammask_running").await, 0.0);
+    // The same seed gives the same answer twice.
+    let a = run_case(&c, &server.base, &Case::Schema(PERSON, false), 99).await;
+    let b = run_case(&c, &server.base, &Case::Schema(PERSON, true), 99).await;
+    assert_eq!(a.1, b.1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_goes_away_frees_its_row() {
+    let server = serve(EngineOptions::default(), Duration::from_millis(5), Limits::default()).await;
+    let c = reqwest::Client::new();
+    let body = json!({"inputs": "x", "parameters": {"max_new_tokens": 4000, "do_sample": true}});
+    let r = c.post(format!("{}/generate_stream", server.base)).json(&body).send().await.unwrap();
+    let mut s = r.bytes_stream();
+    for _ in 0..3 {
+        s.next().await.unwrap().unwrap();
+    }
+    drop(s);
+    let mut cancelled = 0.0;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        cancelled = metric(&c, &server.base, "grammask_cancelled").await;
+        if cancelled >= 1.0 {
+            break;
+        }
+    }
+    assert_eq!(cancelled, 1.0);
+    assert_eq!(metric(&c, &server.base, "grammask_running").await, 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_past_the_queue_gets_429_and_the_rest_completes() {
+    let engine = EngineOptions { max_batch_size: 1, max_queue: 2, ..EngineOptions::default() };
+    let server = serve(engine, Duration::from_millis(10), Limits::default()).await;
+    let c = reqwest::Client::new();
+    let jobs = (0..12).map(|i| {
+        let (c, base) = (c.clone(), server.base.clone());
+        tokio::spawn(async move {
+            let body = json!({"inputs": "x", "parameters": {"max_new_tokens": 5, "seed": i}});
+            let r = c.post(format!("{base}/generate")).json(&body).send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        })
+    });
+    let results: Vec<_> = futures::future::join_all(jobs).await.into_iter().map(Result::unwrap).collect();
+    let refused: Vec<_> = results.iter().filter(|(s, _)| *s == 429).collect();
+    assert!(!refused.is_empty(), "{results:?}");
+    assert!(refused
+        .iter()
+        .all(|(_, v)| v["error_type"] == "overloaded" && v["error"].as_str().unwrap().contains("queue")));
+    for (status, v) in &results {
+        assert!(*status == 200 || *status == 429, "{status} {v}");
+        if *status == 200 {
+            assert!(v["generated_text"].is_string());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_4xx_with_a_message_and_disturbs_nothing() {
+    let limits = Limits { max_new_tokens: 50, max_grammar_bytes: 2000, ..Limits::default() };
+    let server = serve(EngineOptions::default(), Duration::ZERO, limits).await;
+    let c = reqwest::Client::new();
+    let post = |path: &str, body: String| {
+        c.post(format!("{}{path}", server.base)).header("content-type", "application/json").body(body).send()
+    };
+    let cases: Vec<(&str, String, u16, &str)> = vec![
+        ("/generate", "{not json".into(), 422, "invalid request body"),
+        (
+            "/generate",
+            json!({"inputs": "x", "parameters": {"nope": 1}}).to_string(),
+            422,
+            "unknown field `nope`",
+        ),
+        (
+            "/generate",
+            json!({"inputs": "x", "parameters": {"max_new_tokens": 51}}).to_string(),
+            422,
+            "max_new_tokens",
+        ),
+        (
+            "/generate",
+            json!({"inputs": "x", "parameters": {"temperature": 0}}).to_string(),
+            422,
+            "temperature",
+        ),
+        (
+            "/generate",
+            json!({"inputs": "x", "parameters": {"grammar": {"type": "json", "value": {"type": "object",
+                "properties": {"a": {"type": "strng"}}}}}})
+            .to_string(),
+            422,
+            "/properties/a",
+        ),
+        (
+            "/generate",
+            json!({"inputs": "x", "parameters": {"grammar": {"type": "regex", "value": "(ab"}}}).to_string(),
+            422,
+            "invalid grammar",
+        ),
+        (
+            "/generate",
+            json!({"inputs": "x", "parameters": {"grammar": {"type": "regex", "value": "a".repeat(3000)}}})
+                .to_string(),
+            422,
+            "limit is 2000",
+        ),
+        ("/generate", json!({"inputs": "", "parameters": {}}).to_string(), 422, "empty"),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "x"}], "n": 2}).to_string(),
+            422,
+            "`n`",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}})
+                .to_string(),
+            422,
+            "response_format",
+        ),
+    ];
+    for (path, body, status, needle) in cases {
+        let r = post(path, body.clone()).await.unwrap();
+        assert_eq!(r.status().as_u16(), status, "{body}");
+        let text = r.text().await.unwrap();
+        assert!(text.contains(needle), "{body} → {text}");
+    }
+    // An oversized body is refused before it is read.
+    let big = json!({"inputs": "x".repeat(3 << 20)}).to_string();
+    assert_eq!(post("/generate", big).await.unwrap().status().as_u16(), 413);
+    // The server still answers.
+    let ok = post("/generate", json!({"inputs": "x", "parameters": {"max_new_tokens": 3}}).to_string())
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+    let info: Value = c.get(format!("{}/info", server.base)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(info["tool_calling_family"], "qwen_3");
+}
