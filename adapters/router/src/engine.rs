@@ -41,8 +41,9 @@ pub struct TokenEvent {
     pub id: u32,
     /// The text it adds (a special token's own text, which the generated text skips).
     pub text: String,
-    /// Log-probability it was drawn with (0 for a jump-forward token: forced).
-    pub logprob: f32,
+    /// Log-probability it was drawn with (0 for a jump-forward token: forced; `None`
+    /// when the request did not ask for them).
+    pub logprob: Option<f32>,
     /// A special token (e.g. the end of sequence).
     pub special: bool,
 }
@@ -105,6 +106,32 @@ pub struct EngineOptions {
     pub overlap: bool,
     /// The step engine's settings.
     pub batch: BatchOptions,
+    /// Keep a [`StepRecord`] per step (benchmarks: [`EngineHandle::take_step_records`]).
+    pub record_steps: bool,
+}
+
+/// One step's timings.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StepRecord {
+    /// Rows in the step.
+    pub rows: usize,
+    /// Constrained rows.
+    pub constrained: usize,
+    /// Rows masked.
+    pub masked: usize,
+    /// The forward.
+    pub forward: Duration,
+    /// The fill on the pool.
+    pub fill: Duration,
+    /// What the step waited for the fill after the forward (or, without overlap, the
+    /// whole fill).
+    pub wait: Duration,
+    /// Applying the masks.
+    pub apply: Duration,
+    /// Sampling.
+    pub sample: Duration,
+    /// The whole step.
+    pub step: Duration,
 }
 
 impl Default for EngineOptions {
@@ -115,6 +142,7 @@ impl Default for EngineOptions {
             max_queue: 128,
             overlap: true,
             batch: BatchOptions::default(),
+            record_steps: false,
         }
     }
 }
@@ -126,6 +154,7 @@ pub struct QueueFull(pub usize);
 
 struct Shared {
     queue: Mutex<VecDeque<Request>>,
+    records: Mutex<Vec<StepRecord>>,
     wake: Condvar,
     stop: AtomicBool,
     max_queue: usize,
@@ -160,6 +189,11 @@ impl EngineHandle {
     /// Requests waiting to join the batch.
     pub fn queued(&self) -> usize {
         self.shared.queue.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// The step records kept since the last call (with [`EngineOptions::record_steps`]).
+    pub fn take_step_records(&self) -> Vec<StepRecord> {
+        std::mem::take(&mut *self.shared.records.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Stops the loop after its current step and waits for it; running requests get
@@ -201,6 +235,7 @@ pub fn start(
     let batch = StructuredBatch::new(tokenizer.vocab_size(), options.batch.clone())?;
     let shared = Arc::new(Shared {
         queue: Mutex::new(VecDeque::new()),
+        records: Mutex::new(Vec::new()),
         wake: Condvar::new(),
         stop: AtomicBool::new(false),
         max_queue: options.max_queue,
@@ -335,10 +370,12 @@ impl Loop {
         }
         let rows: Vec<ForwardRow<'_>> =
             self.running.iter().map(|s| ForwardRow { id: s.id, tokens: &s.pending }).collect();
+        let forward_t = Instant::now();
         let forward = {
             let _f = tracing::debug_span!("forward").entered();
             self.model.forward(&rows, &mut self.logits)
         };
+        let forward_t = forward_t.elapsed();
         drop(rows);
         if let Err(e) = forward {
             if self.options.overlap {
@@ -363,6 +400,17 @@ impl Loop {
             Err(e) => return self.fail_all(&format!("mask apply: {e}")),
         };
         self.metrics.record_masks(&masks);
+        let mut record = StepRecord {
+            rows: ids.len(),
+            constrained: masks.constrained,
+            masked: masks.masked,
+            forward: forward_t,
+            fill: masks.fill,
+            // Without the overlap the fill ran after the forward: all of it is waited.
+            wait: if self.options.overlap { masks.wait } else { masks.wait.max(masks.fill) },
+            apply: masks.apply,
+            ..StepRecord::default()
+        };
         // A row whose fill failed was not masked: it ends with the error, never with
         // what is sampled from its row.
         let failed: std::collections::HashMap<SeqId, String> =
@@ -377,7 +425,8 @@ impl Loop {
                 .map(|(s, row)| s.sampler.sample(row))
                 .collect()
         };
-        self.metrics.sample_seconds.observe(sample_t.elapsed().as_secs_f64());
+        record.sample = sample_t.elapsed();
+        self.metrics.sample_seconds.observe(record.sample.as_secs_f64());
         let mut done = Vec::new();
         for (i, pick) in picks.into_iter().enumerate() {
             let s = &mut self.running[i];
@@ -417,7 +466,7 @@ impl Loop {
             let mut reason = None;
             for &f in &forced {
                 s.pending.push(f);
-                if let Some(r) = emit(&self.tokenizer, s, f, 0.0, false) {
+                if let Some(r) = emit(&self.tokenizer, s, f, Some(0.0), false) {
                     reason = Some(r);
                     break;
                 }
@@ -449,8 +498,12 @@ impl Loop {
                 }
             }
         }
-        self.metrics.step_seconds.observe(t0.elapsed().as_secs_f64());
+        record.step = t0.elapsed();
+        self.metrics.step_seconds.observe(record.step.as_secs_f64());
         self.metrics.running.set(self.running.len() as i64);
+        if self.options.record_steps {
+            self.shared.records.lock().unwrap_or_else(|p| p.into_inner()).push(record);
+        }
     }
 
     fn fail_all(&mut self, msg: &str) {
@@ -472,7 +525,13 @@ fn reason_label(r: FinishReason) -> &'static str {
 }
 
 /// Sends a token's event and says whether the sequence ends here.
-fn emit(tok: &TokenizerInfo, s: &mut Seq, token: u32, logprob: f32, ended: bool) -> Option<FinishReason> {
+fn emit(
+    tok: &TokenizerInfo,
+    s: &mut Seq,
+    token: u32,
+    logprob: Option<f32>,
+    ended: bool,
+) -> Option<FinishReason> {
     s.generated += 1;
     let special = tok.is_special(token);
     if !special {

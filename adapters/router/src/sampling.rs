@@ -26,6 +26,9 @@ pub struct SamplingParams {
     pub frequency_penalty: Option<f32>,
     /// Seed of the random stream.
     pub seed: u64,
+    /// Report each token's log-probability (a pass over the whole row: skipped
+    /// when nobody reads it).
+    pub logprobs: bool,
 }
 
 impl Default for SamplingParams {
@@ -38,6 +41,7 @@ impl Default for SamplingParams {
             repetition_penalty: None,
             frequency_penalty: None,
             seed: 0,
+            logprobs: true,
         }
     }
 }
@@ -70,7 +74,8 @@ impl Sampler {
     }
 
     /// Chooses a token from `logits` (modified in place by the penalties) and returns
-    /// it with its log-probability under the distribution it was drawn from.
+    /// it with its log-probability under the distribution it was drawn from (`None`
+    /// unless [`SamplingParams::logprobs`]).
     ///
     /// ```
     /// use grammask_router::sampling::{Sampler, SamplingParams};
@@ -80,11 +85,26 @@ impl Sampler {
     /// assert!(t == 2 || t == 3);
     /// # Ok::<(), grammask_router::sampling::NothingAllowed>(())
     /// ```
-    pub fn sample(&mut self, logits: &mut [f32]) -> Result<(u32, f32), NothingAllowed> {
+    pub fn sample(&mut self, logits: &mut [f32]) -> Result<(u32, Option<f32>), NothingAllowed> {
         self.penalize(logits);
         let p = &self.params;
         let sampling = p.do_sample && p.temperature > 0.0;
-        let t = if sampling { p.temperature } else { 1.0 };
+        if !sampling {
+            // Greedy: one pass, no candidate list (the common serving case at scale).
+            let mut best: Option<(usize, f32)> = None;
+            for (i, &x) in logits.iter().enumerate() {
+                if x.is_finite() && best.map_or(true, |(_, b)| x > b) {
+                    best = Some((i, x));
+                }
+            }
+            let (id, x) = best.ok_or(NothingAllowed)?;
+            let lp = p.logprobs.then(|| {
+                let z: f64 = logits.iter().filter(|v| v.is_finite()).map(|&v| f64::from(v - x).exp()).sum();
+                -z.ln() as f32
+            });
+            return Ok((self.note(id as u32), lp));
+        }
+        let t = p.temperature;
         self.cand.clear();
         self.cand.extend(
             logits.iter().enumerate().filter(|(_, x)| x.is_finite()).map(|(i, &x)| (i as u32, x / t)),
@@ -93,17 +113,8 @@ impl Sampler {
             return Err(NothingAllowed);
         }
         let max = self.cand.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
-        // Log of the full normalizer, for the log-probability reported.
+        // The full normalizer: top-p's mass is over the whole distribution.
         let z: f64 = self.cand.iter().map(|c| f64::from(c.1 - max).exp()).sum();
-        let logprob = |x: f32| (f64::from(x - max) - z.ln()) as f32;
-        if !sampling {
-            let &(id, x) = self
-                .cand
-                .iter()
-                .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
-                .ok_or(NothingAllowed)?;
-            return Ok((self.note(id), logprob(x)));
-        }
         let k = p.top_k.filter(|&k| k > 0).unwrap_or(usize::MAX).min(self.cand.len());
         let top_p = p.top_p.filter(|&q| q > 0.0 && q < 1.0);
         // Only the kept head is sorted: select it first (linear), so that top-k/top-p
@@ -141,7 +152,7 @@ impl Sampler {
                 break;
             }
         }
-        let lp = (f64::from(chosen.1 - max) - total.ln()) as f32;
+        let lp = self.params.logprobs.then(|| (f64::from(chosen.1 - max) - total.ln()) as f32);
         Ok((self.note(chosen.0), lp))
     }
 
@@ -191,7 +202,10 @@ mod tests {
     fn greedy_takes_the_largest_finite_logit() {
         let mut s = Sampler::new(SamplingParams::default());
         let mut l = [1.0, f32::NEG_INFINITY, 0.5, f32::NAN];
-        assert_eq!(s.sample(&mut l).unwrap().0, 0);
+        let (t, lp) = s.sample(&mut l).unwrap();
+        assert_eq!(t, 0);
+        let want = -(1.0f64 + (-0.5f64).exp()).ln();
+        assert!((f64::from(lp.unwrap()) - want).abs() < 1e-6);
         let mut none = [f32::NEG_INFINITY; 3];
         assert_eq!(s.sample(&mut none), Err(NothingAllowed));
     }
@@ -206,7 +220,7 @@ mod tests {
         let mut s = Sampler::new(params.clone());
         for _ in 0..200 {
             let (t, lp) = s.sample(&mut logits.clone()).unwrap();
-            assert!(logits[t as usize].is_finite() && lp <= 0.0);
+            assert!(logits[t as usize].is_finite() && lp.unwrap() <= 0.0);
         }
         let mut s = Sampler::new(SamplingParams { top_k: Some(3), ..params.clone() });
         let mut best: Vec<u32> = (0..5000u32).filter(|&i| logits[i as usize].is_finite()).collect();

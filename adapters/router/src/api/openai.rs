@@ -97,6 +97,8 @@ impl Common {
             repetition_penalty: None,
             frequency_penalty: self.frequency_penalty.filter(|&f| f != 0.0),
             seed: self.seed.unwrap_or_else(rand::random),
+            // OpenAI answers carry no log-probabilities here (`logprobs` is refused).
+            logprobs: false,
         })
     }
 }

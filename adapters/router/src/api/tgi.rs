@@ -141,6 +141,7 @@ fn validate(s: &Service, inputs: &str, p: &Parameters) -> Result<Generation, Str
         repetition_penalty: p.repetition_penalty,
         frequency_penalty: p.frequency_penalty,
         seed: p.seed.unwrap_or_else(rand::random),
+        logprobs: true,
     };
     let spec = match &p.grammar {
         None => None,

@@ -98,6 +98,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             max_queue: a.max_concurrent_requests,
             overlap: !a.no_overlap,
             batch,
+            record_steps: false,
         },
         limits: Limits {
             max_input_tokens: a.max_input_tokens,

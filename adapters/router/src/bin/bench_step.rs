@@ -1,0 +1,189 @@
+//! The step engine under load: tokens/s of a batch whose rows are all constrained by
+//! dev JSON schemas against the same batch unconstrained, with the overlap on and off,
+//! on the simulated model (sleeping forward: a GPU's, which leaves the CPU free).
+//!
+//! ```sh
+//! cargo run --release -p grammask-router --bin bench_step -- \
+//!     --tokenizer ../shared/data/tokenizers/llama3_1 \
+//!     --schemas ../shared/data/jsonschemabench/dev/Github_easy --batch 1,8,32,128
+//! ```
+//! Prints one JSON object per (batch, setup) and a markdown table. The rate compared is
+//! the decode rate at the full batch (rows per second over steps with every slot busy).
+
+use clap::Parser;
+use grammask::{GrammarSpec, JsonSchemaOptions};
+use grammask_router::engine::{self, EngineOptions, Event, Request, StepRecord};
+use grammask_router::metrics::Metrics;
+use grammask_router::model::{ForwardTime, SimulatedModel};
+use grammask_router::sampling::SamplingParams;
+use grammask_router::server::LoadedTokenizer;
+use grammask_router::step::BatchOptions;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Parser)]
+struct Args {
+    /// Tokenizer folder or `tokenizer.json`.
+    #[arg(long)]
+    tokenizer: std::path::PathBuf,
+    /// A MaskBench folder of schemas (`{"schema": …}` files).
+    #[arg(long)]
+    schemas: std::path::PathBuf,
+    /// Batch sizes.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32,128")]
+    batch: Vec<usize>,
+    /// Forward time, milliseconds.
+    #[arg(long, default_value_t = 5.0)]
+    forward_ms: f64,
+    /// Tokens per request.
+    #[arg(long, default_value_t = 64)]
+    max_new_tokens: usize,
+    /// Requests per batch slot (the batch is refilled as requests end).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Schemas used (the first that compile, in file order).
+    #[arg(long, default_value_t = 50)]
+    max_schemas: usize,
+    /// Mask fill threads.
+    #[arg(long, default_value_t = 1)]
+    fill_threads: usize,
+}
+
+fn pct(mut v: Vec<f64>, p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let a = Args::parse();
+    let tok = LoadedTokenizer::from_path(&a.tokenizer)?;
+    let compiler = grammask::GrammarCompiler::new(tok.info.clone());
+    let mut files: Vec<_> = std::fs::read_dir(&a.schemas)?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    files.sort();
+    let mut specs = Vec::new();
+    for f in files {
+        let Ok(doc) = serde_json::from_str::<Value>(&std::fs::read_to_string(&f)?) else { continue };
+        let spec = GrammarSpec::JsonSchema {
+            schema: doc["schema"].to_string(),
+            options: JsonSchemaOptions::default(),
+        };
+        if compiler.compile(&spec).is_ok() {
+            specs.push(spec);
+        }
+        if specs.len() == a.max_schemas {
+            break;
+        }
+    }
+    let prompt: Vec<u32> =
+        tok.hf.encode("Answer with a JSON document:", false).map_err(|e| e.to_string())?.get_ids().to_vec();
+    let forward = Duration::from_secs_f64(a.forward_ms / 1e3);
+    let mut table = Vec::new();
+    for &b in &a.batch {
+        let mut base_tps = None;
+        for (setup, constrained, overlap) in [
+            ("unconstrained", false, true),
+            ("constrained", true, true),
+            ("constrained, no overlap", true, false),
+        ] {
+            let model = Box::new(SimulatedModel::new(tok.info.vocab_size(), 5, ForwardTime::Sleep(forward)));
+            let options = EngineOptions {
+                max_batch_size: b,
+                max_queue: b * a.rounds + 1,
+                overlap,
+                batch: BatchOptions { fill_threads: a.fill_threads, ..BatchOptions::default() },
+                record_steps: true,
+                ..EngineOptions::default()
+            };
+            let engine = engine::start(model, tok.info.clone(), options, Arc::new(Metrics::new()))?;
+            let mut receivers = Vec::new();
+            // Compiled before the clock starts (compiles happen off the step thread), by a
+            // fresh compiler: every setup starts with cold masks, as a server seeing
+            // these schemas for the first time.
+            let compiler = grammask::GrammarCompiler::new(tok.info.clone());
+            let mut requests = Vec::new();
+            for i in 0..b * a.rounds {
+                let constraint = if constrained {
+                    Some(grammask::GrammarMatcher::new(compiler.compile(&specs[i % specs.len()])?))
+                } else {
+                    None
+                };
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                receivers.push(rx);
+                requests.push(Request {
+                    prompt: prompt.clone(),
+                    constraint,
+                    sampling: SamplingParams { seed: i as u64, logprobs: false, ..SamplingParams::default() },
+                    max_new_tokens: a.max_new_tokens,
+                    stop: Vec::new(),
+                    events: tx,
+                });
+            }
+            let t0 = Instant::now();
+            for r in requests {
+                engine.submit(r)?;
+            }
+            let mut tokens = 0usize;
+            for mut rx in receivers {
+                while let Some(ev) = rx.blocking_recv() {
+                    match ev {
+                        Event::Token(_) => tokens += 1,
+                        Event::End(_) => break,
+                        Event::Error(e) => return Err(e.into()),
+                    }
+                }
+            }
+            let wall = t0.elapsed().as_secs_f64();
+            engine.shutdown();
+            let records: Vec<StepRecord> = engine.take_step_records();
+            let full: Vec<&StepRecord> = records.iter().filter(|r| r.rows == b).collect();
+            let us = |f: fn(&StepRecord) -> Duration| {
+                full.iter().map(|r| f(r).as_secs_f64() * 1e6).collect::<Vec<_>>()
+            };
+            // Decode rate at the full batch: sampled rows per second of full steps (the
+            // end-to-end rate also counts the ramp and the tail, where constrained
+            // requests, which end when their grammar does, leave the batch emptier).
+            let full_time: f64 = full.iter().map(|r| r.step.as_secs_f64()).sum();
+            let tps = if full_time > 0.0 { (full.len() * b) as f64 / full_time } else { 0.0 };
+            let ratio = base_tps.map(|u| tps / u);
+            if !constrained {
+                base_tps = Some(tps);
+            }
+            let row = json!({
+                "batch": b, "setup": setup, "tokens": tokens, "wall_s": wall, "end_to_end_tokens_per_s": tokens as f64 / wall,
+                "tokens_per_s": tps,
+                "ratio_to_unconstrained": ratio, "steps": records.len(), "full_steps": full.len(),
+                "wait_us_p50": pct(us(|r| r.wait), 0.5), "wait_us_p99": pct(us(|r| r.wait), 0.99),
+                "fill_us_p50": pct(us(|r| r.fill), 0.5), "fill_us_p99": pct(us(|r| r.fill), 0.99),
+                "apply_us_p50": pct(us(|r| r.apply), 0.5), "sample_us_p50": pct(us(|r| r.sample), 0.5),
+                "step_us_p50": pct(us(|r| r.step), 0.5), "forward_us_p50": pct(us(|r| r.forward), 0.5),
+            });
+            println!("{row}");
+            table.push(row);
+        }
+    }
+    println!("| batch | setup | decode tokens/s (full batch) | × unconstrained | step p50 µs | fill p50 / p99 µs | wait p50 / p99 µs | apply p50 µs | sample p50 µs |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for r in &table {
+        let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
+        let ratio = r["ratio_to_unconstrained"].as_f64().map_or("-".to_string(), |x| format!("{x:.3}"));
+        println!(
+            "| {} | {} | {:.0} | {} | {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} | {:.0} |",
+            r["batch"],
+            r["setup"].as_str().unwrap_or(""),
+            f("tokens_per_s"),
+            ratio,
+            f("step_us_p50"),
+            f("fill_us_p50"),
+            f("fill_us_p99"),
+            f("wait_us_p50"),
+            f("wait_us_p99"),
+            f("apply_us_p50"),
+            f("sample_us_p50")
+        );
+    }
+    Ok(())
+}
