@@ -182,7 +182,10 @@ impl Sampler {
     }
 
     fn note(&mut self, id: u32) -> u32 {
-        *self.counts.entry(id).or_default() += 1;
+        // Counts feed the penalties only.
+        if self.params.repetition_penalty.is_some() || self.params.frequency_penalty.is_some() {
+            *self.counts.entry(id).or_default() += 1;
+        }
         id
     }
 

@@ -1,0 +1,118 @@
+//! The step engine against the matchers themselves: the rows it masks are exactly the
+//! matchers' own masks, the other rows are untouched, jump-forward tokens are the
+//! tokenizer's and accepted, and misuse is a typed error.
+
+use grammask::matcher::TextEncoder;
+use grammask::{GrammarCompiler, GrammarMatcher, GrammarSpec, TokenBitmask};
+use grammask_gpu::LogitsLayout;
+use grammask_router::server::LoadedTokenizer;
+use grammask_router::step::{Accepted, BatchOptions, RowError, StepError, StructuredBatch};
+use std::sync::Arc;
+
+struct Enc(Arc<tokenizers::Tokenizer>);
+impl TextEncoder for Enc {
+    fn encode_text(&self, text: &str) -> grammask::Result<Vec<u32>> {
+        self.0.encode_text(text)
+    }
+}
+
+#[test]
+fn masked_rows_are_the_matchers_masks_and_the_rest_is_untouched() {
+    let tok = LoadedTokenizer::embedded().unwrap();
+    let vocab = tok.info.vocab_size();
+    let compiler = GrammarCompiler::new(tok.info.clone());
+    let specs = [
+        GrammarSpec::json_schema(
+            r#"{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}"#,
+        ),
+        GrammarSpec::Regex("[0-9]+(\\.[0-9]+)?".into()),
+        GrammarSpec::BuiltinJson,
+        GrammarSpec::Regex("(.|\\n)*".into()), // any text (special tokens are still masked)
+    ];
+    let opts =
+        BatchOptions { fill_threads: 2, encoder: Some(Arc::new(Enc(tok.hf.clone()))), ..Default::default() };
+    let mut batch = StructuredBatch::new(vocab, opts).unwrap();
+    let mut refs = Vec::new();
+    for (i, s) in specs.iter().enumerate() {
+        let m = GrammarMatcher::new(compiler.compile(s).unwrap());
+        refs.push(m.fork());
+        batch.add(10 + i as u64, m).unwrap();
+    }
+    assert!(matches!(batch.add(10, refs[0].fork()), Err(StepError::Duplicate(10))));
+    // Six rows: the four constrained ones interleaved with two unconstrained ids.
+    let step = [13u64, 99, 10, 12, 98, 11];
+    for round in 0..6 {
+        batch.begin_step(&step).unwrap();
+        assert!(matches!(batch.begin_step(&step), Err(StepError::Busy)));
+        assert!(matches!(batch.remove(10), Err(StepError::Busy)));
+        let mut logits = vec![0.5f32; step.len() * vocab];
+        let report = batch
+            .apply_masks(logits.as_mut_slice().into(), LogitsLayout::contiguous(step.len(), vocab))
+            .unwrap();
+        assert!(report.failed.is_empty());
+        assert_eq!(report.constrained, 4);
+        let mut masked = 0;
+        let mut picks = Vec::new();
+        for (r, &id) in step.iter().enumerate() {
+            let row = &logits[r * vocab..(r + 1) * vocab];
+            let allowed: Vec<u32> = (0..vocab as u32).filter(|&t| row[t as usize].is_finite()).collect();
+            if !(10..=13).contains(&id) {
+                assert_eq!(allowed.len(), vocab, "row {r} (sequence {id}) was touched");
+                continue;
+            }
+            let m = &mut refs[(id - 10) as usize];
+            let mut want = TokenBitmask::new(1, vocab);
+            masked += usize::from(!m.fill_next_token_bitmask(want.row_mut(0)).unwrap());
+            assert_eq!(allowed, want.allowed_ids(0), "sequence {id}, round {round}");
+            // A non-stop token the grammar allows, the same for both.
+            let pick = *allowed.iter().find(|&&t| !tok.info.stop_tokens().contains(&t)).unwrap();
+            picks.push((id, pick));
+        }
+        assert_eq!(report.masked, masked, "round {round}");
+        for (id, t) in picks {
+            let m = &mut refs[(id - 10) as usize];
+            m.accept_token(t).unwrap();
+            match batch.accept(id, t).unwrap() {
+                Accepted::Continue { forced } => {
+                    assert_eq!(forced.rollback, 0);
+                    if !forced.ids.is_empty() {
+                        // The forced ids spell the forced text and the grammar takes them.
+                        let text = m.find_jump_forward_string();
+                        let bytes: Vec<u8> =
+                            forced.ids.iter().flat_map(|&i| tok.info.token_bytes(i).to_vec()).collect();
+                        assert_eq!(bytes, text);
+                        m.accept_tokens(&forced.ids).unwrap();
+                    }
+                }
+                Accepted::Finished => panic!("no stop token was sampled"),
+            }
+        }
+    }
+    // The forced `{"a": ` of the schema row was appended by jump-forward at some point.
+    assert!(batch.matcher(10).unwrap().num_steps() > 6);
+    // A row leaves; the others keep their positions right.
+    batch.remove(11).unwrap();
+    assert!(matches!(batch.accept(11, 0), Err(RowError::Unknown(11))));
+    assert!(matches!(batch.begin_step(&[10, 10]), Err(StepError::TwiceInStep(10))));
+    batch.begin_step(&[12, 10]).unwrap();
+    let mut logits = vec![0.0f32; 2 * vocab];
+    let report = batch.apply_masks(logits.as_mut_slice().into(), LogitsLayout::contiguous(2, vocab)).unwrap();
+    assert_eq!(report.masked, 2);
+    // Wrong logits shape: a typed error, and the batch is usable afterwards.
+    batch.begin_step(&[12]).unwrap();
+    let mut short = vec![0.0f32; 3];
+    assert!(matches!(
+        batch.apply_masks(short.as_mut_slice().into(), LogitsLayout::contiguous(1, vocab)),
+        Err(StepError::Apply(_))
+    ));
+    batch.begin_step(&[12]).unwrap();
+    let mut one = vec![0.0f32; vocab];
+    batch.apply_masks(one.as_mut_slice().into(), LogitsLayout::contiguous(1, vocab)).unwrap();
+    // A stop token ends a row that may end, and it leaves the batch.
+    let eos = tok.info.stop_tokens()[0];
+    let mut sealed = GrammarMatcher::new(compiler.compile(&GrammarSpec::Regex("x".into())).unwrap());
+    sealed.accept_string("x").unwrap();
+    batch.add(50, sealed).unwrap();
+    assert_eq!(batch.accept(50, eos).unwrap(), Accepted::Finished);
+    assert!(!batch.contains(50));
+}
