@@ -4,10 +4,14 @@
 //! [`merge_schema`] intersects schemas keyword by keyword into one schema: `$ref`s are
 //! inlined (after rewriting the references inside the target to absolute ones, so they
 //! still resolve from their new place), nested `allOf`s are flattened, then:
-//! `type` sets intersect; `properties`/`patternProperties` merge per name (both →
+//! each part first makes explicit what it says of the names and prefix positions the
+//! other declares (`align`: a name the other declares gets this part's pattern or
+//! additional schema, a shorter prefix is padded with its `items`), so that merging
+//! per keyword is exact; `type` sets intersect; `properties`/`patternProperties` merge per name (both →
 //! `allOf` of the two); `required` unites; lower bounds take the max and upper bounds the
 //! min; `enum`s intersect; different `const`s make the schema `false`; sub-schema
-//! keywords (`items`, `additionalProperties`, …) become `allOf` of both; two
+//! keywords (`items`, `additionalProperties`, …) become `allOf` of both (two different
+//! `contains` are unsupported: they may be met by two different items); two
 //! `anyOf`/`oneOf` multiply out (at most 64 branches). Two different `pattern`s or
 //! `format`s, and other keywords present in both parts with different values, are
 //! [`Unsupported`](super::SchemaErrorKind::Unsupported) (lenient: the first one is kept).
@@ -119,7 +123,7 @@ pub(crate) fn merge_schema(b: &mut Builder, m: &Map<String, Value>, ptr: &str) -
     Ok(Value::Object(acc))
 }
 
-fn types_value(bits: u8) -> Value {
+pub(crate) fn types_value(bits: u8) -> Value {
     let mut names = Vec::new();
     for (bit, name) in [(1u8, "null"), (2, "boolean"), (4, "object"), (8, "array"), (16, "string")] {
         if bits & bit != 0 {
@@ -151,9 +155,10 @@ fn num_pick(x: &Value, y: &Value, larger: bool) -> Value {
 fn merge_two(
     b: &mut Builder,
     acc: &mut Map<String, Value>,
-    o: Map<String, Value>,
+    mut o: Map<String, Value>,
     ptr: &str,
 ) -> Result<bool, SchemaError> {
+    align(b, acc, &mut o, ptr)?;
     for (k, v) in o {
         let Some(cur) = acc.get(&k).cloned() else {
             acc.insert(k, v);
@@ -194,11 +199,17 @@ fn merge_two(
                 }
                 Value::Array(a)
             }
+            // Two `contains` ask for two items, perhaps different ones: `allOf` of them
+            // would ask one item to satisfy both (`[1, "a"]` contains an integer and a
+            // string, but no item that is both).
+            "contains" => {
+                b.unsupported("contains", "two different `contains` in allOf", "the first is kept", ptr)?;
+                continue;
+            }
             "items"
             | "additionalProperties"
             | "additionalItems"
             | "propertyNames"
-            | "contains"
             | "unevaluatedProperties"
             | "unevaluatedItems"
                 if !cur.is_array() && !v.is_array() =>
@@ -282,6 +293,165 @@ fn merge_two(
     Ok(true)
 }
 
+/// Whether a subschema allows every value (`true`, `{}`): it needs no aligning.
+fn allows_all(v: &Value) -> bool {
+    matches!(v, Value::Bool(true)) || v.as_object().is_some_and(Map::is_empty)
+}
+
+/// Makes explicit, in each of two parts, what it says about what the other one names, so
+/// that merging keyword by keyword is exact. Merged as they stand, `properties` would
+/// hide a name from the other part's `patternProperties`/`additionalProperties`
+/// (`allOf: [{properties: {a: {}}, additionalProperties: false}, {properties: {b: {}}}]`
+/// would allow `b`), and `prefixItems` would hide a position from the other part's
+/// `items` (`allOf: [{prefixItems: [A]}, {items: B}]` would not check `B` on the first
+/// item). So each name the other part declares gets, in this part, the schemas that apply
+/// to it here (the matching patterns' schemas, else `additionalProperties`), and each
+/// prefix is padded to the longer one with its part's `items`. A pattern of one part
+/// where the other part has `additionalProperties` and patterns of its own cannot be
+/// made explicit (the additional schema applies to the keys that match none of them):
+/// unsupported.
+fn align(
+    b: &mut Builder,
+    x: &mut Map<String, Value>,
+    y: &mut Map<String, Value>,
+    ptr: &str,
+) -> Result<(), SchemaError> {
+    let (x0, y0) = (x.clone(), y.clone());
+    align_names(b, x, &y0, ptr)?;
+    align_names(b, y, &x0, ptr)?;
+    align_prefix(x, y);
+    Ok(())
+}
+
+/// The declared names of `other` (and its patterns, see [`align`]) made explicit in `x`.
+fn align_names(
+    b: &mut Builder,
+    x: &mut Map<String, Value>,
+    other: &Map<String, Value>,
+    ptr: &str,
+) -> Result<(), SchemaError> {
+    use crate::regex::keyset::{Component, KeySet};
+    let additional = x.get("additionalProperties").filter(|a| !allows_all(a)).cloned();
+    let patterns: Vec<(String, Value)> = match x.get("patternProperties") {
+        Some(Value::Object(p)) => p.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        _ => Vec::new(),
+    };
+    if additional.is_none() && patterns.is_empty() {
+        return Ok(());
+    }
+    let declared = |m: &Map<String, Value>| -> Vec<String> {
+        m.get("properties")
+            .and_then(Value::as_object)
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    let mine = declared(x);
+    let mut sets = Vec::with_capacity(patterns.len());
+    for (p, _) in &patterns {
+        let set = KeySet::build(&[Component::Pattern(p)], &b.opts.limits.regex).map_err(|e| {
+            b.err(
+                super::SchemaErrorKind::Regex(e),
+                &super::types::Builder::child(ptr, "patternProperties", p),
+            )
+        })?;
+        sets.push(set);
+    }
+    let implied = |name: &str| -> Option<Value> {
+        let matching: Vec<Value> = patterns
+            .iter()
+            .zip(&sets)
+            .filter(|(_, set)| set.label_of(name) & 1 == 1)
+            .map(|((_, s), _)| s.clone())
+            .collect();
+        match matching.len() {
+            0 => additional.clone(),
+            1 => matching.into_iter().next(),
+            _ => Some(json!({ "allOf": matching })),
+        }
+    };
+    let mut added = Map::new();
+    for name in declared(other).into_iter().filter(|n| !mine.contains(n)) {
+        if let Some(s) = implied(&name) {
+            added.insert(name, s);
+        }
+    }
+    if !added.is_empty() {
+        let props = x.entry("properties").or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(p) = props {
+            p.extend(added);
+        }
+    }
+    // The other part's new patterns: keys they match are additional here.
+    let Some(a) = &additional else { return Ok(()) };
+    let theirs: Vec<String> = match other.get("patternProperties") {
+        Some(Value::Object(p)) => {
+            p.keys().filter(|q| !patterns.iter().any(|(p, _)| p == *q)).cloned().collect()
+        }
+        _ => Vec::new(),
+    };
+    for q in theirs {
+        // Exact only when every key `q` matches is additional here: no patterns here, and
+        // no name declared here that `q` matches.
+        let set = KeySet::build(&[Component::Pattern(&q)], &b.opts.limits.regex).map_err(|e| {
+            b.err(
+                super::SchemaErrorKind::Regex(e),
+                &super::types::Builder::child(ptr, "patternProperties", &q),
+            )
+        })?;
+        if !patterns.is_empty() || mine.iter().any(|n| set.label_of(n) & 1 == 1) {
+            b.unsupported(
+                "additionalProperties",
+                "in allOf beside another part's patternProperties that overlap this part's own properties or patterns",
+                "the other part's pattern keys are not checked against it",
+                ptr,
+            )?;
+            continue;
+        }
+        // The pattern's keys meet this part's additional schema: carried to this part as
+        // a pattern of its own with that schema.
+        let pp = x.entry("patternProperties").or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(p) = pp {
+            p.insert(q, a.clone());
+        }
+    }
+    Ok(())
+}
+
+/// A part's positional items: the prefix and the schema of the positions after it,
+/// under their Draft 2020-12 names or their Draft 7 ones (array `items`, `additionalItems`).
+fn positional(m: &Map<String, Value>) -> (Option<Vec<Value>>, Option<Value>) {
+    match (m.get("prefixItems"), m.get("items")) {
+        (Some(Value::Array(p)), items) => (Some(p.clone()), items.cloned()),
+        (None, Some(Value::Array(p))) => (Some(p.clone()), m.get("additionalItems").cloned()),
+        (_, items) => (None, items.cloned()),
+    }
+}
+
+/// Pads both parts' prefixes to the longer one (see [`align`]), both written in Draft
+/// 2020-12 form (which the array builder reads in any draft).
+fn align_prefix(x: &mut Map<String, Value>, y: &mut Map<String, Value>) {
+    let (px, rx) = positional(x);
+    let (py, ry) = positional(y);
+    let len = px.as_ref().map_or(0, Vec::len).max(py.as_ref().map_or(0, Vec::len));
+    // Nothing to align when no part has a prefix, or when only one part says anything
+    // about items.
+    let says =
+        |p: &Option<Vec<Value>>, r: &Option<Value>| p.is_some() || r.as_ref().is_some_and(|r| !allows_all(r));
+    if len == 0 || !says(&px, &rx) || !says(&py, &ry) {
+        return;
+    }
+    for (m, p, r) in [(x, px, rx), (y, py, ry)] {
+        let mut p = p.unwrap_or_default();
+        p.resize(len, r.clone().unwrap_or(Value::Bool(true)));
+        m.remove("additionalItems");
+        m.remove("items");
+        m.insert("prefixItems".into(), Value::Array(p));
+        if let Some(r) = r {
+            m.insert("items".into(), r);
+        }
+    }
+}
+
 fn gcd(a: u64, b: u64) -> u64 {
     if b == 0 {
         a.max(1)
@@ -335,34 +505,62 @@ pub(crate) fn dependencies_as_all_of(
     Ok(Some(out))
 }
 
-/// What a `not` excludes when the grammar can say so: whole types, and single values.
+/// What a `not` excludes when the grammar can say so: whole types, single values, and
+/// sets of strings given by string keywords.
 #[derive(Default)]
 struct Excluded {
     types: u8,
     values: Vec<Value>,
+    /// Each a conjunction of string keywords (`pattern`, `format`, lengths): the strings
+    /// that meet all of them.
+    strings: Vec<Map<String, Value>>,
 }
 
 /// Keywords that only annotate, allowed beside the ones a `not` is read for.
 const ANNOTATIONS: &[&str] = &["title", "description", "$comment"];
 
-/// What `n` (the schema under `not`) matches, if it is a union of types and values:
-/// booleans, `{}`, `{type}`, `{enum}`/`{const}`, and an `anyOf` of these. `None`
-/// otherwise (and for "not integer" over numbers, which no grammar of ours expresses).
+/// What `n` (the schema under `not`) matches, if it is a union of types, values and
+/// string sets: booleans, `{}`, `{type}`, `{enum}`/`{const}`, string keywords (with
+/// `type: string`, or without a type, when they match every other type too), and an
+/// `anyOf` of these. `None` otherwise (and for "not integer" over numbers, which no
+/// grammar of ours expresses).
 fn excluded_by(n: &Value, types: u8, ptr: &str, top: bool) -> Result<Option<Excluded>, SchemaError> {
     let only = |m: &Map<String, Value>, keys: &[&str]| {
         m.keys().all(|k| keys.contains(&k.as_str()) || ANNOTATIONS.contains(&k.as_str()))
     };
     let all = super::types::ALL_TYPES;
+    let string_keys = super::not::STRING_KEYWORDS;
     Ok(match n {
-        Value::Bool(true) => Some(Excluded { types: all, values: Vec::new() }),
+        Value::Bool(true) => Some(Excluded { types: all, ..Default::default() }),
         Value::Bool(false) => Some(Excluded::default()),
         Value::Object(m) if only(m, &["type"]) => {
             let t = declared_types(m, ptr)?;
             if t & INTEGER != 0 && t & NUMBER == 0 && types & NUMBER != 0 {
                 None // "not integer" over numbers: not expressible here
             } else {
-                Some(Excluded { types: t, values: Vec::new() })
+                Some(Excluded { types: t, ..Default::default() })
             }
+        }
+        Value::Object(m)
+            if m.keys().any(|k| string_keys.contains(&k.as_str()))
+                && m.keys().all(|k| {
+                    k == "type" || string_keys.contains(&k.as_str()) || ANNOTATIONS.contains(&k.as_str())
+                }) =>
+        {
+            let t = declared_types(m, ptr)?;
+            if t & STRING == 0 {
+                // The keywords do not apply to the types it allows.
+                return excluded_by(&json!({ "type": types_value(t) }), types, ptr, top);
+            }
+            if t & INTEGER != 0 && t & NUMBER == 0 && types & NUMBER != 0 {
+                return Ok(None);
+            }
+            let group = m
+                .iter()
+                .filter(|(k, _)| string_keys.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            Some(Excluded { types: t & !STRING, values: Vec::new(), strings: vec![group] })
         }
         Value::Object(m) if only(m, &["enum", "const"]) => {
             let values = match (m.get("const"), m.get("enum")) {
@@ -372,7 +570,7 @@ fn excluded_by(n: &Value, types: u8, ptr: &str, top: bool) -> Result<Option<Excl
                 (Some(c), Some(Value::Array(e))) => e.iter().filter(|v| same_value(v, c)).cloned().collect(),
                 _ => return Ok(None),
             };
-            Some(Excluded { types: 0, values })
+            Some(Excluded { values, ..Default::default() })
         }
         Value::Object(m) if top && m.len() == 1 => {
             let Some(branches) = m.get("anyOf").and_then(Value::as_array) else { return Ok(None) };
@@ -381,6 +579,7 @@ fn excluded_by(n: &Value, types: u8, ptr: &str, top: bool) -> Result<Option<Excl
                 let Some(e) = excluded_by(x, types, ptr, false)? else { return Ok(None) };
                 out.types |= e.types;
                 out.values.extend(e.values);
+                out.strings.extend(e.strings);
             }
             Some(out)
         }
@@ -388,19 +587,25 @@ fn excluded_by(n: &Value, types: u8, ptr: &str, top: bool) -> Result<Option<Excl
     })
 }
 
-/// Applies `not` (the schema `n`, at `ptr`) to a schema `m` of the `types`: returns the
-/// types left and the values to leave out of them. Types go as a whole; values go from
-/// an `enum`/`const` of `m` by JSON equality, or else from the grammar of their type:
-/// `null` and booleans by dropping the literal, strings by the complement of a set of
-/// strings (see [`super::string`]). Other values under `not` (numbers, arrays, objects)
-/// are unsupported unless `m` enumerates its values.
+/// What `not` leaves out, for the simple path: the types left, the values to leave out
+/// of them, and the string sets to leave out of the strings.
+pub(crate) type NotSimple = (u8, Vec<Value>, Vec<Map<String, Value>>);
+
+/// Applies `not` (the schema `n`, at `ptr`) to a schema `m` of the `types`, when `n` is
+/// a union of types, values and string sets: returns the types left, the values to
+/// leave out and the string sets to leave out ([`super::string::build`] writes the
+/// complement of their joint automaton). Types go as a whole; values go from an
+/// `enum`/`const` of `m` by JSON equality, or else from the grammar of their type: `null`
+/// and booleans by dropping the literal, strings by the complement of a set of strings
+/// (see [`super::string`]). `None` for anything else, numbers, arrays and objects as
+/// values included (unless `m` enumerates its values): [`super::not::negate`] decides.
 pub(crate) fn apply_not(
     b: &mut Builder,
     n: &Value,
     m: &Map<String, Value>,
     types: u8,
     ptr: &str,
-) -> Result<(u8, Vec<Value>), SchemaError> {
+) -> Result<Option<NotSimple>, SchemaError> {
     // Read keyword by keyword: `$ref`s and `allOf` (at the top and in each `anyOf`
     // branch) are inlined first.
     let mut n = b.plain(n, ptr)?;
@@ -409,18 +614,13 @@ pub(crate) fn apply_not(
             *x = b.plain(x, &format!("{ptr}/anyOf/{i}"))?;
         }
     }
-    let Some(ex) = excluded_by(&n, types, ptr, true)? else {
-        b.unsupported(
-            "not",
-            "only `not` of types, `enum` and `const` (and `anyOf` of these) is enforced",
-            "ignored",
-            ptr,
-        )?;
-        return Ok((types, Vec::new()));
-    };
+    let Some(ex) = excluded_by(&n, types, ptr, true)? else { return Ok(None) };
     let mut types = types & !ex.types;
     if m.contains_key("enum") || m.contains_key("const") {
-        return Ok((types, ex.values));
+        if !ex.strings.is_empty() {
+            return Ok(None);
+        }
+        return Ok(Some((types, ex.values, Vec::new())));
     }
     let mut values = Vec::new();
     for v in ex.values {
@@ -428,15 +628,11 @@ pub(crate) fn apply_not(
             Value::Null => types &= !super::types::NULL,
             Value::Bool(_) | Value::String(_) => values.push(v),
             _ if types & value_type(&v) == 0 && !(value_type(&v) == INTEGER && types & NUMBER != 0) => {}
-            _ => b.unsupported(
-                "not",
-                "a number, array or object under `not` is only enforced against an `enum` or `const`",
-                "that value is not excluded",
-                ptr,
-            )?,
+            _ => return Ok(None),
         }
     }
-    Ok((types, values))
+    let strings = if types & STRING != 0 { ex.strings } else { Vec::new() };
+    Ok(Some((types, values, strings)))
 }
 
 /// JSON equality (numbers by value: `1` and `1.0` are the same instance).

@@ -35,15 +35,21 @@
 //!   `definitions`/`$id`/`$anchor`, boolean schemas, `not` of types and of values
 //!   (`enum`/`const`, and `anyOf` of these: values leave an enumeration by JSON
 //!   equality, `null` and booleans their literal, strings their type as the complement
-//!   of the set, intersected with the string's other keywords), `contains`
+//!   of the set, numbers as the ranges between them), `not` of string keywords (the
+//!   complement of their joint automaton, intersected with the string's other keywords)
+//!   and of structured schemas (number bounds, item counts, `items`, `contains`,
+//!   `required`, `properties`, property counts, `additionalProperties: false`, `not`,
+//!   `anyOf`: rewritten as positive keywords, see `not`), a `oneOf` of overlapping
+//!   branches when each branch less the others is such a `not`, `contains`
 //!   (without item-count bounds);
 //! - **annotations**, ignored: `title`, `description`, `default`, `examples`,
 //!   `$comment`, `$schema`, `deprecated`, `readOnly`, `writeOnly`, `content*`, and any
 //!   keyword JSON Schema does not define (the spec says to ignore unknown keywords);
 //! - **not enforced** (`uniqueItems`, `unevaluated*`, `if`/`then`/`else`,
-//!   `$dynamicRef`, `maxContains`, other `not`s (a number, array or object value outside an
-//!   enumeration, any other subschema), a `oneOf` whose branches
-//!   may overlap, …): a [`SchemaError`] with
+//!   `$dynamicRef`, `maxContains`, other `not`s (an array or object value outside an
+//!   enumeration, "not an integer" among numbers, `patternProperties`, `propertyNames`,
+//!   `multipleOf`, `uniqueItems`, …), a `oneOf` whose branches may overlap where that
+//!   `not` is not exact, …): a [`SchemaError`] with
 //!   [`SchemaErrorKind::Unsupported`] naming the keyword and its JSON pointer — or, with
 //!   [`JsonSchemaOptions::lenient`], a [`SchemaWarning`] and the approximation documented
 //!   on the warning (usually: the keyword is ignored, so the grammar accepts a superset).
@@ -98,6 +104,7 @@ mod array;
 mod combine;
 mod finite;
 pub mod format;
+mod not;
 mod number;
 mod object;
 mod one_of;

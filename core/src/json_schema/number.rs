@@ -217,6 +217,9 @@ fn frac_digits(
             return (true, Some(Expr::Repeat { expr: Box::new(lit("0")), min: 1, max: budget }))
         }
         (_, Some(([], true))) => return (false, None),
+        // Above `.0` and at most `.0`: nothing (and the digit loop below would recur
+        // on these same bounds forever).
+        (Some(([], true)), Some(([], false))) => return (false, None),
         _ => {}
     }
     let mut groups: Vec<(u8, u8, Expr)> = Vec::new();

@@ -280,12 +280,155 @@ fn constrained_body(
     Ok(first)
 }
 
+/// One language of a string's joint automaton ([`complement_body`]): a regex (a `pattern`,
+/// or a `format`'s), or lengths.
+enum Part {
+    Regex(String),
+    Length(u32, Option<u32>),
+}
+
+/// The languages whose intersection is the strings of `m`'s string keywords (`pattern`,
+/// `format`, `minLength`, `maxLength`) at `ptr`. An unknown format is no language (any
+/// string); a format known but not enforced makes it `None` (the caller reports it).
+fn parts_of(b: &Builder, m: &Map<String, Value>, ptr: &str) -> Result<Option<Vec<Part>>, SchemaError> {
+    let mut out = Vec::new();
+    match m.get("pattern") {
+        None => {}
+        Some(Value::String(p)) => out.push(Part::Regex(p.clone())),
+        Some(_) => return Err(b.not_schema("`pattern` must be a string", ptr)),
+    }
+    if let Some(f) = m.get("format") {
+        let f = f.as_str().ok_or_else(|| b.not_schema("`format` must be a string", ptr))?;
+        match super::format::format_regex(f) {
+            Some(re) => out.push(Part::Regex(re)),
+            None if super::format::is_defined_format(f) => return Ok(None),
+            None => {}
+        }
+    }
+    let min = get_count(b, m, "minLength", ptr)?.unwrap_or(0);
+    let max = get_count(b, m, "maxLength", ptr)?;
+    if min > 0 || max.is_some() {
+        let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+        out.push(Part::Length(clamp(min), max.map(clamp)));
+    }
+    Ok(Some(out))
+}
+
+/// The strings of `m`'s string keywords other than the words `not_in` and the strings of
+/// each group of `not_strings` (a `not` of string keywords): one joint automaton of every
+/// language involved ([`KeySet`](crate::regex::keyset::KeySet), as for object keys), whose
+/// states accepting for all of `m`'s languages and not for all of any group's are final.
+/// Each state is a character-level DFA state, so the complement is exact; the automaton is
+/// bounded by [`max_intersection_size`](super::SchemaLimits::max_intersection_size) states
+/// (past it, and for a group with a format that is not enforced, the `not` is an
+/// unsupported keyword).
+fn complement_body(
+    b: &mut Builder,
+    m: &Map<String, Value>,
+    not_in: &[&str],
+    not_strings: &[Map<String, Value>],
+    ptr: &str,
+) -> Result<Expr, SchemaError> {
+    use crate::regex::keyset::{Component, KeySet};
+    let nptr = format!("{ptr}/not");
+    let mine = match parts_of(b, m, ptr)? {
+        Some(parts) => parts,
+        None => {
+            // A format known but not enforced: `build` has reported it (this is lenient
+            // mode), and it is left out as there.
+            let mut m = m.clone();
+            m.remove("format");
+            parts_of(b, &m, ptr)?.unwrap_or_default()
+        }
+    };
+    let mut groups = Vec::new();
+    for g in not_strings {
+        match parts_of(b, g, &nptr)? {
+            Some(parts) => groups.push(parts),
+            None => {
+                b.unsupported(
+                    "not",
+                    "a format that is not enforced under `not`",
+                    "those strings are not excluded",
+                    &nptr,
+                )?;
+            }
+        }
+    }
+    fn add<'a>(parts: &'a [Part], comps: &mut Vec<Component<'a>>) {
+        for p in parts {
+            comps.push(match p {
+                Part::Regex(r) => Component::Pattern(r),
+                Part::Length(min, max) => Component::Length { min: *min, max: *max },
+            });
+        }
+    }
+    let mut comps: Vec<Component> = Vec::new();
+    // Component bits: `m`'s first, then the words, then each group's.
+    add(&mine, &mut comps);
+    let all_mine = (1u64 << comps.len()) - 1;
+    let words_bit = if not_in.is_empty() {
+        0
+    } else {
+        comps.push(Component::Names(not_in));
+        1u64 << (comps.len() - 1)
+    };
+    let mut group_masks = Vec::new();
+    for g in &groups {
+        let first = comps.len();
+        add(g, &mut comps);
+        group_masks.push(((1u64 << comps.len()) - 1) & !((1u64 << first) - 1));
+        if comps.len() > 64 {
+            break;
+        }
+    }
+    if comps.len() > 64 {
+        b.unsupported(
+            "not",
+            "over 64 string keywords in one complement",
+            "those strings are not excluded",
+            &nptr,
+        )?;
+        return Ok(nothing());
+    }
+    let limit = usize::try_from(b.opts.limits.max_intersection_size).unwrap_or(usize::MAX);
+    let limits = crate::regex::RegexLimits {
+        max_size: b.opts.limits.regex.max_size.min(limit),
+        ..b.opts.limits.regex.clone()
+    };
+    let set = match KeySet::build(&comps, &limits) {
+        Ok(set) => set,
+        Err(e) if matches!(e.kind, RegexErrorKind::TooLarge { .. }) => {
+            b.unsupported(
+                "not",
+                &format!("the complement of these strings beside the other keywords is over {limit} states"),
+                "those strings are not excluded",
+                &nptr,
+            )?;
+            return Ok(nothing());
+        }
+        Err(e) => return Err(b.err(SchemaErrorKind::Regex(e), &nptr)),
+    };
+    let accept = |label: u64| {
+        // A group with no language (only an unknown format) matches every string.
+        label & all_mine == all_mine && label & words_bit == 0 && group_masks.iter().all(|&g| label & g != g)
+    };
+    let first = b.rules.len() as u32;
+    let Some((start, bodies)) = set.class_rules(accept, first) else { return Ok(nothing()) };
+    for body in bodies {
+        let id = b.new_rule("str", ptr)?;
+        b.rules[id.index()].body = body;
+    }
+    Ok(start)
+}
+
 /// The grammar of a `type: string` schema `m` at `ptr`, for strings other than `not_in`
-/// (from a `not`, see [`super::combine::apply_not`]).
+/// and those of `not_strings` (from a `not`, see [`super::combine::apply_not`]).
 pub(crate) fn build(
     b: &mut Builder,
     m: &Map<String, Value>,
     not_in: &[&str],
+    not_strings: &[Map<String, Value>],
     ptr: &str,
 ) -> Result<Expr, SchemaError> {
     let min = get_count(b, m, "minLength", ptr)?.unwrap_or(0);
@@ -300,7 +443,10 @@ pub(crate) fn build(
             ptr,
         ));
     }
-    let plain = !m.contains_key("pattern") && !m.contains_key("format") && not_in.is_empty();
+    let plain = !m.contains_key("pattern")
+        && !m.contains_key("format")
+        && not_in.is_empty()
+        && not_strings.is_empty();
     if plain && max.is_some_and(|x| x > CHAIN_MAX.min(lim) && (x - min) / BLOCK <= lim) {
         // Long plain strings stay exact through blocks (see `long_chars`).
         let body = long_chars(b, min as u32, max.unwrap_or(0))?;
@@ -340,6 +486,14 @@ pub(crate) fn build(
                 approximation: format!("unknown format `{f}` is an annotation: any string"),
             }),
         }
+    }
+    if !not_strings.is_empty() {
+        let body = complement_body(b, m, not_in, not_strings, ptr)?;
+        return Ok(if super::whitespace::is_nothing(&body) {
+            body
+        } else {
+            seq(vec![lit("\""), body, lit("\"")])
+        });
     }
     if regexes.is_empty() && min == 0 && max.is_none() && not_in.is_empty() {
         return b.any_string();

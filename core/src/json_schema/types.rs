@@ -68,6 +68,12 @@ const UNENFORCED: &[&str] = &[
     "$recursiveRef",
 ];
 
+/// Whether JSON Schema defines `k` as a keyword that constrains instances (enforced
+/// here or not); any other key is an annotation or an unknown keyword.
+pub(crate) fn is_keyword(k: &str) -> bool {
+    ENFORCED.contains(&k) || UNENFORCED.contains(&k)
+}
+
 /// The seven JSON types as bits.
 pub(crate) const NULL: u8 = 1;
 pub(crate) const BOOLEAN: u8 = 2;
@@ -562,10 +568,27 @@ impl<'a> Builder<'a> {
                     }
                 }
                 let mut branches = branches.clone();
+                let mut by_complement = false;
                 if key == "oneOf" {
-                    match one_of::exclusive(self, &rest, &branches, ptr) {
-                        Exclusive::Exact(exact) => branches = exact,
-                        Exclusive::Narrowed(narrowed, required) if self.opts.strict => {
+                    let exclusive = match one_of::exclusive(self, &rest, &branches, ptr) {
+                        Exclusive::Exact(exact) => {
+                            branches = exact;
+                            None
+                        }
+                        other => Some(other),
+                    };
+                    // Overlapping branches: each one less the others, when their
+                    // complement is exact (`not`); else as before.
+                    let complemented = match exclusive {
+                        Some(_) => self.one_of_by_complement(&rest, &branches, ptr)?,
+                        None => None,
+                    };
+                    by_complement = complemented.is_some();
+                    match (complemented, exclusive) {
+                        (Some(c), _) => branches = c,
+                        (None, None) => {}
+                        (None, Some(Exclusive::Exact(_))) => {}
+                        (None, Some(Exclusive::Narrowed(narrowed, required))) if self.opts.strict => {
                             for (i, req) in required.iter().enumerate().filter(|(_, r)| !r.is_empty()) {
                                 self.warnings.push(SchemaWarning {
                                     keyword: "oneOf".into(),
@@ -578,7 +601,7 @@ impl<'a> Builder<'a> {
                             }
                             branches = narrowed;
                         }
-                        _ => self.unsupported(
+                        (None, Some(_)) => self.unsupported(
                             "oneOf",
                             "the branches may overlap",
                             "built as anyOf (a value matching two branches is accepted)",
@@ -595,10 +618,29 @@ impl<'a> Builder<'a> {
                         let parts = Value::Array(vec![Value::Object(rest.clone()), b.clone()]);
                         let mut mm = Map::new();
                         mm.insert("allOf".into(), parts);
-                        let merged = combine::merge_schema(self, &mm, &bptr)?;
-                        self.schema(&merged, &bptr, level)?
+                        combine::merge_schema(self, &mm, &bptr)
+                            .and_then(|merged| self.schema(&merged, &bptr, level))
                     } else {
-                        self.schema(b, &bptr, level)?
+                        self.schema(b, &bptr, level)
+                    };
+                    let e = match e {
+                        // A complement that turned out not to be exact where it landed:
+                        // the `oneOf` stays what it was, an unsupported keyword.
+                        Err(SchemaError {
+                            kind: SchemaErrorKind::Unsupported { keyword, detail },
+                            pointer,
+                        }) if by_complement => {
+                            return Err(self.err(
+                                SchemaErrorKind::Unsupported {
+                                    keyword: "oneOf".into(),
+                                    detail: format!(
+                                        "the branches may overlap, and excluding the others from each needs `{keyword}` at `{pointer}`: {detail}"
+                                    ),
+                                },
+                                ptr,
+                            ));
+                        }
+                        e => e?,
                     };
                     alts.push(e);
                 }
@@ -616,10 +658,16 @@ impl<'a> Builder<'a> {
             }
         }
         let mut types = declared_types(m, ptr)?;
-        // Values a `not` leaves out (see `combine::apply_not`).
+        // Values a `not` leaves out (see `combine::apply_not`), and groups of string
+        // keywords whose strings it leaves out.
         let mut not = Vec::new();
+        let mut not_strings = Vec::new();
         if let Some(n) = m.get("not") {
-            (types, not) = combine::apply_not(self, n, m, types, &format!("{ptr}/not"))?;
+            let nptr = format!("{ptr}/not");
+            match combine::apply_not(self, n, m, types, &nptr)? {
+                Some(ex) => (types, not, not_strings) = ex,
+                None => return self.not_rewritten(n, m, types, ptr, level),
+            }
         }
         let kept = |v: &&Value| !not.iter().any(|x| combine::same_value(v, x));
         if let Some(c) = m.get("const") {
@@ -649,7 +697,7 @@ impl<'a> Builder<'a> {
         }
         if types & STRING != 0 {
             let not_in: Vec<&str> = not.iter().filter_map(Value::as_str).collect();
-            alts.push(super::string::build(self, m, &not_in, ptr)?);
+            alts.push(super::string::build(self, m, &not_in, &not_strings, ptr)?);
         }
         if types & ARRAY != 0 {
             alts.push(super::array::build(self, m, ptr, level)?);
@@ -658,6 +706,89 @@ impl<'a> Builder<'a> {
             alts.push(super::object::build(self, m, ptr, level)?);
         }
         Ok(alt(alts))
+    }
+
+    /// `oneOf` branches that may overlap, each made exclusive by leaving out the others:
+    /// `Bᵢ ∧ ¬(⋁ⱼ≠ᵢ Bⱼ)`, when every complement is exact ([`super::not::negate`]); `None`
+    /// otherwise. (`rest`, the keywords beside the `oneOf`, narrows the types negated.)
+    fn one_of_by_complement(
+        &mut self,
+        rest: &Map<String, Value>,
+        branches: &[Value],
+        ptr: &str,
+    ) -> Result<Option<Vec<Value>>, SchemaError> {
+        let outer = declared_types(rest, ptr)?;
+        let mut out = Vec::with_capacity(branches.len());
+        for (i, bi) in branches.iter().enumerate() {
+            let bptr = format!("{ptr}/oneOf/{i}");
+            let types = match bi {
+                Value::Object(o) => outer & declared_types(o, &bptr)?,
+                _ => outer,
+            };
+            let others: Vec<Value> =
+                branches.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, x)| x.clone()).collect();
+            let others = serde_json::json!({ "anyOf": others });
+            let neg = match super::not::negate(self, &others, types, &bptr).and_then(|neg| match neg {
+                Some(neg) if super::not::nested_exact(self, &neg, &bptr)? => Ok(Some(neg)),
+                _ => Ok(None),
+            }) {
+                Ok(Some(neg)) => neg,
+                Ok(None) => return Ok(None),
+                Err(SchemaError { kind: SchemaErrorKind::Unsupported { .. }, .. }) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            // The branch with the keywords beside it, its object closure written out: a
+            // complement that declares members must not close it (strict mode).
+            let both = [("allOf".to_string(), Value::Array(vec![Value::Object(rest.clone()), bi.clone()]))];
+            let merged = match combine::merge_schema(self, &both.into_iter().collect(), &bptr) {
+                Ok(Value::Object(mm)) if types & OBJECT != 0 => {
+                    Value::Object(super::not::explicit_closure(self, &mm))
+                }
+                Ok(v) => v,
+                Err(SchemaError { kind: SchemaErrorKind::Unsupported { .. }, .. }) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            out.push(serde_json::json!({ "allOf": [merged, neg] }));
+        }
+        Ok(Some(out))
+    }
+
+    /// A `not` beyond types and values: the sibling keywords `m` and the complement of
+    /// `n` among `types` as positive keywords ([`super::not::negate`]), merged. An
+    /// unsupported keyword met while building the complement is reported as the `not`'s.
+    fn not_rewritten(
+        &mut self,
+        n: &Value,
+        m: &Map<String, Value>,
+        types: u8,
+        ptr: &str,
+        level: u32,
+    ) -> Result<Expr, SchemaError> {
+        let nptr = format!("{ptr}/not");
+        let unsupported = |b: &mut Self, detail: String| -> Result<Expr, SchemaError> {
+            b.unsupported("not", &detail, "ignored", &nptr)?;
+            let mut rest = m.clone();
+            rest.remove("not");
+            b.typed(&rest, ptr, level)
+        };
+        let Some(neg) = super::not::negate(self, n, types, &nptr)? else {
+            return unsupported(
+                self,
+                "its complement is not exact here (only types, values, string keywords, number \
+                 bounds, item counts, `items`, `contains`, `required`, `properties`, property \
+                 counts, `additionalProperties: false` and `not`/`anyOf` of these are negated)"
+                    .into(),
+            );
+        };
+        let mut rest = if types & OBJECT != 0 { super::not::explicit_closure(self, m) } else { m.clone() };
+        rest.remove("not");
+        let all = serde_json::json!({ "allOf": [Value::Object(rest), neg] });
+        match self.schema(&all, ptr, level) {
+            Err(SchemaError { kind: SchemaErrorKind::Unsupported { keyword, detail }, pointer }) => {
+                unsupported(self, format!("its complement needs `{keyword}` at `{pointer}`: {detail}"))
+            }
+            r => r,
+        }
     }
 
     fn unenforced(&mut self, k: &str, m: &Map<String, Value>, ptr: &str) -> Result<(), SchemaError> {
