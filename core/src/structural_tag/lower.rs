@@ -137,10 +137,11 @@ impl Lower<'_> {
                 super::xml::lower_xml(self, *style, schema, *any_order, *max_whitespace, ptr)?
             }
             Format::JsonSchema { schema, any_order, max_whitespace, style: None } => {
-                // A tag lowered twice (`at_least_one` writes the tags once more) embeds
-                // a copy of the converted grammar.
-                let g = match self.schemas.get(&node_key(node)) {
-                    Some(g) => g.clone()?,
+                // The first use takes the converted grammar (a copy, then dropping the
+                // original, cost a tenth of lowering a tool-calling tag); a tag lowered
+                // twice (`at_least_one` writes the tags once more) converts it again.
+                let g = match self.schemas.remove(&node_key(node)) {
+                    Some(g) => g?,
                     None => json_grammar(ptr, schema, *any_order, *max_whitespace)?,
                 };
                 self.embed(g, ptr)?
