@@ -757,24 +757,28 @@ impl Dfa {
                     if m == end[b] - start[b] {
                         continue;
                     }
-                    // The marked prefix becomes a new block.
+                    // The smaller of the marked prefix and the rest becomes a new block, so
+                    // that relabelling costs the smaller part (the partition found does not
+                    // depend on which part keeps the old number).
                     let nb = start.len() as u32;
-                    start.push(start[b]);
-                    end.push(start[b] + m);
-                    start[b] += m;
+                    let rest = end[b] - start[b] - m;
+                    if m <= rest {
+                        start.push(start[b]);
+                        end.push(start[b] + m);
+                        start[b] += m;
+                    } else {
+                        start.push(start[b] + m);
+                        end.push(end[b]);
+                        end[b] = start[b] + m;
+                    }
                     marked.push(0);
                     for &s in &elems[start[nb as usize] as usize..end[nb as usize] as usize] {
                         block_of[s as usize] = nb;
                     }
-                    let smaller = if m <= end[b] - start[b] { nb } else { b as u32 };
-                    if in_work[b] {
-                        in_work.push(true);
-                        work.push(nb);
-                    } else {
-                        in_work.push(false);
-                        in_work[smaller as usize] = true;
-                        work.push(smaller);
-                    }
+                    // Hopcroft: when `b` waits in the work list both parts must, else the
+                    // smaller one is enough — the new block either way.
+                    in_work.push(true);
+                    work.push(nb);
                 }
             }
         }

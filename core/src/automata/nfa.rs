@@ -65,6 +65,8 @@ struct Builder {
     /// fragment's states lie on a path from its entry to its exit (Thompson's
     /// construction), so every state reaches the end and DFA trimming can be skipped.
     dead_ends: bool,
+    /// The shared tail states of the class being built: `((lo, hi, target), state)`.
+    tails: Vec<((u8, u8, u32), u32)>,
 }
 
 impl Nfa {
@@ -413,16 +415,30 @@ impl Builder {
             Expr::Class(ranges) => {
                 let end = self.state(max)?;
                 let edges = self.bytes.len();
+                // Each byte sequence is built from its end, sharing the states of equal
+                // tails: the continuation bytes of `[\u0800-\uffff]`'s sequences lead
+                // through the same states whatever their lead byte. Separate chains were
+                // equivalent states the subset construction kept apart and minimization
+                // then merged (a third of a tool-calling tag's root DFA before minimizing).
+                self.tails.clear();
                 for &(lo, hi) in ranges {
                     let (Some(lo), Some(hi)) = (char::from_u32(lo), char::from_u32(hi)) else { continue };
                     for seq in Utf8Sequences::new(lo, hi) {
                         let seq = seq.as_slice();
-                        let mut cur = from;
-                        for (i, r) in seq.iter().enumerate() {
-                            let next = if i + 1 == seq.len() { end } else { self.state(max)? };
-                            self.bytes.push((cur, (r.start, r.end, next)));
-                            cur = next;
+                        let mut next = end;
+                        for r in seq[1..].iter().rev() {
+                            let edge = (r.start, r.end, next);
+                            next = match self.tails.iter().find(|t| t.0 == edge) {
+                                Some(&(_, s)) => s,
+                                None => {
+                                    let s = self.state(max)?;
+                                    self.bytes.push((s, edge));
+                                    self.tails.push((edge, s));
+                                    s
+                                }
+                            };
                         }
+                        self.bytes.push((from, (seq[0].start, seq[0].end, next)));
                     }
                 }
                 self.dead_ends |= self.bytes.len() == edges;
