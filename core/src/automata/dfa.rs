@@ -107,6 +107,54 @@ pub(crate) struct Scratch {
     sets: SliceInterner,
     /// NFA states passed by the last [`Dfa::straight_walk`].
     walked: Vec<u32>,
+    work: Work,
+}
+
+/// Buffers of trimming and minimization, reused across rules: most of a grammar's rules
+/// are small, and allocating a dozen vectors for each (and Hopcroft's bucket per letter)
+/// cost more than the passes themselves (a 85-state rule took 28 µs to minimize).
+#[derive(Default)]
+pub(crate) struct Work {
+    offsets: Vec<u32>,
+    fill: Vec<u32>,
+    rev: Vec<u32>,
+    inv: Vec<(u32, u32)>,
+    flags: Vec<bool>,
+    stack: Vec<u32>,
+    map: Vec<u32>,
+    order: Vec<u32>,
+    class: Vec<u32>,
+    sig: Vec<u32>,
+    rule_letters: Vec<u32>,
+    blocks: Blocks,
+    /// Renumbered lists are written here, then swapped with the DFA's.
+    lists: Lists,
+}
+
+/// Hopcroft's partition: `elems` grouped by block (`start[b]..end[b]`), `pos` its inverse.
+#[derive(Default)]
+struct Blocks {
+    elems: Vec<u32>,
+    pos: Vec<u32>,
+    start: Vec<u32>,
+    end: Vec<u32>,
+    block_of: Vec<u32>,
+    marked: Vec<u32>,
+    work: Vec<u32>,
+    in_work: Vec<bool>,
+    /// Per letter, the sources found by the current splitter; empty between splitters.
+    buckets: Vec<Vec<u32>>,
+    touched_letters: Vec<usize>,
+    touched: Vec<u32>,
+    splitter: Vec<u32>,
+}
+
+/// A DFA's three lists, as [`Dfa::renumber`] writes them.
+#[derive(Default)]
+struct Lists {
+    edges: Vec<(u32, u32)>,
+    ends: Vec<u32>,
+    finals: Vec<bool>,
 }
 
 impl Scratch {
@@ -132,6 +180,7 @@ impl Scratch {
             seen: Vec::new(),
             sets: SliceInterner::default(),
             walked: Vec::new(),
+            work: Work::default(),
         }
     }
 }
@@ -166,7 +215,7 @@ impl Dfa {
             Walk::Whole => return Ok(chain),
             Walk::At(p) if chain.len() >= 2 && nfa.entered_only_along(&sc.walked, &mut sc.seen) => {
                 let mut rest = Self::determinize_from(nfa, p, sc, max_states)?;
-                rest.trim();
+                rest.trim_unless_live(nfa, sc);
                 rest.minimize_in(sc);
                 if let Some(d) = chain.followed_by(rest) {
                     return Ok(d);
@@ -175,9 +224,19 @@ impl Dfa {
             _ => {}
         }
         let mut d = Self::determinize_with(nfa, sc, max_states)?;
-        d.trim();
+        d.trim_unless_live(nfa, sc);
         d.minimize_in(sc);
         Ok(d)
+    }
+
+    /// Trims a DFA just determinized from `nfa`, unless every state of `nfa` can reach
+    /// its end ([`Nfa::all_live`]): then every DFA state (a non-empty set of such states)
+    /// can reach a final one, and since the subset construction numbers states in the
+    /// breadth-first order trimming renumbers them in, trimming would change nothing.
+    fn trim_unless_live(&mut self, nfa: &Nfa, sc: &mut Scratch) {
+        if !nfa.all_live() {
+            self.trim_in(&mut sc.work);
+        }
     }
 
     /// Subset construction with buffers reused across rules (a schema has hundreds of
@@ -394,29 +453,40 @@ impl Dfa {
 
     /// Removes states that cannot reach a final state (edges to them are dropped). The
     /// start state is kept even if dead, so the rule still has a start.
+    #[cfg(test)]
     pub fn trim(&mut self) {
+        self.trim_in(&mut Work::default())
+    }
+
+    /// [`Self::trim`] with reused buffers.
+    fn trim_in(&mut self, w: &mut Work) {
         let n = self.len();
+        let Work { offsets, fill, rev, flags: live, stack, map, order, lists, .. } = w;
         // Reverse edges as one flat list grouped by target (CSR), not a Vec per state.
-        let mut offsets = vec![0u32; n + 1];
+        offsets.clear();
+        offsets.resize(n + 1, 0);
         for &(_, t) in &self.edges {
             offsets[t as usize + 1] += 1;
         }
         for i in 0..n {
             offsets[i + 1] += offsets[i];
         }
-        let mut fill = offsets.clone();
-        let mut rev = vec![0u32; offsets[n] as usize];
+        fill.clear();
+        fill.extend_from_slice(offsets);
+        rev.clear();
+        rev.resize(offsets[n] as usize, 0);
         for s in 0..n {
             for &(_, t) in self.edges(s) {
                 rev[fill[t as usize] as usize] = s as u32;
                 fill[t as usize] += 1;
             }
         }
-        let preds = |t: u32| &rev[offsets[t as usize] as usize..offsets[t as usize + 1] as usize];
-        let mut live = self.finals.clone();
-        let mut stack: Vec<u32> = (0..n as u32).filter(|&s| live[s as usize]).collect();
+        live.clear();
+        live.extend_from_slice(&self.finals);
+        stack.clear();
+        stack.extend((0..n as u32).filter(|&s| live[s as usize]));
         while let Some(s) = stack.pop() {
-            for &p in preds(s) {
+            for &p in &rev[offsets[s as usize] as usize..offsets[s as usize + 1] as usize] {
                 if !live[p as usize] {
                     live[p as usize] = true;
                     stack.push(p);
@@ -424,8 +494,10 @@ impl Dfa {
             }
         }
         // Reachable from the start through live states only, numbered in BFS order.
-        let mut map = vec![DEAD; n];
-        let mut order = vec![0u32];
+        map.clear();
+        map.resize(n, DEAD);
+        order.clear();
+        order.push(0);
         map[0] = 0;
         let mut i = 0;
         while i < order.len() {
@@ -438,15 +510,21 @@ impl Dfa {
                 }
             }
         }
-        self.renumber(&order, &map);
+        self.renumber_into(order, map, lists);
     }
 
     /// Keeps states `order` (new id = position), remapping targets through `map`; edges
     /// into states `map` drops (`DEAD`) are dropped.
     pub(super) fn renumber(&mut self, order: &[u32], map: &[u32]) {
-        let mut edges = Vec::with_capacity(self.edges.len());
-        let mut ends = Vec::with_capacity(order.len() + 1);
-        let mut finals = Vec::with_capacity(order.len());
+        self.renumber_into(order, map, &mut Lists::default())
+    }
+
+    /// [`Self::renumber`], writing into `out`'s lists and leaving the old ones there.
+    fn renumber_into(&mut self, order: &[u32], map: &[u32], out: &mut Lists) {
+        let Lists { edges, ends, finals } = out;
+        edges.clear();
+        ends.clear();
+        finals.clear();
         ends.push(0);
         for &s in order {
             let s = s as usize;
@@ -455,26 +533,26 @@ impl Dfa {
             ends.push(edges.len() as u32);
             finals.push(self.finals[s]);
         }
-        self.edges = edges;
-        self.ends = ends;
-        self.finals = finals;
+        std::mem::swap(&mut self.edges, edges);
+        std::mem::swap(&mut self.ends, ends);
+        std::mem::swap(&mut self.finals, finals);
     }
 
     /// Merges states with identical futures: [`Self::minimize_acyclic`] when the DFA has no
     /// cycle (most rules of a JSON schema: objects, enumerations), Hopcroft otherwise.
     #[cfg(test)]
     pub fn minimize(&mut self) {
-        self.minimize_with(&mut SliceInterner::default())
+        self.minimize_with(&mut SliceInterner::default(), &mut Work::default())
     }
 
-    /// [`Self::minimize`] with the signature interner of a [`Scratch`] (reused across rules).
+    /// [`Self::minimize`] with the buffers of a [`Scratch`] (reused across rules).
     pub fn minimize_in(&mut self, sc: &mut Scratch) {
-        self.minimize_with(&mut sc.sets)
+        self.minimize_with(&mut sc.sets, &mut sc.work)
     }
 
-    fn minimize_with(&mut self, sigs: &mut SliceInterner) {
-        if !self.minimize_acyclic(sigs) {
-            self.minimize_hopcroft();
+    fn minimize_with(&mut self, sigs: &mut SliceInterner, w: &mut Work) {
+        if !self.minimize_acyclic(sigs, w) {
+            self.minimize_hopcroft(w);
         }
     }
 
@@ -483,14 +561,17 @@ impl Dfa {
     /// their classes — names its class, since in a trimmed acyclic DFA two states are
     /// equivalent exactly when their signatures are. Linear in the edges, with one hash
     /// lookup per state. Returns false (changing nothing) when the DFA has a cycle.
-    fn minimize_acyclic(&mut self, sigs: &mut SliceInterner) -> bool {
+    fn minimize_acyclic(&mut self, sigs: &mut SliceInterner, w: &mut Work) -> bool {
         let n = self.len();
         // Kahn's algorithm: a topological order exists exactly when there is no cycle.
-        let mut indeg = vec![0u32; n];
+        let Work { offsets: indeg, order: topo, class, sig, .. } = w;
+        indeg.clear();
+        indeg.resize(n, 0);
         for &(_, t) in &self.edges {
             indeg[t as usize] += 1;
         }
-        let mut topo: Vec<u32> = (0..n as u32).filter(|&s| indeg[s as usize] == 0).collect();
+        topo.clear();
+        topo.extend((0..n as u32).filter(|&s| indeg[s as usize] == 0));
         let mut i = 0;
         while i < topo.len() {
             let s = topo[i] as usize;
@@ -507,25 +588,30 @@ impl Dfa {
         }
         // A signature is `[final, letter, class, letter, class, …]`.
         sigs.clear();
-        let mut class = vec![0u32; n];
-        let mut sig: Vec<u32> = Vec::new();
+        class.clear();
+        class.resize(n, 0);
         for &s in topo.iter().rev() {
             sig.clear();
             sig.push(self.finals[s as usize] as u32);
             for &(l, t) in self.edges(s as usize) {
                 sig.extend([l, class[t as usize]]);
             }
-            class[s as usize] = sigs.intern(&sig).0;
+            class[s as usize] = sigs.intern(sig).0;
         }
-        self.merge_classes(&class, sigs.len());
+        let class = std::mem::take(&mut w.class);
+        self.merge_classes(&class, sigs.len(), w);
+        w.class = class;
         true
     }
 
     /// Keeps one state per class (the first, so the start stays state 0).
-    fn merge_classes(&mut self, class: &[u32], n_classes: usize) {
-        let mut id_of_class = vec![DEAD; n_classes];
-        let mut map = vec![DEAD; class.len()];
-        let mut order = Vec::new();
+    fn merge_classes(&mut self, class: &[u32], n_classes: usize, w: &mut Work) {
+        let Work { fill: id_of_class, map, order, lists, .. } = w;
+        id_of_class.clear();
+        id_of_class.resize(n_classes, DEAD);
+        map.clear();
+        map.resize(class.len(), DEAD);
+        order.clear();
         for (s, &c) in class.iter().enumerate() {
             if id_of_class[c as usize] == DEAD {
                 id_of_class[c as usize] = order.len() as u32;
@@ -533,7 +619,7 @@ impl Dfa {
             }
             map[s] = id_of_class[c as usize];
         }
-        self.renumber(&order, &map);
+        self.renumber_into(order, map, lists);
     }
 
     /// Hopcroft minimization: merges states with identical futures.
@@ -543,14 +629,15 @@ impl Dfa {
     /// Hopcroft's "process only the smaller half" step is only sound on complete DFAs.
     /// `O(m log n)` for `m` edges: long chains (`maxLength: 254`, `{1,255}`) that make
     /// round-based Moore refinement quadratic stay linear-logarithmic here.
-    fn minimize_hopcroft(&mut self) {
+    fn minimize_hopcroft(&mut self, w: &mut Work) {
         let n = self.len();
         let nc = self.n_classes;
         let sink = n;
         let total = n + 1;
+        let Work { offsets, fill, inv, flags: finals, rule_letters, blocks, .. } = w;
         // Rule letters renumbered densely after the byte classes.
-        let mut rule_letters: Vec<u32> =
-            self.edges.iter().filter(|e| e.0 as usize >= nc).map(|e| e.0).collect();
+        rule_letters.clear();
+        rule_letters.extend(self.edges.iter().filter(|e| e.0 as usize >= nc).map(|e| e.0));
         rule_letters.sort_unstable();
         rule_letters.dedup();
         let nl = nc + rule_letters.len();
@@ -562,7 +649,8 @@ impl Dfa {
             }
         };
         // Inverse edges grouped by target (CSR): `(letter, source)`.
-        let mut offsets = vec![0u32; total + 1];
+        offsets.clear();
+        offsets.resize(total + 1, 0);
         // Only real edges: the missing ones lead into the sink, and edges into the sink are
         // never needed: the sink is a block of its own that is never a splitter (Hopcroft
         // may leave any one initial block out of the work list), which keeps the cost
@@ -573,8 +661,10 @@ impl Dfa {
         for i in 0..total {
             offsets[i + 1] += offsets[i];
         }
-        let mut fill = offsets.clone();
-        let mut inv = vec![(0u32, 0u32); offsets[total] as usize];
+        fill.clear();
+        fill.extend_from_slice(offsets);
+        inv.clear();
+        inv.resize(offsets[total] as usize, (0, 0));
         for st in 0..n {
             for &(l, t) in self.edges(st) {
                 inv[fill[t as usize] as usize] = (letter(l), st as u32);
@@ -582,18 +672,36 @@ impl Dfa {
             }
         }
         // Partition refinement: `elems` grouped by block, `pos` its inverse.
-        let finals: Vec<bool> = (0..total).map(|s| s < n && self.finals[s]).collect();
-        let mut elems: Vec<u32> = (0..n as u32).filter(|&s| finals[s as usize]).collect();
+        finals.clear();
+        finals.extend((0..total).map(|s| s < n && self.finals[s]));
+        let Blocks {
+            elems,
+            pos,
+            start,
+            end,
+            block_of,
+            marked,
+            work,
+            in_work,
+            buckets,
+            touched_letters,
+            touched,
+            splitter,
+        } = blocks;
+        elems.clear();
+        elems.extend((0..n as u32).filter(|&s| finals[s as usize]));
         let n_final = elems.len();
         elems.extend((0..n as u32).filter(|&s| !finals[s as usize]));
         elems.push(sink as u32);
-        let mut pos = vec![0u32; total];
+        pos.clear();
+        pos.resize(total, 0);
         for (i, &s) in elems.iter().enumerate() {
             pos[s as usize] = i as u32;
         }
-        let mut start: Vec<u32> = Vec::new();
-        let mut end: Vec<u32> = Vec::new();
-        let mut block_of = vec![0u32; total];
+        start.clear();
+        end.clear();
+        block_of.clear();
+        block_of.resize(total, 0);
         for (a, b) in [(0, n_final), (n_final, n), (n, total)] {
             if a < b {
                 for &s in &elems[a..b] {
@@ -603,19 +711,22 @@ impl Dfa {
                 end.push(b as u32);
             }
         }
-        let mut marked: Vec<u32> = vec![0; start.len()];
+        marked.clear();
+        marked.resize(start.len(), 0);
         // Every initial block but the sink's (the last) is a splitter.
-        let mut work: Vec<u32> = (0..start.len() as u32 - 1).collect();
-        let mut in_work: Vec<bool> = (0..start.len()).map(|b| b + 1 < start.len()).collect();
-        let mut buckets: Vec<Vec<u32>> = vec![Vec::new(); nl];
-        let mut touched_letters: Vec<usize> = Vec::new();
-        let mut touched: Vec<u32> = Vec::new();
-        let mut splitter: Vec<u32> = Vec::new();
+        work.clear();
+        work.extend(0..start.len() as u32 - 1);
+        in_work.clear();
+        in_work.extend((0..start.len()).map(|b| b + 1 < start.len()));
+        // (Each bucket is emptied after use, so only the count needs to grow.)
+        if buckets.len() < nl {
+            buckets.resize(nl, Vec::new());
+        }
         while let Some(a) = work.pop() {
             in_work[a as usize] = false;
             splitter.clear();
             splitter.extend_from_slice(&elems[start[a as usize] as usize..end[a as usize] as usize]);
-            for &t in &splitter {
+            for &t in splitter.iter() {
                 for &(l, src) in &inv[offsets[t as usize] as usize..offsets[t as usize + 1] as usize] {
                     if buckets[l as usize].is_empty() {
                         touched_letters.push(l as usize);
@@ -646,35 +757,44 @@ impl Dfa {
                     if m == end[b] - start[b] {
                         continue;
                     }
-                    // The marked prefix becomes a new block.
+                    // The smaller of the marked prefix and the rest becomes a new block, so
+                    // that relabelling costs the smaller part (the partition found does not
+                    // depend on which part keeps the old number).
                     let nb = start.len() as u32;
-                    start.push(start[b]);
-                    end.push(start[b] + m);
-                    start[b] += m;
+                    let rest = end[b] - start[b] - m;
+                    if m <= rest {
+                        start.push(start[b]);
+                        end.push(start[b] + m);
+                        start[b] += m;
+                    } else {
+                        start.push(start[b] + m);
+                        end.push(end[b]);
+                        end[b] = start[b] + m;
+                    }
                     marked.push(0);
                     for &s in &elems[start[nb as usize] as usize..end[nb as usize] as usize] {
                         block_of[s as usize] = nb;
                     }
-                    let smaller = if m <= end[b] - start[b] { nb } else { b as u32 };
-                    if in_work[b] {
-                        in_work.push(true);
-                        work.push(nb);
-                    } else {
-                        in_work.push(false);
-                        in_work[smaller as usize] = true;
-                        work.push(smaller);
-                    }
+                    // Hopcroft: when `b` waits in the work list both parts must, else the
+                    // smaller one is enough — the new block either way.
+                    in_work.push(true);
+                    work.push(nb);
                 }
             }
         }
-        self.merge_classes(&block_of[..n], start.len());
+        let n_blocks = start.len();
+        let mut class = std::mem::take(&mut w.class);
+        class.clear();
+        class.extend_from_slice(&w.blocks.block_of[..n]);
+        self.merge_classes(&class, n_blocks, w);
+        w.class = class;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::grammar::Grammar;
+    use crate::grammar::{Expr, Grammar};
 
     /// The determinized and trimmed DFA of a one-rule grammar, with its byte → class map.
     fn dfa(ebnf: &str) -> (Dfa, [u8; 256]) {
@@ -742,8 +862,11 @@ mod tests {
             let ebnf = format!("root ::= ({alts}) (\"b\" | \"cb\")?");
             let (mut a, class) = dfa(&ebnf);
             let mut h = a.clone();
-            assert!(a.minimize_acyclic(&mut SliceInterner::default()), "case {case}: {ebnf} is acyclic");
-            h.minimize_hopcroft();
+            assert!(
+                a.minimize_acyclic(&mut SliceInterner::default(), &mut Work::default()),
+                "case {case}: {ebnf} is acyclic"
+            );
+            h.minimize_hopcroft(&mut Work::default());
             assert_eq!(a.len(), h.len(), "case {case}: {ebnf}");
             for s in &all {
                 assert_eq!(accepts(&a, &class, s), accepts(&h, &class, s), "case {case}: {ebnf} on {s:?}");
@@ -758,9 +881,40 @@ mod tests {
     }
 
     #[test]
+    fn trimming_changes_nothing_when_every_nfa_state_is_live() {
+        // Rules of every shape: loops, alternations with common prefixes, counted
+        // repetitions, rule references, multi-byte classes.
+        let (_, nfas, rep) = rules(
+            "root ::= (\"key\" | \"kind\" | \"keys\")+ a b [^\"\\\\]* \"\\\"\"\n\
+             a ::= [a-z]{2,6} \"!\" b* ([\\u00e0-\\u00ff] | \"\\\\u\" [0-9a-f]{4})?\n\
+             b ::= \"x\" | \"yz\" a? | \"\"",
+        );
+        for (i, nfa) in nfas.iter().enumerate() {
+            assert!(nfa.all_live(), "rule {i}");
+            let d = Dfa::determinize(nfa, &rep, 1 << 20).unwrap();
+            let mut trimmed = d.clone();
+            trimmed.trim();
+            assert_eq!(
+                (&trimmed.edges, &trimmed.ends, &trimmed.finals),
+                (&d.edges, &d.ends, &d.finals),
+                "rule {i}"
+            );
+        }
+        // An empty set or an intersection may leave dead states: those NFAs say so.
+        let (_, nfas, _) = rules("root ::= \"a\" (\"b\" | x) | \"c\"\nx ::= [^\\u0000-\\U0010ffff]");
+        assert!(!nfas[1].all_live());
+        let g = Grammar::from_ebnf("root ::= \"a\" [a-c]+").unwrap();
+        let mut g2 = g.clone();
+        g2.rules[0].body = Expr::Alt(vec![]);
+        assert!(!Nfa::build(&g2.rules[0].body, 1 << 20).unwrap().all_live());
+        g2.rules[0].body = Expr::And(vec![g.rules[0].body.clone(), g.rules[0].body.clone()]);
+        assert!(!Nfa::build(&g2.rules[0].body, 1 << 20).unwrap().all_live());
+    }
+
+    #[test]
     fn cycles_go_to_hopcroft() {
         let (mut d, class) = dfa("root ::= (\"ab\" | \"a\" \"b\")* \"c\"");
-        assert!(!d.clone().minimize_acyclic(&mut SliceInterner::default()));
+        assert!(!d.clone().minimize_acyclic(&mut SliceInterner::default(), &mut Work::default()));
         d.minimize();
         assert_eq!(d.len(), 3);
         assert!(accepts(&d, &class, b"ababc") && !accepts(&d, &class, b"abac"));

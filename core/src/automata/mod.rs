@@ -31,6 +31,7 @@ use crate::error::Error;
 use crate::grammar::{Expr, Grammar, RuleId};
 use dfa::Dfa;
 use nfa::Nfa;
+use rayon::prelude::*;
 
 /// "No transition".
 pub(crate) const DEAD: u32 = u32::MAX;
@@ -148,17 +149,27 @@ impl Automata {
         // A placeholder rule id (one past the last) stands for a counted repetition taken
         // out of its rule to be spliced back in as copies (`chain`).
         let placeholder = RuleId(g.rules.len() as u32);
-        let plans = g
-            .rules
-            .iter()
-            .map(|r| match chain::split(&r.body, placeholder) {
-                Some(sp) => Ok(Plan {
-                    nfa: Nfa::build(&sp.outer, limits.max_nfa_states)?,
-                    chain: Some((Nfa::build(sp.link, limits.max_nfa_states)?, sp.min, sp.max)),
-                }),
-                None => Ok(Plan { nfa: Nfa::build(&r.body, limits.max_nfa_states)?, chain: None }),
-            })
-            .collect::<Result<Vec<_>, Error>>()?;
+        // Rules are independent until they are assembled: their NFAs, then (once the
+        // byte classes over all of them are known) their DFAs are built in parallel when
+        // there is enough work to share (a tool-calling tag: a large root beside dozens
+        // of argument rules). Results come back in rule order and each rule's automaton
+        // does not depend on which thread or scratch built it, so the automata are the
+        // same state for state (`digest`) however many threads ran.
+        let parallel = g.rules.len() >= PARALLEL_MIN_RULES && rayon::current_num_threads() > 1;
+        let plan = |r: &crate::grammar::Rule| match chain::split(&r.body, placeholder) {
+            Some(sp) => Ok(Plan {
+                nfa: Nfa::build(&sp.outer, limits.max_nfa_states)?,
+                chain: Some((Nfa::build(sp.link, limits.max_nfa_states)?, sp.min, sp.max)),
+            }),
+            None => Ok(Plan { nfa: Nfa::build(&r.body, limits.max_nfa_states)?, chain: None }),
+        };
+        let plans: Vec<Result<Plan, Error>> = if parallel {
+            g.rules.par_iter().map(plan).collect()
+        } else {
+            g.rules.iter().map(plan).collect()
+        };
+        // The first failing rule's error, as a sequential build reports it.
+        let plans = plans.into_iter().collect::<Result<Vec<_>, Error>>()?;
         let (byte_class, n_classes) = byte_classes(
             plans.iter().flat_map(|p| std::iter::once(&p.nfa).chain(p.chain.as_ref().map(|c| &c.0))),
         );
@@ -167,35 +178,23 @@ impl Automata {
             class_bytes[byte_class[b as usize] as usize].push(b);
         }
         let class_rep: Vec<u8> = class_bytes.iter().map(|v| v[0]).collect();
-        let mut scratch = dfa::Scratch::new(&class_rep);
-        let mut minimal = |nfa: &Nfa| Dfa::minimal(nfa, &mut scratch, limits.max_dfa_states);
+        let nfa_states: usize = plans.iter().map(|p| p.nfa.len()).sum();
+        let build = |sc: &mut dfa::Scratch, (plan, rule): (&Plan, &crate::grammar::Rule)| {
+            rule_dfa(plan, rule, placeholder, n_classes, sc, limits)
+        };
+        let built: Vec<Result<(Dfa, Option<chain::Layout>), Error>> =
+            if parallel && nfa_states >= PARALLEL_MIN_NFA_STATES {
+                plans.par_iter().zip(&g.rules).map_init(|| dfa::Scratch::new(&class_rep), build).collect()
+            } else {
+                let mut scratch = dfa::Scratch::new(&class_rep);
+                plans.iter().zip(&g.rules).map(|x| build(&mut scratch, x)).collect()
+            };
         let mut dfas = Vec::with_capacity(plans.len());
         let mut layouts: Vec<(usize, chain::Layout)> = Vec::new();
         let mut total = 0;
-        for (plan, rule) in plans.iter().zip(&g.rules) {
-            let spliced = match &plan.chain {
-                Some((link, min, max)) => {
-                    let letter = n_classes as u32 + placeholder.0;
-                    chain::splice(
-                        &minimal(&plan.nfa)?,
-                        letter,
-                        &minimal(link)?,
-                        (*min, *max),
-                        limits.max_dfa_states,
-                    )
-                    .transpose()?
-                }
-                None => None,
-            };
-            let d = match (spliced, &plan.chain) {
-                (Some((d, layout)), _) => {
-                    layouts.extend(layout.map(|l| (dfas.len(), l)));
-                    d
-                }
-                (None, None) => minimal(&plan.nfa)?,
-                // The shapes did not allow splicing: the whole body, as usual.
-                (None, Some(_)) => minimal(&Nfa::build(&rule.body, limits.max_nfa_states)?)?,
-            };
+        // In rule order, so that the error is the one a sequential build stops at.
+        for d in built {
+            let (d, layout) = d?;
             total += d.len();
             if total > limits.max_dfa_states {
                 return Err(Error::Limit {
@@ -204,6 +203,7 @@ impl Automata {
                     limit: limits.max_dfa_states,
                 });
             }
+            layouts.extend(layout.map(|l| (dfas.len(), l)));
             dfas.push(d);
         }
         // An intersection can be empty, which the IR's productivity analysis (operand by
@@ -579,6 +579,41 @@ fn show_bytes(bytes: &[u8]) -> String {
 struct Plan {
     nfa: Nfa,
     chain: Option<(Nfa, u32, u32)>,
+}
+
+/// Fewest rules for which the automata builder shares rules out between threads: below
+/// it a grammar's whole build costs about what waking the pool's threads does.
+const PARALLEL_MIN_RULES: usize = 8;
+
+/// Fewest NFA states (all rules) for which DFAs are built in parallel (~1.5 µs of
+/// subset construction each: at 2,000 states a build is worth splitting).
+const PARALLEL_MIN_NFA_STATES: usize = 2_000;
+
+/// The minimal DFA of one rule, with the layout of its spliced counted repetition (if
+/// the repetition could be spliced).
+fn rule_dfa(
+    plan: &Plan,
+    rule: &crate::grammar::Rule,
+    placeholder: RuleId,
+    n_classes: usize,
+    sc: &mut dfa::Scratch,
+    limits: &AutomataLimits,
+) -> Result<(Dfa, Option<chain::Layout>), Error> {
+    let mut minimal = |nfa: &Nfa| Dfa::minimal(nfa, sc, limits.max_dfa_states);
+    let spliced = match &plan.chain {
+        Some((link, min, max)) => {
+            let letter = n_classes as u32 + placeholder.0;
+            chain::splice(&minimal(&plan.nfa)?, letter, &minimal(link)?, (*min, *max), limits.max_dfa_states)
+                .transpose()?
+        }
+        None => None,
+    };
+    Ok(match (spliced, &plan.chain) {
+        (Some(built), _) => built,
+        (None, None) => (minimal(&plan.nfa)?, None),
+        // The shapes did not allow splicing: the whole body, as usual.
+        (None, Some(_)) => (minimal(&Nfa::build(&rule.body, limits.max_nfa_states)?)?, None),
+    })
 }
 
 /// Byte equivalence classes: two bytes share a class when every edge of every rule treats

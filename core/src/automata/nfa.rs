@@ -49,6 +49,8 @@ pub(crate) struct Nfa {
     /// States with a byte or rule edge, and `end`: the only states a DFA state's future
     /// depends on.
     important: Vec<bool>,
+    /// Every state can reach `end` (see [`Builder::dead_ends`]).
+    all_live: bool,
 }
 
 /// Edge lists while building.
@@ -58,6 +60,13 @@ struct Builder {
     eps: Vec<(u32, u32)>,
     bytes: Vec<(u32, (u8, u8, u32))>,
     rules: Vec<(u32, (u32, u32))>,
+    /// Something built may leave states that cannot reach the end: an empty set (an empty
+    /// alternation, a class with no valid character) or a product. Otherwise every
+    /// fragment's states lie on a path from its entry to its exit (Thompson's
+    /// construction), so every state reaches the end and DFA trimming can be skipped.
+    dead_ends: bool,
+    /// The shared tail states of the class being built: `((lo, hi, target), state)`.
+    tails: Vec<((u8, u8, u32), u32)>,
 }
 
 impl Nfa {
@@ -71,6 +80,11 @@ impl Nfa {
 
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Whether every state can reach the end: no empty set or intersection was built.
+    pub fn all_live(&self) -> bool {
+        self.all_live
     }
 
     /// Whether some path of epsilon and byte edges leads from the start to the end: the
@@ -325,6 +339,8 @@ fn intersect(a: &Nfa, b: &Nfa, max: usize) -> Result<Nfa, Error> {
             }
         }
     }
+    // Pairs are expanded when they read a byte in common, not when they can finish.
+    out.dead_ends = true;
     Ok(out.finish(end))
 }
 
@@ -346,6 +362,7 @@ impl Builder {
             end,
             len: self.len,
             important,
+            all_live: !self.dead_ends,
         }
     }
 
@@ -360,6 +377,7 @@ impl Builder {
             });
         }
         self.len += nfa.len;
+        self.dead_ends |= !nfa.all_live;
         self.eps.push((from, base));
         for s in 0..nfa.len as u32 {
             self.eps.extend(nfa.eps.of(s).iter().map(|&t| (base + s, base + t)));
@@ -396,18 +414,34 @@ impl Builder {
             }
             Expr::Class(ranges) => {
                 let end = self.state(max)?;
+                let edges = self.bytes.len();
+                // Each byte sequence is built from its end, sharing the states of equal
+                // tails: the continuation bytes of `[\u0800-\uffff]`'s sequences lead
+                // through the same states whatever their lead byte. Separate chains were
+                // equivalent states the subset construction kept apart and minimization
+                // then merged (a third of a tool-calling tag's root DFA before minimizing).
+                self.tails.clear();
                 for &(lo, hi) in ranges {
                     let (Some(lo), Some(hi)) = (char::from_u32(lo), char::from_u32(hi)) else { continue };
                     for seq in Utf8Sequences::new(lo, hi) {
                         let seq = seq.as_slice();
-                        let mut cur = from;
-                        for (i, r) in seq.iter().enumerate() {
-                            let next = if i + 1 == seq.len() { end } else { self.state(max)? };
-                            self.bytes.push((cur, (r.start, r.end, next)));
-                            cur = next;
+                        let mut next = end;
+                        for r in seq[1..].iter().rev() {
+                            let edge = (r.start, r.end, next);
+                            next = match self.tails.iter().find(|t| t.0 == edge) {
+                                Some(&(_, s)) => s,
+                                None => {
+                                    let s = self.state(max)?;
+                                    self.bytes.push((s, edge));
+                                    self.tails.push((edge, s));
+                                    s
+                                }
+                            };
                         }
+                        self.bytes.push((from, (seq[0].start, seq[0].end, next)));
                     }
                 }
+                self.dead_ends |= self.bytes.len() == edges;
                 end
             }
             Expr::Rule(r) => {
@@ -423,6 +457,7 @@ impl Builder {
                 cur
             }
             Expr::Alt(v) => {
+                self.dead_ends |= v.is_empty();
                 let end = self.state(max)?;
                 for x in v {
                     let s = self.state(max)?;
@@ -433,6 +468,7 @@ impl Builder {
                 end
             }
             Expr::And(v) => {
+                self.dead_ends = true;
                 let mut parts = operands(v, max.saturating_sub(self.len))?.into_iter();
                 let first = parts.next().unwrap_or_default();
                 let product = parts.try_fold(first, |acc, p| intersect(&acc, &p, max))?;

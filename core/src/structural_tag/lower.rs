@@ -21,6 +21,8 @@ use super::text::{alt2, free_text, nothing, seq2, FreeText};
 use crate::grammar::{parse_ebnf, Expr, Grammar, ParseLimits, Rule, RuleId};
 use crate::json_schema::{json_schema_to_grammar, JsonSchemaOptions, PropertyOrder, Whitespace};
 use crate::regex::{regex_to_expr, RegexLimits};
+use rayon::prelude::*;
+use rustc_hash::FxHashMap;
 
 type R<T> = Result<T, Error>;
 
@@ -31,14 +33,79 @@ pub(crate) struct Lower<'a> {
     pub(super) rules: Vec<Rule>,
     parse_limits: &'a ParseLimits,
     embedded: usize,
+    /// The grammars of the tree's JSON-style `json_schema` formats, by node address
+    /// ([`node_key`]), converted before lowering starts ([`convert_schemas`]).
+    schemas: FxHashMap<usize, R<Grammar>>,
 }
 
 /// Lowers a parsed structural tag to a grammar whose root rule is `root`.
 pub(crate) fn lower(node: &Node, parse_limits: &ParseLimits) -> R<Grammar> {
-    let mut l = Lower { rules: vec![Rule::new("root", Expr::Empty)], parse_limits, embedded: 0 };
+    let schemas = convert_schemas(node);
+    let mut l = Lower { rules: vec![Rule::new("root", Expr::Empty)], parse_limits, embedded: 0, schemas };
     let body = l.format(node, None)?;
     l.rules[0].body = body;
     Ok(Grammar { rules: l.rules, root: RuleId(0), markers: Vec::new() })
+}
+
+/// A node's identity while the tree is borrowed (JSON pointers need not be unique: the
+/// older `structures` form builds its nodes).
+fn node_key(node: &Node) -> usize {
+    node as *const Node as usize
+}
+
+/// Converts every JSON-style `json_schema` format of the tree, in parallel when there
+/// are several: a tool-calling tag holds one schema per tool, and converting them was a
+/// third of its compile. Each conversion is independent and lowering then takes the
+/// results in its own order, so the grammar is the same however many threads ran; an
+/// error is kept until lowering reaches its node, so the error reported is the one a
+/// sequential lowering meets first.
+fn convert_schemas(node: &Node) -> FxHashMap<usize, R<Grammar>> {
+    fn collect<'n>(node: &'n Node, out: &mut Vec<(usize, &'n Node)>) {
+        if matches!(node.format, Format::JsonSchema { style: None, .. }) {
+            out.push((node_key(node), node));
+        }
+        let (tags, children) = node.parts();
+        for t in tags {
+            collect(&t.content, out);
+        }
+        for c in children {
+            collect(c, out);
+        }
+    }
+    let mut nodes = Vec::new();
+    collect(node, &mut nodes);
+    let convert = |&(key, n): &(usize, &Node)| match &n.format {
+        Format::JsonSchema { schema, any_order, max_whitespace, .. } => {
+            Some((key, json_grammar(&n.pointer, schema, *any_order, *max_whitespace)))
+        }
+        _ => None,
+    };
+    if nodes.len() > 1 && rayon::current_num_threads() > 1 {
+        nodes.par_iter().filter_map(convert).collect()
+    } else {
+        nodes.iter().filter_map(convert).collect()
+    }
+}
+
+/// The grammar of the JSON-style `json_schema` node at `ptr`, without whitespace around
+/// its value.
+fn json_grammar(
+    ptr: &str,
+    schema: &serde_json::Value,
+    any_order: bool,
+    max_whitespace: Option<u32>,
+) -> R<Grammar> {
+    // XGrammar's structural tags write JSON with any whitespace between tokens
+    // (unbounded unless `max_whitespace_cnt`), members in schema order unless `any_order`.
+    let options = JsonSchemaOptions {
+        whitespace: Whitespace::Any { max: max_whitespace.unwrap_or(u32::MAX) },
+        property_order: if any_order { PropertyOrder::Any } else { PropertyOrder::Schema },
+        ..Default::default()
+    };
+    let mut g = json_schema_to_grammar(schema, &options)
+        .map_err(|e| Error::new(&child(ptr, "json_schema"), Kind::Schema(e)))?;
+    strip_outer_whitespace(&mut g);
+    Ok(g)
 }
 
 /// `s` as an expression (the empty string: [`Expr::Empty`]).
@@ -70,17 +137,13 @@ impl Lower<'_> {
                 super::xml::lower_xml(self, *style, schema, *any_order, *max_whitespace, ptr)?
             }
             Format::JsonSchema { schema, any_order, max_whitespace, style: None } => {
-                // XGrammar's structural tags write JSON with any whitespace between
-                // tokens (unbounded unless `max_whitespace_cnt`), members in schema order
-                // unless `any_order`.
-                let options = JsonSchemaOptions {
-                    whitespace: Whitespace::Any { max: max_whitespace.unwrap_or(u32::MAX) },
-                    property_order: if *any_order { PropertyOrder::Any } else { PropertyOrder::Schema },
-                    ..Default::default()
+                // The first use takes the converted grammar (a copy, then dropping the
+                // original, cost a tenth of lowering a tool-calling tag); a tag lowered
+                // twice (`at_least_one` writes the tags once more) converts it again.
+                let g = match self.schemas.remove(&node_key(node)) {
+                    Some(g) => g?,
+                    None => json_grammar(ptr, schema, *any_order, *max_whitespace)?,
                 };
-                let mut g = json_schema_to_grammar(schema, &options)
-                    .map_err(|e| Error::new(&child(ptr, "json_schema"), Kind::Schema(e)))?;
-                strip_outer_whitespace(&mut g);
                 self.embed(g, ptr)?
             }
             Format::Regex(p) => regex_to_expr(p, &RegexLimits::default())
