@@ -128,7 +128,8 @@ impl BatchFiller {
     /// let c = GrammarCompiler::new(Arc::new(TokenizerInfo::from_byte_tokens(vocab, &opts)?));
     /// let mut rows = vec![GrammarMatcher::new(c.compile_ebnf(r#"root ::= "a""#)?)];
     /// let mut mask = TokenBitmask::new(2, 3);
-    /// let filled = BatchFiller::new().fill_each::<GrammarMatcher, _>(&mut rows, &mut mask, &[1])?;
+    /// let mut filler = BatchFiller::new();
+    /// let filled = filler.fill_each::<GrammarMatcher, _>(&mut rows, &mut mask, &[1])?;
     /// assert_eq!((filled.allows_all, filled.failed.len()), (&[false][..], 0));
     /// # Ok::<(), grammask::Error>(())
     /// ```

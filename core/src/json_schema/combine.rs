@@ -516,9 +516,6 @@ struct Excluded {
     strings: Vec<Map<String, Value>>,
 }
 
-/// Keywords that only annotate, allowed beside the ones a `not` is read for.
-const ANNOTATIONS: &[&str] = &["title", "description", "$comment"];
-
 /// What `n` (the schema under `not`) matches, if it is a union of types, values and
 /// string sets: booleans, `{}`, `{type}`, `{enum}`/`{const}`, string keywords (with
 /// `type: string`, or without a type, when they match every other type too), and an
@@ -526,7 +523,7 @@ const ANNOTATIONS: &[&str] = &["title", "description", "$comment"];
 /// grammar of ours expresses).
 fn excluded_by(n: &Value, types: u8, ptr: &str, top: bool) -> Result<Option<Excluded>, SchemaError> {
     let only = |m: &Map<String, Value>, keys: &[&str]| {
-        m.keys().all(|k| keys.contains(&k.as_str()) || ANNOTATIONS.contains(&k.as_str()))
+        m.keys().all(|k| keys.contains(&k.as_str()) || super::ANNOTATIONS.contains(&k.as_str()))
     };
     let all = super::types::ALL_TYPES;
     let string_keys = super::not::STRING_KEYWORDS;
@@ -544,7 +541,9 @@ fn excluded_by(n: &Value, types: u8, ptr: &str, top: bool) -> Result<Option<Excl
         Value::Object(m)
             if m.keys().any(|k| string_keys.contains(&k.as_str()))
                 && m.keys().all(|k| {
-                    k == "type" || string_keys.contains(&k.as_str()) || ANNOTATIONS.contains(&k.as_str())
+                    k == "type"
+                        || string_keys.contains(&k.as_str())
+                        || super::ANNOTATIONS.contains(&k.as_str())
                 }) =>
         {
             let t = declared_types(m, ptr)?;

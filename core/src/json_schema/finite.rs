@@ -16,7 +16,8 @@ use super::types::Builder;
 use serde_json::{Map, Value};
 
 /// Keywords beside finite values that the keyword-level path checks exactly itself
-/// ([`super::combine::simple_check`]), or that say nothing about instances.
+/// ([`super::combine::simple_check`]); with [`super::ANNOTATIONS`], which say nothing
+/// about instances.
 const SIMPLE: &[&str] = &[
     "enum",
     "const",
@@ -27,19 +28,6 @@ const SIMPLE: &[&str] = &[
     "maximum",
     "exclusiveMinimum",
     "exclusiveMaximum",
-    "title",
-    "description",
-    "$comment",
-    "default",
-    "examples",
-    "deprecated",
-    "readOnly",
-    "writeOnly",
-    "$schema",
-    "$id",
-    "$anchor",
-    "$defs",
-    "definitions",
 ];
 
 /// Most candidate values tried (each is one validation).
@@ -116,7 +104,7 @@ fn draft(root: &Value) -> jsonschema::Draft {
 /// nothing beside them needs a validator, or when no validator can be built (a remote
 /// reference, say); the keyword-level path then runs as usual.
 pub(crate) fn values(b: &Builder, m: &Map<String, Value>, ptr: &str) -> Option<Vec<Value>> {
-    if m.keys().all(|k| SIMPLE.contains(&k.as_str())) {
+    if m.keys().all(|k| SIMPLE.contains(&k.as_str()) || super::ANNOTATIONS.contains(&k.as_str())) {
         return None;
     }
     let schema = Value::Object(m.clone());

@@ -118,6 +118,23 @@ use crate::regex::{RegexError, RegexLimits};
 use serde_json::Value;
 use std::fmt;
 
+/// Keywords that say nothing about instances in any draft grammask reads.
+pub(crate) const ANNOTATIONS: &[&str] = &[
+    "title",
+    "description",
+    "$comment",
+    "default",
+    "examples",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "$schema",
+    "$id",
+    "$anchor",
+    "$defs",
+    "definitions",
+];
+
 /// How whitespace between JSON tokens is generated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Whitespace {

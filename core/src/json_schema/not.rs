@@ -37,28 +37,14 @@
 
 use super::combine::{same_value, types_value};
 use super::types::{declared_types, Builder, ARRAY, INTEGER, NUMBER, OBJECT, STRING};
-use super::SchemaError;
+use super::{SchemaError, ANNOTATIONS};
 use serde_json::{json, Map, Value};
 
-/// Keywords that say nothing about instances.
-const ANNOTATIONS: &[&str] = &[
-    "title",
-    "description",
-    "$comment",
-    "default",
-    "examples",
-    "deprecated",
-    "readOnly",
-    "writeOnly",
-    "$schema",
-    "$id",
-    "$anchor",
-    "$defs",
-    "definitions",
-    "contentEncoding",
-    "contentMediaType",
-    "contentSchema",
-];
+/// Keywords that say nothing about instances: the shared list, and the content
+/// keywords (annotations in the drafts `not` is lowered for).
+fn is_annotation(k: &str) -> bool {
+    ANNOTATIONS.contains(&k) || ["contentEncoding", "contentMediaType", "contentSchema"].contains(&k)
+}
 
 /// String keywords, negated together as one group by the string builder.
 pub(crate) const STRING_KEYWORDS: &[&str] = &["pattern", "format", "minLength", "maxLength"];
@@ -98,7 +84,7 @@ pub(crate) fn negate(b: &mut Builder, n: &Value, types: u8, ptr: &str) -> Result
         branches.push(json!({ "allOf": nots }));
     }
     for k in rest.keys() {
-        let known = ANNOTATIONS.contains(&k.as_str())
+        let known = is_annotation(k)
             || STRING_KEYWORDS.contains(&k.as_str())
             || [
                 "type",
@@ -301,7 +287,7 @@ fn negate_object(
 /// exclusion and that the sibling allows are `None`); numbers go as the ranges between
 /// them.
 fn not_values(b: &Builder, m: &Map<String, Value>, types: u8, ptr: &str) -> Option<Value> {
-    let only_values = m.keys().all(|k| k == "enum" || k == "const" || ANNOTATIONS.contains(&k.as_str()));
+    let only_values = m.keys().all(|k| k == "enum" || k == "const" || is_annotation(k));
     let vals: Vec<Value> = if only_values {
         match (m.get("const"), m.get("enum")) {
             (Some(c), None) => vec![c.clone()],
