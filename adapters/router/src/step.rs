@@ -446,8 +446,8 @@ impl StructuredBatch {
         }
         let mut forced = JumpForward::default();
         if let Some(enc) = encoder {
-            let jf = m.jump_forward_tokens(enc.as_ref())?;
-            let jf = if jf.rollback > 0 && !rollback_ok { only_appended(m, enc.as_ref())? } else { jf };
+            let max_rollback = if rollback_ok { grammask::matcher::MAX_RETOKENIZED } else { 0 };
+            let jf = m.jump_forward_tokens_within(enc.as_ref(), max_rollback)?;
             if !jf.ids.is_empty() {
                 m.rollback(jf.rollback)?;
                 m.accept_tokens(&jf.ids)?;
@@ -462,25 +462,4 @@ impl StructuredBatch {
         let p = *self.index.get(&id)?;
         self.work.as_deref().map(|w| &w.rows[p].matcher)
     }
-}
-
-/// The forced text's own tokens, appended after what was sampled without taking any
-/// back, when the model cannot truncate its cache: the tokenizer's split of the
-/// forced text alone, accepted only if the grammar takes it whole (else nothing).
-fn only_appended(
-    m: &mut GrammarMatcher,
-    enc: &(dyn TextEncoder + Send + Sync),
-) -> grammask::Result<JumpForward> {
-    let forced = m.find_jump_forward_string();
-    let Ok(text) = std::str::from_utf8(&forced) else {
-        return Ok(JumpForward::default());
-    };
-    let ids = enc.encode_text(text)?;
-    let tok = m.compiled().tokenizer().clone();
-    let exact = ids.iter().all(|&id| !tok.is_special(id))
-        && ids.iter().flat_map(|&id| tok.token_bytes(id).iter().copied()).eq(forced.iter().copied());
-    if !exact || m.validate_tokens(&ids) != ids.len() {
-        return Ok(JumpForward::default());
-    }
-    Ok(JumpForward { rollback: 0, ids })
 }

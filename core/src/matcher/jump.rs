@@ -131,14 +131,31 @@ impl GrammarMatcher {
     /// # Ok::<(), grammask::Error>(())
     /// ```
     pub fn jump_forward_tokens(&mut self, encoder: &(impl TextEncoder + ?Sized)) -> Result<JumpForward> {
+        self.jump_forward_tokens_within(encoder, MAX_RETOKENIZED)
+    }
+
+    /// [`Self::jump_forward_tokens`] taking back at most `max_rollback` accepted tokens
+    /// (capped at [`MAX_RETOKENIZED`]). With 0 the forced text is appended after what was
+    /// sampled, as the tokenizer splits it alone: for engines that cannot take a token
+    /// back (a server that has already streamed it).
+    pub fn jump_forward_tokens_within(
+        &mut self,
+        encoder: &(impl TextEncoder + ?Sized),
+        max_rollback: usize,
+    ) -> Result<JumpForward> {
         let forced = self.find_jump_forward_string();
         if forced.is_empty() {
             return Ok(JumpForward::default());
         }
         let info = self.compiled().tokenizer().clone();
         let tail: Vec<u32> = {
-            let mut t: Vec<u32> =
-                self.history.iter().rev().map_while(|s| s.token()).take(MAX_RETOKENIZED).collect();
+            let mut t: Vec<u32> = self
+                .history
+                .iter()
+                .rev()
+                .map_while(|s| s.token())
+                .take(max_rollback.min(MAX_RETOKENIZED))
+                .collect();
             t.reverse();
             t
         };
