@@ -74,19 +74,27 @@ pub enum Event {
     Error(String),
 }
 
-/// A request ready to run.
-#[derive(Debug)]
-pub struct Request {
+/// What to generate: the part of a request that is the same before its grammar is
+/// compiled and after.
+#[derive(Debug, Clone)]
+pub struct Job {
     /// Prompt token ids (not empty).
     pub prompt: Vec<u32>,
-    /// The compiled constraint, at its start; `None`: unconstrained.
-    pub constraint: Option<GrammarMatcher>,
     /// Sampling settings.
     pub sampling: SamplingParams,
     /// Most tokens to generate.
     pub max_new_tokens: usize,
     /// Stop sequences.
     pub stop: Vec<String>,
+}
+
+/// A request ready to run.
+#[derive(Debug)]
+pub struct Request {
+    /// What to generate.
+    pub job: Job,
+    /// The compiled constraint, at its start; `None`: unconstrained.
+    pub constraint: Option<GrammarMatcher>,
     /// Where its events go; a closed channel cancels the request.
     pub events: UnboundedSender<Event>,
 }
@@ -301,11 +309,11 @@ impl Loop {
         while self.running.len() < self.options.max_batch_size {
             let Some(front) = q.front() else { break };
             // A prompt over the budget still runs, but alone in its prefill.
-            if front.prompt.len() > budget && admitted_any {
+            if front.job.prompt.len() > budget && admitted_any {
                 break;
             }
             let Some(r) = q.pop_front() else { break };
-            budget = budget.saturating_sub(r.prompt.len());
+            budget = budget.saturating_sub(r.job.prompt.len());
             admitted_any = true;
             let id = self.next_id;
             self.next_id += 1;
@@ -322,14 +330,14 @@ impl Loop {
             self.running.push(Seq {
                 id,
                 constrained,
-                prompt_len: r.prompt.len(),
-                pending: r.prompt,
+                prompt_len: r.job.prompt.len(),
+                pending: r.job.prompt,
                 generated: 0,
                 bytes: Vec::new(),
                 sent: 0,
-                sampler: Sampler::new(r.sampling),
-                max_new_tokens: r.max_new_tokens,
-                stop: r.stop,
+                sampler: Sampler::new(r.job.sampling),
+                max_new_tokens: r.job.max_new_tokens,
+                stop: r.job.stop,
                 events: r.events,
             });
         }

@@ -6,9 +6,8 @@
 //! spec's text) and a time limit: a request whose compile overruns gets an error, and
 //! the compile goes on in the background so that its result still lands in the cache.
 
-use crate::engine::{EngineHandle, Event, Request};
+use crate::engine::{EngineHandle, Event, Job, Request};
 use crate::metrics::Metrics;
-use crate::sampling::SamplingParams;
 use grammask::tool_calling::Family;
 use grammask::{GrammarCompiler, GrammarMatcher, GrammarSpec, TokenizerInfo};
 use std::sync::Arc;
@@ -96,16 +95,10 @@ impl std::fmt::Debug for Service {
 /// A validated generation, ready to submit.
 #[derive(Debug)]
 pub struct Generation {
-    /// Prompt ids.
-    pub prompt: Vec<u32>,
-    /// The constraint, if any.
+    /// What to generate.
+    pub job: Job,
+    /// The constraint, if any (compiled on submit).
     pub spec: Option<GrammarSpec>,
-    /// Sampling settings.
-    pub sampling: SamplingParams,
-    /// Most new tokens.
-    pub max_new_tokens: usize,
-    /// Stop sequences.
-    pub stop: Vec<String>,
 }
 
 impl Service {
@@ -183,10 +176,10 @@ impl Service {
 
     /// Compiles the constraint and queues the generation; the events follow.
     pub async fn submit(&self, g: Generation) -> Result<UnboundedReceiver<Event>, ServiceError> {
-        if g.stop.len() > self.limits.max_stop_sequences {
+        if g.job.stop.len() > self.limits.max_stop_sequences {
             return Err(ServiceError::Validation(format!(
                 "{} stop sequences; the limit is {}",
-                g.stop.len(),
+                g.job.stop.len(),
                 self.limits.max_stop_sequences
             )));
         }
@@ -195,14 +188,7 @@ impl Service {
             None => None,
         };
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let request = Request {
-            prompt: g.prompt,
-            constraint,
-            sampling: g.sampling,
-            max_new_tokens: g.max_new_tokens,
-            stop: g.stop,
-            events: tx,
-        };
+        let request = Request { job: g.job, constraint, events: tx };
         self.engine.submit(request).map_err(|e| {
             self.metrics.errors.with_label_values(&["overloaded"]).inc();
             ServiceError::Overloaded(e.to_string())

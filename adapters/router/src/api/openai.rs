@@ -3,7 +3,7 @@
 //! `GET /v1/models`.
 
 use super::{collect, parse_body, sse, unix_now, ApiError, Flavor};
-use crate::engine::{Event, FinishReason};
+use crate::engine::{Event, FinishReason, Job};
 use crate::sampling::SamplingParams;
 use crate::service::{Generation, Service};
 use axum::body::Bytes;
@@ -177,7 +177,8 @@ fn prepare_chat(s: &Service, req: &ChatRequest) -> Result<(Generation, Option<Ou
     let max_new_tokens = s
         .max_new_tokens(req.common.max_completion_tokens.or(req.common.max_tokens))
         .map_err(|e| e.to_string())?;
-    Ok((Generation { prompt, spec, sampling, max_new_tokens, stop: stops(&req.common.stop) }, parser))
+    let stop = stops(&req.common.stop);
+    Ok((Generation { job: Job { prompt, sampling, max_new_tokens, stop }, spec }, parser))
 }
 
 fn tool_calls_json(calls: &[grammask::tool_calling::ToolCall]) -> Value {
@@ -201,7 +202,7 @@ async fn run_chat(s: Arc<Service>, body: &[u8]) -> Result<Response, ApiError> {
         s.metrics.errors.with_label_values(&["validation"]).inc();
         ApiError::validation(Flavor::OpenAi, e)
     })?;
-    let prompt_tokens = generation.prompt.len();
+    let prompt_tokens = generation.job.prompt.len();
     let rx = s.submit(generation).await.map_err(|e| ApiError::from_service(Flavor::OpenAi, e))?;
     let id = new_id("chatcmpl");
     let created = unix_now();
@@ -360,10 +361,11 @@ async fn run_completions(s: Arc<Service>, body: &[u8]) -> Result<Response, ApiEr
         };
         let prompt = s.encode(&req.prompt).map_err(|e| e.to_string())?;
         let max_new_tokens = s.max_new_tokens(req.common.max_tokens).map_err(|e| e.to_string())?;
-        Ok(Generation { prompt, spec, sampling, max_new_tokens, stop: stops(&req.common.stop) })
+        let stop = stops(&req.common.stop);
+        Ok(Generation { job: Job { prompt, sampling, max_new_tokens, stop }, spec })
     })()
     .map_err(|e| ApiError::validation(Flavor::OpenAi, e))?;
-    let prompt_tokens = prepared.prompt.len();
+    let prompt_tokens = prepared.job.prompt.len();
     let mut rx = s.submit(prepared).await.map_err(|e| ApiError::from_service(Flavor::OpenAi, e))?;
     let id = new_id("cmpl");
     let created = unix_now();

@@ -2,7 +2,7 @@
 //! its `stream` field) and `GET /info`, with TGI's request and response shapes.
 
 use super::{collect, parse_body, sse, ApiError, Flavor};
-use crate::engine::{EndEvent, Event, FinishReason, TokenEvent};
+use crate::engine::{EndEvent, Event, FinishReason, Job, TokenEvent};
 use crate::sampling::SamplingParams;
 use crate::service::{Generation, Service};
 use axum::body::Bytes;
@@ -149,7 +149,8 @@ fn validate(s: &Service, inputs: &str, p: &Parameters) -> Result<Generation, Str
         Some(Grammar::JsonSchema(c)) => Some(schema_spec(&c.schema)?),
         Some(Grammar::Regex(r)) => Some(GrammarSpec::Regex(r.clone())),
     };
-    Ok(Generation { prompt, spec, sampling, max_new_tokens, stop: p.stop.clone().unwrap_or_default() })
+    let stop = p.stop.clone().unwrap_or_default();
+    Ok(Generation { job: Job { prompt, sampling, max_new_tokens, stop }, spec })
 }
 
 fn token_json(t: &TokenEvent) -> Value {

@@ -12,7 +12,7 @@
 
 use clap::Parser;
 use grammask::{GrammarSpec, JsonSchemaOptions};
-use grammask_router::engine::{self, EngineOptions, Event, Request, StepRecord};
+use grammask_router::engine::{self, EngineOptions, Event, Job, Request, StepRecord};
 use grammask_router::metrics::Metrics;
 use grammask_router::model::{ForwardTime, SimulatedModel};
 use grammask_router::sampling::SamplingParams;
@@ -113,14 +113,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 };
                 let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
                 receivers.push(rx);
-                requests.push(Request {
+                let sampling =
+                    SamplingParams { seed: i as u64, logprobs: false, ..SamplingParams::default() };
+                let job = Job {
                     prompt: prompt.clone(),
-                    constraint,
-                    sampling: SamplingParams { seed: i as u64, logprobs: false, ..SamplingParams::default() },
+                    sampling,
                     max_new_tokens: a.max_new_tokens,
                     stop: Vec::new(),
-                    events: tx,
-                });
+                };
+                requests.push(Request { job, constraint, events: tx });
             }
             let t0 = Instant::now();
             for r in requests {
