@@ -4,6 +4,9 @@
 #
 #   * builds bench_bitmask and the GPU test binaries (gpu_props, nvrtc_ptx) here,
 #     for x86-64, and copies them without debug info to .gpubin/ under stable names;
+#   * the router's step benchmark (bench_step) and its CUDA test binary
+#     (router_cuda), with what bench_step reads from ../shared (the Llama 3.1
+#     tokenizer and the first 80 Github_easy dev schemas) in .gpubin/data/;
 #   * downloads XGrammar 0.2.8 and the Python packages it needs that the GPU image
 #     lacks (pydantic, pydantic-core, annotated-types, typing-inspection,
 #     typing-extensions, apache-tvm-ffi) as CPython 3.12 manylinux wheels into
@@ -29,14 +32,30 @@ cargo build --release -p grammask-gpu --bin bench_bitmask
 # Without debug info (the release profile keeps line tables): ~1.5 MB instead of
 # ~40 MB each, well inside the device run's 64 MiB for everything carried.
 strip --strip-debug -o .gpubin/bench_bitmask "$target/release/bench_bitmask"
-for t in gpu_props nvrtc_ptx; do
-  # The test executable's path (it carries a hash) from cargo's JSON messages.
-  exe=$(cargo test --release -p grammask-gpu --test "$t" --no-run --message-format=json |
+# The path of test target $2 of package $1 (it carries a hash), from cargo's JSON
+# messages (which also list the package's binaries: pick the test by name and kind).
+test_exe() {
+  cargo test --release -p "$1" --test "$2" --no-run --message-format=json |
     python3 -c 'import json, sys
-exes = [m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable")]
-print(exes[-1])')
-  strip --strip-debug -o ".gpubin/$t" "$exe"
+name = sys.argv[1]
+exes = [m["executable"] for m in map(json.loads, sys.stdin)
+        if m.get("executable") and m["target"]["name"] == name and "test" in m["target"]["kind"]]
+print(exes[-1])' "$2"
+}
+for t in gpu_props nvrtc_ptx; do
+  strip --strip-debug -o ".gpubin/$t" "$(test_exe grammask-gpu "$t")"
 done
+
+cargo build --release -p grammask-router --bin bench_step
+strip --strip-debug -o .gpubin/bench_step "$target/release/bench_step"
+strip --strip-debug -o .gpubin/router_cuda "$(test_exe grammask-router cuda)"
+shared=${SHARED_DATA:-$root/../shared/data}
+if [ -d "$shared" ]; then
+  mkdir -p .gpubin/data/llama3_1 .gpubin/data/Github_easy
+  cp "$shared/tokenizers/llama3_1/tokenizer.json" .gpubin/data/llama3_1/
+  find "$shared/jsonschemabench/dev/Github_easy" -name '*.json' | sort | head -80 |
+    xargs -I{} cp {} .gpubin/data/Github_easy/
+fi
 
 if [ "${SKIP_WHEELS:-0}" != 1 ]; then
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \

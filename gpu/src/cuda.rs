@@ -61,8 +61,8 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::{CUdevice_attribute, CUdeviceptr};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut, DeviceSlice,
-    LaunchConfig, PushKernelArg,
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut,
+    DeviceSlice, LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions};
 
@@ -107,12 +107,13 @@ fn launch_err(stream: &CudaStream, e: cudarc::driver::DriverError) -> BitmaskErr
     BitmaskError::Cuda { op: "cuLaunchKernel", message }
 }
 
-fn compile_err(e: CompileError) -> BitmaskError {
+fn compile_err(name: &str, e: CompileError) -> BitmaskError {
     match e {
-        CompileError::CompileError { nvrtc, options, log } => {
-            BitmaskError::Compile(format!("{nvrtc:?} with options {options:?}: {}", log.to_string_lossy()))
-        }
-        other => BitmaskError::Compile(format!("{other:?}")),
+        CompileError::CompileError { nvrtc, options, log } => BitmaskError::Compile(format!(
+            "{name}: {nvrtc:?} with options {options:?}: {}",
+            log.to_string_lossy()
+        )),
+        other => BitmaskError::Compile(format!("{name}: {other:?}")),
     }
 }
 
@@ -201,27 +202,43 @@ fn nvrtc_arch(major: i32, minor: i32) -> String {
     format!("compute_{arch}")
 }
 
+/// Compiles CUDA C `source` with NVRTC for the device of `ctx` (the newest virtual
+/// architecture NVRTC supports that the device runs, as for the bitmask kernels: see
+/// the module docs) and loads it into `ctx`; returns the module and the target
+/// (e.g. `compute_90`). Callers with kernels of their own beside the bitmask's (a
+/// router's device sampler, a simulated model) compile them the same way. Takes
+/// tens of milliseconds: compile once, then launch.
+///
+/// [`BitmaskError::CudaUnavailable`] without NVRTC; [`BitmaskError::Compile`] with
+/// NVRTC's log when the source does not compile.
+pub fn load_module(ctx: &Arc<CudaContext>, source: &str, name: &str) -> Result<(Arc<CudaModule>, String)> {
+    if !nvrtc_present() {
+        return Err(BitmaskError::CudaUnavailable(
+            "the NVRTC library (libnvrtc.so) could not be loaded; put the CUDA toolkit's lib64 \
+             directory on LD_LIBRARY_PATH"
+                .into(),
+        ));
+    }
+    guarded("compiling a CUDA module", || {
+        let (major, minor) = ctx.compute_capability().map_err(driver_err("cuDeviceGetAttribute"))?;
+        let arch = nvrtc_arch(major, minor);
+        let opts = CompileOptions {
+            options: vec![format!("--gpu-architecture={arch}")],
+            name: Some(name.into()),
+            ..Default::default()
+        };
+        let ptx = compile_ptx_with_opts(source, opts).map_err(|e| compile_err(name, e))?;
+        let module = ctx.load_module(ptx).map_err(driver_err("cuModuleLoadData"))?;
+        Ok((module, arch))
+    })
+}
+
 impl CudaBitmaskKernel {
     /// Compiles the kernels with NVRTC and loads them into `ctx`. Takes tens of
     /// milliseconds; prefer [`CudaBitmaskKernel::shared`].
     pub fn new(ctx: &Arc<CudaContext>) -> Result<Self> {
-        if !nvrtc_present() {
-            return Err(BitmaskError::CudaUnavailable(
-                "the NVRTC library (libnvrtc.so) could not be loaded; put the CUDA toolkit's lib64 \
-                 directory on LD_LIBRARY_PATH"
-                    .into(),
-            ));
-        }
         guarded("compiling the bitmask kernel", || {
-            let (major, minor) = ctx.compute_capability().map_err(driver_err("cuDeviceGetAttribute"))?;
-            let arch = nvrtc_arch(major, minor);
-            let opts = CompileOptions {
-                options: vec![format!("--gpu-architecture={arch}")],
-                name: Some("grammask_bitmask.cu".into()),
-                ..Default::default()
-            };
-            let ptx = compile_ptx_with_opts(KERNEL_SOURCE, opts).map_err(compile_err)?;
-            let module = ctx.load_module(ptx).map_err(driver_err("cuModuleLoadData"))?;
+            let (module, arch) = load_module(ctx, KERNEL_SOURCE, "grammask_bitmask.cu")?;
             let funcs = KERNEL_NAMES
                 .iter()
                 .map(|name| module.load_function(name).map_err(driver_err("cuModuleGetFunction")))

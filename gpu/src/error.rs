@@ -45,8 +45,8 @@ pub enum BitmaskError {
         message: String,
     },
 
-    /// NVRTC failed to compile the kernel.
-    #[error("NVRTC failed to compile the bitmask kernel: {0}")]
+    /// NVRTC failed to compile a kernel source (the file name, then NVRTC's log).
+    #[error("NVRTC failed to compile {0}")]
     Compile(String),
 }
 

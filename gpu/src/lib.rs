@@ -90,7 +90,7 @@ pub mod plan;
 use std::sync::Arc;
 
 #[cfg(feature = "cuda")]
-pub use cuda::{cuda_available, cuda_context, CudaBitmaskKernel, CudaIndices, KERNEL_SOURCE};
+pub use cuda::{cuda_available, cuda_context, load_module, CudaBitmaskKernel, CudaIndices, KERNEL_SOURCE};
 #[cfg(feature = "cuda")]
 pub use cudarc;
 pub use error::{BitmaskError, Result};

@@ -10,12 +10,15 @@
 //! gone client never holds up the loop.
 
 use crate::metrics::Metrics;
-use crate::model::{ForwardRow, Model};
-use crate::sampling::{Sampler, SamplingParams};
-use crate::step::{Accepted, BatchOptions, SeqId, StepError, StructuredBatch};
+use crate::model::{ForwardRow, Model, StepLogits};
+#[cfg(feature = "cuda")]
+use crate::sampling::DeviceSampler;
+use crate::sampling::{Pick, Sampler, SamplingParams};
+use crate::step::{Accepted, BatchOptions, SeqId, StepError, StepMasks, StructuredBatch};
 use grammask::{GrammarMatcher, TokenizerInfo};
 use grammask_gpu::LogitsLayout;
 use rayon::prelude::*;
+use std::collections::HashMap;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -240,6 +243,11 @@ pub fn start(
     options: EngineOptions,
     metrics: Arc<Metrics>,
 ) -> Result<EngineHandle, StepError> {
+    let mut options = options;
+    // Masks go where the model leaves its logits.
+    if let Some(device) = model.device() {
+        options.batch.device = device;
+    }
     let batch = StructuredBatch::new(tokenizer.vocab_size(), options.batch.clone())?;
     let shared = Arc::new(Shared {
         queue: Mutex::new(VecDeque::new()),
@@ -257,7 +265,8 @@ pub fn start(
         shared: shared.clone(),
         running: Vec::new(),
         next_id: 1,
-        logits: Vec::new(),
+        #[cfg(feature = "cuda")]
+        device_sampler: None,
     };
     let thread = std::thread::Builder::new()
         .name("grammask-step".into())
@@ -275,7 +284,9 @@ struct Loop {
     shared: Arc<Shared>,
     running: Vec<Seq>,
     next_id: SeqId,
-    logits: Vec<f32>,
+    /// Made on the first step with device logits.
+    #[cfg(feature = "cuda")]
+    device_sampler: Option<DeviceSampler>,
 }
 
 impl Loop {
@@ -376,65 +387,104 @@ impl Loop {
                 return self.fail_all(&format!("mask fill: {e}"));
             }
         }
+        let vocab = self.model.vocab_size();
         let rows: Vec<ForwardRow<'_>> =
             self.running.iter().map(|s| ForwardRow { id: s.id, tokens: &s.pending }).collect();
         let forward_t = Instant::now();
         let forward = {
             let _f = tracing::debug_span!("forward").entered();
-            self.model.forward(&rows, &mut self.logits)
+            self.model.forward(&rows)
         };
         let forward_t = forward_t.elapsed();
         drop(rows);
-        if let Err(e) = forward {
-            if self.options.overlap {
-                let _ =
-                    self.batch.apply_masks(self.logits.as_mut_slice().into(), LogitsLayout::contiguous(0, 0));
+        let logits = match forward {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = self.batch.abandon_step();
+                return self.fail_all(&e.to_string());
             }
-            return self.fail_all(&e.to_string());
-        }
+        };
         if !self.options.overlap {
             if let Err(e) = self.batch.begin_step(&ids) {
                 return self.fail_all(&format!("mask fill: {e}"));
             }
         }
-        let vocab = self.model.vocab_size();
+        let mut record = StepRecord { rows: ids.len(), forward: forward_t, ..StepRecord::default() };
+        // Rows whose fill failed were not masked: they end with the error, never with
+        // what is sampled from their rows.
+        let mut failed = HashMap::new();
         let layout = LogitsLayout::contiguous(ids.len(), vocab);
-        let masks = {
-            let _a = tracing::debug_span!("wait_and_apply").entered();
-            self.batch.apply_masks(self.logits.as_mut_slice().into(), layout)
+        let sample_t;
+        let picks: Result<Vec<Pick>, String> = match logits {
+            StepLogits::Host(logits) => {
+                let masks = {
+                    let _a = tracing::debug_span!("wait_and_apply").entered();
+                    self.batch.apply_masks(logits.into(), layout)
+                };
+                match masks {
+                    Ok(m) => note_masks(&self.metrics, self.options.overlap, &mut record, m, &mut failed),
+                    Err(e) => return self.fail_all(&format!("mask apply: {e}")),
+                }
+                // Sampling is per row and independent: in parallel (the mask pool is
+                // idle now).
+                sample_t = Instant::now();
+                let _s = tracing::debug_span!("sample").entered();
+                Ok(self
+                    .running
+                    .par_iter_mut()
+                    .zip(logits.par_chunks_mut(vocab.max(1)))
+                    .map(|(s, row)| s.sampler.sample(row))
+                    .collect())
+            }
+            #[cfg(feature = "cuda")]
+            StepLogits::Cuda(mut d) => {
+                let masks = {
+                    let _a = tracing::debug_span!("wait_and_apply").entered();
+                    self.batch.apply_masks(grammask_gpu::Logits::Cuda(d.logits.slice_mut(..)), layout)
+                };
+                match masks {
+                    Ok(m) => note_masks(&self.metrics, self.options.overlap, &mut record, m, &mut failed),
+                    Err(e) => return self.fail_all(&format!("mask apply: {e}")),
+                }
+                sample_t = Instant::now();
+                let _s = tracing::debug_span!("sample").entered();
+                if self.device_sampler.is_none() {
+                    match DeviceSampler::new(d.stream.clone()) {
+                        Ok(s) => self.device_sampler = Some(s),
+                        Err(e) => return self.fail_all(&e.to_string()),
+                    }
+                }
+                match self.device_sampler.as_mut() {
+                    Some(ds) => {
+                        let mut samplers: Vec<&mut Sampler> =
+                            self.running.iter_mut().map(|s| &mut s.sampler).collect();
+                        ds.sample(&d.logits.slice(..), vocab, &mut samplers).map_err(|e| e.to_string())
+                    }
+                    None => Err("no device sampler".to_string()),
+                }
+            }
         };
-        let masks = match masks {
-            Ok(m) => m,
-            Err(e) => return self.fail_all(&format!("mask apply: {e}")),
-        };
-        self.metrics.record_masks(&masks);
-        let mut record = StepRecord {
-            rows: ids.len(),
-            constrained: masks.constrained,
-            masked: masks.masked,
-            forward: forward_t,
-            fill: masks.fill,
-            // Without the overlap the fill ran after the forward: all of it is waited.
-            wait: if self.options.overlap { masks.wait } else { masks.wait.max(masks.fill) },
-            apply: masks.apply,
-            ..StepRecord::default()
-        };
-        // A row whose fill failed was not masked: it ends with the error, never with
-        // what is sampled from its row.
-        let failed: std::collections::HashMap<SeqId, String> =
-            masks.failed.into_iter().map(|(id, e)| (id, format!("grammar: {e}"))).collect();
-        // Sampling is per row and independent: in parallel (the mask pool is idle now).
-        let sample_t = Instant::now();
-        let picks: Vec<_> = {
-            let _s = tracing::debug_span!("sample").entered();
-            self.running
-                .par_iter_mut()
-                .zip(self.logits.par_chunks_mut(vocab.max(1)))
-                .map(|(s, row)| s.sampler.sample(row))
-                .collect()
+        let picks = match picks {
+            Ok(p) => p,
+            Err(e) => return self.fail_all(&e),
         };
         record.sample = sample_t.elapsed();
         self.metrics.sample_seconds.observe(record.sample.as_secs_f64());
+        // The constrained rows' tokens go to their grammars all at once (in parallel
+        // across rows on a large batch).
+        let mut accepts = Vec::new();
+        let mut accept_row = Vec::new();
+        for (i, (s, pick)) in self.running.iter().zip(&picks).enumerate() {
+            if let (true, Ok((token, _)), false) = (s.constrained, pick, failed.contains_key(&s.id)) {
+                accepts.push((s.id, *token));
+                accept_row.push(i);
+            }
+        }
+        let mut accepted: Vec<Option<Result<Accepted, crate::step::RowError>>> =
+            (0..self.running.len()).map(|_| None).collect();
+        for (i, r) in accept_row.into_iter().zip(self.batch.accept_all(&accepts)) {
+            accepted[i] = Some(r);
+        }
         let mut done = Vec::new();
         for (i, pick) in picks.into_iter().enumerate() {
             let s = &mut self.running[i];
@@ -453,11 +503,15 @@ impl Loop {
             let mut forced = Vec::new();
             let mut ended = false;
             if s.constrained {
-                match self.batch.accept(s.id, token) {
-                    Ok(Accepted::Continue { forced: jf }) => forced = jf.ids,
-                    Ok(Accepted::Finished) => ended = true,
-                    Err(e) => {
+                match accepted[i].take() {
+                    Some(Ok(Accepted::Continue { forced: jf })) => forced = jf.ids,
+                    Some(Ok(Accepted::Finished)) => ended = true,
+                    Some(Err(e)) => {
                         done.push((i, Err(format!("grammar: {e}"))));
+                        continue;
+                    }
+                    None => {
+                        done.push((i, Err("grammar: the row was not accepted".into())));
                         continue;
                     }
                 }
@@ -522,6 +576,24 @@ impl Loop {
             self.metrics.errors.with_label_values(&["model"]).inc();
         }
     }
+}
+
+/// Records a step's mask report: timings, metrics, and the rows whose fill failed.
+fn note_masks(
+    metrics: &Metrics,
+    overlap: bool,
+    record: &mut StepRecord,
+    masks: StepMasks,
+    failed: &mut HashMap<SeqId, String>,
+) {
+    metrics.record_masks(&masks);
+    record.constrained = masks.constrained;
+    record.masked = masks.masked;
+    record.fill = masks.fill;
+    // Without the overlap the fill ran after the forward: all of it is waited.
+    record.wait = if overlap { masks.wait } else { masks.wait.max(masks.fill) };
+    record.apply = masks.apply;
+    failed.extend(masks.failed.into_iter().map(|(id, e)| (id, format!("grammar: {e}"))));
 }
 
 fn reason_label(r: FinishReason) -> &'static str {

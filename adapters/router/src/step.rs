@@ -91,6 +91,29 @@ pub enum Accepted {
     Finished,
 }
 
+/// Accepts `token`, then (with an encoder) the tokens the grammar forces next.
+fn advance(
+    m: &mut GrammarMatcher,
+    token: u32,
+    encoder: Option<&(dyn TextEncoder + Send + Sync)>,
+    max_rollback: usize,
+) -> Result<Accepted, RowError> {
+    m.accept_token(token)?;
+    if m.is_terminated() {
+        return Ok(Accepted::Finished);
+    }
+    let mut forced = JumpForward::default();
+    if let Some(enc) = encoder {
+        let jf = m.jump_forward_tokens_within(enc, max_rollback)?;
+        if !jf.ids.is_empty() {
+            m.rollback(jf.rollback)?;
+            m.accept_tokens(&jf.ids)?;
+            forced = jf;
+        }
+    }
+    Ok(Accepted::Continue { forced })
+}
+
 /// Timings and results of one step's masks.
 #[derive(Debug, Default)]
 pub struct StepMasks {
@@ -149,6 +172,43 @@ struct Row {
     step_row: Option<usize>,
 }
 
+/// The device copy of the masks, for logits on a CUDA device: the pool thread that
+/// filled the masks copies them on a stream of their own, so the upload overlaps the
+/// forward too and the apply reads them on the device.
+#[cfg(feature = "cuda")]
+struct MaskUpload {
+    stream: Arc<grammask_gpu::cudarc::driver::CudaStream>,
+    buf: grammask_gpu::cudarc::driver::CudaSlice<u32>,
+    error: Option<String>,
+}
+
+#[cfg(feature = "cuda")]
+impl MaskUpload {
+    fn new(device: &Device) -> Result<Option<Self>, StepError> {
+        let Device::Cuda(target) = device else { return Ok(None) };
+        let err = |e: grammask_gpu::cudarc::driver::DriverError| StepError::Pool(format!("CUDA: {e}"));
+        let stream = target.stream.context().new_stream().map_err(err)?;
+        let buf = stream.alloc_zeros::<u32>(1).map_err(err)?;
+        Ok(Some(Self { stream, buf, error: None }))
+    }
+
+    /// Room for `words` words (on the step thread, before the fill).
+    fn reserve(&mut self, words: usize) -> Result<(), StepError> {
+        if self.buf.len() < words {
+            self.buf = self
+                .stream
+                .alloc_zeros::<u32>(words.next_power_of_two())
+                .map_err(|e| StepError::Pool(format!("CUDA: {e}")))?;
+        }
+        Ok(())
+    }
+
+    fn upload(&mut self, words: &[u32]) {
+        let r = self.stream.memcpy_htod(words, &mut self.buf.slice_mut(..words.len()));
+        self.error = r.err().map(|e| format!("mask upload: {e}"));
+    }
+}
+
 /// What moves to the pool for a fill and comes back: the rows, the mask, the filler.
 struct Work {
     rows: Vec<Row>,
@@ -159,6 +219,10 @@ struct Work {
     allows_all: Vec<bool>,
     failed: Vec<(usize, grammask::Error)>,
     fill: Duration,
+    /// Rows of the step being filled.
+    step_rows: usize,
+    #[cfg(feature = "cuda")]
+    upload: Option<MaskUpload>,
 }
 
 impl Work {
@@ -186,6 +250,11 @@ impl Work {
                 self.failed =
                     (0..targets.len()).map(|i| (i, grammask::Error::Shape(e.to_string()))).collect();
             }
+        }
+        #[cfg(feature = "cuda")]
+        if let Some(up) = &mut self.upload {
+            let n = self.step_rows * words_per_row(self.mask.vocab_size());
+            up.upload(&self.mask.as_words()[..n]);
         }
         self.fill = t0.elapsed();
     }
@@ -257,6 +326,9 @@ impl StructuredBatch {
             allows_all: Vec::new(),
             failed: Vec::new(),
             fill: Duration::ZERO,
+            step_rows: 0,
+            #[cfg(feature = "cuda")]
+            upload: MaskUpload::new(&options.device)?,
         };
         Ok(Self {
             vocab,
@@ -347,6 +419,18 @@ impl StructuredBatch {
             // rarely; rows beyond the step are never read.
             work.mask = TokenBitmask::new(rows.len().next_power_of_two(), vocab);
         }
+        work.step_rows = rows.len();
+        #[cfg(feature = "cuda")]
+        if any {
+            if let Some(up) = &mut work.upload {
+                if let Err(e) = up.reserve(rows.len() * words_per_row(vocab)) {
+                    for row in &mut work.rows {
+                        row.step_row = None;
+                    }
+                    return Err(e);
+                }
+            }
+        }
         self.begun = true;
         if !any {
             work.members.clear();
@@ -415,6 +499,23 @@ impl StructuredBatch {
             let t1 = Instant::now();
             let words = words_per_row(self.vocab);
             let work = self.work.as_deref().ok_or(StepError::WorkerGone)?;
+            #[cfg(feature = "cuda")]
+            if let Some(up) = &work.upload {
+                if let Some(e) = &up.error {
+                    return Err(StepError::Pool(e.clone()));
+                }
+                let n = work.step_rows * words;
+                apply_token_bitmask_inplace(
+                    &self.options.device,
+                    logits,
+                    layout,
+                    Bitmask::Cuda(up.buf.slice(..n)),
+                    MaskLayout::new(work.step_rows, words),
+                    Some(Indices::Host(&self.indices)),
+                )?;
+                report.apply = t1.elapsed();
+                return Ok(report);
+            }
             apply_token_bitmask_inplace(
                 &self.options.device,
                 logits,
@@ -428,33 +529,75 @@ impl StructuredBatch {
         Ok(report)
     }
 
+    /// Ends a begun step without masking (the forward failed): waits for the fill and
+    /// takes the rows back, unchanged.
+    pub fn abandon_step(&mut self) -> Result<(), StepError> {
+        if !self.begun {
+            return Ok(());
+        }
+        self.begun = false;
+        if let Some(rx) = self.pending.take() {
+            self.work = Some(rx.recv().map_err(|_| StepError::WorkerGone)?);
+        }
+        let work = self.work.as_deref_mut().ok_or(StepError::WorkerGone)?;
+        work.failed.clear();
+        for row in &mut work.rows {
+            row.step_row = None;
+        }
+        Ok(())
+    }
+
     /// Accepts the token sampled for `id`; then, when the grammar forces text next
     /// and jump-forward is on, accepts the forced tokens too and returns them. A
     /// finished row leaves the batch. On a grammar error the row stays unchanged (the
     /// caller decides: finish it with the error, or resample).
     pub fn accept(&mut self, id: SeqId, token: u32) -> Result<Accepted, RowError> {
-        let p = *self.index.get(&id).ok_or(RowError::Unknown(id))?;
-        let rollback_ok = self.options.rollback_ok;
-        let encoder = self.options.encoder.clone();
-        let work = self.work.as_deref_mut().ok_or(RowError::Unknown(id))?;
-        let m = &mut work.rows[p].matcher;
-        m.accept_token(token)?;
-        if m.is_terminated() {
-            // A row that ended cannot fail to leave.
-            let _ = self.remove(id);
-            return Ok(Accepted::Finished);
-        }
-        let mut forced = JumpForward::default();
-        if let Some(enc) = encoder {
-            let max_rollback = if rollback_ok { grammask::matcher::MAX_RETOKENIZED } else { 0 };
-            let jf = m.jump_forward_tokens_within(enc.as_ref(), max_rollback)?;
-            if !jf.ids.is_empty() {
-                m.rollback(jf.rollback)?;
-                m.accept_tokens(&jf.ids)?;
-                forced = jf;
+        self.accept_all(&[(id, token)]).pop().unwrap_or(Err(RowError::Unknown(id)))
+    }
+
+    /// [`accept`](Self::accept) for every `(id, token)` of a step at once, in
+    /// parallel across rows when there are enough of them (each row's matcher is its
+    /// own; jump-forward encodes text per row): the step thread's share of a large
+    /// batch's grammar work after sampling. Results are in `picks`' order; an id named
+    /// twice gets [`RowError::Unknown`] the second time.
+    pub fn accept_all(&mut self, picks: &[(SeqId, u32)]) -> Vec<Result<Accepted, RowError>> {
+        /// Below this many rows a parallel pass costs more than it saves.
+        const PARALLEL_ROWS: usize = 8;
+        let mut out: Vec<Option<Result<Accepted, RowError>>> = (0..picks.len()).map(|_| None).collect();
+        let max_rollback = if self.options.rollback_ok { grammask::matcher::MAX_RETOKENIZED } else { 0 };
+        let encoder = self.options.encoder.as_deref();
+        let Some(work) = self.work.as_deref_mut() else {
+            return picks.iter().map(|&(id, _)| Err(RowError::Unknown(id))).collect();
+        };
+        // Which pick each row takes.
+        let mut slot: Vec<Option<(usize, u32)>> = vec![None; work.rows.len()];
+        for (k, &(id, token)) in picks.iter().enumerate() {
+            match self.index.get(&id) {
+                Some(&p) if slot[p].is_none() => slot[p] = Some((k, token)),
+                _ => out[k] = Some(Err(RowError::Unknown(id))),
             }
         }
-        Ok(Accepted::Continue { forced })
+        let advance = |row: &mut Row, (k, token): (usize, u32)| {
+            (k, advance(&mut row.matcher, token, encoder, max_rollback))
+        };
+        let results: Vec<(usize, Result<Accepted, RowError>)> = if picks.len() >= PARALLEL_ROWS {
+            use rayon::prelude::*;
+            work.rows
+                .par_iter_mut()
+                .zip(slot.par_iter())
+                .filter_map(|(row, s)| s.map(|s| advance(row, s)))
+                .collect()
+        } else {
+            work.rows.iter_mut().zip(&slot).filter_map(|(row, s)| s.map(|s| advance(row, s))).collect()
+        };
+        for (k, r) in results {
+            if matches!(r, Ok(Accepted::Finished)) {
+                // A row that ended cannot fail to leave (between steps: not busy).
+                let _ = self.remove(picks[k].0);
+            }
+            out[k] = Some(r);
+        }
+        out.into_iter().zip(picks).map(|(r, &(id, _))| r.unwrap_or(Err(RowError::Unknown(id)))).collect()
     }
 
     /// The matcher of `id` (to inspect its state between steps).

@@ -9,12 +9,17 @@
 //! ```
 //! Prints one JSON object per (batch, setup) and a markdown table. The rate compared is
 //! the decode rate at the full batch (rows per second over steps with every slot busy).
+//!
+//! `--cuda N` runs the CUDA simulated model on device N instead: the forward is a kernel
+//! spinning for `--forward-ms`, the logits stay on the GPU, the masks are uploaded by
+//! the pool that filled them and applied by grammask-gpu's kernel, and tokens are drawn
+//! on the device.
 
 use clap::Parser;
 use grammask::{GrammarSpec, JsonSchemaOptions};
 use grammask_router::engine::{self, EngineOptions, Event, Job, Request, StepRecord};
 use grammask_router::metrics::Metrics;
-use grammask_router::model::{ForwardTime, SimulatedModel};
+use grammask_router::model::{ForwardTime, Model, SimulatedModel};
 use grammask_router::sampling::SamplingParams;
 use grammask_router::server::LoadedTokenizer;
 use grammask_router::step::BatchOptions;
@@ -45,6 +50,9 @@ struct Args {
     /// Schemas used (the first that compile, in file order).
     #[arg(long, default_value_t = 50)]
     max_schemas: usize,
+    /// Run the CUDA simulated model on this device (logits, masks and sampling on the GPU).
+    #[arg(long, value_name = "N")]
+    cuda: Option<usize>,
     /// Mask fill threads.
     #[arg(long, default_value_t = 1)]
     fill_threads: usize,
@@ -89,7 +97,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ("constrained", true, true),
             ("constrained, no overlap", true, false),
         ] {
-            let model = Box::new(SimulatedModel::new(tok.info.vocab_size(), 5, ForwardTime::Sleep(forward)));
+            let vocab = tok.info.vocab_size();
+            let model: Box<dyn Model> = match a.cuda {
+                None => Box::new(SimulatedModel::new(vocab, 5, ForwardTime::Sleep(forward))),
+                #[cfg(feature = "cuda")]
+                Some(n) => Box::new(grammask_router::model::CudaSimulatedModel::new(
+                    vocab,
+                    5,
+                    ForwardTime::Sleep(forward),
+                    n,
+                )?),
+                #[cfg(not(feature = "cuda"))]
+                Some(_) => return Err("built without the `cuda` feature".into()),
+            };
+            let model_name = model.name();
             let options = EngineOptions {
                 max_batch_size: b,
                 max_queue: b * a.rounds + 1,
@@ -154,7 +175,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 base_tps = Some(tps);
             }
             let row = json!({
-                "batch": b, "setup": setup, "tokens": tokens, "wall_s": wall, "end_to_end_tokens_per_s": tokens as f64 / wall,
+                "batch": b, "setup": setup, "model": model_name, "tokens": tokens, "wall_s": wall, "end_to_end_tokens_per_s": tokens as f64 / wall,
                 "tokens_per_s": tps,
                 "ratio_to_unconstrained": ratio, "steps": records.len(), "full_steps": full.len(),
                 "wait_us_p50": pct(us(|r| r.wait), 0.5), "wait_us_p99": pct(us(|r| r.wait), 0.99),

@@ -6,7 +6,7 @@
 
 use clap::Parser;
 use grammask_router::engine::EngineOptions;
-use grammask_router::model::{ForwardTime, SimulatedModel};
+use grammask_router::model::{ForwardTime, Model, SimulatedModel};
 use grammask_router::server::{LoadedTokenizer, Router, RouterConfig};
 use grammask_router::service::Limits;
 use grammask_router::step::BatchOptions;
@@ -56,6 +56,10 @@ struct Args {
     /// Simulated model: busy-wait the forward time (a CPU model) instead of sleeping.
     #[arg(long)]
     spin: bool,
+    /// Simulated model on CUDA device N: logits made, masked and sampled on the GPU
+    /// (the forward's time spent by a kernel).
+    #[arg(long, value_name = "N")]
+    cuda_device: Option<usize>,
     /// Simulated model: seed of the logits.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -84,7 +88,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let time = Duration::from_secs_f64(a.forward_ms.max(0.0) / 1e3);
     let time = if a.spin { ForwardTime::Spin(time) } else { ForwardTime::Sleep(time) };
-    let model = Box::new(SimulatedModel::new(tokenizer.info.vocab_size(), a.seed, time));
+    let vocab = tokenizer.info.vocab_size();
+    let model: Box<dyn Model> = match a.cuda_device {
+        None => Box::new(SimulatedModel::new(vocab, a.seed, time)),
+        #[cfg(feature = "cuda")]
+        Some(n) => Box::new(grammask_router::model::CudaSimulatedModel::new(vocab, a.seed, time, n)?),
+        #[cfg(not(feature = "cuda"))]
+        Some(_) => return Err("built without the `cuda` feature".into()),
+    };
     let mut batch = BatchOptions::default();
     if let Some(t) = a.fill_threads {
         batch.fill_threads = t;

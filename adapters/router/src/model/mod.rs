@@ -5,12 +5,22 @@
 //! sequence's new tokens: the whole prompt on its first step (prefill), then the
 //! sampled token plus any jump-forward tokens, so prefill and decode rows mix in one
 //! call.
+//!
+//! A forward leaves its logits where the model computed them: in host memory
+//! ([`StepLogits::Host`]) or, for a model on a GPU, in device memory
+//! ([`StepLogits::Cuda`], feature `cuda`). The router then masks and samples them
+//! there, so device logits never cross to the host.
 
 mod simulated;
+#[cfg(feature = "cuda")]
+mod simulated_cuda;
 
 pub use simulated::{ForwardTime, SimulatedModel};
+#[cfg(feature = "cuda")]
+pub use simulated_cuda::CudaSimulatedModel;
 
 use crate::step::SeqId;
+use grammask_gpu::Device;
 
 /// One row of a forward.
 #[derive(Debug, Clone, Copy)]
@@ -26,18 +36,47 @@ pub struct ForwardRow<'a> {
 #[error("model: {0}")]
 pub struct ModelError(pub String);
 
+/// The logits of a forward, `[rows, vocab_size()]`, row `r` for the forward's row `r`.
+#[derive(Debug)]
+pub enum StepLogits<'a> {
+    /// In host memory, contiguous.
+    Host(&'a mut [f32]),
+    /// On a CUDA device, contiguous, ready to read on `stream` (work queued on
+    /// `stream` after the forward sees them).
+    #[cfg(feature = "cuda")]
+    Cuda(DeviceLogits<'a>),
+}
+
+/// Device-resident logits and the stream that orders work on them.
+#[cfg(feature = "cuda")]
+#[derive(Debug)]
+pub struct DeviceLogits<'a> {
+    /// The logits.
+    pub logits: grammask_gpu::cudarc::driver::CudaViewMut<'a, f32>,
+    /// The stream the forward ran on.
+    pub stream: std::sync::Arc<grammask_gpu::cudarc::driver::CudaStream>,
+}
+
 /// A language model the router can drive.
 pub trait Model: Send + 'static {
     /// Columns of a logits row (may exceed the tokenizer's vocabulary: padding).
     fn vocab_size(&self) -> usize;
 
-    /// Appends each row's tokens to its sequence's cache and writes the next-token
-    /// logits: `logits` is resized to `rows.len() × vocab_size()`, row `r` for `rows[r]`.
-    fn forward(&mut self, rows: &[ForwardRow<'_>], logits: &mut Vec<f32>) -> Result<(), ModelError>;
+    /// Appends each row's tokens to its sequence's cache and returns the next-token
+    /// logits, row `r` for `rows[r]`. Returns once the logits can be read (on the
+    /// host) or once reading them on their stream is ordered after the forward.
+    fn forward(&mut self, rows: &[ForwardRow<'_>]) -> Result<StepLogits<'_>, ModelError>;
 
     /// Frees a sequence's cache (finished, cancelled). Unknown ids are ignored.
     fn release(&mut self, id: SeqId);
 
     /// A name for `/info`.
     fn name(&self) -> String;
+
+    /// Where masks are applied to this model's logits: `None` for host logits (the
+    /// router's CPU path), the CUDA device and stream of [`StepLogits::Cuda`] for a
+    /// model on a GPU.
+    fn device(&self) -> Option<Device> {
+        None
+    }
 }

@@ -5,6 +5,17 @@
 //! a row with no finite logit is an error, not a token. The sampler's random stream
 //! belongs to its request (seeded), so the same seed gives the same output whatever
 //! else runs in the batch.
+//!
+//! Host logits are sampled by [`Sampler::sample`]; device logits (a model on a GPU)
+//! by [`DeviceSampler`] (feature `cuda`), which draws greedy and temperature-only
+//! rows on the device and copies to the host only the rows that need top-k, top-p
+//! or penalties.
+
+#[cfg(feature = "cuda")]
+mod device;
+
+#[cfg(feature = "cuda")]
+pub use device::{DeviceSampler, DeviceSamplingError};
 
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
@@ -54,6 +65,18 @@ pub struct Sampler {
     counts: HashMap<u32, u32>,
     /// Scratch: candidate ids and their weights.
     cand: Vec<(u32, f32)>,
+}
+
+/// A row's choice: the token and its log-probability (when asked for), or why none.
+pub type Pick = Result<(u32, Option<f32>), NothingAllowed>;
+
+/// How a row is drawn on a device ([`Sampler::device_draw`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DeviceDraw {
+    /// 1 / temperature; 0 for greedy.
+    pub inv_temperature: f32,
+    /// The key of this draw's random numbers (from the request's stream).
+    pub key: u64,
 }
 
 /// No token can be chosen: every logit of the row is −∞ (or NaN).
@@ -154,6 +177,28 @@ impl Sampler {
         }
         let lp = self.params.logprobs.then(|| (f64::from(chosen.1 - max) - total.ln()) as f32);
         Ok((self.note(chosen.0), lp))
+    }
+
+    /// How to draw this request's next token on a device: `Some` when the choice
+    /// needs nothing but the row (greedy, or temperature alone: drawn by the
+    /// Gumbel-max trick with a key taken from the request's random stream, so the
+    /// same seed gives the same tokens), `None` when top-k, top-p or penalties need
+    /// the whole row on the host ([`Sampler::sample`]).
+    pub fn device_draw(&mut self) -> Option<DeviceDraw> {
+        let p = &self.params;
+        let host_only = p.top_k.is_some_and(|k| k > 0)
+            || p.top_p.is_some_and(|q| q > 0.0 && q < 1.0)
+            || p.repetition_penalty.is_some()
+            || p.frequency_penalty.is_some();
+        if host_only {
+            return None;
+        }
+        if p.do_sample && p.temperature > 0.0 {
+            let inv_temperature = 1.0 / p.temperature;
+            Some(DeviceDraw { inv_temperature, key: self.rng.gen() })
+        } else {
+            Some(DeviceDraw { inv_temperature: 0.0, key: 0 })
+        }
     }
 
     /// Moves the `n` largest candidates to the front, sorted descending.
