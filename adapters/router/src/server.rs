@@ -51,6 +51,13 @@ impl LoadedTokenizer {
         Self::from_bytes(&json, config.as_deref())
     }
 
+    /// The tokenizer stored in a GGUF model file (byte-level BPE vocabularies; see
+    /// [`hf_tokenizer_from_gguf`](crate::model::hf_tokenizer_from_gguf)).
+    pub fn from_gguf(path: &std::path::Path) -> Result<Self, String> {
+        let (json, config) = crate::model::hf_tokenizer_from_gguf(path)?;
+        Self::from_bytes(&json, Some(&config))
+    }
+
     /// The embedded Qwen3 tokenizer.
     pub fn embedded() -> Result<Self, String> {
         let (json, config) = embedded_qwen3()?;

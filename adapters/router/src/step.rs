@@ -555,49 +555,38 @@ impl StructuredBatch {
         self.accept_all(&[(id, token)]).pop().unwrap_or(Err(RowError::Unknown(id)))
     }
 
-    /// [`accept`](Self::accept) for every `(id, token)` of a step at once, in
-    /// parallel across rows when there are enough of them (each row's matcher is its
-    /// own; jump-forward encodes text per row): the step thread's share of a large
-    /// batch's grammar work after sampling. Results are in `picks`' order; an id named
-    /// twice gets [`RowError::Unknown`] the second time.
+    /// [`accept`](Self::accept) for every `(id, token)` of a step, in `picks`' order;
+    /// an id named twice gets [`RowError::Unknown`] the second time.
+    ///
+    /// Rows are advanced one after another on the calling thread: spreading them over
+    /// other threads was measured slower (H200 host, batch 8–128: step p50 +200–500
+    /// µs), as the matchers' state then moves between cores and the next fill, on the
+    /// mask pool, finds it cold.
     pub fn accept_all(&mut self, picks: &[(SeqId, u32)]) -> Vec<Result<Accepted, RowError>> {
-        /// Below this many rows a parallel pass costs more than it saves.
-        const PARALLEL_ROWS: usize = 8;
-        let mut out: Vec<Option<Result<Accepted, RowError>>> = (0..picks.len()).map(|_| None).collect();
         let max_rollback = if self.options.rollback_ok { grammask::matcher::MAX_RETOKENIZED } else { 0 };
-        let encoder = self.options.encoder.as_deref();
-        let Some(work) = self.work.as_deref_mut() else {
-            return picks.iter().map(|&(id, _)| Err(RowError::Unknown(id))).collect();
-        };
-        // Which pick each row takes.
-        let mut slot: Vec<Option<(usize, u32)>> = vec![None; work.rows.len()];
-        for (k, &(id, token)) in picks.iter().enumerate() {
-            match self.index.get(&id) {
-                Some(&p) if slot[p].is_none() => slot[p] = Some((k, token)),
-                _ => out[k] = Some(Err(RowError::Unknown(id))),
-            }
-        }
-        let advance = |row: &mut Row, (k, token): (usize, u32)| {
-            (k, advance(&mut row.matcher, token, encoder, max_rollback))
-        };
-        let results: Vec<(usize, Result<Accepted, RowError>)> = if picks.len() >= PARALLEL_ROWS {
-            use rayon::prelude::*;
-            work.rows
-                .par_iter_mut()
-                .zip(slot.par_iter())
-                .filter_map(|(row, s)| s.map(|s| advance(row, s)))
-                .collect()
-        } else {
-            work.rows.iter_mut().zip(&slot).filter_map(|(row, s)| s.map(|s| advance(row, s))).collect()
-        };
-        for (k, r) in results {
+        let encoder = self.options.encoder.clone();
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::with_capacity(picks.len());
+        for &(id, token) in picks {
+            let p = match self.index.get(&id) {
+                Some(&p) if seen.insert(id) => p,
+                _ => {
+                    out.push(Err(RowError::Unknown(id)));
+                    continue;
+                }
+            };
+            let Some(work) = self.work.as_deref_mut() else {
+                out.push(Err(RowError::Unknown(id)));
+                continue;
+            };
+            let r = advance(&mut work.rows[p].matcher, token, encoder.as_deref(), max_rollback);
             if matches!(r, Ok(Accepted::Finished)) {
                 // A row that ended cannot fail to leave (between steps: not busy).
-                let _ = self.remove(picks[k].0);
+                let _ = self.remove(id);
             }
-            out[k] = Some(r);
+            out.push(r);
         }
-        out.into_iter().zip(picks).map(|(r, &(id, _))| r.unwrap_or(Err(RowError::Unknown(id)))).collect()
+        out
     }
 
     /// The matcher of `id` (to inspect its state between steps).

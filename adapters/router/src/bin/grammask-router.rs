@@ -2,11 +2,13 @@
 //! structured and unstructured rows with grammask.
 //!
 //! `cargo run --release -p grammask-router` serves the simulated model over the
-//! embedded Qwen3 tokenizer on port 3000, with no network and no model download.
+//! embedded Qwen3 tokenizer on port 3000, with no network and no model download;
+//! `--gguf PATH` serves a real Llama-family model (e.g. SmolLM2-135M-Instruct, which
+//! `adapters/mistralrs/scripts/fetch-smollm2.sh` fetches) on the CPU.
 
 use clap::Parser;
 use grammask_router::engine::EngineOptions;
-use grammask_router::model::{ForwardTime, Model, SimulatedModel};
+use grammask_router::model::{ForwardTime, GgufModel, Model, SimulatedModel};
 use grammask_router::server::{LoadedTokenizer, Router, RouterConfig};
 use grammask_router::service::Limits;
 use grammask_router::step::BatchOptions;
@@ -23,12 +25,16 @@ struct Args {
     #[arg(long, default_value = "127.0.0.1")]
     hostname: String,
     /// `tokenizer.json` or a folder with it and `tokenizer_config.json` (default: the
-    /// embedded Qwen3 tokenizer).
+    /// GGUF's own tokenizer with `--gguf`, else the embedded Qwen3 tokenizer).
     #[arg(long)]
     tokenizer: Option<std::path::PathBuf>,
-    /// Name reported in `/info` and OpenAI answers.
-    #[arg(long, default_value = "grammask/simulated")]
-    model_id: String,
+    /// Serve this Llama-family GGUF model (candle, CPU) instead of the simulated model.
+    #[arg(long, value_name = "PATH")]
+    gguf: Option<std::path::PathBuf>,
+    /// Name reported in `/info` and OpenAI answers (default: the GGUF's file name, or
+    /// `grammask/simulated`).
+    #[arg(long)]
+    model_id: Option<String>,
     /// Most sequences per step.
     #[arg(long, default_value_t = 32)]
     max_batch_size: usize,
@@ -82,19 +88,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .init();
     let a = Args::parse();
-    let tokenizer = match &a.tokenizer {
-        Some(p) => LoadedTokenizer::from_path(p)?,
-        None => LoadedTokenizer::embedded()?,
+    let tokenizer = match (&a.tokenizer, &a.gguf) {
+        (Some(p), _) => LoadedTokenizer::from_path(p)?,
+        (None, Some(g)) => LoadedTokenizer::from_gguf(g)?,
+        (None, None) => LoadedTokenizer::embedded()?,
     };
     let time = Duration::from_secs_f64(a.forward_ms.max(0.0) / 1e3);
     let time = if a.spin { ForwardTime::Spin(time) } else { ForwardTime::Sleep(time) };
     let vocab = tokenizer.info.vocab_size();
-    let model: Box<dyn Model> = match a.cuda_device {
-        None => Box::new(SimulatedModel::new(vocab, a.seed, time)),
+    let model: Box<dyn Model> = match (&a.gguf, a.cuda_device) {
+        (Some(path), _) => Box::new(GgufModel::load(path)?),
+        (None, None) => Box::new(SimulatedModel::new(vocab, a.seed, time)),
         #[cfg(feature = "cuda")]
-        Some(n) => Box::new(grammask_router::model::CudaSimulatedModel::new(vocab, a.seed, time, n)?),
+        (None, Some(n)) => Box::new(grammask_router::model::CudaSimulatedModel::new(vocab, a.seed, time, n)?),
         #[cfg(not(feature = "cuda"))]
-        Some(_) => return Err("built without the `cuda` feature".into()),
+        (None, Some(_)) => return Err("built without the `cuda` feature".into()),
     };
     let mut batch = BatchOptions::default();
     if let Some(t) = a.fill_threads {
@@ -119,7 +127,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             ..Limits::default()
         },
         jump_forward: !a.no_jump_forward,
-        model_id: a.model_id.clone(),
+        model_id: a.model_id.clone().unwrap_or_else(|| match &a.gguf {
+            Some(g) => g.file_stem().map_or("gguf".into(), |s| s.to_string_lossy().into_owned()),
+            None => "grammask/simulated".into(),
+        }),
     };
     let router = Router::start(config)?;
     let addr = format!("{}:{}", a.hostname, a.port);

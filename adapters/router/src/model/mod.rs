@@ -11,10 +11,12 @@
 //! ([`StepLogits::Cuda`], feature `cuda`). The router then masks and samples them
 //! there, so device logits never cross to the host.
 
+mod gguf;
 mod simulated;
 #[cfg(feature = "cuda")]
 mod simulated_cuda;
 
+pub use gguf::{hf_tokenizer_from_gguf, GgufModel};
 pub use simulated::{ForwardTime, SimulatedModel};
 #[cfg(feature = "cuda")]
 pub use simulated_cuda::CudaSimulatedModel;

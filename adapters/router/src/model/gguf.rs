@@ -1,0 +1,203 @@
+//! A real model: a Llama-family GGUF (SmolLM2-135M-Instruct, Llama 3.x, …) run with
+//! `candle-transformers`' quantized Llama on the CPU.
+//!
+//! The weights are loaded once; each sequence gets its own KV cache by cloning the
+//! model (the clone shares every weight tensor: only the caches are per sequence).
+//! A forward runs the step's rows one after another, each over its new tokens (the
+//! whole prompt on its first step), and writes the logits of each row's last token.
+//!
+//! [`hf_tokenizer_from_gguf`] builds the Hugging Face tokenizer (and a
+//! `tokenizer_config.json` with the chat template and special tokens) from the same
+//! file's metadata, so `--gguf PATH` alone serves the model.
+
+use super::{ForwardRow, Model, ModelError, StepLogits};
+use crate::step::SeqId;
+use candle_core::quantized::gguf_file;
+use candle_core::{Device, Tensor};
+use candle_transformers::models::quantized_llama::{ModelWeights, MAX_SEQ_LEN};
+use serde_json::{json, Map, Value};
+use std::collections::HashMap;
+use std::path::Path;
+
+fn err(what: &str) -> impl FnOnce(candle_core::Error) -> ModelError + '_ {
+    move |e| ModelError(format!("{what}: {e}"))
+}
+
+/// See the [module docs](self).
+pub struct GgufModel {
+    base: ModelWeights,
+    seqs: HashMap<SeqId, (ModelWeights, usize)>,
+    vocab: usize,
+    logits: Vec<f32>,
+    name: String,
+}
+
+impl std::fmt::Debug for GgufModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufModel").field("name", &self.name).field("sequences", &self.seqs.len()).finish()
+    }
+}
+
+impl GgufModel {
+    /// Loads the GGUF file at `path` (architecture `llama`: Llama 1–3, SmolLM, Mistral 7B).
+    pub fn load(path: &Path) -> Result<Self, ModelError> {
+        let mut file =
+            std::fs::File::open(path).map_err(|e| ModelError(format!("{}: {e}", path.display())))?;
+        let content = gguf_file::Content::read(&mut file)
+            .map_err(err(&format!("{}: not a GGUF file", path.display())))?;
+        let arch = content
+            .metadata
+            .get("general.architecture")
+            .and_then(|v| v.to_string().ok())
+            .cloned()
+            .unwrap_or_default();
+        if arch != "llama" {
+            return Err(ModelError(format!(
+                "{}: architecture `{arch}`; this backend runs `llama` GGUFs (Llama, SmolLM, Mistral)",
+                path.display()
+            )));
+        }
+        let name = content
+            .metadata
+            .get("general.name")
+            .and_then(|v| v.to_string().ok())
+            .cloned()
+            .unwrap_or_else(|| path.display().to_string());
+        let base =
+            ModelWeights::from_gguf(content, &mut file, &Device::Cpu).map_err(err("loading the weights"))?;
+        let mut model = Self { base, seqs: HashMap::new(), vocab: 0, logits: Vec::new(), name };
+        // The output width, from a one-token forward on a scratch sequence.
+        let probe = model.run_row(&ForwardRow { id: SeqId::MAX, tokens: &[0] })?;
+        model.seqs.remove(&SeqId::MAX);
+        model.vocab = probe.len();
+        Ok(model)
+    }
+
+    /// The next-token logits of one row, appending its tokens to its cache.
+    fn run_row(&mut self, row: &ForwardRow<'_>) -> Result<Vec<f32>, ModelError> {
+        let (weights, pos) = self.seqs.entry(row.id).or_insert_with(|| (self.base.clone(), 0));
+        if row.tokens.is_empty() {
+            return Err(ModelError(format!("sequence {}: a forward row without tokens", row.id)));
+        }
+        if *pos + row.tokens.len() > MAX_SEQ_LEN {
+            return Err(ModelError(format!(
+                "sequence {}: {} tokens exceed the model's context of {MAX_SEQ_LEN}",
+                row.id,
+                *pos + row.tokens.len()
+            )));
+        }
+        let x = Tensor::new(row.tokens, &Device::Cpu).and_then(|t| t.unsqueeze(0)).map_err(err("input"))?;
+        let out = weights.forward(&x, *pos).map_err(err("forward"))?;
+        *pos += row.tokens.len();
+        out.squeeze(0)
+            .and_then(|t| t.to_dtype(candle_core::DType::F32))
+            .and_then(|t| t.to_vec1::<f32>())
+            .map_err(err("logits"))
+    }
+}
+
+impl Model for GgufModel {
+    fn vocab_size(&self) -> usize {
+        self.vocab
+    }
+
+    fn forward(&mut self, rows: &[ForwardRow<'_>]) -> Result<StepLogits<'_>, ModelError> {
+        let v = self.vocab;
+        self.logits.resize(rows.len() * v, 0.0);
+        for (r, row) in rows.iter().enumerate() {
+            let out = self.run_row(row)?;
+            if out.len() != v {
+                return Err(ModelError(format!("{} logits, expected {v}", out.len())));
+            }
+            self.logits[r * v..(r + 1) * v].copy_from_slice(&out);
+        }
+        Ok(StepLogits::Host(&mut self.logits))
+    }
+
+    fn release(&mut self, id: SeqId) {
+        self.seqs.remove(&id);
+    }
+
+    fn name(&self) -> String {
+        format!("{} (GGUF, candle, CPU)", self.name)
+    }
+}
+
+/// The pre-tokenizer regex of Llama 3's tokenizer (`tokenizer.ggml.pre = llama-bpe`).
+const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// Builds the bytes of a Hugging Face `tokenizer.json` and a `tokenizer_config.json`
+/// (chat template, BOS/EOS tokens) from a GGUF file's metadata.
+///
+/// Byte-level BPE vocabularies (`tokenizer.ggml.model = gpt2`: SmolLM, Llama 3,
+/// Qwen, …) are supported; SentencePiece ones (`llama`: Llama 2, Mistral) keep their
+/// merges implicit in scores, so for those pass the model's own `tokenizer.json`.
+pub fn hf_tokenizer_from_gguf(path: &Path) -> Result<(Vec<u8>, Vec<u8>), String> {
+    let mut file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let content = gguf_file::Content::read(&mut file).map_err(|e| format!("{}: {e}", path.display()))?;
+    let md = &content.metadata;
+    let string = |k: &str| md.get(k).and_then(|v| v.to_string().ok()).cloned();
+    let strings = |k: &str| -> Result<Vec<String>, String> {
+        let v = md.get(k).ok_or_else(|| format!("{}: no `{k}` in the metadata", path.display()))?;
+        let items = v.to_vec().map_err(|e| format!("{k}: {e}"))?;
+        items.iter().map(|i| i.to_string().cloned().map_err(|e| format!("{k}: {e}"))).collect()
+    };
+    let model = string("tokenizer.ggml.model").unwrap_or_default();
+    if model != "gpt2" {
+        return Err(format!(
+            "{}: GGUF tokenizer `{model}` (SentencePiece) cannot be rebuilt from its metadata; pass the \
+             model's tokenizer.json with --tokenizer",
+            path.display()
+        ));
+    }
+    let tokens = strings("tokenizer.ggml.tokens")?;
+    let merges = strings("tokenizer.ggml.merges")?;
+    let types: Vec<i32> = match md.get("tokenizer.ggml.token_type").map(|v| v.to_vec()) {
+        Some(Ok(items)) => items.iter().map(|i| i.to_i32().unwrap_or(1)).collect(),
+        _ => Vec::new(),
+    };
+    let id = |k: &str| md.get(k).and_then(|v| v.to_u32().ok());
+    let mut vocab = Map::new();
+    let mut added = Vec::new();
+    for (i, t) in tokens.iter().enumerate() {
+        vocab.insert(t.clone(), json!(i));
+        // 3: control, 4: user-defined (llama.cpp's token types).
+        match types.get(i) {
+            Some(3) => added.push(json!({"id": i, "content": t, "single_word": false, "lstrip": false,
+                "rstrip": false, "normalized": false, "special": true})),
+            Some(4) => added.push(json!({"id": i, "content": t, "single_word": false, "lstrip": false,
+                "rstrip": false, "normalized": false, "special": false})),
+            _ => {}
+        }
+    }
+    let byte_level = |use_regex: bool| json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": use_regex});
+    let pre_tokenizer = match string("tokenizer.ggml.pre").as_deref() {
+        Some("llama-bpe") | Some("llama3") => json!({"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": LLAMA3_SPLIT}, "behavior": "Isolated", "invert": false},
+            byte_level(false)]}),
+        Some("smollm") => json!({"type": "Sequence", "pretokenizers": [
+            {"type": "Digits", "individual_digits": true}, byte_level(true)]}),
+        _ => byte_level(true),
+    };
+    let tokenizer = json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": added,
+        "normalizer": null, "pre_tokenizer": pre_tokenizer, "post_processor": null,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+        "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+            "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+            "vocab": Value::Object(vocab), "merges": merges},
+    });
+    let text = |i: Option<u32>| i.and_then(|i| tokens.get(i as usize)).cloned();
+    let mut config = Map::new();
+    if let Some(t) = string("tokenizer.chat_template") {
+        config.insert("chat_template".into(), json!(t));
+    }
+    if let Some(t) = text(id("tokenizer.ggml.bos_token_id")) {
+        config.insert("bos_token".into(), json!(t));
+    }
+    if let Some(t) = text(id("tokenizer.ggml.eos_token_id")) {
+        config.insert("eos_token".into(), json!(t));
+    }
+    let to_bytes = |v: &Value| serde_json::to_vec(v).map_err(|e| e.to_string());
+    Ok((to_bytes(&tokenizer)?, to_bytes(&Value::Object(config))?))
+}
