@@ -153,9 +153,9 @@ async fn smollm2_served_answers_are_valid() {
     let body = String::from_utf8(body.await).unwrap();
     let last: Value = body
         .lines()
+        .rev()
         .filter_map(|l| l.strip_prefix("data:"))
-        .filter_map(|d| serde_json::from_str(d.trim()).ok())
-        .last()
+        .find_map(|d| serde_json::from_str(d.trim()).ok())
         .unwrap_or_else(|| panic!("{body}"));
     let text = last["generated_text"].as_str().unwrap_or_else(|| panic!("{last}"));
     assert!(re.is_match(text), "{text}");
