@@ -418,7 +418,7 @@ impl Loop {
         let picks: Result<Vec<Pick>, String> = match logits {
             StepLogits::Host(logits) => {
                 let masks = {
-                    let _a = tracing::debug_span!("wait_and_apply").entered();
+                    let _a = tracing::debug_span!("masks").entered();
                     self.batch.apply_masks(logits.into(), layout)
                 };
                 match masks {
@@ -439,7 +439,7 @@ impl Loop {
             #[cfg(feature = "cuda")]
             StepLogits::Cuda(mut d) => {
                 let masks = {
-                    let _a = tracing::debug_span!("wait_and_apply").entered();
+                    let _a = tracing::debug_span!("masks").entered();
                     self.batch.apply_masks(grammask_gpu::Logits::Cuda(d.logits.slice_mut(..)), layout)
                 };
                 match masks {

@@ -16,3 +16,4 @@ pub mod sampling;
 pub mod server;
 pub mod service;
 pub mod step;
+pub mod telemetry;

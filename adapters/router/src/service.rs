@@ -149,7 +149,8 @@ impl Service {
         let compiler = self.compiler.clone();
         let (_, hits_before, _) = compiler.cache_stats();
         let t0 = Instant::now();
-        let job = tokio::task::spawn_blocking(move || compiler.compile(&spec));
+        let span = tracing::debug_span!("compile", bytes = size);
+        let job = tokio::task::spawn_blocking(move || span.in_scope(|| compiler.compile(&spec)));
         let compiled = match tokio::time::timeout(self.limits.compile_timeout, job).await {
             Err(_) => {
                 self.metrics.errors.with_label_values(&["compile_timeout"]).inc();

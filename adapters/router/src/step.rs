@@ -227,6 +227,7 @@ struct Work {
 
 impl Work {
     fn fill(&mut self) {
+        let _span = tracing::debug_span!("fill", rows = self.step_rows).entered();
         let t0 = Instant::now();
         self.members.clear();
         let (mut matchers, mut targets) = (Vec::new(), Vec::new());
@@ -463,6 +464,7 @@ impl StructuredBatch {
         }
         let t0 = Instant::now();
         if let Some(rx) = self.pending.take() {
+            let _span = tracing::debug_span!("wait_for_masks").entered();
             let work = rx.recv().map_err(|_| StepError::WorkerGone)?;
             self.work = Some(work);
         }
@@ -496,6 +498,7 @@ impl StructuredBatch {
             report.failed.push((id, e));
         }
         if !self.indices.is_empty() {
+            let _span = tracing::debug_span!("apply_masks", rows = self.indices.len()).entered();
             let t1 = Instant::now();
             let words = words_per_row(self.vocab);
             let work = self.work.as_deref().ok_or(StepError::WorkerGone)?;

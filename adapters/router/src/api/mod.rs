@@ -31,6 +31,8 @@ pub fn app(service: Arc<Service>) -> axum::Router {
         .route("/v1/completions", post(openai::completions))
         .route("/v1/models", get(openai::models))
         .layer(tower_http::limit::RequestBodyLimitLayer::new(MAX_BODY_BYTES))
+        // A span per request (method, path), the parent of its compile span.
+        .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(service)
 }
 

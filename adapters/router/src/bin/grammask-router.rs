@@ -78,16 +78,26 @@ struct Args {
     /// Turn jump-forward (forced tokens without sampling) off.
     #[arg(long)]
     no_jump_forward: bool,
+    /// Export traces over OTLP/HTTP to this collector (e.g. `http://localhost:4318`;
+    /// default: `OTEL_EXPORTER_OTLP_ENDPOINT`, else nothing is exported).
+    #[arg(long)]
+    otlp_endpoint: Option<String>,
+    /// The service name of the exported traces.
+    #[arg(long, default_value = "grammask-router")]
+    otlp_service_name: String,
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a = Args::parse();
+    // Outside the runtime: the OTLP exporter's blocking HTTP client must be made and
+    // dropped off tokio's threads.
+    let mut telemetry = grammask_router::telemetry::init(a.otlp_endpoint.as_deref(), &a.otlp_service_name)?;
+    let result = tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(serve(a));
+    telemetry.shutdown();
+    result
+}
+
+async fn serve(a: Args) -> Result<(), Box<dyn std::error::Error>> {
     let tokenizer = match (&a.tokenizer, &a.gguf) {
         (Some(p), _) => LoadedTokenizer::from_path(p)?,
         (None, Some(g)) => LoadedTokenizer::from_gguf(g)?,
