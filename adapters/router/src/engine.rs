@@ -126,6 +126,8 @@ pub struct EngineOptions {
 pub struct StepRecord {
     /// Rows in the step.
     pub rows: usize,
+    /// Rows on their first forward (prefilling their prompt).
+    pub prefill: usize,
     /// Constrained rows.
     pub constrained: usize,
     /// Rows masked.
@@ -409,7 +411,8 @@ impl Loop {
                 return self.fail_all(&format!("mask fill: {e}"));
             }
         }
-        let mut record = StepRecord { rows: ids.len(), forward: forward_t, ..StepRecord::default() };
+        let prefill = self.running.iter().filter(|s| s.generated == 0).count();
+        let mut record = StepRecord { rows: ids.len(), prefill, forward: forward_t, ..StepRecord::default() };
         // Rows whose fill failed were not masked: they end with the error, never with
         // what is sampled from their rows.
         let mut failed = HashMap::new();

@@ -144,6 +144,12 @@ pub struct BatchOptions {
     /// Whether a jump-forward may take back sampled tokens (needs a model that can
     /// truncate a sequence's cache).
     pub rollback_ok: bool,
+    /// Without jump-forward, accept a sampled token on the mask pool at the start of
+    /// the next step's fill (while the forward runs) instead of on the step thread. A
+    /// stop token is still accepted at once (the row ends); a deferred token the
+    /// grammar refuses fails its row at the next step. The mask allowed the token, so
+    /// that only happens if something else went wrong.
+    pub defer_accepts: bool,
 }
 
 impl std::fmt::Debug for BatchOptions {
@@ -153,6 +159,7 @@ impl std::fmt::Debug for BatchOptions {
             .field("device", &self.device)
             .field("jump_forward", &self.encoder.is_some())
             .field("rollback_ok", &self.rollback_ok)
+            .field("defer_accepts", &self.defer_accepts)
             .finish()
     }
 }
@@ -160,7 +167,13 @@ impl std::fmt::Debug for BatchOptions {
 impl Default for BatchOptions {
     fn default() -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Self { fill_threads: (cores / 2).max(1), device: Device::cpu(), encoder: None, rollback_ok: false }
+        Self {
+            fill_threads: (cores / 2).max(1),
+            device: Device::cpu(),
+            encoder: None,
+            rollback_ok: false,
+            defer_accepts: true,
+        }
     }
 }
 
@@ -170,6 +183,21 @@ struct Row {
     matcher: GrammarMatcher,
     /// The step row this sequence has in the step being filled.
     step_row: Option<usize>,
+    /// A sampled token whose acceptance was deferred to the next fill.
+    pending: Option<u32>,
+    /// A deferred acceptance failed: the row fails at its next fill.
+    error: Option<grammask::Error>,
+}
+
+impl Row {
+    /// Accepts the deferred token, if any; a failure is kept for the next fill.
+    fn flush(&mut self) {
+        if let Some(t) = self.pending.take() {
+            if let Err(e) = self.matcher.accept_token(t) {
+                self.error = Some(e);
+            }
+        }
+    }
 }
 
 /// The device copy of the masks, for logits on a CUDA device: the pool thread that
@@ -229,29 +257,44 @@ impl Work {
     fn fill(&mut self) {
         let _span = tracing::debug_span!("fill", rows = self.step_rows).entered();
         let t0 = Instant::now();
+        // Deferred acceptances first: they overlap the forward too.
+        for r in &mut self.rows {
+            r.flush();
+        }
         self.members.clear();
+        let mut failed = Vec::new();
+        // Positions in `members` of the rows filled (those without a failed acceptance).
+        let mut filled_members = Vec::new();
         let (mut matchers, mut targets) = (Vec::new(), Vec::new());
         for (p, r) in self.rows.iter_mut().enumerate() {
             if let Some(t) = r.step_row {
+                let i = self.members.len();
                 self.members.push(p);
+                if let Some(e) = r.error.take() {
+                    failed.push((i, e));
+                    continue;
+                }
+                filled_members.push(i);
                 matchers.push(&mut r.matcher);
                 targets.push(t);
             }
         }
+        self.allows_all.clear();
+        self.allows_all.resize(self.members.len(), false);
         match self.filler.fill_each::<GrammarMatcher, _>(&mut matchers, &mut self.mask, &targets) {
             Ok(filled) => {
-                self.allows_all.clear();
-                self.allows_all.extend_from_slice(filled.allows_all);
-                self.failed = filled.failed;
+                for (k, &i) in filled_members.iter().enumerate() {
+                    self.allows_all[i] = filled.allows_all.get(k).copied().unwrap_or(false);
+                }
+                failed.extend(filled.failed.into_iter().map(|(k, e)| (filled_members[k], e)));
             }
             // Shape errors cannot happen (the engine sized the mask and checked the
             // rows), but if one did, every row of the step fails rather than the loop.
             Err(e) => {
-                self.allows_all = vec![false; targets.len()];
-                self.failed =
-                    (0..targets.len()).map(|i| (i, grammask::Error::Shape(e.to_string()))).collect();
+                failed.extend(filled_members.iter().map(|&i| (i, grammask::Error::Shape(e.to_string()))));
             }
         }
+        self.failed = failed;
         #[cfg(feature = "cuda")]
         if let Some(up) = &mut self.upload {
             let n = self.step_rows * words_per_row(self.mask.vocab_size());
@@ -372,7 +415,7 @@ impl StructuredBatch {
             return Err(StepError::Vocab { got: matcher.vocab_size(), batch: self.vocab });
         }
         let work = self.work()?;
-        work.rows.push(Row { id, matcher, step_row: None });
+        work.rows.push(Row { id, matcher, step_row: None, pending: None, error: None });
         let p = work.rows.len() - 1;
         self.index.insert(id, p);
         Ok(())
@@ -384,7 +427,8 @@ impl StructuredBatch {
             return Ok(None);
         };
         let work = self.work.as_deref_mut().ok_or(StepError::Busy)?;
-        let row = work.rows.swap_remove(p);
+        let mut row = work.rows.swap_remove(p);
+        row.flush();
         if let Some(moved) = work.rows.get(p) {
             self.index.insert(moved.id, p);
         }
@@ -553,7 +597,9 @@ impl StructuredBatch {
     /// Accepts the token sampled for `id`; then, when the grammar forces text next
     /// and jump-forward is on, accepts the forced tokens too and returns them. A
     /// finished row leaves the batch. On a grammar error the row stays unchanged (the
-    /// caller decides: finish it with the error, or resample).
+    /// caller decides: finish it with the error, or resample). Without jump-forward and
+    /// with [`BatchOptions::defer_accepts`], a token other than a stop token is only
+    /// recorded here and accepted by the next fill, on the mask pool.
     pub fn accept(&mut self, id: SeqId, token: u32) -> Result<Accepted, RowError> {
         self.accept_all(&[(id, token)]).pop().unwrap_or(Err(RowError::Unknown(id)))
     }
@@ -568,6 +614,7 @@ impl StructuredBatch {
     pub fn accept_all(&mut self, picks: &[(SeqId, u32)]) -> Vec<Result<Accepted, RowError>> {
         let max_rollback = if self.options.rollback_ok { grammask::matcher::MAX_RETOKENIZED } else { 0 };
         let encoder = self.options.encoder.clone();
+        let defer = self.options.defer_accepts && encoder.is_none();
         let mut seen = std::collections::HashSet::new();
         let mut out = Vec::with_capacity(picks.len());
         for &(id, token) in picks {
@@ -582,7 +629,19 @@ impl StructuredBatch {
                 out.push(Err(RowError::Unknown(id)));
                 continue;
             };
-            let r = advance(&mut work.rows[p].matcher, token, encoder.as_deref(), max_rollback);
+            let row = &mut work.rows[p];
+            row.flush();
+            if let Some(e) = row.error.take() {
+                out.push(Err(e.into()));
+                continue;
+            }
+            let stop = row.matcher.compiled().tokenizer().stop_tokens().contains(&token);
+            if defer && !stop && token < row.matcher.vocab_size() as u32 {
+                row.pending = Some(token);
+                out.push(Ok(Accepted::Continue { forced: JumpForward::default() }));
+                continue;
+            }
+            let r = advance(&mut row.matcher, token, encoder.as_deref(), max_rollback);
             if matches!(r, Ok(Accepted::Finished)) {
                 // A row that ended cannot fail to leave (between steps: not busy).
                 let _ = self.remove(id);
@@ -592,9 +651,12 @@ impl StructuredBatch {
         out
     }
 
-    /// The matcher of `id` (to inspect its state between steps).
-    pub fn matcher(&self, id: SeqId) -> Option<&GrammarMatcher> {
+    /// The matcher of `id` (to inspect its state between steps), with any deferred
+    /// token accepted.
+    pub fn matcher(&mut self, id: SeqId) -> Option<&GrammarMatcher> {
         let p = *self.index.get(&id)?;
-        self.work.as_deref().map(|w| &w.rows[p].matcher)
+        let row = &mut self.work.as_deref_mut()?.rows[p];
+        row.flush();
+        Some(&row.matcher)
     }
 }

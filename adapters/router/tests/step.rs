@@ -116,3 +116,69 @@ fn masked_rows_are_the_matchers_masks_and_the_rest_is_untouched() {
     assert_eq!(batch.accept(50, eos).unwrap(), Accepted::Finished);
     assert!(!batch.contains(50));
 }
+
+#[test]
+fn deferred_accepts_give_the_same_masks_and_fail_late() {
+    let tok = LoadedTokenizer::embedded().unwrap();
+    let vocab = tok.info.vocab_size();
+    let compiler = GrammarCompiler::new(tok.info.clone());
+    let spec = GrammarSpec::json_schema(
+        r#"{"type": "object", "properties": {"k": {"enum": ["alpha", "beta"]}, "n": {"type": "integer"}},
+            "required": ["k", "n"]}"#,
+    );
+    let compiled = compiler.compile(&spec).unwrap();
+    // Without jump-forward, accepts are deferred (the default) in one batch and immediate
+    // in the other; masks must agree step by step.
+    let mut deferred =
+        StructuredBatch::new(vocab, BatchOptions { fill_threads: 1, ..Default::default() }).unwrap();
+    let mut immediate = StructuredBatch::new(
+        vocab,
+        BatchOptions { fill_threads: 1, defer_accepts: false, ..Default::default() },
+    )
+    .unwrap();
+    deferred.add(1, GrammarMatcher::new(compiled.clone())).unwrap();
+    immediate.add(1, GrammarMatcher::new(compiled.clone())).unwrap();
+    let mut reference = GrammarMatcher::new(compiled.clone());
+    let text = r#"{"k": "beta", "n": 42}"#;
+    let ids = tok.hf.encode_text(text).unwrap();
+    for (i, &t) in ids.iter().enumerate() {
+        let mut masks = Vec::new();
+        for b in [&mut deferred, &mut immediate] {
+            b.begin_step(&[1]).unwrap();
+            let mut logits = vec![0.0f32; vocab];
+            b.apply_masks(logits.as_mut_slice().into(), LogitsLayout::contiguous(1, vocab)).unwrap();
+            masks.push(logits.iter().map(|x| x.is_finite()).collect::<Vec<_>>());
+        }
+        let mut want = TokenBitmask::new(1, vocab);
+        reference.fill_next_token_bitmask(want.row_mut(0)).unwrap();
+        let want: Vec<bool> =
+            (0..vocab as u32).map(|t| want.allowed_ids(0).binary_search(&t).is_ok()).collect();
+        assert_eq!(masks[0], want, "deferred, step {i}");
+        assert_eq!(masks[1], want, "immediate, step {i}");
+        reference.accept_token(t).unwrap();
+        assert_eq!(deferred.accept(1, t).unwrap(), Accepted::Continue { forced: Default::default() });
+        assert!(matches!(immediate.accept(1, t).unwrap(), Accepted::Continue { .. }));
+    }
+    // The deferred token is accepted when the state is looked at.
+    assert_eq!(deferred.matcher(1).unwrap().num_steps(), ids.len());
+    // A stop token is accepted at once: the row ends now.
+    let eos = tok.info.stop_tokens()[0];
+    assert_eq!(deferred.accept(1, eos).unwrap(), Accepted::Finished);
+    assert!(deferred.is_empty());
+
+    // A deferred token the grammar refuses fails its row at the next step, and only it.
+    deferred.add(2, GrammarMatcher::new(compiled.clone())).unwrap();
+    deferred.add(3, GrammarMatcher::new(compiled)).unwrap();
+    let bad = tok.hf.encode_text("]").unwrap()[0];
+    assert!(deferred.accept(2, bad).is_ok());
+    deferred.begin_step(&[2, 3]).unwrap();
+    let mut logits = vec![0.0f32; 2 * vocab];
+    let report =
+        deferred.apply_masks(logits.as_mut_slice().into(), LogitsLayout::contiguous(2, vocab)).unwrap();
+    assert_eq!(report.failed.len(), 1);
+    assert_eq!(report.failed[0].0, 2);
+    assert!(matches!(report.failed[0].1, RowError::Grammar(_)));
+    assert!(!deferred.contains(2) && deferred.contains(3));
+    assert!(logits[..vocab].iter().all(|x| x.is_finite()), "the failed row is not masked");
+    assert_eq!(report.masked, 1);
+}

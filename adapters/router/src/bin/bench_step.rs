@@ -10,6 +10,21 @@
 //! Prints one JSON object per (batch, setup) and a markdown table. The rate compared is
 //! the decode rate at the full batch (rows per second over steps with every slot busy).
 //!
+//! `--gguf PATH` runs a real model instead (candle on the CPU; SmolLM2-135M-Instruct from
+//! `adapters/mistralrs/scripts/fetch-smollm2.sh`): each request is a chat asking for a
+//! document of its schema, rendered with the model's own template; with `--requests N`
+//! and `--setups` the run can be sized to a slow model:
+//!
+//! ```sh
+//! cargo run --release -p grammask-router --bin bench_step -- --gguf .models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \
+//!     --schemas ../shared/data/jsonschemabench/dev/Github_easy --batch 1,8 --requests 50 \
+//!     --setups unconstrained,constrained --max-new-tokens 256
+//! ```
+//!
+//! Every completed constrained answer is checked against its schema with the
+//! `jsonschema` crate (`valid` / `invalid` / `cut_off` in the JSON lines); unconstrained
+//! answers are checked the same way, for comparison.
+//!
 //! `--cuda N` runs the CUDA simulated model on device N instead: the forward is a kernel
 //! spinning for `--forward-ms`, the logits stay on the GPU, the masks are uploaded by
 //! the pool that filled them and applied by grammask-gpu's kernel, and tokens are drawn
@@ -29,9 +44,18 @@ use std::time::{Duration, Instant};
 
 #[derive(Debug, Parser)]
 struct Args {
-    /// Tokenizer folder or `tokenizer.json`.
+    /// Tokenizer folder or `tokenizer.json` (default with `--gguf`: the GGUF's own).
     #[arg(long)]
-    tokenizer: std::path::PathBuf,
+    tokenizer: Option<std::path::PathBuf>,
+    /// A real model (Llama-family GGUF, candle on the CPU) instead of the simulated one.
+    #[arg(long, value_name = "PATH")]
+    gguf: Option<std::path::PathBuf>,
+    /// Requests per setup (default: batch × rounds).
+    #[arg(long)]
+    requests: Option<usize>,
+    /// Setups to run, of `unconstrained`, `constrained`, `no-overlap`.
+    #[arg(long, value_delimiter = ',', default_value = "unconstrained,constrained,no-overlap")]
+    setups: Vec<String>,
     /// A MaskBench folder of schemas (`{"schema": …}` files).
     #[arg(long)]
     schemas: std::path::PathBuf,
@@ -53,6 +77,9 @@ struct Args {
     /// Run the CUDA simulated model on this device (logits, masks and sampling on the GPU).
     #[arg(long, value_name = "N")]
     cuda: Option<usize>,
+    /// Accept sampled tokens on the step thread (default: deferred to the next fill).
+    #[arg(long)]
+    immediate_accepts: bool,
     /// Mask fill threads.
     #[arg(long, default_value_t = 1)]
     fill_threads: usize,
@@ -66,28 +93,61 @@ fn pct(mut v: Vec<f64>, p: f64) -> f64 {
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
+/// What became of a request: its text, whether it ended on its own, and whether the text
+/// is a document of its schema.
+#[derive(Debug, Default, Clone, Copy)]
+struct Verdicts {
+    valid: usize,
+    invalid: usize,
+    cut_off: usize,
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a = Args::parse();
-    let tok = LoadedTokenizer::from_path(&a.tokenizer)?;
+    let tok = match (&a.tokenizer, &a.gguf) {
+        (Some(p), _) => LoadedTokenizer::from_path(p)?,
+        (None, Some(g)) => LoadedTokenizer::from_gguf(g)?,
+        (None, None) => return Err("--tokenizer or --gguf is required".into()),
+    };
+    let chat = match (&a.gguf, &tok.config) {
+        (Some(_), Some(c)) => grammask_router::chat::ChatTemplate::from_tokenizer_config(c)?,
+        _ => None,
+    };
     let compiler = grammask::GrammarCompiler::new(tok.info.clone());
     let mut files: Vec<_> = std::fs::read_dir(&a.schemas)?.filter_map(|e| e.ok().map(|e| e.path())).collect();
     files.sort();
     let mut specs = Vec::new();
+    let mut schemas = Vec::new();
     for f in files {
         let Ok(doc) = serde_json::from_str::<Value>(&std::fs::read_to_string(&f)?) else { continue };
         let spec = GrammarSpec::JsonSchema {
             schema: doc["schema"].to_string(),
             options: JsonSchemaOptions::default(),
         };
+        // Schemas the validator cannot build (remote refs, …) could not be checked.
+        let Ok(validator) = jsonschema::validator_for(&doc["schema"]) else { continue };
         if compiler.compile(&spec).is_ok() {
             specs.push(spec);
+            schemas.push((doc["schema"].clone(), validator));
         }
         if specs.len() == a.max_schemas {
             break;
         }
     }
-    let prompt: Vec<u32> =
-        tok.hf.encode("Answer with a JSON document:", false).map_err(|e| e.to_string())?.get_ids().to_vec();
+    // One prompt per schema: a chat asking for a document of it (real model), or a
+    // fixed text (the simulated model ignores what it reads).
+    let mut prompts = Vec::new();
+    for (schema, _) in &schemas {
+        let text = match &chat {
+            Some(t) => t.render(
+                &[json!({"role": "user", "content": format!(
+                    "Reply with only a JSON document that follows this JSON schema:\n{schema}")})],
+                None,
+            )?,
+            None => "Answer with a JSON document:".to_string(),
+        };
+        prompts.push(tok.hf.encode(text, false).map_err(|e| e.to_string())?.get_ids().to_vec());
+    }
     let forward = Duration::from_secs_f64(a.forward_ms / 1e3);
     let mut table = Vec::new();
     for &b in &a.batch {
@@ -97,25 +157,39 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ("constrained", true, true),
             ("constrained, no overlap", true, false),
         ] {
+            let key = match (constrained, overlap) {
+                (false, _) => "unconstrained",
+                (true, true) => "constrained",
+                (true, false) => "no-overlap",
+            };
+            if !a.setups.iter().any(|s| s == key) {
+                continue;
+            }
             let vocab = tok.info.vocab_size();
-            let model: Box<dyn Model> = match a.cuda {
-                None => Box::new(SimulatedModel::new(vocab, 5, ForwardTime::Sleep(forward))),
+            let model: Box<dyn Model> = match (&a.gguf, a.cuda) {
+                (Some(g), _) => Box::new(grammask_router::model::GgufModel::load(g)?),
+                (None, None) => Box::new(SimulatedModel::new(vocab, 5, ForwardTime::Sleep(forward))),
                 #[cfg(feature = "cuda")]
-                Some(n) => Box::new(grammask_router::model::CudaSimulatedModel::new(
+                (None, Some(n)) => Box::new(grammask_router::model::CudaSimulatedModel::new(
                     vocab,
                     5,
                     ForwardTime::Sleep(forward),
                     n,
                 )?),
                 #[cfg(not(feature = "cuda"))]
-                Some(_) => return Err("built without the `cuda` feature".into()),
+                (None, Some(_)) => return Err("built without the `cuda` feature".into()),
             };
             let model_name = model.name();
+            let n_requests = a.requests.unwrap_or(b * a.rounds);
             let options = EngineOptions {
                 max_batch_size: b,
-                max_queue: b * a.rounds + 1,
+                max_queue: n_requests + 1,
                 overlap,
-                batch: BatchOptions { fill_threads: a.fill_threads, ..BatchOptions::default() },
+                batch: BatchOptions {
+                    fill_threads: a.fill_threads,
+                    defer_accepts: !a.immediate_accepts,
+                    ..BatchOptions::default()
+                },
                 record_steps: true,
                 ..EngineOptions::default()
             };
@@ -126,7 +200,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             // these schemas for the first time.
             let compiler = grammask::GrammarCompiler::new(tok.info.clone());
             let mut requests = Vec::new();
-            for i in 0..b * a.rounds {
+            for i in 0..n_requests {
                 let constraint = if constrained {
                     Some(grammask::GrammarMatcher::new(compiler.compile(&specs[i % specs.len()])?))
                 } else {
@@ -137,7 +211,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let sampling =
                     SamplingParams { seed: i as u64, logprobs: false, ..SamplingParams::default() };
                 let job = Job {
-                    prompt: prompt.clone(),
+                    prompt: prompts[i % prompts.len()].clone(),
                     sampling,
                     max_new_tokens: a.max_new_tokens,
                     stop: Vec::new(),
@@ -149,11 +223,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 engine.submit(r)?;
             }
             let mut tokens = 0usize;
-            for mut rx in receivers {
+            let mut verdicts = Verdicts::default();
+            for (i, mut rx) in receivers.into_iter().enumerate() {
                 while let Some(ev) = rx.blocking_recv() {
                     match ev {
                         Event::Token(_) => tokens += 1,
-                        Event::End(_) => break,
+                        Event::End(e) => {
+                            if e.reason != engine::FinishReason::EosToken {
+                                verdicts.cut_off += 1;
+                            } else {
+                                let ok = serde_json::from_str::<Value>(e.text.trim())
+                                    .is_ok_and(|d| schemas[i % schemas.len()].1.is_valid(&d));
+                                if ok {
+                                    verdicts.valid += 1;
+                                } else {
+                                    verdicts.invalid += 1;
+                                }
+                            }
+                            break;
+                        }
                         Event::Error(e) => return Err(e.into()),
                     }
                 }
@@ -161,7 +249,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let wall = t0.elapsed().as_secs_f64();
             engine.shutdown();
             let records: Vec<StepRecord> = engine.take_step_records();
-            let full: Vec<&StepRecord> = records.iter().filter(|r| r.rows == b).collect();
+            // Decode steps with every slot busy (a step that prefills a prompt is not a
+            // decode step: on a real model it costs many tokens' time).
+            let full: Vec<&StepRecord> = records.iter().filter(|r| r.rows == b && r.prefill == 0).collect();
             let us = |f: fn(&StepRecord) -> Duration| {
                 full.iter().map(|r| f(r).as_secs_f64() * 1e6).collect::<Vec<_>>()
             };
@@ -175,7 +265,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 base_tps = Some(tps);
             }
             let row = json!({
-                "batch": b, "setup": setup, "model": model_name, "tokens": tokens, "wall_s": wall, "end_to_end_tokens_per_s": tokens as f64 / wall,
+                "batch": b, "setup": setup, "model": model_name, "requests": n_requests, "schemas": schemas.len(),
+                "valid": verdicts.valid, "invalid": verdicts.invalid, "cut_off": verdicts.cut_off, "tokens": tokens, "wall_s": wall, "end_to_end_tokens_per_s": tokens as f64 / wall,
                 "tokens_per_s": tps,
                 "ratio_to_unconstrained": ratio, "steps": records.len(), "full_steps": full.len(),
                 "wait_us_p50": pct(us(|r| r.wait), 0.5), "wait_us_p99": pct(us(|r| r.wait), 0.99),
@@ -187,24 +278,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             table.push(row);
         }
     }
-    println!("| batch | setup | decode tokens/s (full batch) | × unconstrained | step p50 µs | fill p50 / p99 µs | wait p50 / p99 µs | apply p50 µs | sample p50 µs |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("| batch | setup | decode tokens/s (full batch) | × unconstrained | end-to-end tokens/s | step p50 µs | fill p50 / p99 µs | wait p50 / p99 µs | apply p50 µs | sample p50 µs | valid / invalid / cut off |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &table {
         let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
         let ratio = r["ratio_to_unconstrained"].as_f64().map_or("-".to_string(), |x| format!("{x:.3}"));
         println!(
-            "| {} | {} | {:.0} | {} | {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} | {:.0} |",
+            "| {} | {} | {:.1} | {} | {:.1} | {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} | {:.0} | {} / {} / {} |",
             r["batch"],
             r["setup"].as_str().unwrap_or(""),
             f("tokens_per_s"),
             ratio,
+            f("end_to_end_tokens_per_s"),
             f("step_us_p50"),
             f("fill_us_p50"),
             f("fill_us_p99"),
             f("wait_us_p50"),
             f("wait_us_p99"),
             f("apply_us_p50"),
-            f("sample_us_p50")
+            f("sample_us_p50"),
+            r["valid"],
+            r["invalid"],
+            r["cut_off"]
         );
     }
     Ok(())
