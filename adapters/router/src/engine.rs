@@ -429,14 +429,27 @@ impl Loop {
                     Err(e) => return self.fail_all(&format!("mask apply: {e}")),
                 }
                 // Sampling is per row and independent: in parallel (the mask pool is
-                // idle now).
+                // idle now). A masked row is sampled among its allowed tokens only.
                 sample_t = Instant::now();
                 let _s = tracing::debug_span!("sample").entered();
+                // Only sparse masks: iterating the set bits of a mask that allows most of
+                // the vocabulary (inside a free string) is slower than scanning the row.
+                let masks: Vec<Option<&[u32]>> = (0..self.running.len())
+                    .map(|r| {
+                        self.batch.applied_mask(r).filter(|m| {
+                            m.iter().map(|w| w.count_ones() as usize).sum::<usize>() * SPARSE_MASK < vocab
+                        })
+                    })
+                    .collect();
                 Ok(self
                     .running
                     .par_iter_mut()
                     .zip(logits.par_chunks_mut(vocab.max(1)))
-                    .map(|(s, row)| s.sampler.sample(row))
+                    .zip(masks)
+                    .map(|((s, row), mask)| match mask {
+                        Some(m) => s.sampler.sample_masked(row, m),
+                        None => s.sampler.sample(row),
+                    })
                     .collect())
             }
             #[cfg(feature = "cuda")]
@@ -580,6 +593,10 @@ impl Loop {
         }
     }
 }
+
+/// A mask allowing fewer than 1 / SPARSE_MASK of the vocabulary is sampled through its
+/// set bits rather than by a scan of the whole row.
+const SPARSE_MASK: usize = 16;
 
 /// Records a step's mask report: timings, metrics, and the rows whose fill failed.
 fn note_masks(

@@ -341,6 +341,8 @@ pub struct StructuredBatch {
     /// A step was begun and its masks not applied yet.
     begun: bool,
     indices: Vec<i32>,
+    /// Per row of the last applied step: whether its mask was applied.
+    masked_rows: Vec<bool>,
 }
 
 impl std::fmt::Debug for StructuredBatch {
@@ -383,6 +385,7 @@ impl StructuredBatch {
             pending: None,
             begun: false,
             indices: Vec::new(),
+            masked_rows: Vec::new(),
         })
     }
 
@@ -443,6 +446,7 @@ impl StructuredBatch {
         if self.begun {
             return Err(StepError::Busy);
         }
+        self.masked_rows.clear();
         let vocab = self.vocab;
         let index = &self.index;
         let work = self.work.as_deref_mut().ok_or(StepError::Busy)?;
@@ -536,6 +540,11 @@ impl StructuredBatch {
             }
         }
         report.masked = self.indices.len();
+        self.masked_rows.clear();
+        self.masked_rows.resize(work.step_rows, false);
+        for &r in &self.indices {
+            self.masked_rows[r as usize] = true;
+        }
         // Failed rows leave before the apply, so that an apply error cannot keep them.
         for (id, e) in drop_ids {
             self.remove(id)?;
@@ -649,6 +658,16 @@ impl StructuredBatch {
             out.push(r);
         }
         out
+    }
+
+    /// The bitmask row that masked logits row `r` in the last [`apply_masks`](Self::apply_masks)
+    /// (`None` for a row it left alone): a sampler can look at the allowed tokens only
+    /// (`Sampler::sample_masked`). Valid until the next [`begin_step`](Self::begin_step).
+    pub fn applied_mask(&self, r: usize) -> Option<&[u32]> {
+        if !self.masked_rows.get(r).copied().unwrap_or(false) || self.begun {
+            return None;
+        }
+        self.work.as_deref().map(|w| w.mask.row(r))
     }
 
     /// The matcher of `id` (to inspect its state between steps), with any deferred

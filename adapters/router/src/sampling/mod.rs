@@ -67,6 +67,20 @@ pub struct Sampler {
     cand: Vec<(u32, f32)>,
 }
 
+/// The ids whose bit is set in `mask`, below `n`, in increasing order.
+fn allowed_ids(mask: &[u32], n: usize) -> impl Iterator<Item = usize> + '_ {
+    mask.iter()
+        .enumerate()
+        .flat_map(|(w, &word)| {
+            std::iter::successors((word != 0).then_some(word), |&b| {
+                let rest = b & (b - 1);
+                (rest != 0).then_some(rest)
+            })
+            .map(move |b| w * 32 + b.trailing_zeros() as usize)
+        })
+        .take_while(move |&i| i < n)
+}
+
 /// A row's choice: the token and its log-probability (when asked for), or why none.
 pub type Pick = Result<(u32, Option<f32>), NothingAllowed>;
 
@@ -108,30 +122,56 @@ impl Sampler {
     /// assert!(t == 2 || t == 3);
     /// # Ok::<(), grammask_router::sampling::NothingAllowed>(())
     /// ```
-    pub fn sample(&mut self, logits: &mut [f32]) -> Result<(u32, Option<f32>), NothingAllowed> {
+    pub fn sample(&mut self, logits: &mut [f32]) -> Pick {
         self.penalize(logits);
+        let n = logits.len();
+        self.choose(logits, || 0..n)
+    }
+
+    /// [`sample`](Self::sample) for a row already masked by `mask` (its bitmask row:
+    /// bit `t` set = token `t` allowed): the same choice, with the same random draws,
+    /// looking only at the allowed tokens. A grammar usually allows few tokens, so this
+    /// reads a few kilobytes of mask instead of the whole row of logits.
+    ///
+    /// ```
+    /// use grammask_router::sampling::{Sampler, SamplingParams};
+    /// let mut logits = [0.5, f32::NEG_INFINITY, 3.0, f32::NEG_INFINITY, 1.0];
+    /// let mask = [0b10101u32];
+    /// let (a, b) = (Sampler::new(SamplingParams::default()), Sampler::new(SamplingParams::default()));
+    /// let (mut a, mut b) = (a, b);
+    /// assert_eq!(a.sample_masked(&mut logits.clone(), &mask), b.sample(&mut logits));
+    /// ```
+    pub fn sample_masked(&mut self, logits: &mut [f32], mask: &[u32]) -> Pick {
+        self.penalize(logits);
+        let n = logits.len();
+        self.choose(logits, || allowed_ids(mask, n))
+    }
+
+    /// The choice among the finite logits of the tokens `ids()` lists, in increasing
+    /// order (ties go to the lowest id, as a scan of the whole row would).
+    fn choose<I: Iterator<Item = usize>>(&mut self, logits: &[f32], ids: impl Fn() -> I) -> Pick {
         let p = &self.params;
         let sampling = p.do_sample && p.temperature > 0.0;
         if !sampling {
             // Greedy: one pass, no candidate list (the common serving case at scale).
             let mut best: Option<(usize, f32)> = None;
-            for (i, &x) in logits.iter().enumerate() {
+            for i in ids() {
+                let x = logits[i];
                 if x.is_finite() && best.map_or(true, |(_, b)| x > b) {
                     best = Some((i, x));
                 }
             }
             let (id, x) = best.ok_or(NothingAllowed)?;
             let lp = p.logprobs.then(|| {
-                let z: f64 = logits.iter().filter(|v| v.is_finite()).map(|&v| f64::from(v - x).exp()).sum();
+                let z: f64 =
+                    ids().map(|i| logits[i]).filter(|v| v.is_finite()).map(|v| f64::from(v - x).exp()).sum();
                 -z.ln() as f32
             });
             return Ok((self.note(id as u32), lp));
         }
         let t = p.temperature;
         self.cand.clear();
-        self.cand.extend(
-            logits.iter().enumerate().filter(|(_, x)| x.is_finite()).map(|(i, &x)| (i as u32, x / t)),
-        );
+        self.cand.extend(ids().filter(|&i| logits[i].is_finite()).map(|i| (i as u32, logits[i] / t)));
         if self.cand.is_empty() {
             return Err(NothingAllowed);
         }
@@ -283,6 +323,54 @@ mod tests {
         let (mut a, mut b) = (Sampler::new(params.clone()), Sampler::new(params));
         for _ in 0..20 {
             assert_eq!(a.sample(&mut logits.clone()), b.sample(&mut logits.clone()));
+        }
+    }
+
+    #[test]
+    fn sampling_a_masked_row_among_its_allowed_ids_is_sampling_the_row() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let settings = [
+            SamplingParams::default(),
+            SamplingParams { do_sample: true, temperature: 0.8, ..Default::default() },
+            SamplingParams { do_sample: true, top_k: Some(3), ..Default::default() },
+            SamplingParams { do_sample: true, top_p: Some(0.5), ..Default::default() },
+            SamplingParams { do_sample: true, repetition_penalty: Some(1.3), ..Default::default() },
+            SamplingParams { frequency_penalty: Some(0.5), ..Default::default() },
+        ];
+        for case in 0..60 {
+            // A row of 1,000 to 1,100 logits (a partial last word), a sparse or dense
+            // mask, applied as the router applies it (−∞ where the bit is clear).
+            let n = 1000 + case;
+            let density = [0.001, 0.01, 0.5, 1.0][case % 4];
+            let mut mask = vec![0u32; n.div_ceil(32)];
+            for t in 0..n {
+                if rng.gen::<f64>() < density {
+                    mask[t / 32] |= 1 << (t % 32);
+                }
+            }
+            let logits: Vec<f32> = (0..n)
+                .map(|t| {
+                    let x = (rng.gen_range(0..40) as f32) / 8.0; // ties happen
+                    if mask[t / 32] >> (t % 32) & 1 == 1 {
+                        x
+                    } else {
+                        f32::NEG_INFINITY
+                    }
+                })
+                .collect();
+            for params in &settings {
+                let params = SamplingParams { seed: case as u64, ..params.clone() };
+                let (mut a, mut b) = (Sampler::new(params.clone()), Sampler::new(params));
+                for _ in 0..5 {
+                    let whole = a.sample(&mut logits.clone());
+                    let masked = b.sample_masked(&mut logits.clone(), &mask);
+                    assert_eq!(whole, masked, "case {case}, {:?}", a.params());
+                    if let Ok((t, _)) = whole {
+                        a.record(&[t]);
+                        b.record(&[t]);
+                    }
+                }
+            }
         }
     }
 
