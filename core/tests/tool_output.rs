@@ -179,3 +179,43 @@ mod garbage {
         }
     }
 }
+
+/// Found by the conformance suite: a streamed prefix that stops inside a number (`-`,
+/// `1.`, `2e`, `2e-`) is still a prefix of the output (serde calls it an invalid number,
+/// not the end of its input). Every byte prefix of valid outputs must read.
+#[test]
+fn every_prefix_of_numbers_being_written_reads() {
+    let call = json!({"type": "tag", "begin": "<tool_call>\n{\"name\": \"f\", \"arguments\": ",
+        "content": {"type": "json_schema", "json_schema": {"type": "object"}}, "end": "}\n</tool_call>"});
+    let preset = Preset {
+        structural_tag: json!({"type": "structural_tag", "format":
+            {"type": "triggered_tags", "triggers": ["<tool_call>"], "tags": [call.clone()]}}),
+        roles: vec![(call, Role::Call { name: "f".into() })],
+    };
+    let p = OutputParser::new(&preset).unwrap();
+    for args in [r#"{"x": -6}"#, r#"{"x": 1.5}"#, r#"{"x": 2e-3, "y": [-0.5E+2]}"#, r#"{"x":-1}"#] {
+        let text = format!("hi <tool_call>\n{{\"name\": \"f\", \"arguments\": {args}}}\n</tool_call>");
+        for end in 0..=text.len() {
+            p.parse_prefix(&text[..end]).unwrap_or_else(|e| panic!("{:?}: {e}", &text[..end]));
+        }
+        let mut s = p.stream();
+        let mut streamed = String::new();
+        for ch in text.chars() {
+            for d in s.push(&ch.to_string()).unwrap() {
+                if let Delta::ToolCallArguments { arguments, .. } = d {
+                    streamed.push_str(&arguments);
+                }
+            }
+        }
+        let (out, rest) = s.finish().unwrap();
+        for d in rest {
+            if let Delta::ToolCallArguments { arguments, .. } = d {
+                streamed.push_str(&arguments);
+            }
+        }
+        assert_eq!(out.tool_calls[0].arguments, args);
+        assert_eq!(streamed, args);
+    }
+    // Not every number-like end is a prefix: `1.e` is no number.
+    assert!(p.parse_prefix("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1.e").is_err());
+}

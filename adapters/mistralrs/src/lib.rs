@@ -18,6 +18,7 @@ mod constrain;
 mod error;
 mod processor;
 mod spec;
+pub mod tiny;
 mod vocab;
 
 pub use constrain::{Constrained, Grammask, Outcome};

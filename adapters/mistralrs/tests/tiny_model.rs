@@ -378,7 +378,7 @@ async fn requests_served_from_the_prefix_cache_stay_valid() {
         let text = response.choices[0].message.content.clone().unwrap_or_default();
         let doc: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text:?}"));
         assert!(validator.is_valid(&doc), "{text:?}");
-        let contexts = recorder.contexts.lock().unwrap();
+        let contexts = recorder.contexts();
         first_contexts.push((contexts[0].len(), contexts.get(1).map_or(0, |c| c.len() - 1)));
     }
     // (first call's context length, the prompt's length): shorter when served from the cache.

@@ -554,7 +554,9 @@ impl<'a> Walk<'a> {
         let mut values = serde_json::Deserializer::from_str(rest).into_iter::<serde::de::IgnoredAny>();
         let end = match values.next() {
             Some(Ok(_)) => pos + values.byte_offset(),
-            Some(Err(e)) if self.partial && e.is_eof() => {
+            // A prefix may also stop inside a number (`-`, `1.`, `2e`): serde calls that an
+            // invalid number, not the end of the input; one more digit tells them apart.
+            Some(Err(e)) if self.partial && (e.is_eof() || number_in_progress(rest)) => {
                 let end = pos + rest.trim_end().len();
                 self.reach(self.text.len());
                 if cx.role == TextRole::Markup {
@@ -897,6 +899,20 @@ fn first_occurrence(text: &str, patterns: &[&str]) -> Option<(usize, usize)> {
         }
     }
     best.map(|(_, s, j)| (s, j))
+}
+
+/// Whether `rest` ends inside a JSON number that one more digit would continue: then it
+/// is a prefix of JSON although serde reports an invalid number at its end.
+fn number_in_progress(rest: &str) -> bool {
+    if !rest.ends_with(['-', '+', '.', 'e', 'E']) {
+        return false;
+    }
+    let completed = format!("{rest}0");
+    match serde_json::Deserializer::from_str(&completed).into_iter::<serde::de::IgnoredAny>().next() {
+        Some(Ok(_)) => true,
+        Some(Err(e)) => e.is_eof(),
+        None => false,
+    }
 }
 
 /// Length of the JSON number or literal (`true`, `false`, `null`) at the start of `text`,

@@ -108,13 +108,24 @@ pub struct SimulatedModel {
     time: ForwardTime,
     base: Vec<Vec<f32>>,
     logits: Vec<f32>,
+    /// Tokens pushed up, and by how much.
+    boosts: Vec<(Vec<u32>, f32)>,
 }
 
 impl SimulatedModel {
     /// `vocab` columns, logits seeded by `seed`, each forward taking `time`.
     pub fn new(vocab: usize, seed: u64, time: ForwardTime) -> Self {
         let base = (0..BASE_ROWS).map(|k| (0..vocab).map(|j| base_value(seed, k, j)).collect()).collect();
-        Self { cache: SimulatedCache::new(vocab, seed), time, base, logits: Vec::new() }
+        Self { cache: SimulatedCache::new(vocab, seed), time, base, logits: Vec::new(), boosts: Vec::new() }
+    }
+
+    /// Adds `bias` to the logits of `tokens` in every row (on top of earlier boosts).
+    /// Pushing up the tokens that close strings, objects and arrays (and the stop tokens)
+    /// makes random documents end within a few hundred tokens — and makes the model
+    /// harsher: without the mask it would close structures everywhere.
+    pub fn with_boost(mut self, tokens: Vec<u32>, bias: f32) -> Self {
+        self.boosts.push((tokens, bias));
+        self
     }
 }
 
@@ -133,6 +144,13 @@ impl Model for SimulatedModel {
             out.copy_from_slice(&self.base[plan.base as usize]);
             for (i, &t) in plan.spikes.iter().enumerate() {
                 out[t as usize] = spike_value(i);
+            }
+            for (tokens, bias) in &self.boosts {
+                for &t in tokens {
+                    if let Some(x) = out.get_mut(t as usize) {
+                        *x += bias;
+                    }
+                }
             }
         }
         match self.time {

@@ -1,0 +1,178 @@
+//! `grammask-conformance report`: runs the corpus through the adapters and writes the
+//! report (markdown and chart) to `--out`; the last stdout line is the JSON summary
+//! `{"adapters": [{"name", "cases", "valid", "invalid", "cut_off", "errors", "overhead_pct"}]}`.
+
+use clap::{Parser, Subcommand};
+use grammask_conformance::case::{corpus, maskbench_cases, Case, CorpusOptions};
+use grammask_conformance::engine::Engine;
+use grammask_conformance::engines::mistralrs::MistralRsEngine;
+use grammask_conformance::engines::reference::ReferenceEngine;
+use grammask_conformance::engines::router::{Api, RouterEngine, RouterSetup};
+use grammask_conformance::report::Report;
+use grammask_conformance::run::{overhead, validity, Isolated, RunOptions};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+const ADAPTERS: [&str; 6] =
+    ["reference", "router-tgi", "router-tgi-stream", "router-openai", "router-openai-stream", "mistralrs"];
+
+#[derive(Parser)]
+#[command(about = "grammask's conformance suite: every adapter, one corpus")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs the suite and writes the report.
+    Report(ReportArgs),
+}
+
+#[derive(clap::Args)]
+struct ReportArgs {
+    /// Adapters to run (default: all of reference, router-tgi, router-tgi-stream,
+    /// router-openai, router-openai-stream, mistralrs).
+    #[arg(long = "adapter")]
+    adapters: Vec<String>,
+    /// Extra MaskBench files or folders, as JSON-schema cases (`--limit` per path).
+    #[arg(long = "cases", num_args = 1..)]
+    cases: Vec<PathBuf>,
+    /// Schemas per extra path.
+    #[arg(long, default_value_t = 20)]
+    limit: usize,
+    /// Built-in JSON schemas per dev split.
+    #[arg(long, default_value_t = 6)]
+    schemas_per_split: usize,
+    /// Also the large grammars (C, chess, English, the Lark grammar of Lark, …).
+    #[arg(long)]
+    large: bool,
+    /// Seeds per case.
+    #[arg(long, default_value_t = 2)]
+    seeds: u64,
+    /// Most tokens per output.
+    #[arg(long, default_value_t = 256)]
+    max_new_tokens: usize,
+    /// Also measure overhead (constrained vs unconstrained tokens/s) at these batch
+    /// sizes (slow: a benchmark, not a test).
+    #[arg(long, value_delimiter = ',')]
+    overhead: Vec<usize>,
+    /// The router's simulated forward time for the overhead runs, milliseconds.
+    #[arg(long, default_value_t = 5.0)]
+    forward_ms: f64,
+    /// Where the report goes.
+    #[arg(long, default_value = "docs/conformance")]
+    out: PathBuf,
+}
+
+fn make(name: &str, forward: Duration, scratch: &std::path::Path) -> Result<Box<dyn Engine>, String> {
+    let tok = grammask_conformance::engines::tokenizer()?;
+    let setup = RouterSetup { forward, ..RouterSetup::default() };
+    let router = |api| RouterEngine::start(tok.clone(), api, &setup).map(|e| Box::new(e) as Box<dyn Engine>);
+    let e: Box<dyn Engine> = match name {
+        "reference" => Box::new(ReferenceEngine::new(tok.clone(), 11)),
+        "router-tgi" => router(Api::Tgi).map_err(|e| e.0)?,
+        "router-tgi-stream" => router(Api::TgiStream).map_err(|e| e.0)?,
+        "router-openai" => router(Api::OpenAi).map_err(|e| e.0)?,
+        "router-openai-stream" => router(Api::OpenAiStream).map_err(|e| e.0)?,
+        "mistralrs" => Box::new(MistralRsEngine::start(scratch).map_err(|e| e.0)?),
+        other => return Err(format!("unknown adapter `{other}` (known: {})", ADAPTERS.join(", "))),
+    };
+    Ok(e)
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let Command::Report(a) = Cli::parse().command;
+    let mut cases: Vec<Case> = corpus(&CorpusOptions {
+        schemas_per_split: a.schemas_per_split,
+        large_grammars: a.large,
+        ..Default::default()
+    })?;
+    for p in &a.cases {
+        cases.extend(maskbench_cases(p, a.limit)?);
+    }
+    let cases = Arc::new(cases);
+    let adapters: Vec<String> = if a.adapters.is_empty() {
+        ADAPTERS.iter().map(|s| s.to_string()).collect()
+    } else {
+        a.adapters.clone()
+    };
+    let opts = RunOptions {
+        seeds: (1..=a.seeds).collect(),
+        max_new_tokens: a.max_new_tokens,
+        ..RunOptions::default()
+    };
+    let scratch = std::env::temp_dir();
+    let mut report = Report {
+        settings: format!(
+            "{} cases ({} built in per split, {} extra paths), {} seeds, temperature {}, max_new_tokens {}; adapters on \
+             random-weight models (reference and router: the router's simulated model over Qwen3's tokenizer; \
+             mistral.rs: a tiny random Llama). Command: `cargo run --release -p grammask-conformance -- report{}`",
+            cases.len(),
+            a.schemas_per_split,
+            a.cases.len(),
+            a.seeds,
+            opts.temperature,
+            a.max_new_tokens,
+            std::env::args().skip(2).map(|s| format!(" {s}")).collect::<String>()
+        ),
+        ..Report::default()
+    };
+    for name in &adapters {
+        eprintln!("== {name}");
+        let engine = match make(name, Duration::from_millis(1), &scratch) {
+            Ok(e) => e,
+            Err(e) => {
+                eprintln!("{name}: cannot start: {e}");
+                continue;
+            }
+        };
+        let mut iso = Isolated::new(engine, cases.clone(), opts.temperature);
+        let v = validity(&mut iso, &cases, &opts);
+        let t = v.total();
+        eprintln!(
+            "{name}: {} cases, {} outputs: {} valid, {} invalid, {} cut off, {} errors ({:.1} s)",
+            v.cases,
+            t.outputs,
+            t.valid,
+            t.invalid,
+            t.cut_off,
+            t.errors,
+            v.wall.as_secs_f64()
+        );
+        for f in v.failures.iter().take(10) {
+            eprintln!("  {f}");
+        }
+        report.validity.push(v);
+        drop(iso);
+        if !a.overhead.is_empty() {
+            let forward = Duration::from_secs_f64(a.forward_ms / 1e3);
+            let engine = make(name, forward, &scratch)?;
+            let mut iso = Isolated::new(engine, cases.clone(), 0.0);
+            let o = RunOptions { max_new_tokens: 64, timeout: Duration::from_secs(900), ..opts.clone() };
+            for &b in &a.overhead {
+                match overhead(&mut iso, &cases, &o, b, 3) {
+                    Ok(m) => {
+                        eprintln!(
+                            "{name} batch {b}: {:.1} vs {:.1} tok/s ({:.2} %)",
+                            m.constrained_tps,
+                            m.unconstrained_tps,
+                            m.pct()
+                        );
+                        report.overhead.push(m);
+                    }
+                    Err(e) => eprintln!("{name} batch {b}: {e}"),
+                }
+            }
+        }
+    }
+    std::fs::create_dir_all(&a.out)?;
+    std::fs::write(a.out.join("report.md"), report.markdown())?;
+    if !report.overhead.is_empty() {
+        report.chart(&a.out.join("overhead.svg"))?;
+    }
+    eprintln!("wrote {}", a.out.join("report.md").display());
+    println!("{}", report.summary());
+    Ok(())
+}

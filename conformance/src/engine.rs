@@ -1,0 +1,124 @@
+//! "An engine under test": what every adapter implements for the suite.
+
+use crate::case::Constraint;
+use std::time::Duration;
+
+/// Why a generation stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finish {
+    /// A stop token (for a constrained generation: the grammar ended).
+    Stop,
+    /// `max_new_tokens` reached: the output may be cut off, never counted valid.
+    Length,
+    /// Something else (the engine's own word for it).
+    Other(String),
+}
+
+/// Sampling of a request.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sampling {
+    /// 0: greedy.
+    pub temperature: f32,
+    /// The seed (engines without a seed API ignore it and say so in
+    /// [`Engine::deterministic`]).
+    pub seed: u64,
+}
+
+/// One request to an engine.
+#[derive(Debug, Clone)]
+pub struct Request<'a> {
+    /// The user prompt.
+    pub prompt: &'a str,
+    /// The constraint; `None`: unconstrained.
+    pub constraint: Option<&'a Constraint>,
+    /// Sampling settings.
+    pub sampling: Sampling,
+    /// Most tokens to generate.
+    pub max_new_tokens: usize,
+}
+
+/// What an engine generated.
+#[derive(Debug, Clone, Default)]
+pub struct Generation {
+    /// The text (special tokens skipped, as the API returns it).
+    pub text: String,
+    /// Why it stopped.
+    pub finish: Option<Finish>,
+    /// Tokens generated.
+    pub tokens: usize,
+    /// Tool calls as the API reported them (name, arguments text), when it reports them
+    /// separately from the text (OpenAI's `tool_calls`).
+    pub tool_calls: Option<Vec<(String, String)>>,
+    /// Ids of special tokens among the generated tokens, when the engine sees ids.
+    pub special_ids: Vec<u32>,
+}
+
+/// Per-step cost breakdown of a run, where the engine can see it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepTimes {
+    /// Steps measured.
+    pub steps: u64,
+    /// Mask fill time per step (on the step's critical path or not).
+    pub fill: Duration,
+    /// Time a step waited for masks.
+    pub wait: Duration,
+    /// Applying masks to logits.
+    pub apply: Duration,
+    /// The adapter's other per-step work (slot tables, accepting tokens, copies).
+    pub other: Duration,
+}
+
+impl StepTimes {
+    /// Both runs' costs together.
+    pub fn plus(&self, o: &StepTimes) -> StepTimes {
+        StepTimes {
+            steps: self.steps + o.steps,
+            fill: self.fill + o.fill,
+            wait: self.wait + o.wait,
+            apply: self.apply + o.apply,
+            other: self.other + o.other,
+        }
+    }
+
+    /// Per-step means in µs: (fill, wait, apply, other).
+    pub fn per_step_us(&self) -> (f64, f64, f64, f64) {
+        let n = self.steps.max(1) as f64;
+        let us = |d: Duration| d.as_secs_f64() * 1e6 / n;
+        (us(self.fill), us(self.wait), us(self.apply), us(self.other))
+    }
+}
+
+/// An engine failed a request (not an invalid output: a refusal, a crash, a timeout).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct EngineError(pub String);
+
+/// An adapter (or the reference loop) as the suite drives it.
+pub trait Engine: Send {
+    /// The adapter's name in the report.
+    fn name(&self) -> String;
+
+    /// Whether this engine's API can express the constraint (a TGI endpoint cannot take
+    /// an EBNF grammar, say); unsupported cases are not counted.
+    fn supports(&self, constraint: &Constraint) -> bool;
+
+    /// Whether the same seed gives the same output (engines without a seed API: false,
+    /// and the suite does not check it).
+    fn deterministic(&self) -> bool {
+        true
+    }
+
+    /// Generates for each request, as one batch where the engine batches (the order of
+    /// the results is the requests').
+    fn generate(&mut self, requests: &[Request<'_>]) -> Vec<Result<Generation, EngineError>>;
+
+    /// The per-step costs since the last call (engines that can see them).
+    fn take_step_times(&mut self) -> Option<StepTimes> {
+        None
+    }
+
+    /// Special token texts that must not appear in an output's text.
+    fn forbidden_texts(&self) -> Vec<String> {
+        Vec::new()
+    }
+}

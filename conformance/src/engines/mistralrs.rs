@@ -1,0 +1,182 @@
+//! mistral.rs in process, through grammask's adapter (`grammask-mistralrs`), on a tiny
+//! random-weight Llama the suite writes itself (the embedded Qwen3 tokenizer, lm_head
+//! padded as Qwen's is): only the grammar keeps its outputs valid. A processor before
+//! grammask's records the generated ids (special or padding ids must never appear) and
+//! pushes up the tokens that close strings, objects and arrays, so that random documents
+//! end. Requests of a batch are sent at once, so mistral.rs batches their sequences.
+//!
+//! mistral.rs's SDK has no seed, so its outputs are not checked for determinism.
+
+use crate::case::Constraint;
+use crate::engine::{Engine, EngineError, Finish, Generation, Request, StepTimes};
+use grammask_mistralrs::tiny::{write_tiny_llama, Recorder, TinyLlama};
+use grammask_mistralrs::{Grammask, ModelVocab, ResponseFormat};
+use mistralrs::{Model, ModelDType, RequestBuilder, TextMessageRole, TextModelBuilder, TokenSource};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Qwen3's config pads the lm_head past the tokenizer's 151,669 tokens.
+const LM_HEAD: usize = 151_936;
+
+/// See the [module docs](self).
+pub struct MistralRsEngine {
+    rt: tokio::runtime::Runtime,
+    model: Model,
+    grammask: Grammask,
+    dir: PathBuf,
+    times: StepTimes,
+    forbidden: Vec<String>,
+}
+
+impl Drop for MistralRsEngine {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl MistralRsEngine {
+    /// Writes the tiny model into a scratch folder under `scratch` and loads it.
+    pub fn start(scratch: &std::path::Path) -> Result<Self, EngineError> {
+        let err = |e: &dyn std::fmt::Display| EngineError(format!("mistral.rs: {e}"));
+        let (json, config) = grammask_router::server::embedded_qwen3().map_err(|e| err(&e))?;
+        let dir = scratch.join(format!("grammask-conformance-tiny-{}", std::process::id()));
+        let shape = TinyLlama {
+            hidden: 32,
+            layers: 2,
+            heads: 2,
+            kv_heads: 1,
+            intermediate: 64,
+            vocab: LM_HEAD,
+            seed: 7,
+        };
+        write_tiny_llama(&dir, &json, &config, &shape).map_err(|e| err(&e))?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| err(&e))?;
+        let model = rt
+            .block_on(
+                TextModelBuilder::new(dir.to_string_lossy())
+                    .with_force_cpu()
+                    .with_token_source(TokenSource::None)
+                    .with_dtype(ModelDType::F32)
+                    .build(),
+            )
+            .map_err(|e| err(&e))?;
+        let vocab = ModelVocab::from_model_dir(&dir, &[]).map_err(|e| err(&e))?;
+        let tok = crate::engines::tokenizer().map_err(|e| err(&e))?;
+        Ok(Self {
+            rt,
+            model,
+            grammask: Grammask::new(vocab),
+            dir,
+            times: StepTimes::default(),
+            forbidden: super::special_texts(&tok),
+        })
+    }
+
+    async fn send(
+        &self,
+        r: &Request<'_>,
+    ) -> Result<(Generation, Option<grammask_mistralrs::ProcessorStats>), EngineError> {
+        let err = |e: &dyn std::fmt::Display| EngineError(e.to_string());
+        let tok = self.grammask.vocab().tokenizer();
+        let recorder = Recorder::boosting(tok, b"\"}]", 4.0);
+        let request = RequestBuilder::new()
+            .add_message(TextMessageRole::User, r.prompt)
+            .set_sampler_temperature(f64::from(r.sampling.temperature))
+            .set_sampler_topk(0)
+            .set_sampler_topp(1.0)
+            .set_sampler_max_len(r.max_new_tokens)
+            .add_logits_processor(recorder.clone());
+        let constrained = match r.constraint {
+            None => self.grammask.constrain_with(request, None),
+            Some(Constraint::JsonObject) => {
+                self.grammask.constrain_response_format(request, &ResponseFormat::JsonObject)
+            }
+            Some(Constraint::JsonSchema(s)) => {
+                self.grammask.constrain(request.set_constraint(mistralrs::Constraint::JsonSchema(s.clone())))
+            }
+            Some(Constraint::Regex(re)) => {
+                self.grammask.constrain(request.set_constraint(mistralrs::Constraint::Regex(re.clone())))
+            }
+            Some(Constraint::Lark(t)) => {
+                self.grammask.constrain(request.set_constraint(mistralrs::Constraint::Lark(t.clone())))
+            }
+            Some(c @ (Constraint::Ebnf(_) | Constraint::Tools { .. })) => {
+                let (spec, _) = c.grammask_spec().map_err(|e| err(&e))?;
+                self.grammask.constrain_with(request, Some(spec))
+            }
+        }
+        .map_err(|e| err(&e))?;
+        let processor = constrained.processor().cloned();
+        let response = self.model.send_chat_request(constrained).await.map_err(|e| err(&e))?;
+        let choice = response.choices.first().ok_or_else(|| EngineError("no choice in the answer".into()))?;
+        let mut g = Generation {
+            text: choice.message.content.clone().unwrap_or_default(),
+            finish: Some(match choice.finish_reason.as_str() {
+                "stop" => Finish::Stop,
+                "length" => Finish::Length,
+                other => Finish::Other(other.into()),
+            }),
+            tokens: response.usage.completion_tokens,
+            ..Generation::default()
+        };
+        // The last context the processor saw holds the prompt and every generated token
+        // but the last (the prompt's first contexts may be shorter: mistral.rs's prefix
+        // cache hands over only the uncached tail).
+        let contexts = recorder.contexts();
+        let last = contexts.last().map_or(&[][..], Vec::as_slice);
+        let generated = &last[last.len().saturating_sub(g.tokens.saturating_sub(1))..];
+        for &id in generated {
+            if (tok.is_special(id) && !tok.stop_tokens().contains(&id)) || id as usize >= tok.tokenizer_size()
+            {
+                g.special_ids.push(id);
+            }
+        }
+        g.special_ids.sort_unstable();
+        g.special_ids.dedup();
+        Ok((g, processor.map(|p| p.stats())))
+    }
+}
+
+impl Engine for MistralRsEngine {
+    fn name(&self) -> String {
+        "mistralrs".into()
+    }
+
+    fn supports(&self, _: &Constraint) -> bool {
+        true
+    }
+
+    fn deterministic(&self) -> bool {
+        false
+    }
+
+    fn generate(&mut self, requests: &[Request<'_>]) -> Vec<Result<Generation, EngineError>> {
+        let results = self.rt.block_on(futures::future::join_all(requests.iter().map(|r| self.send(r))));
+        results
+            .into_iter()
+            .map(|r| {
+                r.map(|(g, stats)| {
+                    if let Some(s) = stats {
+                        self.times.steps += s.calls;
+                        self.times.fill += Duration::from_nanos(s.fill_ns);
+                        self.times.apply += Duration::from_nanos(s.apply_ns);
+                        self.times.other += Duration::from_nanos(s.table_ns + s.advance_ns);
+                    }
+                    g
+                })
+            })
+            .collect()
+    }
+
+    fn take_step_times(&mut self) -> Option<StepTimes> {
+        Some(std::mem::take(&mut self.times))
+    }
+
+    fn forbidden_texts(&self) -> Vec<String> {
+        self.forbidden.clone()
+    }
+}
