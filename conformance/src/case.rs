@@ -299,9 +299,17 @@ pub fn maskbench_cases(path: &Path, n: usize) -> Result<Vec<Case>, String> {
         let schema = doc.get("schema").cloned().unwrap_or(doc);
         let Ok(validator) = Validator::json(&schema) else { continue };
         let name = f.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        // The schema in the prompt (a real model follows it), cut so that the prompt fits
+        // small models' contexts.
+        let mut shown = schema.to_string();
+        if shown.len() > 1500 {
+            let cut = (0..=1500).rev().find(|&i| shown.is_char_boundary(i)).unwrap_or(0);
+            shown.truncate(cut);
+            shown.push_str(" …");
+        }
         out.push(Case {
             id: name,
-            prompt: format!("Reply with a JSON document that follows this JSON schema:\n{schema}"),
+            prompt: format!("Reply with a JSON document that follows this JSON schema:\n{shown}"),
             constraint: Constraint::JsonSchema(schema),
             validator,
         });

@@ -258,7 +258,8 @@ pub fn validity(engine: &mut Isolated, cases: &[Case], o: &RunOptions) -> Validi
             let mut verdict = match &first {
                 Err(e) => Verdict::Error(e.clone()),
                 Ok(v) => match &v[i] {
-                    Err(e) => Verdict::Error(e.0.clone()),
+                    // The first line: engines attach backtraces to their errors.
+                    Err(e) => Verdict::Error(e.0.lines().next().unwrap_or_default().to_string()),
                     Ok(g) => judge(case, g, &engine.forbidden),
                 },
             };
@@ -317,8 +318,10 @@ impl Overhead {
     }
 }
 
-/// Tokens per second over `rounds` batches of `batch` requests of the JSON-schema cases,
-/// constrained and not, interleaved (same prompts and seeds).
+/// Tokens per second over the JSON-schema cases, constrained and not, interleaved (same
+/// prompts and seeds): each run sends `4 × batch` requests at once to an engine that
+/// keeps at most `batch` in flight (the router's `max_batch_size`), so the batch stays
+/// full while the queue lasts, whatever lengths the answers have.
 pub fn overhead(
     engine: &mut Isolated,
     cases: &[Case],
@@ -334,12 +337,11 @@ pub fn overhead(
     let mut totals = [(0usize, Duration::ZERO); 2];
     let _ = engine.take_step_times();
     let mut steps: Option<StepTimes> = None;
+    let per_run = 4 * batch.max(1);
     for round in 0..rounds {
         for constrained in [false, true] {
-            let job: Job = (0..batch)
-                .map(|i| {
-                    (schema[(round * batch + i) % schema.len()], (round * batch + i) as u64, constrained)
-                })
+            let job: Job = (0..per_run)
+                .map(|i| (schema[(round * per_run + i) % schema.len()], (round * per_run + i) as u64, constrained))
                 .collect();
             let t0 = Instant::now();
             let out = engine.call(job, o.max_new_tokens, o.timeout)?;

@@ -66,9 +66,9 @@ struct ReportArgs {
     out: PathBuf,
 }
 
-fn make(name: &str, forward: Duration, scratch: &std::path::Path) -> Result<Box<dyn Engine>, String> {
+fn make(name: &str, forward: Duration, batch: usize, scratch: &std::path::Path) -> Result<Box<dyn Engine>, String> {
     let tok = grammask_conformance::engines::tokenizer()?;
-    let setup = RouterSetup { forward, ..RouterSetup::default() };
+    let setup = RouterSetup { forward, max_batch_size: batch, ..RouterSetup::default() };
     let router = |api| RouterEngine::start(tok.clone(), api, &setup).map(|e| Box::new(e) as Box<dyn Engine>);
     let e: Box<dyn Engine> = match name {
         "reference" => Box::new(ReferenceEngine::new(tok.clone(), 11)),
@@ -121,7 +121,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     for name in &adapters {
         eprintln!("== {name}");
-        let engine = match make(name, Duration::from_millis(1), &scratch) {
+        let engine = match make(name, Duration::from_millis(1), 32, &scratch) {
             Ok(e) => e,
             Err(e) => {
                 eprintln!("{name}: cannot start: {e}");
@@ -148,11 +148,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         drop(iso);
         if !a.overhead.is_empty() {
             let forward = Duration::from_secs_f64(a.forward_ms / 1e3);
-            let engine = make(name, forward, &scratch)?;
-            let mut iso = Isolated::new(engine, cases.clone(), 0.0);
             let o = RunOptions { max_new_tokens: 64, timeout: Duration::from_secs(900), ..opts.clone() };
             for &b in &a.overhead {
-                match overhead(&mut iso, &cases, &o, b, 3) {
+                // A fresh engine per batch size (the router's max_batch_size is b).
+                let engine = make(name, forward, b, &scratch)?;
+                let mut iso = Isolated::new(engine, cases.clone(), 0.0);
+                match overhead(&mut iso, &cases, &o, b, 2) {
                     Ok(m) => {
                         eprintln!(
                             "{name} batch {b}: {:.1} vs {:.1} tok/s ({:.2} %)",
