@@ -341,7 +341,9 @@ pub fn overhead(
     for round in 0..rounds {
         for constrained in [false, true] {
             let job: Job = (0..per_run)
-                .map(|i| (schema[(round * per_run + i) % schema.len()], (round * per_run + i) as u64, constrained))
+                .map(|i| {
+                    (schema[(round * per_run + i) % schema.len()], (round * per_run + i) as u64, constrained)
+                })
                 .collect();
             let t0 = Instant::now();
             let out = engine.call(job, o.max_new_tokens, o.timeout)?;

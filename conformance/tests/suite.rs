@@ -3,6 +3,7 @@
 //! all on random-weight models — no invalid output, no engine error, few cut-offs; and
 //! engines broken on purpose are reported as such while the suite goes on.
 
+use grammask::tool_calling::Family;
 use grammask_conformance::case::{corpus, Case, CorpusOptions, Kind};
 use grammask_conformance::engine::Engine;
 use grammask_conformance::engines::broken::{BrokenEngine, Fault};
@@ -16,8 +17,25 @@ use std::time::{Duration, Instant};
 
 fn cases() -> Arc<Vec<Case>> {
     static C: OnceLock<Arc<Vec<Case>>> = OnceLock::new();
-    C.get_or_init(|| Arc::new(corpus(&CorpusOptions { schemas_per_split: 2, ..Default::default() }).unwrap()))
-        .clone()
+    C.get_or_init(|| {
+        // The families whose markers a random model writes within the token budget (the
+        // report runs every family); only cases grammask compiles (its refusals are typed
+        // errors, counted as such in the report, not adapter failures).
+        let tok = grammask_conformance::engines::tokenizer().unwrap();
+        let compiler = grammask::GrammarCompiler::new(tok.info.clone());
+        let families = vec![Family::Qwen3, Family::Hermes, Family::Llama, Family::Mistral];
+        let all =
+            corpus(&CorpusOptions { schemas_per_split: 2, tool_families: families, ..Default::default() })
+                .unwrap();
+        Arc::new(
+            all.into_iter()
+                .filter(|c| {
+                    c.constraint.grammask_spec().is_ok_and(|(spec, _)| compiler.compile(&spec).is_ok())
+                })
+                .collect(),
+        )
+    })
+    .clone()
 }
 
 fn run(engine: Box<dyn Engine>, seeds: Vec<u64>) -> ValidityReport {
@@ -74,7 +92,7 @@ fn every_adapter_gives_valid_outputs_on_the_corpus() {
         (Api::OpenAiStream, &[Kind::JsonSchema, Kind::JsonObject, Kind::Tools][..]),
     ] {
         let e = RouterEngine::start(tok.clone(), api, &RouterSetup::default()).unwrap();
-        let v = run(Box::new(e), vec![1, 2]);
+        let v = run(Box::new(e), vec![1]);
         assert_conforms(&v, kinds);
         report.validity.push(v);
     }
@@ -106,7 +124,7 @@ fn broken_adapters_are_reported_and_the_suite_goes_on() {
     let v = validity(&mut iso, &cases, &opts);
     let t = v.total();
     let rejected = cases.iter().filter(|c| c.validator.check("}{", None).is_err()).count();
-    assert!(rejected + 4 >= cases.len());
+    assert!(rejected + 16 >= cases.len());
     assert_eq!(t.invalid, rejected, "{t:?}");
     assert_eq!(v.failures.len(), t.invalid);
     // A panic is an error for its batch; the next batches are tried (and fail the same way).

@@ -61,14 +61,25 @@ struct ReportArgs {
     /// The router's simulated forward time for the overhead runs, milliseconds.
     #[arg(long, default_value_t = 5.0)]
     forward_ms: f64,
+    /// Serve a real model in the router adapters (a Llama-family GGUF run by candle on the
+    /// CPU, e.g. SmolLM2 from `adapters/mistralrs/scripts/fetch-smollm2.sh`) instead of the
+    /// simulated one (slow: the real-model part of the suite).
+    #[arg(long, value_name = "PATH")]
+    gguf: Option<PathBuf>,
     /// Where the report goes.
     #[arg(long, default_value = "docs/conformance")]
     out: PathBuf,
 }
 
-fn make(name: &str, forward: Duration, batch: usize, scratch: &std::path::Path) -> Result<Box<dyn Engine>, String> {
+fn make(
+    name: &str,
+    forward: Duration,
+    batch: usize,
+    gguf: Option<&PathBuf>,
+    scratch: &std::path::Path,
+) -> Result<Box<dyn Engine>, String> {
     let tok = grammask_conformance::engines::tokenizer()?;
-    let setup = RouterSetup { forward, max_batch_size: batch, ..RouterSetup::default() };
+    let setup = RouterSetup { forward, max_batch_size: batch, gguf: gguf.cloned(), ..RouterSetup::default() };
     let router = |api| RouterEngine::start(tok.clone(), api, &setup).map(|e| Box::new(e) as Box<dyn Engine>);
     let e: Box<dyn Engine> = match name {
         "reference" => Box::new(ReferenceEngine::new(tok.clone(), 11)),
@@ -106,22 +117,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let scratch = std::env::temp_dir();
     let mut report = Report {
         settings: format!(
-            "{} cases ({} built in per split, {} extra paths), {} seeds, temperature {}, max_new_tokens {}; adapters on \
-             random-weight models (reference and router: the router's simulated model over Qwen3's tokenizer; \
-             mistral.rs: a tiny random Llama). Command: `cargo run --release -p grammask-conformance -- report{}`",
+            "{} cases ({} built in per split, {} extra paths), {} seeds, temperature {}, max_new_tokens {}; {}. \
+             Command: `cargo run --release -p grammask-conformance -- report{}`",
             cases.len(),
             a.schemas_per_split,
             a.cases.len(),
             a.seeds,
             opts.temperature,
             a.max_new_tokens,
+            match &a.gguf {
+                None => "adapters on random-weight models (reference and router: the router's simulated model over \
+                         Qwen3's tokenizer; mistral.rs: a tiny random Llama)"
+                    .to_string(),
+                Some(g) => format!("router adapters on {} (candle, CPU); the others on random-weight models", g.display()),
+            },
             std::env::args().skip(2).map(|s| format!(" {s}")).collect::<String>()
         ),
         ..Report::default()
     };
     for name in &adapters {
         eprintln!("== {name}");
-        let engine = match make(name, Duration::from_millis(1), 32, &scratch) {
+        let engine = match make(name, Duration::from_millis(1), 32, a.gguf.as_ref(), &scratch) {
             Ok(e) => e,
             Err(e) => {
                 eprintln!("{name}: cannot start: {e}");
@@ -151,7 +167,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let o = RunOptions { max_new_tokens: 64, timeout: Duration::from_secs(900), ..opts.clone() };
             for &b in &a.overhead {
                 // A fresh engine per batch size (the router's max_batch_size is b).
-                let engine = make(name, forward, b, &scratch)?;
+                let engine = make(name, forward, b, a.gguf.as_ref(), &scratch)?;
                 let mut iso = Isolated::new(engine, cases.clone(), 0.0);
                 match overhead(&mut iso, &cases, &o, b, 2) {
                     Ok(m) => {

@@ -50,11 +50,14 @@ pub struct RouterSetup {
     pub max_batch_size: usize,
     /// Threads filling masks.
     pub fill_threads: usize,
+    /// A real model (Llama-family GGUF, candle on the CPU) instead of the simulated one;
+    /// its own tokenizer then replaces the one given to [`RouterEngine::start`].
+    pub gguf: Option<std::path::PathBuf>,
 }
 
 impl Default for RouterSetup {
     fn default() -> Self {
-        Self { forward: Duration::from_millis(1), seed: 11, max_batch_size: 32, fill_threads: 1 }
+        Self { forward: Duration::from_millis(1), seed: 11, max_batch_size: 32, fill_threads: 1, gguf: None }
     }
 }
 
@@ -86,8 +89,17 @@ impl RouterEngine {
             .enable_all()
             .build()
             .map_err(|e| err(&e))?;
+        let (tok, model): (LoadedTokenizer, Box<dyn grammask_router::model::Model>) = match &setup.gguf {
+            None => {
+                let model = Box::new(super::simulated(&tok, setup.seed, setup.forward));
+                (tok, model)
+            }
+            Some(path) => (
+                LoadedTokenizer::from_gguf(path).map_err(|e| err(&e))?,
+                Box::new(grammask_router::model::GgufModel::load(path).map_err(|e| err(&e))?),
+            ),
+        };
         let forbidden = super::special_texts(&tok);
-        let model = Box::new(super::simulated(&tok, setup.seed, setup.forward));
         let config = RouterConfig {
             tokenizer: tok,
             model,
