@@ -329,3 +329,40 @@ fn chat_requests_map_to_constraints() {
         Err(RequestError::ResponseFormat(_))
     ));
 }
+
+/// `required` and a named tool promise at least one call: no family's tag may end without
+/// one — neither at once nor after a reasoning message (Harmony's `analysis` channel,
+/// which XGrammar's preset lets end the turn).
+#[test]
+fn required_and_named_never_end_without_a_call() {
+    let tok = tokenizer("qwen3");
+    let compiler = GrammarCompiler::new(tok.clone());
+    for fam in FAMILIES.iter().filter(|f| !NOT_COMPILED_YET.contains(f)) {
+        for choice in [json!("required"), json!({"type": "function", "function": {"name": "add"}})] {
+            for parallel in [true, false] {
+                let mut opts = options(choice.clone(), parallel);
+                opts.exclude_special_tokens = *fam != "kimi_k3";
+                let tools = if *fam == "minimax_m3" { tools_without_max_length() } else { tools() };
+                let preset = model_structural_tag(family(fam), &tools, &opts).unwrap();
+                let spec = GrammarSpec::StructuralTag(preset.structural_tag.to_string());
+                let compiled = compiler.compile(&spec).unwrap_or_else(|e| panic!("{fam} {choice}: {e}"));
+                let m = GrammarMatcher::new(compiled.clone());
+                assert!(
+                    !m.can_terminate(),
+                    "{fam} {choice} parallel={parallel}: the empty output ends the turn"
+                );
+                if *fam == "harmony" {
+                    let mut m = GrammarMatcher::new(compiled.clone());
+                    m.accept_string("<|channel|>analysis<|message|>Thinking.<|end|>").unwrap();
+                    assert!(
+                        !m.can_terminate(),
+                        "harmony {choice} parallel={parallel}: analysis alone ends the turn"
+                    );
+                    // …and the call may still follow it.
+                    m.accept_string("<|start|>assistant<|channel|>commentary to=functions.add<|constrain|>json<|message|>{\"a\": 1, \"b\": 2}<|call|>").unwrap();
+                    assert!(m.can_terminate(), "harmony {choice} parallel={parallel}: analysis then a call");
+                }
+            }
+        }
+    }
+}

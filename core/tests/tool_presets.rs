@@ -82,13 +82,37 @@ fn first_diff(a: &Value, b: &Value, at: String) -> Option<String> {
     }
 }
 
+/// Cases where grammask's preset differs from XGrammar's on purpose: Harmony under
+/// `required` or a named tool, where XGrammar's tag lets the turn end without a call
+/// (see `preset/harmony.rs`).
+fn deviates_on_purpose(case: &Value) -> bool {
+    let Ok((family, tools, options)) = arguments(case) else { return false };
+    family == Family::Harmony
+        && normalize_tool_choice(&tools, &options.tool_choice)
+            .is_ok_and(|n| n.choice != grammask::tool_calling::ChoiceMode::Auto)
+}
+
 #[test]
 fn same_structural_tags_as_xgrammar() {
     let cases = fixture()["cases"].as_array().expect("cases");
     let outputs = fixture()["outputs"].as_array().expect("outputs");
     let mut failures = Vec::new();
+    let mut deviations = 0;
     for case in cases {
         let got = build(case);
+        if deviates_on_purpose(case) {
+            // The language differs on purpose; `tool_calling.rs` checks that a call is
+            // required. That it still differs keeps this list honest.
+            if let (Some(i), Ok(p)) = (case.get("output"), &got) {
+                let want = &outputs[i.as_u64().expect("output index") as usize];
+                assert!(
+                    first_diff(&p.structural_tag, want, String::new()).is_some(),
+                    "{case}: no longer deviates"
+                );
+                deviations += 1;
+                continue;
+            }
+        }
         let problem = match (&case.get("output"), &case.get("error"), &got) {
             (Some(i), _, Ok(p)) => {
                 let want = &outputs[i.as_u64().expect("output index") as usize];
@@ -110,8 +134,8 @@ fn same_structural_tags_as_xgrammar() {
             failures.push(format!("{case}\n    {p}"));
         }
     }
-    let agree = cases.len() - failures.len();
-    eprintln!("{agree} of {} XGrammar preset cases agree", cases.len());
+    let agree = cases.len() - failures.len() - deviations;
+    eprintln!("{agree} of {} XGrammar preset cases agree, {deviations} deviate on purpose", cases.len());
     assert!(
         failures.is_empty(),
         "{} disagree:\n{}",

@@ -70,6 +70,9 @@ pub(super) fn harmony(ctx: &mut Ctx<'_>) -> Result<Value, ToolError> {
         })
         .collect();
 
+    if ctx.choice != ChoiceMode::Auto {
+        return Ok(with_a_call(call_tags, message_tags, k.parallel_tool_calls));
+    }
     if k.parallel_tool_calls || call_tags.is_empty() {
         // Message order in the list: calls, then final, then analysis (XGrammar's).
         let all: Vec<Value> = call_tags.into_iter().chain(message_tags).collect();
@@ -87,6 +90,38 @@ pub(super) fn harmony(ctx: &mut Ctx<'_>) -> Result<Value, ToolError> {
         one_call.clone(),
     ]);
     Ok(or(vec![tags_with_separator(message_tags, SEPARATOR, false, false), one_call, messages_then_call]))
+}
+
+/// The stream under `required` or a named tool: messages, then at least one call (exactly
+/// one without parallel calls, which ends the turn), then, with parallel calls, any
+/// messages and calls.
+///
+/// # Why this differs from XGrammar
+/// XGrammar 0.2.8 builds `required` and forced Harmony tags like `auto`'s, so a turn of
+/// analysis messages alone, or nothing at all, satisfies them; OpenAI's `tool_choice`
+/// promises at least one call, and the other families' presets keep that promise
+/// (`at_least_one`). grammask keeps it here too: a call is required.
+fn with_a_call(call_tags: Vec<Value>, message_tags: Vec<Value>, parallel: bool) -> Value {
+    let one_call = tags_with_separator(call_tags.clone(), SEPARATOR, true, true);
+    let mut elements = Vec::new();
+    if !message_tags.is_empty() {
+        elements.push(optional(sequence(vec![
+            tags_with_separator(message_tags.clone(), SEPARATOR, true, false),
+            const_string(SEPARATOR),
+        ])));
+    }
+    elements.push(one_call);
+    if parallel {
+        let all: Vec<Value> = call_tags.into_iter().chain(message_tags).collect();
+        elements.push(optional(sequence(vec![
+            const_string(SEPARATOR),
+            tags_with_separator(all, SEPARATOR, true, false),
+        ])));
+    }
+    if elements.len() == 1 {
+        return elements.remove(0);
+    }
+    sequence(elements)
 }
 
 /// The three ways Harmony writes a function call.

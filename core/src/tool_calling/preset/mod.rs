@@ -17,6 +17,10 @@
 //! rest. Gemma 4 is built from XGrammar's builder, which XGrammar itself leaves out of its
 //! registry because its `<|"|>`-quoted strings are not plain JSON.
 //!
+//! One exception, on purpose: Harmony under `required` or a named tool. XGrammar's tag
+//! lets such a turn end with analysis messages only (or nothing), which breaks OpenAI's
+//! promise of at least one call; grammask's requires the call (see `harmony.rs`).
+//!
 //! # Hermes and Mistral (grammask's own)
 //! - **Hermes** (2 Pro / 3): `<tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>`,
 //!   the block the Hermes chat templates render, name first. Built like Qwen 3 (one tag
