@@ -275,7 +275,15 @@ fn merge_two(
                     a.iter().flat_map(|x| c.iter().map(move |y| all_of(x.clone(), y.clone()))).collect(),
                 )
             }
-            "not" => Value::Object([("anyOf".to_string(), Value::Array(vec![cur, v]))].into_iter().collect()),
+            // ¬A ∧ ¬B = ¬(A ∨ B), one flat `anyOf` however many parts say `not`: nested,
+            // `{anyOf: [{anyOf: [A, B]}, C]}` is no union of simple sets to the `not`
+            // readers, and its rewrite merges back into the same schema (a rule that
+            // refers to itself before any character: the empty language).
+            "not" => Value::Object(
+                [("anyOf".to_string(), Value::Array(union_branches(cur).chain(union_branches(v)).collect()))]
+                    .into_iter()
+                    .collect(),
+            ),
             "$defs" | "definitions" | "title" | "description" | "default" | "examples" | "$comment"
             | "$schema" | "$id" | "$anchor" => continue,
             _ => {
@@ -291,6 +299,23 @@ fn merge_two(
         acc.insert(k, merged);
     }
     Ok(true)
+}
+
+/// The branches of `v` as a union: those of a bare `anyOf` (nothing else beside it,
+/// annotations aside), flattened; else `v` itself.
+fn union_branches(v: Value) -> Box<dyn Iterator<Item = Value>> {
+    match v {
+        Value::Object(mut m)
+            if m.get("anyOf").is_some_and(Value::is_array)
+                && m.keys().all(|k| k == "anyOf" || super::ANNOTATIONS.contains(&k.as_str())) =>
+        {
+            match m.remove("anyOf") {
+                Some(Value::Array(a)) => Box::new(a.into_iter().flat_map(union_branches)),
+                _ => Box::new(std::iter::empty()),
+            }
+        }
+        v => Box::new(std::iter::once(v)),
+    }
 }
 
 /// Whether a subschema allows every value (`true`, `{}`): it needs no aligning.
@@ -575,7 +600,9 @@ fn excluded_by(n: &Value, types: u8, ptr: &str, top: bool) -> Result<Option<Excl
             let Some(branches) = m.get("anyOf").and_then(Value::as_array) else { return Ok(None) };
             let mut out = Excluded::default();
             for x in branches {
-                let Some(e) = excluded_by(x, types, ptr, false)? else { return Ok(None) };
+                // A branch that is itself a bare `anyOf` is read as its branches.
+                let nested = x.as_object().is_some_and(|o| o.len() == 1 && o.contains_key("anyOf"));
+                let Some(e) = excluded_by(x, types, ptr, nested)? else { return Ok(None) };
                 out.types |= e.types;
                 out.values.extend(e.values);
                 out.strings.extend(e.strings);

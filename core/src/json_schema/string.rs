@@ -344,6 +344,9 @@ fn complement_body(
     let mut groups = Vec::new();
     for g in not_strings {
         match parts_of(b, g, &nptr)? {
+            // Lengths no string has (`minLength: 1, maxLength: 0`): the group is empty and
+            // excludes nothing.
+            Some(parts) if parts.iter().any(|p| matches!(p, Part::Length(lo, Some(hi)) if hi < lo)) => {}
             Some(parts) => groups.push(parts),
             None => {
                 b.unsupported(
@@ -366,30 +369,33 @@ fn complement_body(
     let mut comps: Vec<Component> = Vec::new();
     // Component bits: `m`'s first, then the words, then each group's.
     add(&mine, &mut comps);
-    let all_mine = (1u64 << comps.len()) - 1;
+    let all_mine = low_bits(comps.len());
     let words_bit = if not_in.is_empty() {
         0
     } else {
         comps.push(Component::Names(not_in));
         1u64 << (comps.len() - 1)
     };
+    let without_groups = comps.len();
     let mut group_masks = Vec::new();
     for g in &groups {
         let first = comps.len();
         add(g, &mut comps);
-        group_masks.push(((1u64 << comps.len()) - 1) & !((1u64 << first) - 1));
         if comps.len() > 64 {
             break;
         }
+        group_masks.push(low_bits(comps.len()) & !low_bits(first));
     }
+    // Past the limits the groups are an unsupported `not` (an error unless lenient, where
+    // the strings are left in, as the message says): the automaton is built without them.
+    let drop_groups = |b: &mut Builder, why: String, comps: &mut Vec<Component>, masks: &mut Vec<u64>| {
+        b.unsupported("not", &why, "those strings are not excluded", &nptr)?;
+        comps.truncate(without_groups);
+        masks.clear();
+        Ok::<(), SchemaError>(())
+    };
     if comps.len() > 64 {
-        b.unsupported(
-            "not",
-            "over 64 string keywords in one complement",
-            "those strings are not excluded",
-            &nptr,
-        )?;
-        return Ok(nothing());
+        drop_groups(b, "over 64 string keywords in one complement".into(), &mut comps, &mut group_masks)?;
     }
     let limit = usize::try_from(b.opts.limits.max_intersection_size).unwrap_or(usize::MAX);
     let limits = crate::regex::RegexLimits {
@@ -398,14 +404,14 @@ fn complement_body(
     };
     let set = match KeySet::build(&comps, &limits) {
         Ok(set) => set,
-        Err(e) if matches!(e.kind, RegexErrorKind::TooLarge { .. }) => {
-            b.unsupported(
-                "not",
-                &format!("the complement of these strings beside the other keywords is over {limit} states"),
-                "those strings are not excluded",
-                &nptr,
+        Err(e) if matches!(e.kind, RegexErrorKind::TooLarge { .. }) && comps.len() > without_groups => {
+            drop_groups(
+                b,
+                format!("the complement of these strings beside the other keywords is over {limit} states"),
+                &mut comps,
+                &mut group_masks,
             )?;
-            return Ok(nothing());
+            KeySet::build(&comps, &b.opts.limits.regex).map_err(|e| b.err(SchemaErrorKind::Regex(e), ptr))?
         }
         Err(e) => return Err(b.err(SchemaErrorKind::Regex(e), &nptr)),
     };
@@ -420,6 +426,15 @@ fn complement_body(
         b.rules[id.index()].body = body;
     }
     Ok(start)
+}
+
+/// The lowest `n` bits set (all 64 for `n` ≥ 64).
+fn low_bits(n: usize) -> u64 {
+    if n >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << n) - 1
+    }
 }
 
 /// The grammar of a `type: string` schema `m` at `ptr`, for strings other than `not_in`

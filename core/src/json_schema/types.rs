@@ -158,6 +158,12 @@ pub(crate) struct Builder<'a> {
     bodies: FxHashMap<Expr, RuleId>,
     pub warnings: Vec<SchemaWarning>,
     depth: usize,
+    /// The `not`s being rewritten ([`Builder::not_rewritten`]), by schema text, the text
+    /// of what stands beside them and the container level: meeting one again inside its
+    /// own rewrite at the same level means the complement reproduces itself, which would
+    /// be a rule referring to itself before any character (the empty language), so it is
+    /// refused instead.
+    rewriting: std::collections::HashSet<String>,
     /// The root's `$schema` names Draft 4, 6 or 7, where `$ref` stands alone: its sibling
     /// keywords are ignored (Draft 7 §8.3). From 2019-09 on they apply alongside it.
     ref_alone: bool,
@@ -185,6 +191,7 @@ impl<'a> Builder<'a> {
             bodies: FxHashMap::default(),
             warnings: Vec::new(),
             depth: 0,
+            rewriting: std::collections::HashSet::new(),
             ref_alone: legacy_draft(root),
         };
         let body = b.schema(root, "", 0)?;
@@ -782,8 +789,16 @@ impl<'a> Builder<'a> {
         };
         let mut rest = if types & OBJECT != 0 { super::not::explicit_closure(self, m) } else { m.clone() };
         rest.remove("not");
+        // At the same container level: a recursive schema meets its `not` again one level
+        // down, after the characters that open the container.
+        let key = format!("{n}\u{0}{}\u{0}{types}\u{0}{level}", Value::Object(rest.clone()));
+        if !self.rewriting.insert(key.clone()) {
+            return unsupported(self, "its complement rewrites into itself".into());
+        }
         let all = serde_json::json!({ "allOf": [Value::Object(rest), neg] });
-        match self.schema(&all, ptr, level) {
+        let built = self.schema(&all, ptr, level);
+        self.rewriting.remove(&key);
+        match built {
             Err(SchemaError { kind: SchemaErrorKind::Unsupported { keyword, detail }, pointer }) => {
                 unsupported(self, format!("its complement needs `{keyword}` at `{pointer}`: {detail}"))
             }
