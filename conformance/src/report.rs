@@ -18,6 +18,9 @@ pub struct Report {
     pub overhead: Vec<Overhead>,
     /// How the run was made (for the report's header).
     pub settings: String,
+    /// Adapters whose forward takes at least 5 ms (a real model, or the router's simulated
+    /// one at `--forward-ms 5` or more): the throughput goal applies to them.
+    pub real_forward: Vec<String>,
 }
 
 impl Report {
@@ -100,8 +103,33 @@ impl Report {
                 );
             }
             let _ = writeln!(s, "\n![overhead against batch size](overhead.svg)");
+            self.goals(&mut s);
         }
         s
+    }
+
+    /// The adapter issues' goals, judged row by row: ≥ 0.98× unconstrained throughput
+    /// where the forward takes ≥ 5 ms, and ≤ 20 µs per step of adapter work beyond the
+    /// fill (wait, apply and the rest).
+    fn goals(&self, s: &mut String) {
+        let mark = |ok: bool| if ok { "✓" } else { "✗" };
+        let _ = writeln!(s, "\n### Against the goals\n");
+        let _ = writeln!(s, "| adapter | batch | ≥ 0.98× unconstrained (forward ≥ 5 ms) | adapter µs/step beyond the fill ≤ 20 |");
+        let _ = writeln!(s, "|---|---|---|---|");
+        for o in &self.overhead {
+            let ratio = if o.unconstrained_tps > 0.0 { o.constrained_tps / o.unconstrained_tps } else { 0.0 };
+            let tps = if self.real_forward.contains(&o.name) {
+                format!("{} {ratio:.3}×", mark(ratio >= 0.98))
+            } else {
+                "— (forward < 5 ms)".to_string()
+            };
+            let beyond = o.steps.as_ref().map(|t| {
+                let (_, w, a, x) = t.per_step_us();
+                w + a + x
+            });
+            let adapter = beyond.map_or("—".to_string(), |b| format!("{} {b:.1}", mark(b <= 20.0)));
+            let _ = writeln!(s, "| {} | {} | {tps} | {adapter} |", o.name, o.batch);
+        }
     }
 
     /// The one-line JSON summary.
@@ -176,4 +204,44 @@ impl ValidityReport {
 /// The kinds in report order.
 pub fn kinds() -> [Kind; 6] {
     [Kind::JsonSchema, Kind::JsonObject, Kind::Grammar, Kind::Regex, Kind::Lark, Kind::Tools]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::StepTimes;
+    use std::time::Duration;
+
+    fn row(name: &str, unconstrained: f64, constrained: f64, apply_us: u64) -> Overhead {
+        Overhead {
+            name: name.into(),
+            batch: 8,
+            unconstrained_tps: unconstrained,
+            constrained_tps: constrained,
+            steps: Some(StepTimes {
+                steps: 10,
+                fill: Duration::from_micros(10_000),
+                apply: Duration::from_micros(apply_us * 10),
+                ..StepTimes::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn goals_are_judged_row_by_row() {
+        let report = Report {
+            overhead: vec![
+                row("router-tgi", 100.0, 99.0, 5),
+                row("router-openai", 100.0, 90.0, 50),
+                row("mistralrs", 100.0, 50.0, 5),
+            ],
+            real_forward: vec!["router-tgi".into(), "router-openai".into()],
+            ..Report::default()
+        };
+        let md = report.markdown();
+        // The fill (1 ms a step) does not count against the adapter's 20 µs.
+        assert!(md.contains("| router-tgi | 8 | ✓ 0.990× | ✓ 5.0 |"), "{md}");
+        assert!(md.contains("| router-openai | 8 | ✗ 0.900× | ✗ 50.0 |"), "{md}");
+        assert!(md.contains("| mistralrs | 8 | — (forward < 5 ms) | ✓ 5.0 |"), "{md}");
+    }
 }

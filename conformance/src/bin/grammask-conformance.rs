@@ -3,7 +3,7 @@
 //! `{"adapters": [{"name", "cases", "valid", "invalid", "cut_off", "errors", "overhead_pct"}]}`.
 
 use clap::{Parser, Subcommand};
-use grammask_conformance::case::{corpus, maskbench_cases, Case, CorpusOptions};
+use grammask_conformance::case::{corpus, maskbench_cases, Case, CorpusOptions, Kind};
 use grammask_conformance::engine::Engine;
 use grammask_conformance::engines::mistralrs::MistralRsEngine;
 use grammask_conformance::engines::reference::ReferenceEngine;
@@ -42,6 +42,10 @@ struct ReportArgs {
     /// Schemas per extra path.
     #[arg(long, default_value_t = 20)]
     limit: usize,
+    /// Only cases of these kinds (json_schema, json_object, grammar, regex, lark, tools;
+    /// default: all) — e.g. the JSON-schema cases alone for a slow real model.
+    #[arg(long, value_delimiter = ',')]
+    kinds: Vec<String>,
     /// Built-in JSON schemas per dev split.
     #[arg(long, default_value_t = 6)]
     schemas_per_split: usize,
@@ -61,9 +65,10 @@ struct ReportArgs {
     /// The router's simulated forward time for the overhead runs, milliseconds.
     #[arg(long, default_value_t = 5.0)]
     forward_ms: f64,
-    /// Serve a real model in the router adapters (a Llama-family GGUF run by candle on the
-    /// CPU, e.g. SmolLM2 from `adapters/mistralrs/scripts/fetch-smollm2.sh`) instead of the
-    /// simulated one (slow: the real-model part of the suite).
+    /// Run the router and mistral.rs adapters on a real model (a Llama-family GGUF: candle
+    /// on the CPU in the router, mistral.rs's own loader; e.g. SmolLM2 from
+    /// `adapters/mistralrs/scripts/fetch-smollm2.sh`) instead of the random-weight ones
+    /// (slow: the real-model part of the suite).
     #[arg(long, value_name = "PATH")]
     gguf: Option<PathBuf>,
     /// Where the report goes.
@@ -87,7 +92,13 @@ fn make(
         "router-tgi-stream" => router(Api::TgiStream).map_err(|e| e.0)?,
         "router-openai" => router(Api::OpenAi).map_err(|e| e.0)?,
         "router-openai-stream" => router(Api::OpenAiStream).map_err(|e| e.0)?,
-        "mistralrs" => Box::new(MistralRsEngine::start(scratch).map_err(|e| e.0)?),
+        "mistralrs" => Box::new(
+            match gguf {
+                Some(p) => MistralRsEngine::start_gguf(p),
+                None => MistralRsEngine::start(scratch),
+            }
+            .map_err(|e| e.0)?,
+        ),
         other => return Err(format!("unknown adapter `{other}` (known: {})", ADAPTERS.join(", "))),
     };
     Ok(e)
@@ -102,6 +113,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     })?;
     for p in &a.cases {
         cases.extend(maskbench_cases(p, a.limit)?);
+    }
+    if !a.kinds.is_empty() {
+        let known = [Kind::JsonSchema, Kind::JsonObject, Kind::Grammar, Kind::Regex, Kind::Lark, Kind::Tools];
+        for k in &a.kinds {
+            if !known.iter().any(|n| n.name() == k) {
+                let names: Vec<&str> = known.iter().map(|n| n.name()).collect();
+                return Err(format!("unknown kind `{k}` (known: {})", names.join(", ")).into());
+            }
+        }
+        cases.retain(|c| a.kinds.iter().any(|k| k == c.kind().name()));
     }
     let cases = Arc::new(cases);
     let adapters: Vec<String> = if a.adapters.is_empty() {
@@ -129,10 +150,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 None => "adapters on random-weight models (reference and router: the router's simulated model over \
                          Qwen3's tokenizer; mistral.rs: a tiny random Llama)"
                     .to_string(),
-                Some(g) => format!("router adapters on {} (candle, CPU); the others on random-weight models", g.display()),
+                Some(g) => format!(
+                    "router and mistral.rs adapters on {} (router: candle; both on the CPU); the reference loop on \
+                     the random-weight simulated model",
+                    g.display()
+                ),
             },
             std::env::args().skip(2).map(|s| format!(" {s}")).collect::<String>()
         ),
+        real_forward: adapters
+            .iter()
+            .filter(|n| (n.starts_with("router") && a.forward_ms >= 5.0) || a.gguf.is_some())
+            .cloned()
+            .collect(),
         ..Report::default()
     };
     for name in &adapters {

@@ -1,9 +1,11 @@
 //! mistral.rs in process, through grammask's adapter (`grammask-mistralrs`), on a tiny
 //! random-weight Llama the suite writes itself (the embedded Qwen3 tokenizer, lm_head
-//! padded as Qwen's is): only the grammar keeps its outputs valid. A processor before
-//! grammask's records the generated ids (special or padding ids must never appear) and
-//! pushes up the tokens that close strings, objects and arrays, so that random documents
-//! end. Requests of a batch are sent at once, so mistral.rs batches their sequences.
+//! padded as Qwen's is): only the grammar keeps its outputs valid — or on a real model
+//! ([`MistralRsEngine::start_gguf`], the real-model part of the suite). A processor before
+//! grammask's records the generated ids (special or padding ids must never appear) and,
+//! on the random model, pushes up the tokens that close strings, objects and arrays, so
+//! that random documents end. Requests of a batch are sent at once, so mistral.rs batches
+//! their sequences.
 //!
 //! mistral.rs's SDK has no seed, so its outputs are not checked for determinism.
 
@@ -11,7 +13,9 @@ use crate::case::Constraint;
 use crate::engine::{Engine, EngineError, Finish, Generation, Request, StepTimes};
 use grammask_mistralrs::tiny::{write_tiny_llama, Recorder, TinyLlama};
 use grammask_mistralrs::{Grammask, ModelVocab, ResponseFormat};
-use mistralrs::{Model, ModelDType, RequestBuilder, TextMessageRole, TextModelBuilder, TokenSource};
+use mistralrs::{
+    GgufModelBuilder, Model, ModelDType, RequestBuilder, TextMessageRole, TextModelBuilder, TokenSource,
+};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -26,11 +30,17 @@ pub struct MistralRsEngine {
     dir: PathBuf,
     times: StepTimes,
     forbidden: Vec<String>,
+    /// Push up closing tokens (the random model only: a real model is left as it is).
+    boost: bool,
+    /// The tiny model's scratch folder, removed on drop (none for a GGUF).
+    scratch: bool,
 }
 
 impl Drop for MistralRsEngine {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if self.scratch {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
@@ -50,11 +60,7 @@ impl MistralRsEngine {
             seed: 7,
         };
         write_tiny_llama(&dir, &json, &config, &shape).map_err(|e| err(&e))?;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .map_err(|e| err(&e))?;
+        let rt = runtime().map_err(|e| err(&e))?;
         let model = rt
             .block_on(
                 TextModelBuilder::new(dir.to_string_lossy())
@@ -65,14 +71,48 @@ impl MistralRsEngine {
             )
             .map_err(|e| err(&e))?;
         let vocab = ModelVocab::from_model_dir(&dir, &[]).map_err(|e| err(&e))?;
-        let tok = crate::engines::tokenizer().map_err(|e| err(&e))?;
+        let forbidden = super::special_texts(vocab.tokenizer());
         Ok(Self {
             rt,
             model,
             grammask: Grammask::new(vocab),
             dir,
             times: StepTimes::default(),
-            forbidden: super::special_texts(&tok),
+            forbidden,
+            boost: true,
+            scratch: true,
+        })
+    }
+
+    /// Loads a real model: a GGUF file mistral.rs reads (e.g. SmolLM2 from
+    /// `adapters/mistralrs/scripts/fetch-smollm2.sh`), on the CPU, with its own tokenizer
+    /// and chat template.
+    pub fn start_gguf(path: &std::path::Path) -> Result<Self, EngineError> {
+        let err = |e: &dyn std::fmt::Display| EngineError(format!("mistral.rs: {}: {e}", path.display()));
+        let (dir, file) = match (path.parent(), path.file_name()) {
+            (Some(d), Some(f)) => (d.to_path_buf(), f.to_string_lossy().into_owned()),
+            _ => return Err(err(&"not a file path")),
+        };
+        let vocab = ModelVocab::from_gguf(path, &[]).map_err(|e| err(&e))?;
+        let rt = runtime().map_err(|e| err(&e))?;
+        let model = rt
+            .block_on(
+                GgufModelBuilder::new(dir.to_string_lossy(), vec![file])
+                    .with_force_cpu()
+                    .with_token_source(TokenSource::None)
+                    .build(),
+            )
+            .map_err(|e| err(&e))?;
+        let forbidden = super::special_texts(vocab.tokenizer());
+        Ok(Self {
+            rt,
+            model,
+            grammask: Grammask::new(vocab),
+            dir,
+            times: StepTimes::default(),
+            forbidden,
+            boost: false,
+            scratch: false,
         })
     }
 
@@ -82,7 +122,7 @@ impl MistralRsEngine {
     ) -> Result<(Generation, Option<grammask_mistralrs::ProcessorStats>), EngineError> {
         let err = |e: &dyn std::fmt::Display| EngineError(e.to_string());
         let tok = self.grammask.vocab().tokenizer();
-        let recorder = Recorder::boosting(tok, b"\"}]", 4.0);
+        let recorder = if self.boost { Recorder::boosting(tok, b"\"}]", 4.0) } else { Recorder::new() };
         let request = RequestBuilder::new()
             .add_message(TextMessageRole::User, r.prompt)
             .set_sampler_temperature(f64::from(r.sampling.temperature))
@@ -179,4 +219,9 @@ impl Engine for MistralRsEngine {
     fn forbidden_texts(&self) -> Vec<String> {
         self.forbidden.clone()
     }
+}
+
+/// The runtime the engine's requests run on (two workers: this machine's cores).
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()
 }

@@ -57,8 +57,7 @@ pub fn simulated(
 }
 
 /// The special tokens' texts: an output's text must hold none of them.
-pub fn special_texts(tok: &LoadedTokenizer) -> Vec<String> {
-    let info = &tok.info;
+pub fn special_texts(info: &grammask::TokenizerInfo) -> Vec<String> {
     (0..info.tokenizer_size() as u32)
         .filter(|&id| info.is_special(id))
         .map(|id| String::from_utf8_lossy(info.token_bytes(id)).into_owned())

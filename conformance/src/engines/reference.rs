@@ -132,6 +132,6 @@ impl Engine for ReferenceEngine {
     }
 
     fn forbidden_texts(&self) -> Vec<String> {
-        super::special_texts(&self.tok)
+        super::special_texts(&self.tok.info)
     }
 }

@@ -99,7 +99,7 @@ impl RouterEngine {
                 Box::new(grammask_router::model::GgufModel::load(path).map_err(|e| err(&e))?),
             ),
         };
-        let forbidden = super::special_texts(&tok);
+        let forbidden = super::special_texts(&tok.info);
         let config = RouterConfig {
             tokenizer: tok,
             model,
