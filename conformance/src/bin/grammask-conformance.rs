@@ -71,6 +71,10 @@ struct ReportArgs {
     /// (slow: the real-model part of the suite).
     #[arg(long, value_name = "PATH")]
     gguf: Option<PathBuf>,
+    /// How long one batch of requests may take before the engine counts as hung
+    /// (default 300 s; 3600 s with `--gguf`).
+    #[arg(long)]
+    timeout_s: Option<u64>,
     /// Where the report goes.
     #[arg(long, default_value = "docs/conformance")]
     out: PathBuf,
@@ -133,6 +137,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let opts = RunOptions {
         seeds: (1..=a.seeds).collect(),
         max_new_tokens: a.max_new_tokens,
+        // A batch of long prompts on a real model on the CPU takes minutes, not seconds.
+        timeout: Duration::from_secs(a.timeout_s.unwrap_or(if a.gguf.is_some() { 3600 } else { 300 })),
         ..RunOptions::default()
     };
     let scratch = std::env::temp_dir();
