@@ -71,17 +71,29 @@ impl MistralRsEngine {
             )
             .map_err(|e| err(&e))?;
         let vocab = ModelVocab::from_model_dir(&dir, &[]).map_err(|e| err(&e))?;
+        Ok(Self::loaded(rt, model, vocab, dir, true))
+    }
+
+    /// The engine over a loaded model; `random`: a random-weight model in a scratch
+    /// folder (closers pushed up, the folder removed on drop).
+    fn loaded(
+        rt: tokio::runtime::Runtime,
+        model: Model,
+        vocab: ModelVocab,
+        dir: PathBuf,
+        random: bool,
+    ) -> Self {
         let forbidden = super::special_texts(vocab.tokenizer());
-        Ok(Self {
+        Self {
             rt,
             model,
             grammask: Grammask::new(vocab),
             dir,
             times: StepTimes::default(),
             forbidden,
-            boost: true,
-            scratch: true,
-        })
+            boost: random,
+            scratch: random,
+        }
     }
 
     /// Loads a real model: a GGUF file mistral.rs reads (e.g. SmolLM2 from
@@ -103,17 +115,7 @@ impl MistralRsEngine {
                     .build(),
             )
             .map_err(|e| err(&e))?;
-        let forbidden = super::special_texts(vocab.tokenizer());
-        Ok(Self {
-            rt,
-            model,
-            grammask: Grammask::new(vocab),
-            dir,
-            times: StepTimes::default(),
-            forbidden,
-            boost: false,
-            scratch: false,
-        })
+        Ok(Self::loaded(rt, model, vocab, dir, false))
     }
 
     async fn send(
