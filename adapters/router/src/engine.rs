@@ -115,6 +115,12 @@ pub struct EngineOptions {
     /// Mask the constrained rows while the forward runs (`false`: fill after it, to
     /// measure what the overlap buys).
     pub overlap: bool,
+    /// Host logits: sample each masked row under its mask
+    /// ([`StructuredBatch::finish_masks`](crate::step::StructuredBatch::finish_masks))
+    /// instead of writing −∞ over it first (`false`: apply the masks, to measure what
+    /// reading them in the sampler buys). Same tokens either way; device logits are
+    /// always masked on the device.
+    pub sample_under_masks: bool,
     /// The step engine's settings.
     pub batch: BatchOptions,
     /// Keep a [`StepRecord`] per step (benchmarks: [`EngineHandle::take_step_records`]).
@@ -154,6 +160,7 @@ impl Default for EngineOptions {
             max_batch_prefill_tokens: 4096,
             max_queue: 128,
             overlap: true,
+            sample_under_masks: true,
             batch: BatchOptions::default(),
             record_steps: false,
         }
@@ -422,25 +429,23 @@ impl Loop {
             StepLogits::Host(logits) => {
                 let masks = {
                     let _a = tracing::debug_span!("masks").entered();
-                    self.batch.apply_masks(logits.into(), layout)
+                    if self.options.sample_under_masks {
+                        self.batch.finish_masks()
+                    } else {
+                        self.batch.apply_masks((&mut *logits).into(), layout)
+                    }
                 };
                 match masks {
                     Ok(m) => note_masks(&self.metrics, self.options.overlap, &mut record, m, &mut failed),
                     Err(e) => return self.fail_all(&format!("mask apply: {e}")),
                 }
                 // Sampling is per row and independent: in parallel (the mask pool is
-                // idle now). A masked row is sampled among its allowed tokens only.
+                // idle now). A masked row is sampled among its allowed tokens only, its
+                // mask read beside its logits (nothing was written to them).
                 sample_t = Instant::now();
                 let _s = tracing::debug_span!("sample").entered();
-                // Only sparse masks: iterating the set bits of a mask that allows most of
-                // the vocabulary (inside a free string) is slower than scanning the row.
-                let masks: Vec<Option<&[u32]>> = (0..self.running.len())
-                    .map(|r| {
-                        self.batch.applied_mask(r).filter(|m| {
-                            m.iter().map(|w| w.count_ones() as usize).sum::<usize>() * SPARSE_MASK < vocab
-                        })
-                    })
-                    .collect();
+                let masks: Vec<Option<&[u32]>> =
+                    (0..self.running.len()).map(|r| self.batch.step_mask(r)).collect();
                 Ok(self
                     .running
                     .par_iter_mut()
@@ -593,10 +598,6 @@ impl Loop {
         }
     }
 }
-
-/// A mask allowing fewer than 1 / SPARSE_MASK of the vocabulary is sampled through its
-/// set bits rather than by a scan of the whole row.
-const SPARSE_MASK: usize = 16;
 
 /// Records a step's mask report: timings, metrics, and the rows whose fill failed.
 fn note_masks(

@@ -11,6 +11,11 @@
 //! sample each row ─────────▶ accept(id, token)  next state, jump-forward, end
 //! ```
 //!
+//! Host logits may skip the apply: [`StructuredBatch::finish_masks`] waits for the
+//! fills without writing, and the sampler reads each row's mask
+//! ([`StructuredBatch::step_mask`]) where it reads the row — the router's default on
+//! the CPU, where the apply is a memory-bound pass over every masked row.
+//!
 //! Only constrained sequences live here; a batch row whose sequence is not in the
 //! batch is left alone, and so is a constrained row whose mask allows every token
 //! (both stay out of `indices`). The fill runs on a rayon pool of its own, so it
@@ -507,6 +512,50 @@ impl StructuredBatch {
         logits: Logits<'_, T>,
         layout: LogitsLayout,
     ) -> Result<StepMasks, StepError> {
+        let mut report = self.finish_masks()?;
+        if self.indices.is_empty() {
+            return Ok(report);
+        }
+        let _span = tracing::debug_span!("apply_masks", rows = self.indices.len()).entered();
+        let t1 = Instant::now();
+        let words = words_per_row(self.vocab);
+        let work = self.work.as_deref().ok_or(StepError::WorkerGone)?;
+        #[cfg(feature = "cuda")]
+        if let Some(up) = &work.upload {
+            if let Some(e) = &up.error {
+                return Err(StepError::Pool(e.clone()));
+            }
+            let n = work.step_rows * words;
+            apply_token_bitmask_inplace(
+                &self.options.device,
+                logits,
+                layout,
+                Bitmask::Cuda(up.buf.slice(..n)),
+                MaskLayout::new(work.step_rows, words),
+                Some(Indices::Host(&self.indices)),
+            )?;
+            report.apply = t1.elapsed();
+            return Ok(report);
+        }
+        apply_token_bitmask_inplace(
+            &self.options.device,
+            logits,
+            layout,
+            Bitmask::Host(work.mask.as_words()),
+            MaskLayout::new(work.mask.rows(), words),
+            Some(Indices::Host(&self.indices)),
+        )?;
+        report.apply = t1.elapsed();
+        Ok(report)
+    }
+
+    /// Waits for this step's fills and ends the step without writing to any logits:
+    /// for a caller that reads each row's mask where it reads the row
+    /// ([`step_mask`](Self::step_mask), `Sampler::sample_masked`), as a host sampler
+    /// can at no cost, where writing −∞ over host rows would be a memory-bound pass of
+    /// its own. Rows whose fill failed leave the batch, as in
+    /// [`apply_masks`](Self::apply_masks).
+    pub fn finish_masks(&mut self) -> Result<StepMasks, StepError> {
         if !self.begun {
             return Err(StepError::NoStep);
         }
@@ -549,38 +598,6 @@ impl StructuredBatch {
         for (id, e) in drop_ids {
             self.remove(id)?;
             report.failed.push((id, e));
-        }
-        if !self.indices.is_empty() {
-            let _span = tracing::debug_span!("apply_masks", rows = self.indices.len()).entered();
-            let t1 = Instant::now();
-            let words = words_per_row(self.vocab);
-            let work = self.work.as_deref().ok_or(StepError::WorkerGone)?;
-            #[cfg(feature = "cuda")]
-            if let Some(up) = &work.upload {
-                if let Some(e) = &up.error {
-                    return Err(StepError::Pool(e.clone()));
-                }
-                let n = work.step_rows * words;
-                apply_token_bitmask_inplace(
-                    &self.options.device,
-                    logits,
-                    layout,
-                    Bitmask::Cuda(up.buf.slice(..n)),
-                    MaskLayout::new(work.step_rows, words),
-                    Some(Indices::Host(&self.indices)),
-                )?;
-                report.apply = t1.elapsed();
-                return Ok(report);
-            }
-            apply_token_bitmask_inplace(
-                &self.options.device,
-                logits,
-                layout,
-                Bitmask::Host(work.mask.as_words()),
-                MaskLayout::new(work.mask.rows(), words),
-                Some(Indices::Host(&self.indices)),
-            )?;
-            report.apply = t1.elapsed();
         }
         Ok(report)
     }
@@ -660,10 +677,12 @@ impl StructuredBatch {
         out
     }
 
-    /// The bitmask row that masked logits row `r` in the last [`apply_masks`](Self::apply_masks)
-    /// (`None` for a row it left alone): a sampler can look at the allowed tokens only
-    /// (`Sampler::sample_masked`). Valid until the next [`begin_step`](Self::begin_step).
-    pub fn applied_mask(&self, r: usize) -> Option<&[u32]> {
+    /// The bitmask row of logits row `r` in the step that [`apply_masks`](Self::apply_masks)
+    /// or [`finish_masks`](Self::finish_masks) ended (`None` for a row that needs no
+    /// mask: unconstrained, allowing everything, or failed): a sampler can look at the
+    /// allowed tokens only (`Sampler::sample_masked`). Valid until the next
+    /// [`begin_step`](Self::begin_step).
+    pub fn step_mask(&self, r: usize) -> Option<&[u32]> {
         if !self.masked_rows.get(r).copied().unwrap_or(false) || self.begun {
             return None;
         }

@@ -231,6 +231,28 @@ async fn concurrent_mixed_requests_all_complete_and_structured_ones_are_valid() 
     assert_eq!(a.1, b.1);
 }
 
+/// Host rows are sampled under their masks, nothing written over the logits: the same
+/// answers, token for token, as a router that writes −∞ over them first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sampling_under_the_masks_answers_as_applying_them_does() {
+    let fused = serve(EngineOptions::default(), Duration::ZERO, Limits::default()).await;
+    let applied = EngineOptions { sample_under_masks: false, ..EngineOptions::default() };
+    let applied = serve(applied, Duration::ZERO, Limits::default()).await;
+    let c = reqwest::Client::new();
+    for (i, case) in
+        [Case::Schema(PERSON, false), Case::Schema(FLAGS, true), Case::Regex(false), Case::Tools(false)]
+            .iter()
+            .enumerate()
+    {
+        for seed in 0..3u64 {
+            let seed = seed + 10 * i as u64;
+            let a = run_case(&c, &fused.base, case, seed).await;
+            let b = run_case(&c, &applied.base, case, seed).await;
+            assert_eq!(a, b, "case {i}, seed {seed}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_goes_away_frees_its_row() {
     let server = serve(EngineOptions::default(), Duration::from_millis(5), Limits::default()).await;

@@ -50,7 +50,9 @@ fn spans_are_exported_to_the_configured_collector() {
     let config = RouterConfig {
         tokenizer: tok,
         model,
-        engine: EngineOptions::default(),
+        // Masks written over the logits, so that the apply has its span too (by default
+        // the host sampler reads them instead: the same spans less `apply_masks`).
+        engine: EngineOptions { sample_under_masks: false, ..EngineOptions::default() },
         limits: Limits::default(),
         jump_forward: true,
         model_id: "test".into(),

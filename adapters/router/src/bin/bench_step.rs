@@ -53,8 +53,10 @@ struct Args {
     /// Requests per setup (default: batch × rounds).
     #[arg(long)]
     requests: Option<usize>,
-    /// Setups to run, of `unconstrained`, `constrained`, `no-overlap`.
-    #[arg(long, value_delimiter = ',', default_value = "unconstrained,constrained,no-overlap")]
+    /// Setups to run, of `unconstrained`, `constrained`, `apply` (constrained, the masks
+    /// written over the host logits before sampling instead of read by the sampler),
+    /// `no-overlap` (constrained, the fill after the forward).
+    #[arg(long, value_delimiter = ',', default_value = "unconstrained,constrained,apply,no-overlap")]
     setups: Vec<String>,
     /// A MaskBench folder of schemas (`{"schema": …}` files).
     #[arg(long)]
@@ -152,16 +154,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut table = Vec::new();
     for &b in &a.batch {
         let mut base_tps = None;
-        for (setup, constrained, overlap) in [
-            ("unconstrained", false, true),
-            ("constrained", true, true),
-            ("constrained, no overlap", true, false),
+        for (setup, key, constrained, overlap, sample_under_masks) in [
+            ("unconstrained", "unconstrained", false, true, true),
+            ("constrained", "constrained", true, true, true),
+            ("constrained, masks applied", "apply", true, true, false),
+            ("constrained, no overlap", "no-overlap", true, false, true),
         ] {
-            let key = match (constrained, overlap) {
-                (false, _) => "unconstrained",
-                (true, true) => "constrained",
-                (true, false) => "no-overlap",
-            };
             if !a.setups.iter().any(|s| s == key) {
                 continue;
             }
@@ -185,6 +183,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 max_batch_size: b,
                 max_queue: n_requests + 1,
                 overlap,
+                sample_under_masks,
                 batch: BatchOptions {
                     fill_threads: a.fill_threads,
                     defer_accepts: !a.immediate_accepts,

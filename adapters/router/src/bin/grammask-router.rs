@@ -126,6 +126,7 @@ async fn serve(a: Args) -> Result<(), Box<dyn std::error::Error>> {
             max_batch_prefill_tokens: a.max_batch_prefill_tokens,
             max_queue: a.max_concurrent_requests,
             overlap: !a.no_overlap,
+            sample_under_masks: true,
             batch,
             record_steps: false,
         },

@@ -67,18 +67,44 @@ pub struct Sampler {
     cand: Vec<(u32, f32)>,
 }
 
-/// The ids whose bit is set in `mask`, below `n`, in increasing order.
-fn allowed_ids(mask: &[u32], n: usize) -> impl Iterator<Item = usize> + '_ {
-    mask.iter()
-        .enumerate()
-        .flat_map(|(w, &word)| {
-            std::iter::successors((word != 0).then_some(word), |&b| {
-                let rest = b & (b - 1);
-                (rest != 0).then_some(rest)
-            })
-            .map(move |b| w * 32 + b.trailing_zeros() as usize)
-        })
-        .take_while(move |&i| i < n)
+/// The tokens a choice may look at: the whole row, or the ids whose bit is set in a
+/// bitmask row.
+#[derive(Debug, Clone, Copy)]
+enum Allowed<'a> {
+    All(usize),
+    Mask(&'a [u32], usize),
+}
+
+impl Allowed<'_> {
+    /// Calls `f` with every allowed id below the row's length, in increasing order.
+    ///
+    /// A full mask word is walked as a plain range and an empty one skipped, so that a
+    /// mask allowing most of the vocabulary (inside a free string) costs about what a
+    /// scan of the row does, and a sparse one far less.
+    #[inline]
+    fn each(self, mut f: impl FnMut(usize)) {
+        match self {
+            Allowed::All(n) => (0..n).for_each(f),
+            Allowed::Mask(mask, n) => {
+                for (w, &word) in mask.iter().enumerate().take(n.div_ceil(32)) {
+                    let base = w * 32;
+                    if word == u32::MAX && base + 32 <= n {
+                        (base..base + 32).for_each(&mut f);
+                        continue;
+                    }
+                    let mut bits = word;
+                    while bits != 0 {
+                        let i = base + bits.trailing_zeros() as usize;
+                        if i >= n {
+                            break;
+                        }
+                        f(i);
+                        bits &= bits - 1;
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// A row's choice: the token and its log-probability (when asked for), or why none.
@@ -125,53 +151,72 @@ impl Sampler {
     pub fn sample(&mut self, logits: &mut [f32]) -> Pick {
         self.penalize(logits);
         let n = logits.len();
-        self.choose(logits, || 0..n)
+        self.choose(logits, Allowed::All(n))
     }
 
-    /// [`sample`](Self::sample) for a row already masked by `mask` (its bitmask row:
-    /// bit `t` set = token `t` allowed): the same choice, with the same random draws,
-    /// looking only at the allowed tokens. A grammar usually allows few tokens, so this
-    /// reads a few kilobytes of mask instead of the whole row of logits.
+    /// [`sample`](Self::sample) under `mask` (its bitmask row: bit `t` set = token `t`
+    /// allowed), whether or not the row was masked first: the same choice, with the
+    /// same random draws, as masking the row (−∞ where the bit is clear) and sampling
+    /// it, looking only at the allowed tokens. This is how host logits are masked: the
+    /// sampler reads every logit anyway, so reading the mask beside it replaces a
+    /// memory-bound write of −∞ over the row; and a grammar usually allows few tokens,
+    /// so most of the row is not read at all.
     ///
     /// ```
     /// use grammask_router::sampling::{Sampler, SamplingParams};
-    /// let mut logits = [0.5, f32::NEG_INFINITY, 3.0, f32::NEG_INFINITY, 1.0];
-    /// let mask = [0b10101u32];
-    /// let (a, b) = (Sampler::new(SamplingParams::default()), Sampler::new(SamplingParams::default()));
-    /// let (mut a, mut b) = (a, b);
-    /// assert_eq!(a.sample_masked(&mut logits.clone(), &mask), b.sample(&mut logits));
+    /// let raw = [0.5, 9.0, 3.0, 7.0, 1.0];
+    /// let mask = [0b10101u32]; // tokens 0, 2 and 4
+    /// let mut masked = [0.5, f32::NEG_INFINITY, 3.0, f32::NEG_INFINITY, 1.0];
+    /// let (mut a, mut b) = (Sampler::new(SamplingParams::default()), Sampler::new(SamplingParams::default()));
+    /// assert_eq!(a.sample_masked(&mut raw.clone(), &mask), b.sample(&mut masked));
+    /// assert_eq!(a.sample_masked(&mut raw.clone(), &mask)?.0, 2);
+    /// # Ok::<(), grammask_router::sampling::NothingAllowed>(())
     /// ```
     pub fn sample_masked(&mut self, logits: &mut [f32], mask: &[u32]) -> Pick {
         self.penalize(logits);
         let n = logits.len();
-        self.choose(logits, || allowed_ids(mask, n))
+        self.choose(logits, Allowed::Mask(mask, n))
     }
 
-    /// The choice among the finite logits of the tokens `ids()` lists, in increasing
-    /// order (ties go to the lowest id, as a scan of the whole row would).
-    fn choose<I: Iterator<Item = usize>>(&mut self, logits: &[f32], ids: impl Fn() -> I) -> Pick {
+    /// The choice among the finite logits of the `allowed` tokens, visited in
+    /// increasing order (ties go to the lowest id, as a scan of the whole row would).
+    fn choose(&mut self, logits: &[f32], allowed: Allowed<'_>) -> Pick {
         let p = &self.params;
         let sampling = p.do_sample && p.temperature > 0.0;
         if !sampling {
             // Greedy: one pass, no candidate list (the common serving case at scale).
-            let mut best: Option<(usize, f32)> = None;
-            for i in ids() {
+            let (mut id, mut best) = (usize::MAX, f32::NEG_INFINITY);
+            allowed.each(|i| {
                 let x = logits[i];
-                if x.is_finite() && best.map_or(true, |(_, b)| x > b) {
-                    best = Some((i, x));
+                // −∞ never wins (strictly greater), NaN never compares greater.
+                if x > best && x.is_finite() {
+                    (id, best) = (i, x);
                 }
+            });
+            if id == usize::MAX {
+                return Err(NothingAllowed);
             }
-            let (id, x) = best.ok_or(NothingAllowed)?;
+            let x = best;
             let lp = p.logprobs.then(|| {
-                let z: f64 =
-                    ids().map(|i| logits[i]).filter(|v| v.is_finite()).map(|v| f64::from(v - x).exp()).sum();
+                let mut z = 0.0f64;
+                allowed.each(|i| {
+                    let v = logits[i];
+                    if v.is_finite() {
+                        z += f64::from(v - x).exp();
+                    }
+                });
                 -z.ln() as f32
             });
             return Ok((self.note(id as u32), lp));
         }
         let t = p.temperature;
         self.cand.clear();
-        self.cand.extend(ids().filter(|&i| logits[i].is_finite()).map(|i| (i as u32, logits[i] / t)));
+        let cand = &mut self.cand;
+        allowed.each(|i| {
+            if logits[i].is_finite() {
+                cand.push((i as u32, logits[i] / t));
+            }
+        });
         if self.cand.is_empty() {
             return Err(NothingAllowed);
         }
@@ -348,26 +393,28 @@ mod tests {
                     mask[t / 32] |= 1 << (t % 32);
                 }
             }
+            // The raw row has its own values (some NaN) where the bit is clear: the
+            // router samples host rows under their mask without writing −∞ first.
+            let raw: Vec<f32> = (0..n)
+                .map(|t| if t % 97 == 5 { f32::NAN } else { (rng.gen_range(0..40) as f32) / 8.0 }) // ties happen
+                .collect();
             let logits: Vec<f32> = (0..n)
-                .map(|t| {
-                    let x = (rng.gen_range(0..40) as f32) / 8.0; // ties happen
-                    if mask[t / 32] >> (t % 32) & 1 == 1 {
-                        x
-                    } else {
-                        f32::NEG_INFINITY
-                    }
-                })
+                .map(|t| if mask[t / 32] >> (t % 32) & 1 == 1 { raw[t] } else { f32::NEG_INFINITY })
                 .collect();
             for params in &settings {
                 let params = SamplingParams { seed: case as u64, ..params.clone() };
-                let (mut a, mut b) = (Sampler::new(params.clone()), Sampler::new(params));
+                let (mut a, mut b, mut c) =
+                    (Sampler::new(params.clone()), Sampler::new(params.clone()), Sampler::new(params));
                 for _ in 0..5 {
                     let whole = a.sample(&mut logits.clone());
                     let masked = b.sample_masked(&mut logits.clone(), &mask);
+                    let fused = c.sample_masked(&mut raw.clone(), &mask);
                     assert_eq!(whole, masked, "case {case}, {:?}", a.params());
+                    assert_eq!(whole, fused, "case {case} unmasked row, {:?}", a.params());
                     if let Ok((t, _)) = whole {
                         a.record(&[t]);
                         b.record(&[t]);
+                        c.record(&[t]);
                     }
                 }
             }
