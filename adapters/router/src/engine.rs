@@ -118,8 +118,10 @@ pub struct EngineOptions {
     /// Host logits: sample each masked row under its mask
     /// ([`StructuredBatch::finish_masks`](crate::step::StructuredBatch::finish_masks))
     /// instead of writing −∞ over it first (`false`: apply the masks, to measure what
-    /// reading them in the sampler buys). Same tokens either way; device logits are
-    /// always masked on the device.
+    /// reading them in the sampler buys). Same tokens either way. Device logits are
+    /// always masked by grammask-gpu's kernel before the device sampler: reading the
+    /// masks inside the sampling kernel instead was measured slower on an H100
+    /// (sample +35–60 µs per step at batch 8–128, against a 20 µs apply).
     pub sample_under_masks: bool,
     /// The step engine's settings.
     pub batch: BatchOptions,
