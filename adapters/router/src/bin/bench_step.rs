@@ -86,6 +86,11 @@ struct Args {
     /// Mask fill threads.
     #[arg(long, default_value_t = 1)]
     fill_threads: usize,
+    /// TGI's `repetition_penalty` for every request (greedy otherwise): a small real
+    /// model decoding greedily tends to repeat itself inside free strings until it is
+    /// cut off.
+    #[arg(long)]
+    repetition_penalty: Option<f32>,
 }
 
 fn pct(mut v: Vec<f64>, p: f64) -> f64 {
@@ -217,8 +222,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 };
                 let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
                 receivers.push(rx);
-                let sampling =
-                    SamplingParams { seed: i as u64, logprobs: false, ..SamplingParams::default() };
+                let sampling = SamplingParams {
+                    seed: i as u64,
+                    logprobs: false,
+                    repetition_penalty: a.repetition_penalty,
+                    ..SamplingParams::default()
+                };
                 let job = Job {
                     prompt: prompts[i % prompts.len()].clone(),
                     sampling,
