@@ -675,19 +675,31 @@ fn patterns_under_lengths_they_cannot_carry_are_intersected() {
         ),
     ];
     for (schema, alphabet, max_len, seeds) in cases {
-        let g = compiled(&c, schema);
-        let v: serde_json::Value = serde_json::from_str(schema).unwrap();
-        let validator = jsonschema::validator_for(&v).unwrap();
-        let (mut valid, mut invalid) = (0, 0);
-        for s in random_strings(alphabet, max_len, seeds, 600) {
-            let inst = serde_json::Value::String(s);
-            let text = serde_json::to_string(&inst).unwrap();
-            let want = validator.is_valid(&inst);
-            *(if want { &mut valid } else { &mut invalid }) += 1;
-            assert_eq!(accepted_by(&g, &text), want, "{text} for {schema}");
-        }
+        let (valid, invalid) =
+            strings_agree_with_validator(&c, schema, random_strings(alphabet, max_len, seeds, 600));
         assert!(valid >= 5 && invalid >= 5, "{schema}: {valid} valid, {invalid} invalid instances");
     }
+}
+
+/// Every string of `strings`, as a JSON document, is accepted by `schema`'s grammar
+/// exactly when the `jsonschema` crate says it is valid; returns (valid, invalid) counts.
+fn strings_agree_with_validator(
+    c: &GrammarCompiler,
+    schema: &str,
+    strings: impl IntoIterator<Item = String>,
+) -> (usize, usize) {
+    let g = compiled(c, schema);
+    let v: serde_json::Value = serde_json::from_str(schema).unwrap();
+    let validator = jsonschema::validator_for(&v).unwrap();
+    let (mut valid, mut invalid) = (0, 0);
+    for s in strings {
+        let inst = serde_json::Value::String(s);
+        let text = serde_json::to_string(&inst).unwrap();
+        let want = validator.is_valid(&inst);
+        *(if want { &mut valid } else { &mut invalid }) += 1;
+        assert_eq!(accepted_by(&g, &text), want, "{text} for {schema}");
+    }
+    (valid, invalid)
 }
 
 #[test]
@@ -812,17 +824,8 @@ fn several_nots_and_wide_one_of_are_exact() {
         r#"{"type":"string","pattern":"a","allOf":[{"not":{"anyOf":[{"pattern":"b"},{"pattern":"cc"}]}},{"not":{"pattern":"^c"}}]}"#,
     ];
     for schema in schemas {
-        let g = compiled(&c, schema);
-        let v: serde_json::Value = serde_json::from_str(schema).unwrap();
-        let validator = jsonschema::validator_for(&v).unwrap();
-        let (mut valid, mut invalid) = (0, 0);
-        for s in random_strings("abc", 5, &["ab", "c", "a", "aa", "bbb", ""], 1500) {
-            let inst = serde_json::Value::String(s);
-            let text = serde_json::to_string(&inst).unwrap();
-            let want = validator.is_valid(&inst);
-            *(if want { &mut valid } else { &mut invalid }) += 1;
-            assert_eq!(accepted_by(&g, &text), want, "{text} for {schema}");
-        }
+        let strings = random_strings("abc", 5, &["ab", "c", "a", "aa", "bbb", ""], 1500);
+        let (valid, invalid) = strings_agree_with_validator(&c, schema, strings);
         assert!(valid >= 20 && invalid >= 20, "{valid} valid, {invalid} invalid instances for {schema}");
     }
 }
