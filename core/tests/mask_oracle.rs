@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::oracle::{oracle_mask, Bnf, Recognizer};
+use common::oracle::{oracle_mask, Bnf, Recognizer, Vocab};
 use common::{allowed, grammar_text, tokenizer, Rng};
 use grammask::json_schema::{json_schema_str_to_grammar, JsonSchemaOptions};
 use grammask::{Grammar, GrammarCompiler, GrammarMatcher, GrammarSpec, TokenBitmask};
@@ -20,16 +20,18 @@ fn checks() -> usize {
 /// oracle sees it (`None`: a special token, never produced).
 struct Setup {
     tok: std::sync::Arc<grammask::TokenizerInfo>,
-    tokens: Vec<Option<Vec<u8>>>,
+    tokens: Vocab,
     m: GrammarMatcher,
     mask: TokenBitmask,
 }
 
 fn setup(tok: std::sync::Arc<grammask::TokenizerInfo>, g: Grammar) -> Setup {
     let compiled = GrammarCompiler::new(tok.clone()).compile(&GrammarSpec::Grammar(g)).unwrap();
-    let tokens = (0..tok.tokenizer_size() as u32)
-        .map(|id| (!tok.is_special(id)).then(|| tok.token_bytes(id).to_vec()))
-        .collect();
+    let tokens = Vocab::new(
+        (0..tok.tokenizer_size() as u32)
+            .map(|id| (!tok.is_special(id)).then(|| tok.token_bytes(id).to_vec()))
+            .collect(),
+    );
     let mask = TokenBitmask::new(1, tok.vocab_size());
     Setup { tok, tokens, m: GrammarMatcher::new(compiled), mask }
 }

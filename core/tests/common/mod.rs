@@ -68,7 +68,7 @@ pub fn check_masks_along(
     stride_for: impl Fn(&str) -> usize,
 ) {
     use grammask::{GrammarCompiler, GrammarMatcher, TokenBitmask};
-    use oracle::{oracle_mask, Bnf, Recognizer};
+    use oracle::{oracle_mask, Bnf, Recognizer, Vocab};
     let bnf = Bnf::new(grammar);
     let forced: Option<usize> = std::env::var("GRAMMASK_ORACLE_STRIDE").ok().and_then(|s| s.parse().ok());
     for tname in TOKENIZERS {
@@ -82,9 +82,11 @@ pub fn check_masks_along(
                 && std::str::from_utf8(tok.token_bytes(id))
                     .is_ok_and(|t| !t.is_empty() && grammar.markers.iter().any(|m| m.contains(t)))
         };
-        let tokens: Vec<Option<Vec<u8>>> = (0..tok.tokenizer_size() as u32)
-            .map(|id| (!tok.is_special(id) || marker(id)).then(|| tok.token_bytes(id).to_vec()))
-            .collect();
+        let tokens = Vocab::new(
+            (0..tok.tokenizer_size() as u32)
+                .map(|id| (!tok.is_special(id) || marker(id)).then(|| tok.token_bytes(id).to_vec()))
+                .collect(),
+        );
         let mut m = GrammarMatcher::new(compiled);
         let mut mask = TokenBitmask::new(1, tok.vocab_size());
         let mut oracle = Recognizer::new(&bnf);

@@ -9,6 +9,34 @@
 use grammask::grammar::{Expr, Grammar};
 use regex_syntax::utf8::Utf8Sequences;
 use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// A multiply-rotate hasher for the recognizer's small integer keys: the default SipHash
+/// was a third of the oracle's time, and nothing here is adversarial.
+#[derive(Default)]
+struct Fx(u64);
+
+impl Hasher for Fx {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(i as u64);
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+}
+
+type FxBuild = BuildHasherDefault<Fx>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Sym {
@@ -169,119 +197,164 @@ struct It {
 }
 
 /// Earley sets over a byte input, with push/pop.
+///
+/// The oracle walks the whole vocabulary at every checked position, pushing and popping
+/// millions of bytes, so the sets' buffers are kept and reused across pops rather than
+/// freed, and the dedupe table is one reused hash set.
 pub struct Recognizer<'a> {
     g: &'a Bnf,
+    /// `sets[..len]` are live; the buffers beyond are kept for reuse.
     sets: Vec<Vec<It>>,
+    /// Per set, its items waiting on a nonterminal, sorted by that nonterminal: completing
+    /// one looks up the items waiting on it instead of scanning the whole origin set.
+    waiting: Vec<Vec<(usize, It)>>,
+    len: usize,
+    seen: HashSet<It, FxBuild>,
 }
 
 impl<'a> Recognizer<'a> {
     pub fn new(g: &'a Bnf) -> Self {
-        let mut r = Recognizer { g, sets: vec![] };
+        let mut r = Recognizer { g, sets: vec![], waiting: vec![], len: 0, seen: HashSet::default() };
         let mut set = Vec::new();
         // Virtual start: predict all productions of the start symbol at 0.
         for &p in &g.by_lhs[g.start] {
             set.push(It { prod: p as u32, dot: 0, origin: 0 });
         }
-        r.sets.push(Vec::new());
-        r.close(&mut set);
-        r.sets[0] = set;
+        r.close_and_store(set);
         r
     }
 
-    fn next_sym(&self, it: &It) -> Option<Sym> {
-        self.g.prods[it.prod as usize].1.get(it.dot as usize).copied()
+    fn next_sym(g: &Bnf, it: &It) -> Option<Sym> {
+        g.prods[it.prod as usize].1.get(it.dot as usize).copied()
     }
 
-    fn close(&self, set: &mut Vec<It>) {
-        let pos = self.sets.len() - 1;
-        let mut seen: HashSet<It> = set.iter().copied().collect();
+    /// Closes `set` (predictions and completions) at position `self.len` and stores it
+    /// there as the last live set, with its index of waiting items.
+    fn close_and_store(&mut self, mut set: Vec<It>) {
+        let pos = self.len;
+        let Recognizer { g, waiting, seen, .. } = self;
+        seen.clear();
+        seen.extend(set.iter().copied());
+        let mut add = |set: &mut Vec<It>, n: It| {
+            if seen.insert(n) {
+                set.push(n);
+            }
+        };
         let mut i = 0;
         while i < set.len() {
             let it = set[i];
             i += 1;
-            match self.next_sym(&it) {
+            match Self::next_sym(g, &it) {
                 Some(Sym::Nt(x)) => {
-                    for &p in &self.g.by_lhs[x] {
-                        let n = It { prod: p as u32, dot: 0, origin: pos as u32 };
-                        if seen.insert(n) {
-                            set.push(n);
-                        }
+                    for &p in &g.by_lhs[x] {
+                        add(&mut set, It { prod: p as u32, dot: 0, origin: pos as u32 });
                     }
-                    if self.g.nullable[x] {
-                        let n = It { dot: it.dot + 1, ..it };
-                        if seen.insert(n) {
-                            set.push(n);
-                        }
+                    if g.nullable[x] {
+                        add(&mut set, It { dot: it.dot + 1, ..it });
                     }
                 }
                 Some(Sym::Byte(..)) => {}
                 None => {
-                    let lhs = self.g.prods[it.prod as usize].0;
+                    let lhs = g.prods[it.prod as usize].0;
+                    // Completions at this very position were advanced through `nullable`.
                     if (it.origin as usize) < pos {
-                        for p in &self.sets[it.origin as usize] {
-                            if self.next_sym(p) == Some(Sym::Nt(lhs)) {
-                                let n = It { dot: p.dot + 1, ..*p };
-                                if seen.insert(n) {
-                                    set.push(n);
-                                }
-                            }
+                        let w = &waiting[it.origin as usize];
+                        let from = w.partition_point(|&(x, _)| x < lhs);
+                        for &(_, p) in w[from..].iter().take_while(|&&(x, _)| x == lhs) {
+                            add(&mut set, It { dot: p.dot + 1, ..p });
                         }
                     }
                 }
             }
         }
+        if self.sets.len() == pos {
+            self.sets.push(Vec::new());
+            self.waiting.push(Vec::new());
+        }
+        let w = &mut self.waiting[pos];
+        w.clear();
+        w.extend(set.iter().filter_map(|it| match Self::next_sym(self.g, it) {
+            Some(Sym::Nt(x)) => Some((x, *it)),
+            _ => None,
+        }));
+        w.sort_unstable_by_key(|&(x, _)| x);
+        self.sets[pos] = set;
+        self.len = pos + 1;
     }
 
     pub fn push(&mut self, b: u8) -> bool {
-        let last = self.sets.last().unwrap();
-        let mut set: Vec<It> = last
-            .iter()
-            .filter(|it| matches!(self.next_sym(it), Some(Sym::Byte(lo, hi)) if lo <= b && b <= hi))
-            .map(|it| It { dot: it.dot + 1, ..*it })
-            .collect();
+        let (g, len) = (self.g, self.len);
+        let mut set = if len < self.sets.len() { std::mem::take(&mut self.sets[len]) } else { Vec::new() };
+        set.clear();
+        set.extend(
+            self.sets[len - 1]
+                .iter()
+                .filter(|it| matches!(Self::next_sym(g, it), Some(Sym::Byte(lo, hi)) if lo <= b && b <= hi))
+                .map(|it| It { dot: it.dot + 1, ..*it }),
+        );
         if set.is_empty() {
+            if len < self.sets.len() {
+                self.sets[len] = set;
+            }
             return false;
         }
-        self.sets.push(Vec::new());
-        self.close(&mut set);
-        *self.sets.last_mut().unwrap() = set;
+        self.close_and_store(set);
         true
     }
 
     pub fn depth(&self) -> usize {
-        self.sets.len() - 1
+        self.len - 1
     }
 
     pub fn truncate(&mut self, depth: usize) {
-        self.sets.truncate(depth + 1);
+        self.len = self.len.min(depth + 1);
     }
 
     pub fn accepts(&self) -> bool {
         let start = self.g.start;
-        self.sets.last().unwrap().iter().any(|it| {
-            it.origin == 0 && self.g.prods[it.prod as usize].0 == start && self.next_sym(it).is_none()
+        self.sets[self.len - 1].iter().any(|it| {
+            it.origin == 0
+                && self.g.prods[it.prod as usize].0 == start
+                && Self::next_sym(self.g, it).is_none()
         })
     }
 }
 
-/// The oracle's mask: for every token (by id), push its bytes from the current state.
-/// `tokens[id] = Some(bytes)` for producible tokens, `None` for special ones.
-pub fn oracle_mask(
-    r: &mut Recognizer,
-    tokens: &[Option<Vec<u8>>],
-    stops: &[u32],
-    vocab_size: usize,
-) -> Vec<u32> {
+/// The vocabulary as the oracle walks it: producible tokens sorted by their bytes, each
+/// with the length of the prefix it shares with the one before, so that a walk pushes
+/// every byte of the vocabulary's trie once (sorting per call was a fifth of the time).
+pub struct Vocab {
+    /// (token id, shared prefix length with the previous token in the order).
+    order: Vec<(u32, usize)>,
+    tokens: Vec<Option<Vec<u8>>>,
+}
+
+impl Vocab {
+    /// `tokens[id] = Some(bytes)` for producible tokens, `None` for special ones.
+    pub fn new(tokens: Vec<Option<Vec<u8>>>) -> Vocab {
+        let mut ids: Vec<usize> =
+            (0..tokens.len()).filter(|&i| tokens[i].as_ref().is_some_and(|t| !t.is_empty())).collect();
+        ids.sort_by(|&a, &b| tokens[a].cmp(&tokens[b]));
+        let mut prev: &[u8] = &[];
+        let mut order = Vec::with_capacity(ids.len());
+        for id in ids {
+            let t = tokens[id].as_deref().unwrap();
+            order.push((id as u32, t.iter().zip(prev).take_while(|(a, b)| a == b).count()));
+            prev = t;
+        }
+        Vocab { order, tokens }
+    }
+}
+
+/// The oracle's mask: for every producible token, push its bytes from the current state.
+pub fn oracle_mask(r: &mut Recognizer, vocab: &Vocab, stops: &[u32], vocab_size: usize) -> Vec<u32> {
     let mut words = vec![0u32; vocab_size.div_ceil(32)];
     let base = r.depth();
-    let mut order: Vec<usize> =
-        (0..tokens.len()).filter(|&i| tokens[i].as_ref().is_some_and(|t| !t.is_empty())).collect();
-    order.sort_by(|&a, &b| tokens[a].cmp(&tokens[b]));
-    let mut prev: &[u8] = &[];
+    // Bytes of the previous token the recognizer holds (it stops at the first rejected one).
     let mut pushed = 0;
-    for id in order {
-        let t = tokens[id].as_deref().unwrap();
-        let lcp = t.iter().zip(prev).take_while(|(a, b)| a == b).count().min(pushed);
+    for &(id, shared) in &vocab.order {
+        let t = vocab.tokens[id as usize].as_deref().unwrap();
+        let lcp = shared.min(pushed);
         r.truncate(base + lcp);
         pushed = lcp;
         let mut ok = true;
@@ -293,9 +366,8 @@ pub fn oracle_mask(
             pushed += 1;
         }
         if ok {
-            words[id / 32] |= 1 << (id % 32);
+            words[id as usize / 32] |= 1 << (id % 32);
         }
-        prev = t;
     }
     r.truncate(base);
     if r.accepts() {
