@@ -88,6 +88,15 @@ impl Automata {
 }
 
 impl Automata {
+    /// Where `s` lies in a spliced repetition, if it is one of its positions: the chain
+    /// (an index into `chains`) and `k`, the copies written (`1..=max`).
+    pub(crate) fn chain_position(&self, s: u32) -> Option<(usize, u32)> {
+        let rule = self.nodes.get(s as usize)?.rule;
+        let i = self.chains.binary_search_by_key(&rule, |c| c.0).ok()?;
+        let l = &self.chains[i].1;
+        (l.positions..l.positions + l.max).contains(&s).then(|| (i, s - l.positions + 1))
+    }
+
     /// The same state `back` copies earlier in its spliced repetition, if any (positions
     /// from 1, copies from 0).
     pub(crate) fn earlier_copy(&self, s: u32, back: u32) -> Option<u32> {

@@ -25,7 +25,7 @@
 use super::store::MaskStore;
 use crate::automata::{Automata, ByteSet, DEAD};
 use crate::matcher::earley::{Earley, Item, Stamps};
-use crate::tokenizer::{first_clear_bit, utf8, TokenTrie, TokenizerInfo};
+use crate::tokenizer::{first_clear_bit, utf8, TokenTrie, TokenizerInfo, TrieNode};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -277,6 +277,9 @@ impl StateMask {
         let mut loops: rustc_hash::FxHashMap<u32, Option<Skip>> = Default::default();
         let mut eloops = EarleyLoops::default();
         let (mut loop_state, mut loop_table): (u32, Option<Skip>) = (u32::MAX, None);
+        // Spliced repetitions by (chain, origin 0), and the room at the last position seen.
+        let mut chains: rustc_hash::FxHashMap<(usize, bool), Option<ChainSkip>> = Default::default();
+        let (mut chain_at, mut chain_room): (u32, Option<(ChainSkip, usize)>) = (u32::MAX, None);
         let mut k = 0usize;
         let mut steps = 0u32;
         'walk: while k < nodes.len() {
@@ -322,6 +325,35 @@ impl StateMask {
                             accepted.push((node.tokens.0, trie.sib_rank[j]));
                             k = trie.sib_node[j] as usize;
                             continue;
+                        }
+                    } else if t == here + 1 {
+                        // Maybe a position of a spliced repetition (its next one is the
+                        // next state): siblings made of its characters, whose tokens fit
+                        // in the positions left, are read whole.
+                        if chain_at != here {
+                            chain_at = here;
+                            chain_room = a.chain_position(here).and_then(|(c, pos)| {
+                                let skip = chains
+                                    .entry((c, origin == 0))
+                                    .or_insert_with(|| chain_skip(a, tok, c, origin))
+                                    .clone()?;
+                                (skip.lim > pos).then(|| (skip.clone(), (skip.lim - pos) as usize))
+                            });
+                        }
+                        if let Some((skip, room)) = &chain_room {
+                            let taken = skip.read_siblings(
+                                trie,
+                                *room,
+                                &node,
+                                &path[..d],
+                                &ends[..=d],
+                                &mut accepted,
+                                &mut excluded_ranks,
+                            );
+                            if let Some(next) = taken {
+                                k = next;
+                                continue;
+                            }
                         }
                     }
                     if t == DEAD {
@@ -618,37 +650,54 @@ fn whole_run(whole: &[u64], i: usize) -> Option<usize> {
 /// set and staying in `s` is a DFA-mode move (no rule edges; not a final state with a
 /// parent to complete into).
 fn wide_loop(a: &Automata, tok: &TokenizerInfo, s: u32, origin: u32) -> Option<Skip> {
-    let ok_move = |t: u32| {
-        t != DEAD && {
-            let info = a.nodes[t as usize];
-            info.edges.0 == info.edges.1 && (!info.is_final || origin == 0)
-        }
-    };
+    let ok_move = |t: u32| stays_dfa(a, t, origin);
     if !ok_move(s) {
         return None;
     }
-    let next = |st: u32, b: u8| a.trans[st as usize * a.n_classes + a.byte_class[b as usize] as usize];
+    let (mut set, n) = bytes_to(a, s, s);
+    if n < WIDE_LOOP {
+        return None;
+    }
+    let utf8_loops = reads_utf8(a, s, s, ok_move);
+    if utf8_loops {
+        set[2] = 0;
+        set[3] = 0;
+    }
+    Some(tok.trie().whole_siblings(&set, utf8_loops))
+}
+
+/// Whether a move to `t` keeps a walk in DFA mode for an item of origin `origin`: not
+/// dead, no rule edges, and not a final state with a parent to complete into.
+fn stays_dfa(a: &Automata, t: u32, origin: u32) -> bool {
+    t != DEAD && {
+        let info = a.nodes[t as usize];
+        info.edges.0 == info.edges.1 && (!info.is_final || origin == 0)
+    }
+}
+
+/// The bytes on which state `from` moves to state `to`, and how many there are.
+fn bytes_to(a: &Automata, from: u32, to: u32) -> ([u64; 4], u32) {
     let mut set = [0u64; 4];
     for b in 0..=255u8 {
-        if next(s, b) == s {
+        if a.trans[from as usize * a.n_classes + a.byte_class[b as usize] as usize] == to {
             set[b as usize / 64] |= 1 << (b % 64);
         }
     }
-    if set.iter().map(|w| w.count_ones()).sum::<u32>() < WIDE_LOOP {
-        return None;
-    }
-    // Does `s` read every well-formed non-ASCII character back to itself, never dying
-    // or leaving DFA mode inside one? Explore (UTF-8 phase, DFA state) pairs.
-    let mut seen = vec![(utf8::BOUNDARY, s)];
-    let mut todo = vec![(utf8::BOUNDARY, s)];
-    let mut utf8_loops = true;
-    'explore: while let Some((p, st)) = todo.pop() {
+    (set, set.iter().map(|w| w.count_ones()).sum())
+}
+
+/// Whether state `from` reads every well-formed non-ASCII character to state `to`, never
+/// dying or leaving DFA mode (`ok_move`) inside one: explores (UTF-8 phase, state) pairs.
+fn reads_utf8(a: &Automata, from: u32, to: u32, ok_move: impl Fn(u32) -> bool) -> bool {
+    let next = |st: u32, b: u8| a.trans[st as usize * a.n_classes + a.byte_class[b as usize] as usize];
+    let mut seen = vec![(utf8::BOUNDARY, from)];
+    let mut todo = vec![(utf8::BOUNDARY, from)];
+    while let Some((p, st)) = todo.pop() {
         for b in 0x80..=0xFFu8 {
             let Some(q) = utf8::step(p, b) else { continue };
             let t = next(st, b);
-            if !ok_move(t) || (q == utf8::BOUNDARY && t != s) {
-                utf8_loops = false;
-                break 'explore;
+            if !ok_move(t) || (q == utf8::BOUNDARY && t != to) {
+                return false;
             }
             if q != utf8::BOUNDARY && !seen.contains(&(q, t)) {
                 seen.push((q, t));
@@ -656,11 +705,106 @@ fn wide_loop(a: &Automata, tok: &TokenizerInfo, s: u32, origin: u32) -> Option<S
             }
         }
     }
-    if utf8_loops {
+    true
+}
+
+/// How a DFA-mode walk takes whole subtrees at the positions of a spliced repetition
+/// whose copies read one character each (`"\"" [^"]{0,100} "\""`, a JSON string with
+/// `maxLength`): each position is its own state with no self-loop, so [`wide_loop`] never
+/// applies, yet a token of `n` bytes in the character set read from position `k` only
+/// moves to position `k + n` at most. So a subtree made of such bytes is accepted whole
+/// where its longest token fits in the positions left.
+#[derive(Clone)]
+struct ChainSkip {
+    /// The [`whole_siblings`](crate::tokenizer::TokenTrie::whole_siblings) bits of the
+    /// bytes that move from one position to the next.
+    whole: Skip,
+    /// The last position a walk reaches without leaving DFA mode.
+    lim: u32,
+    /// Whether a token of these bytes that does not fit is rejected: the walk reaches
+    /// the last position in DFA mode, no position ends the rule, and the bytes are read
+    /// as UTF-8 characters (one position each), so the token's characters say how far it
+    /// gets ([`TokenTrie::char_starts`](crate::tokenizer::TokenTrie)).
+    counted: bool,
+}
+
+impl ChainSkip {
+    /// At a position `room` positions before the walk's last one, with `node` the next
+    /// child (its parent read along `head`, with `ends[i]` whether the rule could end after
+    /// `i` bytes): takes the siblings from `node` on while their subtrees are made of the
+    /// chain's bytes — whole when the longest token fits, and with `counted`, token by
+    /// token otherwise: accepted when its characters fit, rejected when not (it reaches
+    /// the last position, which reads none of them). The node to go on from, if any was
+    /// taken.
+    #[allow(clippy::too_many_arguments)]
+    fn read_siblings(
+        &self,
+        trie: &TokenTrie,
+        room: usize,
+        node: &TrieNode,
+        head: &[u8],
+        ends: &[bool],
+        accepted: &mut RankRuns,
+        excluded: &mut Vec<(u32, u32)>,
+    ) -> Option<usize> {
+        let d = head.len();
+        let counted = self.counted && !ends[1..].contains(&true);
+        // (Characters started: every byte but UTF-8 continuation bytes.)
+        let head_chars = if counted { head.iter().filter(|&&b| b & 0xC0 != 0x80).count() as u16 } else { 0 };
+        let first = node.sib as usize;
+        let mut j = first;
+        while self.whole[j / 64] >> (j % 64) & 1 == 1 {
+            let (lo, hi) = (trie.sib_rank[j], trie.sib_rank[j + 1]);
+            if trie.deepest[trie.sib_node[j] as usize] as usize - d <= room {
+                accepted.push((lo, hi));
+            } else if counted {
+                for r in lo..hi {
+                    if (trie.char_starts[r as usize] - head_chars) as usize <= room {
+                        accepted.push((r, r + 1));
+                    } else {
+                        match excluded.last_mut() {
+                            Some(last) if last.1 == r => last.1 = r + 1,
+                            _ => excluded.push((r, r + 1)),
+                        }
+                    }
+                }
+            } else {
+                break;
+            }
+            j += 1;
+        }
+        (j > first).then(|| trie.sib_node[j] as usize)
+    }
+}
+
+/// The [`ChainSkip`] of spliced repetition `chain` for an item of origin `origin`, if its
+/// character set is wide.
+fn chain_skip(a: &Automata, tok: &TokenizerInfo, chain: usize, origin: u32) -> Option<ChainSkip> {
+    let l = &a.chains[chain].1;
+    if l.max < 2 {
+        return None;
+    }
+    let ok_move = |t: u32| stays_dfa(a, t, origin);
+    // Positions before `min` never end the rule; those from `min` on all share one shape
+    // (the last one less the next copy), so the first that leaves DFA mode bounds them.
+    let lim = (1..=l.max).find(|&k| !ok_move(l.positions + k - 1)).map_or(l.max, |k| k - 1);
+    if lim < 2 {
+        return None;
+    }
+    // Every copy reads the same bytes: compare the first two positions.
+    let (p1, p2) = (l.positions, l.positions + 1);
+    let (mut set, n) = bytes_to(a, p1, p2);
+    if n < WIDE_LOOP {
+        return None;
+    }
+    let utf8 = reads_utf8(a, p1, p2, ok_move);
+    if utf8 {
         set[2] = 0;
         set[3] = 0;
     }
-    Some(tok.trie().whole_siblings(&set, utf8_loops))
+    let counted =
+        utf8 && lim == l.max && (1..=l.max).all(|k| !a.nodes[(l.positions + k - 1) as usize].is_final);
+    Some(ChainSkip { whole: tok.trie().whole_siblings(&set, utf8), lim, counted })
 }
 
 /// Subtree skipping for Earley-mode walks.

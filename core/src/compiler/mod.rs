@@ -528,7 +528,9 @@ impl CompiledGrammar {
             // leave at their first byte: chess moves) costs less than a patch. The
             // search for where the states differ stops once it costs a few such walks.
             let longer = trie.longer_than(known);
-            let focus = (m.walk_steps >= MIN_FOCUS_WALK)
+            // (Two copies of a chain state differ exactly on the tokens longer than the room
+            // left, which the layout gave: no search for where they differ.)
+            let focus = (m.walk_steps >= MIN_FOCUS_WALK && Some(r) != copy)
                 .then(|| {
                     let max_nodes = (m.walk_steps as usize * 4).min(MAX_FOCUS_NODES);
                     let max_tokens = (trie.token_ids.len() / 64).min(longer.saturating_sub(1));

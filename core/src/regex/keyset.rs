@@ -250,7 +250,85 @@ impl KeySet {
             }
             edges.push(out);
         }
-        Ok(KeySet { edges, labels })
+        Ok(KeySet { edges, labels }.minimized())
+    }
+
+    /// The same automaton with equivalent states on cycles merged (same label, and every
+    /// character leads to equivalent states; a missing edge only to a missing edge).
+    ///
+    /// The subset construction keeps apart states that only its NFA tells apart: for the
+    /// key pattern `[a-zA-Z]+` (unanchored: "holds a letter"), "inside the letters" and
+    /// "after them" both accept anything, yet were two states entered from each other,
+    /// which [`KeySet::class_rules`] writes as two mutually recursive rules — every key
+    /// character then one more Earley item and rule call (a quarter of a millisecond per
+    /// token mask on a long key). Merged, the state is one self-loop. States on no cycle
+    /// (other than a self-loop) stay apart: merging the leaves of a trie of names would
+    /// give them several parents, and so rules of their own.
+    fn minimized(self) -> KeySet {
+        let n = self.edges.len();
+        let cyclic = on_cycles(&self.edges);
+        if !cyclic.contains(&true) {
+            return self;
+        }
+        // Moore's refinement over the states on cycles, each other state a class of its
+        // own (a finer partition: still only equivalent states merge), from the labels,
+        // split by where each range leads. Classes `0..n` name single states.
+        let mut class: Vec<u32> = (0..n as u32).collect();
+        let mut count = {
+            let mut ids: HashMap<u64, u32> = HashMap::new();
+            for s in (0..n).filter(|&s| cyclic[s]) {
+                let k = ids.len() as u32;
+                class[s] = n as u32 + *ids.entry(self.labels[s]).or_insert(k);
+            }
+            ids.len()
+        };
+        loop {
+            let mut ids: HashMap<Signature, u32> = HashMap::new();
+            let mut next = class.clone();
+            for s in (0..n).filter(|&s| cyclic[s]) {
+                let k = ids.len() as u32;
+                next[s] = n as u32
+                    + *ids.entry((class[s], retarget(&self.edges[s], |t| class[t as usize]))).or_insert(k);
+            }
+            let done = ids.len() == count;
+            class = next;
+            count = ids.len();
+            if done {
+                break;
+            }
+        }
+        if count == cyclic.iter().filter(|&&c| c).count() {
+            return self;
+        }
+        // Each state on a cycle goes to the first state of its class.
+        let mut rep: Vec<Option<u32>> = vec![None; count];
+        let map: Vec<u32> = (0..n)
+            .map(|s| match cyclic[s] {
+                true => *rep[class[s] as usize - n].get_or_insert(s as u32),
+                false => s as u32,
+            })
+            .collect();
+        // Keep the states still reachable from the start (first), renumbered in order.
+        let mut order = vec![map[0]];
+        let mut index = vec![u32::MAX; n];
+        index[map[0] as usize] = 0;
+        let mut i = 0;
+        while let Some(&s) = order.get(i) {
+            i += 1;
+            for &(_, _, t) in &self.edges[s as usize] {
+                let t = map[t as usize];
+                if index[t as usize] == u32::MAX {
+                    index[t as usize] = order.len() as u32;
+                    order.push(t);
+                }
+            }
+        }
+        let edges = order
+            .iter()
+            .map(|&s| retarget(&self.edges[s as usize], |t| index[map[t as usize] as usize]))
+            .collect();
+        let labels = order.iter().map(|&s| self.labels[s as usize]).collect();
+        KeySet { edges, labels }
     }
 
     /// The label (bit `i`: component `i` accepts) of `key`.
@@ -533,6 +611,79 @@ impl Emit<'_> {
     }
 }
 
+/// A state's class and its edges with targets named by class (Moore's refinement).
+type Signature = (u32, Vec<(u32, u32, u32)>);
+
+/// `edges` with each target renamed by `f`, neighbouring ranges to the same target joined.
+fn retarget(edges: &[(u32, u32, u32)], f: impl Fn(u32) -> u32) -> Vec<(u32, u32, u32)> {
+    let mut out: Vec<(u32, u32, u32)> = Vec::new();
+    for &(a, b, t) in edges {
+        let t = f(t);
+        match out.last_mut() {
+            Some(last) if last.2 == t && last.1 + 1 == a => last.1 = b,
+            _ => out.push((a, b, t)),
+        }
+    }
+    out
+}
+
+/// Per state, whether it lies on a cycle of two or more states (Kosaraju's strongly
+/// connected components, iteratively: key automata can have thousands of states).
+fn on_cycles(edges: &[Vec<(u32, u32, u32)>]) -> Vec<bool> {
+    let n = edges.len();
+    let succ = |s: usize| edges[s].iter().map(|e| e.2 as usize).filter(move |&t| t != s);
+    // First pass: finishing order.
+    let mut seen = vec![false; n];
+    let mut finished = Vec::with_capacity(n);
+    for root in 0..n {
+        if seen[root] {
+            continue;
+        }
+        seen[root] = true;
+        let mut stack = vec![(root, 0usize)];
+        while let Some((s, i)) = stack.pop() {
+            match succ(s).nth(i) {
+                Some(t) => {
+                    stack.push((s, i + 1));
+                    if !seen[t] {
+                        seen[t] = true;
+                        stack.push((t, 0));
+                    }
+                }
+                None => finished.push(s),
+            }
+        }
+    }
+    // Second pass on the reversed graph, in reverse finishing order: one component each.
+    let mut preds = vec![Vec::new(); n];
+    for s in 0..n {
+        for t in succ(s) {
+            preds[t].push(s);
+        }
+    }
+    let mut comp = vec![usize::MAX; n];
+    let mut size = Vec::new();
+    for &root in finished.iter().rev() {
+        if comp[root] != usize::MAX {
+            continue;
+        }
+        let c = size.len();
+        size.push(0usize);
+        comp[root] = c;
+        let mut stack = vec![root];
+        while let Some(s) = stack.pop() {
+            size[c] += 1;
+            for &p in &preds[s] {
+                if comp[p] == usize::MAX {
+                    comp[p] = c;
+                    stack.push(p);
+                }
+            }
+        }
+    }
+    (0..n).map(|s| size[comp[s]] > 1).collect()
+}
+
 /// One expression for alternatives (a single one stands alone).
 fn alt_of(mut alts: Vec<Expr>) -> Expr {
     if alts.len() == 1 {
@@ -659,6 +810,34 @@ mod tests {
         assert_eq!(count_rule_calls(&start), 1);
         assert_eq!(rules.len(), 1);
         assert_eq!(count_rule_calls(&rules[0]), 1);
+    }
+
+    #[test]
+    fn equivalent_states_are_merged() {
+        // "Holds a letter" (the key class of `patternProperties: {"[a-zA-Z]+": …}` with
+        // `additionalProperties: false`): once a letter is read, anything goes. The subset
+        // construction made that two states entered from each other ("in the letters",
+        // "after them"), written as two rules calling each other; merged, it is one state
+        // looping on everything, and no rule calls another.
+        let k = ks(&[Component::Names(&[]), Component::Pattern("[a-zA-Z]+")]);
+        let (start, rules) = k.class_rules(|l| l == 0b10, 0).unwrap();
+        assert!(rules.len() <= 1, "{rules:?}");
+        let mut called = Vec::new();
+        start.for_each_rule(&mut |r| called.push(r));
+        assert!(called.iter().all(|&r| r == RuleId(0)), "{start:?}");
+        assert!(rules.iter().all(|r| count_rule_calls(r) == 0), "{rules:?}");
+        // Labels still tell the classes apart: merging never crosses them.
+        let names = ["ab"];
+        let k = ks(&[Component::Names(&names), Component::Pattern("b")]);
+        assert_eq!(
+            (k.label_of("ab"), k.label_of("b"), k.label_of("a"), k.label_of("abc")),
+            (0b11, 0b10, 0, 0b10)
+        );
+        let k = ks(&[Component::Pattern("^(ab)*$"), Component::Pattern("^(abab)*$")]);
+        assert_eq!(
+            (k.label_of("ab"), k.label_of("abab"), k.label_of("ababab"), k.label_of("a")),
+            (1, 3, 1, 0)
+        );
     }
 
     #[test]

@@ -17,7 +17,7 @@ mod trie;
 
 pub use decode::VocabKind;
 pub use gguf::{GgufTokenType, GgufTokenizer};
-pub(crate) use trie::{first_clear_bit, utf8, TokenTrie, END_OF_SIBLINGS};
+pub(crate) use trie::{first_clear_bit, utf8, TokenTrie, TrieNode, END_OF_SIBLINGS};
 
 use crate::error::{Error, Result};
 use rustc_hash::FxHasher;

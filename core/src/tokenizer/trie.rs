@@ -58,6 +58,11 @@ pub(crate) struct TokenTrie {
     rank_bytes: Vec<u8>,
     /// `rank_ends[r]`: end of rank `r`'s bytes in `rank_bytes` (it starts where `r - 1` ends).
     rank_ends: Vec<u32>,
+    /// Per rank: how many of its bytes start a UTF-8 character (all but continuation
+    /// bytes). Read from a character boundary, a token's tail of clean bytes starts this
+    /// many characters less those of its head: how far it moves along a chain of
+    /// one-character positions (a JSON string with `maxLength`).
+    pub char_starts: Vec<u16>,
     /// [`TokenTrie::whole_siblings`] bitsets already built, by byte set (plain sets).
     whole_plain: TableCache<u64>,
     /// The same, by ASCII byte set, for states that also loop on every UTF-8 character.
@@ -172,6 +177,9 @@ impl TokenTrie {
             }
             length[n.tokens.0 as usize..n.tokens.1 as usize].fill(n.depth);
         }
+        trie.char_starts = (0..trie.token_ids.len() as u32)
+            .map(|r| trie.bytes_of(r).iter().filter(|&&b| b & 0xC0 != 0x80).count() as u16)
+            .collect();
         trie.by_length = (0..trie.token_ids.len() as u32).collect();
         trie.by_length.sort_by_key(|&r| std::cmp::Reverse(length[r as usize]));
         trie.group_siblings();
