@@ -650,20 +650,32 @@ fn whole_run(whole: &[u64], i: usize) -> Option<usize> {
 /// set and staying in `s` is a DFA-mode move (no rule edges; not a final state with a
 /// parent to complete into).
 fn wide_loop(a: &Automata, tok: &TokenizerInfo, s: u32, origin: u32) -> Option<Skip> {
-    let ok_move = |t: u32| stays_dfa(a, t, origin);
-    if !ok_move(s) {
+    if !stays_dfa(a, s, origin) {
         return None;
     }
-    let (mut set, n) = bytes_to(a, s, s);
-    if n < WIDE_LOOP {
+    whole_moves(a, tok, s, s, origin).map(|(whole, _)| whole)
+}
+
+/// The [`whole_siblings`](crate::tokenizer::TokenTrie::whole_siblings) bits of the bytes on
+/// which state `from` moves to state `to`, when they are a wide set, and whether `from`
+/// also reads every well-formed non-ASCII character to `to` (the bits then take subtrees
+/// of UTF-8 characters too). `to` is `from` for a self-loop, the next position of a chain.
+fn whole_moves(a: &Automata, tok: &TokenizerInfo, from: u32, to: u32, origin: u32) -> Option<(Skip, bool)> {
+    let mut set = [0u64; 4];
+    for b in 0..=255u8 {
+        if a.trans[from as usize * a.n_classes + a.byte_class[b as usize] as usize] == to {
+            set[b as usize / 64] |= 1 << (b % 64);
+        }
+    }
+    if set.iter().map(|w| w.count_ones()).sum::<u32>() < WIDE_LOOP {
         return None;
     }
-    let utf8_loops = reads_utf8(a, s, s, ok_move);
-    if utf8_loops {
+    let utf8 = reads_utf8(a, from, to, |t| stays_dfa(a, t, origin));
+    if utf8 {
         set[2] = 0;
         set[3] = 0;
     }
-    Some(tok.trie().whole_siblings(&set, utf8_loops))
+    Some((tok.trie().whole_siblings(&set, utf8), utf8))
 }
 
 /// Whether a move to `t` keeps a walk in DFA mode for an item of origin `origin`: not
@@ -673,17 +685,6 @@ fn stays_dfa(a: &Automata, t: u32, origin: u32) -> bool {
         let info = a.nodes[t as usize];
         info.edges.0 == info.edges.1 && (!info.is_final || origin == 0)
     }
-}
-
-/// The bytes on which state `from` moves to state `to`, and how many there are.
-fn bytes_to(a: &Automata, from: u32, to: u32) -> ([u64; 4], u32) {
-    let mut set = [0u64; 4];
-    for b in 0..=255u8 {
-        if a.trans[from as usize * a.n_classes + a.byte_class[b as usize] as usize] == to {
-            set[b as usize / 64] |= 1 << (b % 64);
-        }
-    }
-    (set, set.iter().map(|w| w.count_ones()).sum())
 }
 
 /// Whether state `from` reads every well-formed non-ASCII character to state `to`, never
@@ -784,27 +785,17 @@ fn chain_skip(a: &Automata, tok: &TokenizerInfo, chain: usize, origin: u32) -> O
     if l.max < 2 {
         return None;
     }
-    let ok_move = |t: u32| stays_dfa(a, t, origin);
     // Positions before `min` never end the rule; those from `min` on all share one shape
     // (the last one less the next copy), so the first that leaves DFA mode bounds them.
-    let lim = (1..=l.max).find(|&k| !ok_move(l.positions + k - 1)).map_or(l.max, |k| k - 1);
+    let lim = (1..=l.max).find(|&k| !stays_dfa(a, l.positions + k - 1, origin)).map_or(l.max, |k| k - 1);
     if lim < 2 {
         return None;
     }
     // Every copy reads the same bytes: compare the first two positions.
-    let (p1, p2) = (l.positions, l.positions + 1);
-    let (mut set, n) = bytes_to(a, p1, p2);
-    if n < WIDE_LOOP {
-        return None;
-    }
-    let utf8 = reads_utf8(a, p1, p2, ok_move);
-    if utf8 {
-        set[2] = 0;
-        set[3] = 0;
-    }
+    let (whole, utf8) = whole_moves(a, tok, l.positions, l.positions + 1, origin)?;
     let counted =
         utf8 && lim == l.max && (1..=l.max).all(|k| !a.nodes[(l.positions + k - 1) as usize].is_final);
-    Some(ChainSkip { whole: tok.trie().whole_siblings(&set, utf8), lim, counted })
+    Some(ChainSkip { whole, lim, counted })
 }
 
 /// Subtree skipping for Earley-mode walks.

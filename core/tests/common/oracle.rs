@@ -8,35 +8,9 @@
 
 use grammask::grammar::{Expr, Grammar};
 use regex_syntax::utf8::Utf8Sequences;
-use std::collections::HashSet;
-use std::hash::{BuildHasherDefault, Hasher};
-
-/// A multiply-rotate hasher for the recognizer's small integer keys: the default SipHash
-/// was a third of the oracle's time, and nothing here is adversarial.
-#[derive(Default)]
-struct Fx(u64);
-
-impl Hasher for Fx {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(b as u64);
-        }
-    }
-    fn write_u32(&mut self, i: u32) {
-        self.write_u64(i as u64);
-    }
-    fn write_u64(&mut self, i: u64) {
-        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-    fn write_usize(&mut self, i: usize) {
-        self.write_u64(i as u64);
-    }
-}
-
-type FxBuild = BuildHasherDefault<Fx>;
+// (The recognizer's keys are small integers and nothing is adversarial: SipHash was a
+// third of the oracle's time.)
+use rustc_hash::FxHashSet;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Sym {
@@ -209,12 +183,12 @@ pub struct Recognizer<'a> {
     /// one looks up the items waiting on it instead of scanning the whole origin set.
     waiting: Vec<Vec<(usize, It)>>,
     len: usize,
-    seen: HashSet<It, FxBuild>,
+    seen: FxHashSet<It>,
 }
 
 impl<'a> Recognizer<'a> {
     pub fn new(g: &'a Bnf) -> Self {
-        let mut r = Recognizer { g, sets: vec![], waiting: vec![], len: 0, seen: HashSet::default() };
+        let mut r = Recognizer { g, sets: vec![], waiting: vec![], len: 0, seen: FxHashSet::default() };
         let mut set = Vec::new();
         // Virtual start: predict all productions of the start symbol at 0.
         for &p in &g.by_lhs[g.start] {
