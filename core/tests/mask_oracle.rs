@@ -142,7 +142,7 @@ fn check_grammars_along(
                 allowed(&want)
             );
         }
-        m.accept_bytes(&[b]).unwrap();
+        m.accept_bytes(&[b]).unwrap_or_else(|e| panic!("{name}: {e} at {i} after {:?}", &text[..i]));
         assert!(oracle.push(b), "{name}: oracle rejects {:?}", &text[..=i]);
     }
 }
@@ -198,6 +198,44 @@ fn character_chains_count_characters() {
         let near_end = |i: usize| i + 30 > end && i < end + 6;
         check_grammars_along(&format!("blocks on {tname}"), tokenizer(tname), &g, &g, &text, near_end);
     }
+}
+
+/// A JSON string longer than a chain (`maxLength` > 1,024) is written as blocks of 256
+/// characters after its `minLength` ones, and a token running past the end of a block
+/// or of the `minLength` characters goes on in what every context reads next
+/// (`automata::cont`): accepted outright, not checked at run time. Checked at every other
+/// byte before the end of the `minLength` characters and of two blocks (the second into
+/// the longer last run), with multi-byte characters and escapes, inside an array (so that
+/// tokens closing the string, `", `, stay uncertain); then where what follows is shorter
+/// than a token (30 characters after 1,000), up to the string's `maxLength`.
+#[test]
+fn long_strings_run_past_their_blocks() {
+    // Byte offsets of the characters of the string opening at byte `open`.
+    let chars_at = |text: &str, open: usize| {
+        let (bytes, mut at, mut i) = (text.as_bytes(), Vec::new(), open + 1);
+        while bytes[i] != b'"' {
+            at.push(i);
+            i += if bytes[i] == b'\\' { 2 } else { text[i..].chars().next().map_or(1, char::len_utf8) };
+        }
+        at.push(i);
+        at
+    };
+    let before = |i: usize, at: usize| i % 2 == 0 && i + 24 > at && i < at + 4;
+    let schema = r#"{"type":"array","items":{"type":"string","minLength":5,"maxLength":1100}}"#;
+    let g = json_schema_str_to_grammar(schema, &JsonSchemaOptions::default()).unwrap();
+    let body: String = "añé中 b\\ncd文€ xyz\\\"q".repeat(60).chars().take(902).collect();
+    let text = format!(r#"["{body}", "abcdef"]"#);
+    let at = chars_at(&text, 1);
+    for tname in TOKENIZERS {
+        let check = |i: usize| [5, 261, 773].iter().any(|&c| before(i, at[c]));
+        check_grammars_along(&format!("long string on {tname}"), tokenizer(tname), &g, &g, &text, check);
+    }
+    let schema = r#"{"type":"array","items":{"type":"string","minLength":1000,"maxLength":1030}}"#;
+    let g = json_schema_str_to_grammar(schema, &JsonSchemaOptions::default()).unwrap();
+    let text = format!(r#"["{}"]"#, "ab-- ".repeat(206));
+    let at = chars_at(&text, 1);
+    let check = |i: usize| before(i, at[1000]) || before(i, at[1030]);
+    check_grammars_along("string at its maxLength", tokenizer("llama3_1"), &g, &g, &text, check);
 }
 
 /// Positions of a long counted repetition share one mask while a token's length from its

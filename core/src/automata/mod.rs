@@ -21,6 +21,7 @@
 
 mod bounded;
 mod chain;
+mod cont;
 mod dfa;
 mod members;
 mod nfa;
@@ -122,6 +123,9 @@ pub struct Automata {
     /// Spliced counted repetitions, by rule (sorted), with absolute state numbers
     /// ([`chain::Layout`]).
     pub(crate) chains: Vec<(u32, chain::Layout)>,
+    /// `(sink, continuation, copies)`, sorted: where a mask walk goes on after the end of
+    /// a rule that every context continues alike ([`cont`]).
+    pub(crate) conts: Vec<(u32, u32, u32)>,
 }
 
 impl Automata {
@@ -232,6 +236,7 @@ impl Automata {
                 (r as u32, l)
             })
             .collect();
+        a.compute_conts();
         Ok(a)
     }
 
@@ -291,6 +296,7 @@ impl Automata {
             sets: Vec::new(),
             set_of: vec![u32::MAX; dfas.len()],
             chains: Vec::new(),
+            conts: Vec::new(),
         };
         a.compute_sets()?;
         let with_edges = a.states_with_rule_edges();
@@ -526,6 +532,7 @@ impl Automata {
             + self.prediction.len() * 4
             + self.sets.iter().map(members::SetInfo::memory_bytes).sum::<usize>()
             + self.chains.iter().map(|c| std::mem::size_of_val(c) + c.1.to_end.len() * 4).sum::<usize>()
+            + self.conts.len() * 12
     }
 
     /// A human-readable dump of every rule's DFA (for `grammask inspect`).

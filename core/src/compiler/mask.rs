@@ -279,7 +279,11 @@ impl StateMask {
         let (mut loop_state, mut loop_table): (u32, Option<Skip>) = (u32::MAX, None);
         // Spliced repetitions by (chain, origin 0), and the room at the last position seen.
         let mut chains: rustc_hash::FxHashMap<(usize, bool), Option<ChainSkip>> = Default::default();
-        let (mut chain_at, mut chain_room): (u32, Option<(ChainSkip, usize)>) = (u32::MAX, None);
+        let (mut chain_at, mut chain_room): ((u32, bool), Option<(ChainSkip, usize)>) =
+            ((u32::MAX, false), None);
+        // Depth at which the walk went on past the seed rule's end into the continuation
+        // every context reads (`Automata::cont_at`); `usize::MAX`: not on this path.
+        let mut jumped_at = usize::MAX;
         let mut k = 0usize;
         let mut steps = 0u32;
         'walk: while k < nodes.len() {
@@ -300,6 +304,9 @@ impl StateMask {
                 continue;
             }
             path[d] = node.byte;
+            if d < jumped_at {
+                jumped_at = usize::MAX;
+            }
             if d < e_depth {
                 parser.truncate(d);
                 e_depth = d;
@@ -307,9 +314,17 @@ impl StateMask {
             }
             let ok = match single {
                 Some(origin) => {
-                    // A state looping on a wide byte set takes every subtree that stays
-                    // inside the set in one step: all its tokens stay in the state.
-                    let here = dstate[d];
+                    let mut here = dstate[d];
+                    // At the end of the seed rule, with nothing more to read inside it:
+                    // what every context reads next is read as if it were the rule's own
+                    // (once per path), and the tokens it takes are accepted.
+                    if origin == 0 && d > 0 && jumped_at == usize::MAX && a.nodes[here as usize].is_final {
+                        if let Some(j) = a.cont_at(here) {
+                            here = j;
+                            dstate[d] = j;
+                            jumped_at = d;
+                        }
+                    }
                     let t = a.trans[here as usize * nc + a.byte_class[node.byte as usize] as usize];
                     // A state looping on a wide byte set takes every subtree that stays
                     // inside the set in one step: all its tokens are accepted. Only a
@@ -330,14 +345,27 @@ impl StateMask {
                         // Maybe a position of a spliced repetition (its next one is the
                         // next state): siblings made of its characters, whose tokens fit
                         // in the positions left, are read whole.
-                        if chain_at != here {
-                            chain_at = here;
+                        // (Past a continuation, the same state has less room.)
+                        let at = (here, jumped_at <= d);
+                        if chain_at != at {
+                            chain_at = at;
                             chain_room = a.chain_position(here).and_then(|(c, pos)| {
-                                let skip = chains
+                                let mut skip = chains
                                     .entry((c, origin == 0))
                                     .or_insert_with(|| chain_skip(a, tok, c, origin))
                                     .clone()?;
-                                (skip.lim > pos).then(|| (skip.clone(), (skip.lim - pos) as usize))
+                                let mut room = skip.lim.checked_sub(pos).filter(|&r| r > 0)? as usize;
+                                // Where the repetition ends its rule into a continuation
+                                // that reads as many more copies, they are room too (and
+                                // a token too long for them is uncertain, not rejected).
+                                let l = &a.chains[c].1;
+                                if origin == 0 && !at.1 && skip.lim == l.max {
+                                    if let Some((_, more)) = a.cont(l.positions + l.max - 1) {
+                                        room += more as usize;
+                                        skip.counted = false;
+                                    }
+                                }
+                                Some((skip, room))
                             });
                         }
                         if let Some((skip, room)) = &chain_room {
@@ -347,6 +375,7 @@ impl StateMask {
                                 &node,
                                 &path[..d],
                                 &ends[..=d],
+                                follow,
                                 &mut accepted,
                                 &mut excluded_ranks,
                             );
@@ -365,6 +394,9 @@ impl StateMask {
                             ends[d + 1] = info.is_final;
                         } else {
                             // Sync the parser along the DFA path, then take the move in Earley.
+                            // (Never past a continuation: it is pure, so the walk stays in
+                            // DFA mode there.)
+                            debug_assert!(jumped_at > d);
                             for &b in &path[e_depth..=d] {
                                 parser.push(a, b);
                             }
@@ -723,8 +755,9 @@ struct ChainSkip {
     /// The last position a walk reaches without leaving DFA mode.
     lim: u32,
     /// Whether a token of these bytes that does not fit is rejected: the walk reaches
-    /// the last position in DFA mode, no position ends the rule, and the bytes are read
-    /// as UTF-8 characters (one position each), so the token's characters say how far it
+    /// the last position in DFA mode, no position ends the rule or none of these bytes
+    /// may follow the rule (so ending early leads nowhere), and the bytes are read as
+    /// UTF-8 characters (one position each), so the token's characters say how far it
     /// gets ([`TokenTrie::char_starts`](crate::tokenizer::TokenTrie)).
     counted: bool,
 }
@@ -745,11 +778,14 @@ impl ChainSkip {
         node: &TrieNode,
         head: &[u8],
         ends: &[bool],
+        follow: &ByteSet,
         accepted: &mut RankRuns,
         excluded: &mut Vec<(u32, u32)>,
     ) -> Option<usize> {
         let d = head.len();
-        let counted = self.counted && !ends[1..].contains(&true);
+        // (A token that could leave the rule before the node, onto a byte that may follow
+        // it, is the general walk's to classify.)
+        let counted = self.counted && !(1..d).any(|i| ends[i] && follow.contains(head[i]));
         // (Characters started: every byte but UTF-8 continuation bytes.)
         let head_chars = if counted { head.iter().filter(|&&b| b & 0xC0 != 0x80).count() as u16 } else { 0 };
         let first = node.sib as usize;
@@ -793,8 +829,15 @@ fn chain_skip(a: &Automata, tok: &TokenizerInfo, chain: usize, origin: u32) -> O
     }
     // Every copy reads the same bytes: compare the first two positions.
     let (whole, utf8) = whole_moves(a, tok, l.positions, l.positions + 1, origin)?;
-    let counted =
-        utf8 && lim == l.max && (1..=l.max).all(|k| !a.nodes[(l.positions + k - 1) as usize].is_final);
+    // Ending early onto one of the chain's characters: never, when no position ends the
+    // rule or no character may follow it (a run of characters before a closing quote).
+    let follow = &a.follow[a.nodes[l.positions as usize].rule as usize];
+    let moves =
+        |b: u8| a.trans[l.positions as usize * a.n_classes + a.byte_class[b as usize] as usize] != DEAD;
+    let follow_free = (0..=255u8).all(|b| !follow.contains(b) || !(moves(b) || (utf8 && b >= 0xC0)));
+    let counted = utf8
+        && lim == l.max
+        && (follow_free || (1..=l.max).all(|k| !a.nodes[(l.positions + k - 1) as usize].is_final));
     Some(ChainSkip { whole, lim, counted })
 }
 

@@ -613,6 +613,10 @@ impl CompiledGrammar {
         self.leaf.as_ref()?;
         let a = &self.automata;
         let rule = a.nodes[state as usize].rule;
+        // A walk that goes on past the rule's end reads its callers' continuation too.
+        if a.has_cont(rule) {
+            return None;
+        }
         let sig = self.leaf_sigs[rule as usize].get_or_init(|| leaf::signature(a, rule)).clone()?;
         Some((sig, state - a.rule_start[rule as usize], a.follow[rule as usize].0))
     }

@@ -93,31 +93,47 @@ const CHAIN_MAX: u64 = 1024;
 
 /// `min..=max` JSON string characters for a `maxLength` beyond [`CHAIN_MAX`]
 /// (65,535 is common): `min` characters, then `M = max - min` more written as blocks of
-/// [`BLOCK`] characters — `block{0,q-1} chars(BLOCK-1) | block{q} chars(r)` with
+/// [`BLOCK`] characters — `block{0,q-1} chars(BLOCK-1) | block{q-1} last chars(r)` with
 /// `M = q·BLOCK + r` — which is exactly "at most M" and unambiguous (the number of whole
 /// blocks is fixed by the length), so the automaton stays a chain of `q` block calls
-/// instead of `M` unrolled characters. The block and the two runs of at most `BLOCK - 1`
-/// characters are rules of their own, one per distinct body (shared by every long string
-/// of the schema): each is a counted repetition at the top of its rule, which the
-/// automata builder splices from copies of one character's DFA, where written inside the
-/// alternation the two runs were ~7,000 states for the subset construction.
+/// instead of `M` unrolled characters. The `min` characters, the blocks and the runs are
+/// rules of their own, one per distinct body (shared by every long string of the
+/// schema): each is a counted repetition at the top of its rule, which the automata
+/// builder splices from copies of one character's DFA, where written inside the
+/// alternation the runs were ~7,000 states for the subset construction.
+///
+/// Why the `q`-th block is a rule apart (`last`, the same characters written
+/// `C{BLOCK-1} C`): then wherever `block` or the `min` characters end, another block or
+/// a run of `BLOCK - 1` may follow in every context, so a token running past their end
+/// is still known to be legal (`automata::cont`) instead of being checked against the
+/// live parse at every fill — ~100k tokens at each of a block's last positions.
 fn long_chars(b: &mut Builder, min: u32, max: u64) -> Result<Expr, SchemaError> {
     let ch = || json_string_char(ANY_CHAR);
     let rep = |e: Expr, lo: u32, hi: u32| Expr::Repeat { expr: Box::new(e), min: lo, max: Some(hi) };
     // (Leaf rules: one per body, kept, their masks shared between grammars.)
+    let run = |b: &mut Builder, lo: u32, hi: u32, hint: &str| {
+        if hi == 0 {
+            Ok(Expr::Empty)
+        } else {
+            b.leaf_rule(rep(ch(), lo, hi), hint)
+        }
+    };
+    let head = run(b, min, min, "chars")?;
     let extra = max - min as u64;
     let (q, r) = ((extra / BLOCK) as u32, (extra % BLOCK) as u32);
+    let size = BLOCK as u32;
     let tail = if q == 0 {
-        rep(ch(), 0, r)
+        run(b, 0, r, "chars")?
     } else {
-        let block = b.leaf_rule(rep(ch(), BLOCK as u32, BLOCK as u32), "block")?;
-        let last = if r == 0 { Expr::Empty } else { b.leaf_rule(rep(ch(), 0, r), "chars")? };
+        let block = run(b, size, size, "block")?;
+        let last = b.leaf_rule(seq(vec![rep(ch(), size - 1, size - 1), ch()]), "block")?;
+        let short = run(b, 0, size - 1, "chars")?;
         alt(vec![
-            seq(vec![rep(block.clone(), 0, q - 1), b.leaf_rule(rep(ch(), 0, BLOCK as u32 - 1), "chars")?]),
-            seq(vec![rep(block, q, q), last]),
+            seq(vec![rep(block.clone(), 0, q - 1), short]),
+            seq(vec![rep(block, q - 1, q - 1), last, run(b, 0, r, "chars")?]),
         ])
     };
-    Ok(seq(vec![rep(ch(), min, min), tail]))
+    Ok(seq(vec![head, tail]))
 }
 
 /// Most characters written out for a `not` of strings ([`none_of`] repeats each word's
