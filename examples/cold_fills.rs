@@ -6,8 +6,9 @@
 //!   300) under each `{"schema": …}` file of the MaskBench folder `DIR`, timing every fill;
 //!   prints the fills over 1 ms (time, allowed tokens, file, the text before) and the
 //!   distribution of all of them.
-//! - `positions TOKENIZER SCHEMA N`: after a string schema's opening quote, the fill at
-//!   each of the first `N` positions of a string of `a`s (a bounded string's chain).
+//! - `positions TOKENIZER SCHEMA N [PREFIX]`: after `PREFIX` (default `"`, a string
+//!   schema's opening quote), the fill at each of the first `N` positions of a run of `a`s
+//!   (a bounded string's chain; `{"` for an object's key).
 //!
 //! `cargo run --release --example cold_fills -- walks ../shared/data/tokenizers/llama3_1 \
 //!     ../shared/data/jsonschemabench/dev/Github_easy`
@@ -20,14 +21,17 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: cold_fills walks TOKENIZER DIR [STEPS] | positions TOKENIZER SCHEMA N";
+    let usage = "usage: cold_fills walks TOKENIZER DIR [STEPS] | positions TOKENIZER SCHEMA N [PREFIX]";
     let (Some(mode), Some(tokenizer), Some(what)) = (args.get(1), args.get(2), args.get(3)) else {
         return Err(usage.into());
     };
     let tok = Arc::new(TokenizerInfo::from_path(tokenizer, &TokenizerOptions::default())?);
     match mode.as_str() {
         "walks" => walks(tok, what, args.get(4).map_or(Ok(300), |s| s.parse())?),
-        "positions" => positions(tok, what, args.get(4).ok_or(usage)?.parse()?),
+        "positions" => {
+            let prefix = args.get(5).map_or("\"", String::as_str);
+            positions(tok, what, args.get(4).ok_or(usage)?.parse()?, prefix)
+        }
         _ => Err(usage.into()),
     }
 }
@@ -88,11 +92,11 @@ fn walks(tok: Arc<TokenizerInfo>, dir: &str, steps: usize) -> Result<()> {
     Ok(())
 }
 
-fn positions(tok: Arc<TokenizerInfo>, schema: &str, n: usize) -> Result<()> {
+fn positions(tok: Arc<TokenizerInfo>, schema: &str, n: usize, prefix: &str) -> Result<()> {
     let compiled = GrammarCompiler::new(tok.clone()).compile(&schema_spec(schema.to_string()))?;
     let mut m = GrammarMatcher::new(compiled);
     let mut mask = TokenBitmask::new(1, tok.vocab_size());
-    m.accept_string("\"")?;
+    m.accept_string(prefix)?;
     let mut line = Vec::new();
     for i in 0..n {
         let t0 = Instant::now();

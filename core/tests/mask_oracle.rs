@@ -238,6 +238,34 @@ fn long_strings_run_past_their_blocks() {
     check_grammars_along("string at its maxLength", tokenizer("llama3_1"), &g, &g, &text, check);
 }
 
+/// Key patterns and `not` patterns become runs of one character class (`^[a-z_-]{1,70}$`,
+/// a string of at most 80 characters of a class): written as counted repetitions, where
+/// they were rules of 48 states each tail-calling the next (`regex::keyset`), whose
+/// positions count a token's ASCII characters. Checked at every byte through the end of
+/// such a key and such a string (tokens longer than the room left, tokens closing them).
+#[test]
+fn class_runs_count_to_their_end() {
+    let schema = r#"{"type":"object","patternProperties":{"^[a-z_-]{1,70}$":{"type":"string",
+        "not":{"pattern":"[^a-z .-]"},"maxLength":80}},"additionalProperties":false}"#;
+    let g = json_schema_str_to_grammar(schema, &JsonSchemaOptions::default()).unwrap();
+    // The oracle reads the same language written by hand.
+    let slow = Grammar::from_ebnf(concat!(
+        r#"root ::= "{}" | "{" pair (", " pair)* "}""#,
+        "\n",
+        r#"pair ::= "\"" [a-z_\-]{1,70} "\": \"" [a-z .\-]{0,80} "\"""#
+    ))
+    .unwrap();
+    let key = "the_quick-brown_fox".repeat(4)[..70].to_string();
+    let value = "jumps over the lazy dog. ".repeat(4)[..80].to_string();
+    let text = format!(r#"{{"{key}": "{value}"}}"#);
+    let (key_end, value_end) = (2 + 70, text.len() - 2);
+    for tname in ["llama3_1", "qwen3"] {
+        let check =
+            |i: usize| (i + 24 > key_end && i < key_end + 4) || (i + 24 > value_end && i < value_end + 2);
+        check_grammars_along(&format!("class runs on {tname}"), tokenizer(tname), &g, &slow, &text, check);
+    }
+}
+
 /// Positions of a long counted repetition share one mask while a token's length from its
 /// end (`Automata::agreement_depth`): checked inside such chains, both for a repetition
 /// unrolled into one DFA and for one whose body is outlined into a rule, and through the

@@ -18,6 +18,7 @@
 //! is *pure*: a spliced repetition calling no rule, so a walk inside it stays in DFA mode.
 
 use super::{Automata, DEAD};
+use crate::grammar::Expr;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 /// Most state pairs one simulation check visits (a block of 256 JSON characters and its
@@ -131,7 +132,18 @@ impl Automata {
                     if max > 0
                         && *sim.entry((r as u32, q)).or_insert_with(|| self.simulates(r as u32, q)) =>
                 {
-                    max
+                    // `q` reads what `r` reads: `max` copies of `r`'s body, and as many as
+                    // `q` repeats when both repeat the same body (a `minLength` run and a
+                    // block of the same characters).
+                    let rules = &self.grammar.rules;
+                    match (&rules[r].body, &rules[q as usize].body) {
+                        (Expr::Repeat { expr: a, .. }, Expr::Repeat { expr: b, max: Some(m), .. })
+                            if a == b =>
+                        {
+                            max.max(*m)
+                        }
+                        _ => max,
+                    }
                 }
                 _ => 0,
             };
@@ -212,7 +224,7 @@ mod tests {
         let (min, block, last) =
             (rule_named(&a, "r1_chars"), rule_named(&a, "r2_block"), rule_named(&a, "r3_block"));
         assert_eq!(a.grammar().rules[last as usize].name, "r3_block");
-        assert_eq!(conts_of(&a, min), [(block, 5)]);
+        assert_eq!(conts_of(&a, min), [(block, 256)]);
         assert_eq!(conts_of(&a, block), [(block, 256)]);
         // The last block is followed by at most 250 more (`maxLength` - 5 = 127·256 + 250).
         let rest = rule_named(&a, "r5_chars");

@@ -835,7 +835,10 @@ fn chain_skip(a: &Automata, tok: &TokenizerInfo, chain: usize, origin: u32) -> O
     let moves =
         |b: u8| a.trans[l.positions as usize * a.n_classes + a.byte_class[b as usize] as usize] != DEAD;
     let follow_free = (0..=255u8).all(|b| !follow.contains(b) || !(moves(b) || (utf8 && b >= 0xC0)));
-    let counted = utf8
+    // Characters are counted as bytes that start one (`char_starts`): right for UTF-8
+    // characters read one position each, and for a chain of ASCII bytes.
+    let ascii = (0x80..=0xFFu8).all(|b| !moves(b));
+    let counted = (utf8 || ascii)
         && lim == l.max
         && (follow_free || (1..=l.max).all(|k| !a.nodes[(l.positions + k - 1) as usize].is_final));
     Some(ChainSkip { whole, lim, counted })
