@@ -135,13 +135,8 @@ impl Automata {
                     // `q` reads what `r` reads: `max` copies of `r`'s body, and as many as
                     // `q` repeats when both repeat the same body (a `minLength` run and a
                     // block of the same characters).
-                    let rules = &self.grammar.rules;
-                    match (&rules[r].body, &rules[q as usize].body) {
-                        (Expr::Repeat { expr: a, .. }, Expr::Repeat { expr: b, max: Some(m), .. })
-                            if a == b =>
-                        {
-                            max.max(*m)
-                        }
+                    match (self.counted(r as u32), self.counted(q)) {
+                        (Some((a, _)), Some((b, m))) if a == b => max.max(m),
                         _ => max,
                     }
                 }
@@ -159,9 +154,33 @@ impl Automata {
         out
     }
 
+    /// The body a pure rule repeats and at most how often: `x{lo,hi}`, or `x x{lo,hi}`
+    /// (`hi + 1`; a repetition that ends its rule is spliced, one that starts it may not).
+    fn counted(&self, rule: u32) -> Option<(&Expr, u32)> {
+        match &self.grammar.rules[rule as usize].body {
+            Expr::Repeat { expr, max: Some(m), .. } => Some((&**expr, *m)),
+            Expr::Seq(v) => match &v[..] {
+                [x, Expr::Repeat { expr, max: Some(m), .. }] if x == &**expr => Some((x, m + 1)),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// Whether rule `q2` reads, from its start, every byte string rule `q` reads from its
     /// start (both pure: byte transitions only): a simulation of `q`'s states by `q2`'s.
     fn simulates(&self, q: u32, q2: u32) -> bool {
+        if q == q2 {
+            return true;
+        }
+        // Repetitions of one body: the one repeated at least as often reads the other's
+        // strings (read off the grammar; the walk over a block's ~3,600 state pairs took
+        // a third of a millisecond per pair of rules).
+        if let (Some((a, n)), Some((b, m))) = (self.counted(q), self.counted(q2)) {
+            if a == b {
+                return n <= m;
+            }
+        }
         let nc = self.n_classes;
         let start = (self.rule_start[q as usize], self.rule_start[q2 as usize]);
         let mut seen: FxHashSet<(u32, u32)> = FxHashSet::default();

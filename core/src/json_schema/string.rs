@@ -103,9 +103,10 @@ const CHAIN_MAX: u64 = 1024;
 /// alternation the runs were ~7,000 states for the subset construction.
 ///
 /// Why the `q`-th block is a rule apart (`last`, the same characters written
-/// `C{BLOCK-1} C`): then wherever `block` or the `min` characters end, another block or
-/// a run of `BLOCK - 1` may follow in every context, so a token running past their end
-/// is still known to be legal (`automata::cont`) instead of being checked against the
+/// `C C{BLOCK-1}`, whose repetition ends the rule so that it is spliced too): then
+/// wherever `block` or the `min` characters end, another block or a run of `BLOCK - 1`
+/// may follow in every context, so a token running past their end is still known to be
+/// legal (`automata::cont`) instead of being checked against the
 /// live parse at every fill — ~100k tokens at each of a block's last positions.
 fn long_chars(b: &mut Builder, min: u32, max: u64) -> Result<Expr, SchemaError> {
     let ch = || json_string_char(ANY_CHAR);
@@ -126,7 +127,7 @@ fn long_chars(b: &mut Builder, min: u32, max: u64) -> Result<Expr, SchemaError> 
         run(b, 0, r, "chars")?
     } else {
         let block = run(b, size, size, "block")?;
-        let last = b.leaf_rule(seq(vec![rep(ch(), size - 1, size - 1), ch()]), "block")?;
+        let last = b.leaf_rule(seq(vec![ch(), rep(ch(), size - 1, size - 1)]), "block")?;
         let short = run(b, 0, size - 1, "chars")?;
         alt(vec![
             seq(vec![rep(block.clone(), 0, q - 1), short]),
