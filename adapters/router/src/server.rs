@@ -65,6 +65,15 @@ impl LoadedTokenizer {
     }
 }
 
+/// How long a request's compile may go on computing its grammar's token masks, nearest
+/// states first, after the automata are built (`CompileOptions::eager_budget`). The
+/// request waits for it in the queue, where it costs that request a few forward steps of
+/// latency; a mask left lazy is instead computed by the fill of a running batch the first
+/// time a row reaches its state, and a step whose rows meet many new states at once
+/// waits for them after the forward (every row of that batch pays). The masks land in
+/// the compile cache with the grammar, so a schema seen again costs neither.
+pub const DEFAULT_MASK_PRECOMPUTE: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Everything a router is started from.
 pub struct RouterConfig {
     /// The tokenizer.
@@ -79,6 +88,8 @@ pub struct RouterConfig {
     pub jump_forward: bool,
     /// Name for `/info` and OpenAI's `model`.
     pub model_id: String,
+    /// Mask precompute per compile ([`DEFAULT_MASK_PRECOMPUTE`]).
+    pub mask_precompute: std::time::Duration,
 }
 
 /// A running router: its shared state (for the HTTP app) and the engine (to shut down).
@@ -114,7 +125,7 @@ impl Router {
                 .map_err(|e| e.to_string())?;
         let compiler = GrammarCompiler::with_options(
             config.tokenizer.info.clone(),
-            CompileOptions::default(),
+            CompileOptions { eager_budget: config.mask_precompute, ..CompileOptions::default() },
             256 << 20,
         );
         let (chat, family) = match &config.tokenizer.config {

@@ -31,8 +31,15 @@ impl Drop for Server {
 async fn serve(engine: EngineOptions, forward: Duration, limits: Limits) -> Server {
     let tok = tokenizer();
     let model = Box::new(SimulatedModel::new(tok.info.vocab_size(), 11, ForwardTime::Sleep(forward)));
-    let config =
-        RouterConfig { tokenizer: tok, model, engine, limits, jump_forward: true, model_id: "test".into() };
+    let config = RouterConfig {
+        tokenizer: tok,
+        model,
+        engine,
+        limits,
+        jump_forward: true,
+        model_id: "test".into(),
+        mask_precompute: grammask_router::server::DEFAULT_MASK_PRECOMPUTE,
+    };
     let router = Router::start(config).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
@@ -402,4 +409,41 @@ async fn bad_input_gets_a_4xx_with_a_message_and_disturbs_nothing() {
     assert_eq!(ok.status(), 200);
     let info: Value = c.get(format!("{}/info", server.base)).send().await.unwrap().json().await.unwrap();
     assert_eq!(info["tool_calling_family"], "qwen_3");
+}
+
+/// A request's compile computes its grammar's masks before the request joins the batch
+/// (`RouterConfig::mask_precompute`), so that the decode steps' fills do not walk the
+/// vocabulary for them; with no budget they are all left to the fills.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compiles_compute_masks_before_the_request_joins_the_batch() {
+    let schema = r#"{"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer"}},
+        "required": ["ok", "n"]}"#;
+    for (budget, all) in [(grammask_router::server::DEFAULT_MASK_PRECOMPUTE, true), (Duration::ZERO, false)] {
+        let tok = tokenizer();
+        let model = Box::new(SimulatedModel::new(
+            tok.info.vocab_size(),
+            11,
+            ForwardTime::Sleep(Duration::from_millis(1)),
+        ));
+        let router = Router::start(RouterConfig {
+            tokenizer: tok,
+            model,
+            engine: EngineOptions::default(),
+            limits: Limits::default(),
+            jump_forward: true,
+            model_id: "test".into(),
+            mask_precompute: budget,
+        })
+        .unwrap();
+        let spec = grammask::GrammarSpec::JsonSchema { schema: schema.into(), options: Default::default() };
+        let matcher = router.service.compile(spec).await.unwrap();
+        let (done, total) = matcher.compiled().mask_stats();
+        assert!(total > 10, "{total} scannable states");
+        if all {
+            assert_eq!(done, total, "budget {budget:?}: masks left to the decode steps");
+        } else {
+            assert_eq!(done, 0, "no budget: masks computed while compiling");
+        }
+        router.engine.shutdown();
+    }
 }

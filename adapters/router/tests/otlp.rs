@@ -56,6 +56,7 @@ fn spans_are_exported_to_the_configured_collector() {
         limits: Limits::default(),
         jump_forward: true,
         model_id: "test".into(),
+        mask_precompute: grammask_router::server::DEFAULT_MASK_PRECOMPUTE,
     };
     let router = Router::start(config).unwrap();
     let app = router.app();

@@ -73,6 +73,7 @@ async fn smollm2_served_answers_are_valid() {
         limits: Limits::default(),
         jump_forward: true,
         model_id: "smollm2".into(),
+        mask_precompute: grammask_router::server::DEFAULT_MASK_PRECOMPUTE,
     };
     let router = Router::start(config).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -112,6 +112,7 @@ impl RouterEngine {
             limits: Limits::default(),
             jump_forward: true,
             model_id: "conformance".into(),
+            mask_precompute: grammask_router::server::DEFAULT_MASK_PRECOMPUTE,
         };
         let router = Router::start(config).map_err(|e| err(&e))?;
         let app = router.app();

@@ -86,6 +86,11 @@ struct Args {
     /// Mask fill threads.
     #[arg(long, default_value_t = 1)]
     fill_threads: usize,
+    /// Time each compile may spend computing token masks before its request joins the
+    /// batch, milliseconds (the router's `--mask-precompute-ms`; 0.25: the library's
+    /// default, masks almost all computed by the decode steps' fills).
+    #[arg(long, default_value_t = grammask_router::server::DEFAULT_MASK_PRECOMPUTE.as_secs_f64() * 1e3)]
+    mask_precompute_ms: f64,
     /// TGI's `repetition_penalty` for every request (greedy otherwise): a small real
     /// model decoding greedily tends to repeat itself inside free strings until it is
     /// cut off.
@@ -201,10 +206,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             };
             let engine = engine::start(model, tok.info.clone(), options, Arc::new(Metrics::new()))?;
             let mut receivers = Vec::new();
-            // Compiled before the clock starts (compiles happen off the step thread), by a
-            // fresh compiler: every setup starts with cold masks, as a server seeing
-            // these schemas for the first time.
-            let compiler = grammask::GrammarCompiler::new(tok.info.clone());
+            // Compiled before the clock starts (compiles happen off the step thread, and a
+            // request waits for its own in the queue), by a fresh compiler with the
+            // router's options: every setup starts with the masks of a server seeing
+            // these schemas for the first time (those the precompute budget reached).
+            let compile_options = grammask::CompileOptions {
+                eager_budget: Duration::from_secs_f64(a.mask_precompute_ms.max(0.0) / 1e3),
+                ..grammask::CompileOptions::default()
+            };
+            let compiler =
+                grammask::GrammarCompiler::with_options(tok.info.clone(), compile_options, 256 << 20);
+            let mut compile_ms = Vec::new();
             if warm {
                 // A server that has seen these schemas before: its compile cache holds
                 // them with every mask computed (the steady state when the same response
@@ -216,7 +228,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut requests = Vec::new();
             for i in 0..n_requests {
                 let constraint = if constrained {
-                    Some(grammask::GrammarMatcher::new(compiler.compile(&specs[i % specs.len()])?))
+                    let t = Instant::now();
+                    let compiled = compiler.compile(&specs[i % specs.len()])?;
+                    compile_ms.push(t.elapsed().as_secs_f64() * 1e3);
+                    Some(grammask::GrammarMatcher::new(compiled))
                 } else {
                     None
                 };
@@ -291,18 +306,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "fill_us_p50": pct(us(|r| r.fill), 0.5), "fill_us_p99": pct(us(|r| r.fill), 0.99),
                 "apply_us_p50": pct(us(|r| r.apply), 0.5), "sample_us_p50": pct(us(|r| r.sample), 0.5),
                 "step_us_p50": pct(us(|r| r.step), 0.5), "forward_us_p50": pct(us(|r| r.forward), 0.5),
+                "mask_precompute_ms": a.mask_precompute_ms,
+                "compile_ms_p50": pct(compile_ms.clone(), 0.5), "compile_ms_p99": pct(compile_ms, 0.99),
             });
             println!("{row}");
             table.push(row);
         }
     }
-    println!("| batch | setup | decode tokens/s (full batch) | × unconstrained | end-to-end tokens/s | step p50 µs | fill p50 / p99 µs | wait p50 / p99 µs | apply p50 µs | sample p50 µs | valid / invalid / cut off |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| batch | setup | decode tokens/s (full batch) | × unconstrained | end-to-end tokens/s | step p50 µs | fill p50 / p99 µs | wait p50 / p99 µs | apply p50 µs | sample p50 µs | compile p50 / p99 ms | valid / invalid / cut off |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &table {
         let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
         let ratio = r["ratio_to_unconstrained"].as_f64().map_or("-".to_string(), |x| format!("{x:.3}"));
         println!(
-            "| {} | {} | {:.1} | {} | {:.1} | {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} | {:.0} | {} / {} / {} |",
+            "| {} | {} | {:.1} | {} | {:.1} | {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} | {:.0} | {:.1} / {:.1} | {} / {} / {} |",
             r["batch"],
             r["setup"].as_str().unwrap_or(""),
             f("tokens_per_s"),
@@ -315,6 +332,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             f("wait_us_p99"),
             f("apply_us_p50"),
             f("sample_us_p50"),
+            f("compile_ms_p50"),
+            f("compile_ms_p99"),
             r["valid"],
             r["invalid"],
             r["cut_off"]

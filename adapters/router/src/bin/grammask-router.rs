@@ -9,7 +9,7 @@
 use clap::Parser;
 use grammask_router::engine::EngineOptions;
 use grammask_router::model::{ForwardTime, GgufModel, Model, SimulatedModel};
-use grammask_router::server::{LoadedTokenizer, Router, RouterConfig};
+use grammask_router::server::{LoadedTokenizer, Router, RouterConfig, DEFAULT_MASK_PRECOMPUTE};
 use grammask_router::service::Limits;
 use grammask_router::step::BatchOptions;
 use std::time::Duration;
@@ -72,6 +72,11 @@ struct Args {
     /// Threads filling masks (default: half the cores).
     #[arg(long)]
     fill_threads: Option<usize>,
+    /// Time a request's compile may spend computing token masks before the request joins
+    /// the batch, milliseconds (the rest are computed during decode steps when first
+    /// needed; 0: only the states the first mask needs).
+    #[arg(long, default_value_t = DEFAULT_MASK_PRECOMPUTE.as_secs_f64() * 1e3)]
+    mask_precompute_ms: f64,
     /// Fill masks after the forward instead of during it (to measure the overlap).
     #[arg(long)]
     no_overlap: bool,
@@ -142,6 +147,7 @@ async fn serve(a: Args) -> Result<(), Box<dyn std::error::Error>> {
             Some(g) => g.file_stem().map_or("gguf".into(), |s| s.to_string_lossy().into_owned()),
             None => "grammask/simulated".into(),
         }),
+        mask_precompute: Duration::from_secs_f64(a.mask_precompute_ms.max(0.0) / 1e3),
     };
     let router = Router::start(config)?;
     let addr = format!("{}:{}", a.hostname, a.port);

@@ -23,6 +23,10 @@ pub struct BenchArgs {
     /// Fresh compiles to repeat the walk on.
     #[arg(long, default_value_t = 5)]
     repeats: usize,
+    /// Also print the first cold walk token by token (`{"i", "id", "token", "us", "fill_us"}` lines,
+    /// before the summary): where the first visits of a grammar's states cost.
+    #[arg(long)]
+    per_token: bool,
 }
 
 pub fn run(a: &BenchArgs) -> Result<(), String> {
@@ -35,7 +39,7 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
     let (mut compile_us, mut ttfm, mut cold, mut warm, mut fill_warm) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut mem_visited, mut mem_full) = (0, 0);
-    for _ in 0..a.repeats.max(1) {
+    for repeat in 0..a.repeats.max(1) {
         // A fresh compiler with no cache: every repeat pays compile and lazy masks again.
         let compiler = GrammarCompiler::with_options(info.clone(), CompileOptions::default(), 0);
         let mut mask = TokenBitmask::new(1, info.vocab_size());
@@ -47,7 +51,15 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         ttfm.push(t0.elapsed().as_secs_f64() * 1e6);
         m.reset();
         // Cold pass: masks computed lazily as states are first reached.
-        walk(&mut m, &mut mask, &ids, &mut cold, None)?;
+        let first = cold.len();
+        let mut fills = Vec::new();
+        walk(&mut m, &mut mask, &ids, &mut cold, Some(&mut fills))?;
+        if a.per_token && repeat == 0 {
+            for (i, ((&id, us), fill)) in ids.iter().zip(&cold[first..]).zip(&fills).enumerate() {
+                let token = tok.decode(&[id], false).unwrap_or_default();
+                out!("{}", json!({"i": i, "id": id, "token": token, "us": us, "fill_us": fill}));
+            }
+        }
         mem_visited = compiled.memory_bytes();
         // Warm pass: the same compiled grammar, every visited state cached.
         m.reset();
