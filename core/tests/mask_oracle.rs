@@ -238,6 +238,37 @@ fn long_strings_run_past_their_blocks() {
     check_grammars_along("string at its maxLength", tokenizer("llama3_1"), &g, &g, &text, check);
 }
 
+/// A member's value after flexible whitespace (`":" [ \t\n\r]* value`, as structural tags
+/// write JSON) is a tail call of the value's rule (`automata::tail`): the mask walk reads
+/// the state and the callee's start as one DFA state. Checked at every byte from a colon
+/// through the start of its value, and every eighth elsewhere, with unbounded whitespace
+/// (three tokenizers) and with at most 3 characters per gap (a chain of whitespace
+/// positions, each calling the value; Qwen3's), for numbers, integers, strings and a
+/// bounded string.
+#[test]
+fn tail_calls_after_flexible_whitespace() {
+    use grammask::json_schema::{PropertyOrder, Whitespace};
+    let schema = r#"{"type":"object","properties":{"h":{"type":"number"},"w":{"type":"integer"},
+        "s":{"type":"string"},"t":{"type":"string","maxLength":12},"b":{"type":"boolean"},
+        "a":{"type":"array","items":{"type":"number"}}},"required":["h","w","s","t","b","a"]}"#;
+    let text =
+        "{\"h\": \n 10.5e+3 , \"w\":-3,\"s\":\"ab c\" ,  \"t\":\t\"x y\",\"b\": true, \"a\": [ 1, 2.5 ]}";
+    let colons: Vec<usize> = text.match_indices(':').map(|(i, _)| i).collect();
+    let check = |i: usize| i % 8 == 0 || colons.iter().any(|&c| i >= c && i <= c + 5);
+    for (max, tokenizers) in [(u32::MAX, &TOKENIZERS[..]), (3, &["qwen3"][..])] {
+        let options = JsonSchemaOptions {
+            whitespace: Whitespace::Any { max },
+            property_order: PropertyOrder::Schema,
+            ..Default::default()
+        };
+        let g = json_schema_str_to_grammar(schema, &options).unwrap();
+        for &tname in tokenizers {
+            let name = format!("values after whitespace (max {max}) on {tname}");
+            check_grammars_along(&name, tokenizer(tname), &g, &g, text, check);
+        }
+    }
+}
+
 /// Key patterns and `not` patterns become runs of one character class (`^[a-z_-]{1,70}$`,
 /// a string of at most 80 characters of a class): written as counted repetitions, where
 /// they were rules of 48 states each tail-calling the next (`regex::keyset`), whose

@@ -54,7 +54,7 @@ impl Automata {
         self.conts.get(i).is_some_and(|c| c.0 < hi)
     }
 
-    fn rule_range(&self, rule: u32) -> (u32, u32) {
+    pub(super) fn rule_range(&self, rule: u32) -> (u32, u32) {
         let lo = self.rule_start[rule as usize];
         let hi = self.rule_start.get(rule as usize + 1).copied().unwrap_or(self.nodes.len() as u32);
         (lo, hi)

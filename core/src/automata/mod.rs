@@ -25,6 +25,7 @@ mod cont;
 mod dfa;
 mod members;
 mod nfa;
+mod tail;
 pub(crate) use nfa::{intersection_is_empty, intersection_size};
 pub mod optimize;
 
@@ -65,6 +66,8 @@ pub(crate) struct NodeInfo {
     pub scannable: bool,
     /// The rule carries a member set: its rule edges are gated ([`Automata::set_info`]).
     pub gated: bool,
+    /// The state's one rule edge is a tail call of a pure rule ([`Automata::tail_callee`]).
+    pub tail: bool,
     /// `rule_edges[edges.0..edges.1]`.
     pub edges: (u32, u32),
 }
@@ -276,6 +279,7 @@ impl Automata {
                     is_final: d.finals[s],
                     scannable: n_bytes > 0,
                     gated: false,
+                    tail: false,
                     edges: (e0, rule_edges.len() as u32),
                 });
             }
@@ -303,6 +307,7 @@ impl Automata {
         a.nullable = a.compute_nullable(&with_edges);
         a.follow = a.compute_follow(&with_edges);
         a.compute_predictions();
+        a.mark_tail_calls();
         Ok(a)
     }
 
@@ -363,7 +368,9 @@ impl Automata {
         words(&mut h, &self.set_of);
         for n in &self.nodes {
             h.write_u32(n.rule);
-            h.write_u8(n.is_final as u8 | (n.scannable as u8) << 1 | (n.gated as u8) << 2);
+            h.write_u8(
+                n.is_final as u8 | (n.scannable as u8) << 1 | (n.gated as u8) << 2 | (n.tail as u8) << 3,
+            );
             h.write_u32(n.edges.0);
             h.write_u32(n.edges.1);
         }
@@ -561,6 +568,9 @@ impl Automata {
                 }
                 for &(rr, t) in self.edges(s) {
                     let _ = write!(out, " <{}>→{t}", self.grammar.rules[rr as usize].name);
+                }
+                if node.tail {
+                    out.push_str(" (tail call)");
                 }
                 out.push('\n');
             }

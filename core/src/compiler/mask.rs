@@ -256,7 +256,6 @@ impl StateMask {
         let mut excluded_ranks: Vec<(u32, u32)> = Vec::new();
         let mut uncertain: Vec<u32> = Vec::new();
         let nodes = &trie.nodes;
-        let nc = a.n_classes;
         // DFA mode: while the parse is one item whose moves reach states with no rule edges
         // (and no completion into a parent), a move is one table lookup; the Earley parser
         // stays at depth `e_depth` and is synced only when a move needs it.
@@ -273,7 +272,7 @@ impl StateMask {
             set
         });
         // `Some(origin)` when the Earley set at `e_depth` is a single item (DFA mode usable).
-        let mut single = single_item(parser, &mut dstate, 0);
+        let mut single = single_item(a, parser, &mut dstate, 0);
         let mut loops: rustc_hash::FxHashMap<u32, Option<Skip>> = Default::default();
         let mut eloops = EarleyLoops::default();
         let (mut loop_state, mut loop_table): (u32, Option<Skip>) = (u32::MAX, None);
@@ -310,7 +309,7 @@ impl StateMask {
             if d < e_depth {
                 parser.truncate(d);
                 e_depth = d;
-                single = single_item(parser, &mut dstate, d);
+                single = single_item(a, parser, &mut dstate, d);
             }
             let ok = match single {
                 Some(origin) => {
@@ -325,7 +324,7 @@ impl StateMask {
                             jumped_at = d;
                         }
                     }
-                    let t = a.trans[here as usize * nc + a.byte_class[node.byte as usize] as usize];
+                    let t = dfa_move(a, here, a.byte_class[node.byte as usize] as usize, origin);
                     // A state looping on a wide byte set takes every subtree that stays
                     // inside the set in one step: all its tokens are accepted. Only a
                     // looping byte makes `here` a candidate (cheap for chains of states).
@@ -389,7 +388,8 @@ impl StateMask {
                         false
                     } else {
                         let info = a.nodes[t as usize];
-                        if info.edges.0 == info.edges.1 && (!info.is_final || origin == 0) {
+                        let calls = info.edges.0 != info.edges.1 && !(info.tail && origin == 0);
+                        if !calls && (!info.is_final || origin == 0) {
                             dstate[d + 1] = t;
                             ends[d + 1] = info.is_final;
                         } else {
@@ -402,7 +402,7 @@ impl StateMask {
                             }
                             e_depth = d + 1;
                             ends[d + 1] = parser.can_end();
-                            single = single_item(parser, &mut dstate, d + 1);
+                            single = single_item(a, parser, &mut dstate, d + 1);
                         }
                         true
                     }
@@ -451,7 +451,7 @@ impl StateMask {
                         }
                         e_depth = d + 1;
                         ends[d + 1] = parser.can_end();
-                        single = single_item(parser, &mut dstate, d + 1);
+                        single = single_item(a, parser, &mut dstate, d + 1);
                         true
                     } else {
                         false
@@ -481,7 +481,7 @@ impl StateMask {
                 continue;
             }
             let dies = |b: u8| match single {
-                Some(_) => a.trans[dstate[d] as usize * nc + a.byte_class[b as usize] as usize] == DEAD,
+                Some(origin) => dfa_move(a, dstate[d], a.byte_class[b as usize] as usize, origin) == DEAD,
                 None => eloops.dies(a, parser.last_set(), b),
             };
             let (next, last) = trie.next_sibling_where(k, |b| !dies(b) || (ends_here && follow.contains(b)));
@@ -987,15 +987,48 @@ fn scan(a: &Automata, set: &[Item], class: usize, out: &mut Vec<Item>) {
 }
 
 /// If the parser's latest set is one item, records its state at `dstate[depth]` and returns
-/// its origin.
+/// its origin. So too for a tail-calling state of origin 0 beside the start of its callee,
+/// which its prediction added ([`Automata::mark_tail_calls`]): the pair moves as the state
+/// alone does in [`dfa_move`].
 #[inline]
-fn single_item(parser: &Earley, dstate: &mut [u32], depth: usize) -> Option<u32> {
+fn single_item(a: &Automata, parser: &Earley, dstate: &mut [u32], depth: usize) -> Option<u32> {
     match parser.last_set() {
         // (A member set's progress state scans nothing: never a DFA-mode item.)
         [it] if parser.is_automaton_state(it.state) => {
             dstate[depth] = it.state;
             Some(it.origin)
         }
+        [x, y] => {
+            let tail_pair = |s: &Item, c: &Item| {
+                parser.is_automaton_state(s.state)
+                    && s.origin == 0
+                    && a.nodes[s.state as usize].tail
+                    && c.state == a.tail_callee(s.state)
+            };
+            let s = if tail_pair(x, y) {
+                x
+            } else if tail_pair(y, x) {
+                y
+            } else {
+                return None;
+            };
+            dstate[depth] = s.state;
+            Some(0)
+        }
         _ => None,
+    }
+}
+
+/// The DFA-mode move of `here` (an item of origin `origin`) on byte class `class`: its
+/// own, else, for a tail-calling state of origin 0, its callee's first move. The callee is
+/// pure, so the walk stays in DFA mode inside it, and as origin 0 its final states end
+/// the walk's rule, as the call's target does.
+#[inline]
+fn dfa_move(a: &Automata, here: u32, class: usize, origin: u32) -> u32 {
+    let t = a.trans[here as usize * a.n_classes + class];
+    if t == DEAD && origin == 0 && a.nodes[here as usize].tail {
+        a.trans[a.tail_callee(here) as usize * a.n_classes + class]
+    } else {
+        t
     }
 }

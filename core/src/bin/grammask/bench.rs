@@ -27,6 +27,10 @@ pub struct BenchArgs {
     /// before the summary): where the first visits of a grammar's states cost.
     #[arg(long)]
     per_token: bool,
+    /// Microseconds a compile may spend precomputing masks beyond what the first fill
+    /// needs (`CompileOptions::eager_budget`; default: the library's).
+    #[arg(long)]
+    eager_budget_us: Option<u64>,
 }
 
 pub fn run(a: &BenchArgs) -> Result<(), String> {
@@ -41,7 +45,11 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
     let (mut mem_visited, mut mem_full) = (0, 0);
     for repeat in 0..a.repeats.max(1) {
         // A fresh compiler with no cache: every repeat pays compile and lazy masks again.
-        let compiler = GrammarCompiler::with_options(info.clone(), CompileOptions::default(), 0);
+        let mut options = CompileOptions::default();
+        if let Some(us) = a.eager_budget_us {
+            options.eager_budget = std::time::Duration::from_micros(us);
+        }
+        let compiler = GrammarCompiler::with_options(info.clone(), options, 0);
         let mut mask = TokenBitmask::new(1, info.vocab_size());
         let t0 = Instant::now();
         let compiled = compiler.compile(&spec).map_err(|e| e.to_string())?;
