@@ -141,7 +141,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let Ok(validator) = jsonschema::validator_for(&doc["schema"]) else { continue };
         if compiler.compile(&spec).is_ok() {
             specs.push(spec);
-            schemas.push((doc["schema"].clone(), validator));
+            let name = f.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
+            schemas.push((doc["schema"].clone(), validator, name));
         }
         if specs.len() == a.max_schemas {
             break;
@@ -150,7 +151,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // One prompt per schema: a chat asking for a document of it (real model), or a
     // fixed text (the simulated model ignores what it reads).
     let mut prompts = Vec::new();
-    for (schema, _) in &schemas {
+    for (schema, _, _) in &schemas {
         let text = match &chat {
             Some(t) => t.render(
                 &[json!({"role": "user", "content": format!(
@@ -257,6 +258,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             let mut tokens = 0usize;
             let mut verdicts = Verdicts::default();
+            // Which schemas' answers reached `max_new_tokens` (constrained setups: a rerun
+            // with a larger limit can take just these).
+            let mut cut_off_files = Vec::new();
             for (i, mut rx) in receivers.into_iter().enumerate() {
                 while let Some(ev) = rx.blocking_recv() {
                     match ev {
@@ -264,6 +268,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         Event::End(e) => {
                             if e.reason != engine::FinishReason::EosToken {
                                 verdicts.cut_off += 1;
+                                cut_off_files.push(schemas[i % schemas.len()].2.clone());
                             } else {
                                 let ok = serde_json::from_str::<Value>(e.text.trim())
                                     .is_ok_and(|d| schemas[i % schemas.len()].1.is_valid(&d));
@@ -307,6 +312,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "apply_us_p50": pct(us(|r| r.apply), 0.5), "sample_us_p50": pct(us(|r| r.sample), 0.5),
                 "step_us_p50": pct(us(|r| r.step), 0.5), "forward_us_p50": pct(us(|r| r.forward), 0.5),
                 "mask_precompute_ms": a.mask_precompute_ms,
+                "cut_off_schemas": if constrained { cut_off_files } else { Vec::new() },
                 "compile_ms_p50": pct(compile_ms.clone(), 0.5), "compile_ms_p99": pct(compile_ms, 0.99),
             });
             println!("{row}");
