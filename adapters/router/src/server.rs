@@ -74,6 +74,11 @@ impl LoadedTokenizer {
 /// the compile cache with the grammar, so a schema seen again costs neither.
 pub const DEFAULT_MASK_PRECOMPUTE: std::time::Duration = std::time::Duration::from_millis(50);
 
+/// The compile options of a router whose compiles precompute masks for `mask_precompute`.
+pub fn compile_options(mask_precompute: std::time::Duration) -> CompileOptions {
+    CompileOptions { eager_budget: mask_precompute, ..CompileOptions::default() }
+}
+
 /// Everything a router is started from.
 pub struct RouterConfig {
     /// The tokenizer.
@@ -125,7 +130,7 @@ impl Router {
                 .map_err(|e| e.to_string())?;
         let compiler = GrammarCompiler::with_options(
             config.tokenizer.info.clone(),
-            CompileOptions { eager_budget: config.mask_precompute, ..CompileOptions::default() },
+            compile_options(config.mask_precompute),
             256 << 20,
         );
         let (chat, family) = match &config.tokenizer.config {

@@ -54,12 +54,6 @@ impl Automata {
         self.conts.get(i).is_some_and(|c| c.0 < hi)
     }
 
-    pub(super) fn rule_range(&self, rule: u32) -> (u32, u32) {
-        let lo = self.rule_start[rule as usize];
-        let hi = self.rule_start.get(rule as usize + 1).copied().unwrap_or(self.nodes.len() as u32);
-        (lo, hi)
-    }
-
     /// Fills [`Automata::conts`]: `(sink, continuation, copies)` sorted by sink.
     pub(crate) fn compute_conts(&mut self) {
         self.conts = self.find_conts();
@@ -72,12 +66,7 @@ impl Automata {
         let n_rules = self.rule_start.len();
         // Pure rules: no state calls a rule or is gated (a walk inside stays in DFA mode);
         // with the copies of their spliced repetition, if any.
-        let mut pure: Vec<Option<u32>> = (0..n_rules as u32)
-            .map(|r| {
-                let (lo, hi) = self.rule_range(r);
-                (lo..hi).all(|s| self.edges(s).is_empty() && !self.nodes[s as usize].gated).then_some(0)
-            })
-            .collect();
+        let mut pure: Vec<Option<u32>> = (0..n_rules as u32).map(|r| self.is_pure(r).then_some(0)).collect();
         for (r, l) in &self.chains {
             if let Some(p) = &mut pure[*r as usize] {
                 *p = l.max;

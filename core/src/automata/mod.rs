@@ -405,6 +405,20 @@ impl Automata {
         StateId(self.rule_start[self.grammar.root.index()])
     }
 
+    /// The states of `rule`: `lo..hi`.
+    pub(crate) fn rule_range(&self, rule: u32) -> (u32, u32) {
+        let lo = self.rule_start[rule as usize];
+        let hi = self.rule_start.get(rule as usize + 1).copied().unwrap_or(self.nodes.len() as u32);
+        (lo, hi)
+    }
+
+    /// Whether no state of `rule` calls a rule or is gated: a walk inside it stays in DFA
+    /// mode.
+    pub(crate) fn is_pure(&self, rule: u32) -> bool {
+        let (lo, hi) = self.rule_range(rule);
+        (lo..hi).all(|s| self.edges(s).is_empty() && !self.nodes[s as usize].gated)
+    }
+
     #[inline]
     pub(crate) fn edges(&self, state: u32) -> &[(u32, u32)] {
         let (a, b) = self.nodes[state as usize].edges;

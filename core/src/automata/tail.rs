@@ -16,12 +16,7 @@ impl Automata {
     /// walked a few times faster than as two Earley items.
     pub(super) fn mark_tail_calls(&mut self) {
         let nc = self.n_classes;
-        let pure: Vec<bool> = (0..self.rule_start.len())
-            .map(|r| {
-                let (lo, hi) = self.rule_range(r as u32);
-                (lo..hi).all(|s| self.edges(s).is_empty() && !self.nodes[s as usize].gated)
-            })
-            .collect();
+        let pure: Vec<bool> = (0..self.rule_start.len() as u32).map(|r| self.is_pure(r)).collect();
         for s in 0..self.nodes.len() {
             let n = self.nodes[s];
             let [(callee, t)] = *self.edges(s as u32) else { continue };
