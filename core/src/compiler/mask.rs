@@ -590,7 +590,7 @@ impl Accepted {
     }
 
     /// The accepted ids as a bitset in mask layout.
-    fn to_words(&self, tok: &TokenizerInfo) -> Vec<u32> {
+    pub(crate) fn to_words(&self, tok: &TokenizerInfo) -> Vec<u32> {
         let words = tok.vocab_size().div_ceil(32);
         match self {
             Accepted::List(ids) => {

@@ -14,8 +14,10 @@
 //! readers take no lock afterwards). The first mask therefore costs only the states live
 //! at the start, like llguidance's lazy approach, while later masks approach XGrammar's
 //! precomputed speed. Engines that want no lazy work on the decode path call
-//! [`CompiledGrammar::precompute`] (parallel, rayon) — for example from a background task
-//! while the prompt is prefilled.
+//! [`CompiledGrammar::precompute`] (parallel, rayon) before decoding, or let one thread
+//! compute the rest while decoding starts ([`CompileOptions::background_precompute`],
+//! [`CompiledGrammar::precompute_in_background`]): the first mask comes as early as with
+//! lazy masks, and the later ones are ready by the time a generation reaches them.
 
 mod cache;
 mod disk;
@@ -140,6 +142,13 @@ pub struct CompileOptions {
     /// bytes that may follow it are the same, so its vocabulary walk is done once per
     /// tokenizer, not once per grammar.
     pub leaf_cache_bytes: usize,
+    /// After a compile returns, compute every other state's mask on a background thread,
+    /// nearest states first ([`CompiledGrammar::precompute_in_background`]; default off:
+    /// the library starts no thread unless asked). For an engine whose decode thread
+    /// waits on a forward pass each step: the first mask comes as early as with lazy
+    /// masks, and the masks a tool call needs are ready before the model writes it, while
+    /// the free text before it is generated.
+    pub background_precompute: bool,
 }
 
 impl Default for CompileOptions {
@@ -149,6 +158,7 @@ impl Default for CompileOptions {
             automata: AutomataLimits::default(),
             eager_budget: Duration::from_micros(250),
             leaf_cache_bytes: 64 << 20,
+            background_precompute: false,
         }
     }
 }
@@ -270,6 +280,9 @@ impl GrammarCompiler {
         let leaf = (self.options.leaf_cache_bytes > 0).then(|| self.leaf_masks.clone());
         let compiled =
             Arc::new(CompiledGrammar::build(grammar, self.tokenizer.clone(), &self.options, leaf)?);
+        if self.options.background_precompute {
+            compiled.precompute_in_background();
+        }
         if let Some(key) = key {
             // A cache that cannot be written is no reason to fail the compile.
             if let Some(disk) = &self.disk {
@@ -412,20 +425,34 @@ impl CompiledGrammar {
                 self.mask(it.state);
             }
         }
-        let t0 = Instant::now();
+        let deadline = Instant::now() + budget;
+        self.for_nearest_states(|s| {
+            if self.masks[s as usize].get().is_some() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            // A state too wide to finish in the remaining budget is abandoned (lazy).
+            if let Some(m) = self.compute_mask(s, Some(deadline)) {
+                let _ = self.masks[s as usize].set(m);
+            }
+            true
+        });
+    }
+
+    /// Calls `f` on the scannable states in breadth-first order from the root's start
+    /// state, through byte moves and into called rules, while it returns `true`: the order
+    /// in which a generation can first reach them, so precomputing in this order readies
+    /// the nearest masks first.
+    fn for_nearest_states(&self, mut f: impl FnMut(u32) -> bool) {
+        let a = &self.automata;
         let mut seen = vec![false; a.num_states()];
         let mut queue = std::collections::VecDeque::from([a.root_start().0]);
         seen[a.root_start().0 as usize] = true;
-        let deadline = t0 + budget;
         while let Some(s) = queue.pop_front() {
-            if a.nodes[s as usize].scannable && self.masks[s as usize].get().is_none() {
-                if Instant::now() >= deadline {
-                    return;
-                }
-                // A state too wide to finish in the remaining budget is abandoned (lazy).
-                if let Some(m) = self.compute_mask(s, Some(deadline)) {
-                    let _ = self.masks[s as usize].set(m);
-                }
+            if a.nodes[s as usize].scannable && !f(s) {
+                return;
             }
             let row = &a.trans[s as usize * a.n_classes..(s as usize + 1) * a.n_classes];
             let rules = a.edges(s).iter().flat_map(|&(r, t)| [a.rule_start[r as usize], t]);
@@ -631,10 +658,43 @@ impl CompiledGrammar {
             });
     }
 
-    /// Spawns a thread that runs [`Self::precompute`] (e.g. during prompt prefill).
-    pub fn precompute_in_background(self: &Arc<Self>) -> std::thread::JoinHandle<()> {
-        let me = self.clone();
-        std::thread::spawn(move || me.precompute())
+    /// Spawns one thread that computes every state's mask not computed yet, nearest
+    /// states first (e.g. during prompt prefill, or while a forward pass runs: a decode
+    /// step that reaches a state first simply computes it itself, and a state being
+    /// computed by the other side is waited for, never computed twice). The thread holds
+    /// the grammar only weakly and stops once every other handle to it is dropped;
+    /// `None` if the system refused a thread (the masks then stay lazy).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use grammask::{GrammarCompiler, TokenizerInfo, TokenizerOptions};
+    /// let vocab: Vec<Vec<u8>> = ["a", "b", "ab", "</s>"].iter().map(|s| s.as_bytes().to_vec()).collect();
+    /// let opts = TokenizerOptions { stop_tokens: Some(vec![3]), ..Default::default() };
+    /// let compiler = GrammarCompiler::new(Arc::new(TokenizerInfo::from_byte_tokens(vocab, &opts)?));
+    /// let g = compiler.compile_ebnf(r#"root ::= "a"+ "b" | "b"+ "a""#)?;
+    /// if let Some(thread) = g.precompute_in_background() {
+    ///     thread.join().expect("precompute thread");
+    ///     let (computed, total) = g.mask_stats();
+    ///     assert_eq!(computed, total);
+    /// }
+    /// # Ok::<(), grammask::Error>(())
+    /// ```
+    pub fn precompute_in_background(self: &Arc<Self>) -> Option<std::thread::JoinHandle<()>> {
+        let weak = Arc::downgrade(self);
+        let work = move || {
+            let Some(me) = weak.upgrade() else { return };
+            let mut order = Vec::new();
+            me.for_nearest_states(|s| {
+                order.push(s);
+                true
+            });
+            drop(me);
+            for s in order {
+                let Some(me) = weak.upgrade() else { return };
+                me.mask(s);
+            }
+        };
+        std::thread::Builder::new().name("grammask-precompute".into()).spawn(work).ok()
     }
 
     /// `(computed, total)` scannable states with a mask.
@@ -688,5 +748,68 @@ mod tests {
         c.mask(at(3));
         assert_eq!(c.walked_ancestor(at(5)), Some(at(3)), "the nearest one");
         assert_eq!(c.walked_ancestor(at(2)), Some(at(0)));
+    }
+
+    fn numbered_grammar(n: usize) -> String {
+        let alts: Vec<String> = (0..n).map(|i| format!("\"k{i}\" [a-z]{{1,{}}} \";\"", 3 + i % 5)).collect();
+        format!("root ::= ({})+", alts.join(" | "))
+    }
+
+    #[test]
+    fn background_precompute_fills_every_mask_and_matches_lazy_masks() {
+        let vocab: Vec<Vec<u8>> = ["k", "k1", "k2", "a", "ab", "abc", ";", ";k", "z;", "0", "</s>"]
+            .iter()
+            .map(|s| s.as_bytes().to_vec())
+            .collect();
+        let opts = TokenizerOptions { stop_tokens: Some(vec![10]), ..Default::default() };
+        let tok = Arc::new(TokenizerInfo::from_byte_tokens(vocab, &opts).unwrap());
+        let text = numbered_grammar(12);
+        let background = CompileOptions {
+            eager_budget: Duration::ZERO,
+            background_precompute: true,
+            ..Default::default()
+        };
+        let compiled = GrammarCompiler::with_options(tok.clone(), background, 0).compile_ebnf(&text).unwrap();
+        // The compile returned at once; the thread finishes on its own.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while compiled.mask_stats().0 < compiled.mask_stats().1 {
+            assert!(
+                Instant::now() < deadline,
+                "background precompute never finished: {:?}",
+                compiled.mask_stats()
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Same masks as computed lazily, state by state.
+        let lazy = CompileOptions { eager_budget: Duration::ZERO, ..Default::default() };
+        let reference = GrammarCompiler::with_options(tok, lazy, 0).compile_ebnf(&text).unwrap();
+        assert_eq!(reference.mask_stats().0, 0);
+        let a = compiled.automata();
+        let tok = compiled.tokenizer();
+        for s in (0..a.num_states() as u32).filter(|&s| a.nodes[s as usize].scannable) {
+            let (m, r) = (compiled.mask(s), reference.mask(s));
+            assert_eq!(m.accepted.to_words(tok), r.accepted.to_words(tok), "accepted at state {s}");
+            let mut uncertain = [m.uncertain.to_vec(), r.uncertain.to_vec()];
+            uncertain.iter_mut().for_each(|u| u.sort_unstable());
+            assert_eq!(uncertain[0], uncertain[1], "uncertain at state {s}");
+        }
+    }
+
+    #[test]
+    fn background_precompute_stops_once_the_grammar_is_dropped() {
+        let vocab: Vec<Vec<u8>> =
+            ["k", "k1", "a", "ab", ";", "</s>"].iter().map(|s| s.as_bytes().to_vec()).collect();
+        let opts = TokenizerOptions { stop_tokens: Some(vec![5]), ..Default::default() };
+        let tok = Arc::new(TokenizerInfo::from_byte_tokens(vocab, &opts).unwrap());
+        let g = Grammar::from_ebnf(&numbered_grammar(40)).unwrap();
+        let lazy = CompileOptions { eager_budget: Duration::ZERO, ..Default::default() };
+        let compiled = Arc::new(CompiledGrammar::new(&g, tok, &lazy).unwrap());
+        let weak = Arc::downgrade(&compiled);
+        let thread = compiled.precompute_in_background().expect("a thread");
+        drop(compiled);
+        // The thread holds only a weak handle between states: it ends, and the grammar
+        // is freed, whether or not it got through every state first.
+        thread.join().unwrap();
+        assert!(weak.upgrade().is_none());
     }
 }

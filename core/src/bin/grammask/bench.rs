@@ -31,6 +31,15 @@ pub struct BenchArgs {
     /// needs (`CompileOptions::eager_budget`; default: the library's).
     #[arg(long)]
     eager_budget_us: Option<u64>,
+    /// Compile with `CompileOptions::background_precompute`: a thread computes the masks
+    /// not computed yet while the walk goes on (see `--step-us`).
+    #[arg(long)]
+    background: bool,
+    /// Microseconds the cold walk waits (spinning) after each token, as a decode thread
+    /// waits on the model's forward pass (0: tokens back to back). Not counted in the
+    /// per-token times.
+    #[arg(long, default_value_t = 0)]
+    step_us: u64,
 }
 
 pub fn run(a: &BenchArgs) -> Result<(), String> {
@@ -49,6 +58,7 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         if let Some(us) = a.eager_budget_us {
             options.eager_budget = std::time::Duration::from_micros(us);
         }
+        options.background_precompute = a.background;
         let compiler = GrammarCompiler::with_options(info.clone(), options, 0);
         let mut mask = TokenBitmask::new(1, info.vocab_size());
         let t0 = Instant::now();
@@ -61,7 +71,8 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         // Cold pass: masks computed lazily as states are first reached.
         let first = cold.len();
         let mut fills = Vec::new();
-        walk(&mut m, &mut mask, &ids, &mut cold, Some(&mut fills))?;
+        let step = std::time::Duration::from_micros(a.step_us);
+        walk(&mut m, &mut mask, &ids, &mut cold, Some(&mut fills), step)?;
         if a.per_token && repeat == 0 {
             for (i, ((&id, us), fill)) in ids.iter().zip(&cold[first..]).zip(&fills).enumerate() {
                 let token = tok.decode(&[id], false).unwrap_or_default();
@@ -71,7 +82,7 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         mem_visited = compiled.memory_bytes();
         // Warm pass: the same compiled grammar, every visited state cached.
         m.reset();
-        walk(&mut m, &mut mask, &ids, &mut warm, Some(&mut fill_warm))?;
+        walk(&mut m, &mut mask, &ids, &mut warm, Some(&mut fill_warm), std::time::Duration::ZERO)?;
         compiled.precompute();
         mem_full = compiled.memory_bytes();
     }
@@ -79,6 +90,7 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         "{}",
         json!({
             "engine": "grammask", "grammar": a.grammar.label(), "tokens": ids.len(), "repeats": a.repeats,
+            "background": a.background, "step_us": a.step_us,
             "compile_us": summary(&compile_us),
             "ttfm_us": summary(&ttfm),
             "per_token_us_cold": summary(&cold),
@@ -91,13 +103,15 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// Fill + accept for every token; pushes per-token µs. Fails if a token is rejected.
+/// Fill + accept for every token, waiting `step` after each; pushes per-token µs. Fails
+/// if a token is rejected.
 fn walk(
     m: &mut GrammarMatcher,
     mask: &mut TokenBitmask,
     ids: &[u32],
     out: &mut Vec<f64>,
     mut fills: Option<&mut Vec<f64>>,
+    step: std::time::Duration,
 ) -> Result<(), String> {
     for (i, &id) in ids.iter().enumerate() {
         let t0 = Instant::now();
@@ -111,6 +125,12 @@ fn walk(
         }
         if !grammask::bitmask::is_allowed(mask.row(0), id) {
             return Err(format!("token {i} ({id}) was accepted but not in the mask"));
+        }
+        // Spinning, as a decode thread polling its GPU stream does: a sleep would also
+        // let the core idle down and its caches go cold, which is not what a step costs.
+        let until = Instant::now() + step;
+        while Instant::now() < until {
+            std::hint::spin_loop();
         }
     }
     Ok(())
