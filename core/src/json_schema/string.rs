@@ -9,7 +9,7 @@ use super::types::Builder;
 use super::whitespace::{alt, lit, nothing, seq};
 use super::{SchemaError, SchemaErrorKind};
 use crate::grammar::Expr;
-use crate::regex::{json_string_char, regex_to_json_string_expr, RegexErrorKind};
+use crate::regex::{json_string_char, regex_to_json_string_expr, RegexErrorKind, RegexLimits};
 use serde_json::{Map, Value};
 
 const ANY_CHAR: &[(u32, u32)] = &[(0, 0x10FFFF)];
@@ -202,6 +202,25 @@ fn none_of(words: &[&str]) -> Option<Expr> {
 /// encoding of the intersection. An intersection larger than
 /// [`max_intersection_size`](super::SchemaLimits::max_intersection_size) keeps the first
 /// operand only, and the others are unsupported keywords.
+/// [`regex_to_json_string_expr`] of a `format`'s regex ([`super::format::format_regex`])
+/// under the default limits, converted once per process: the formats are the library's
+/// own constants, and a date-time's regex takes longer to convert than the rest of a
+/// typical tool's schema together.
+fn format_expr(pattern: &str) -> Result<Expr, crate::regex::RegexError> {
+    static CONVERTED: std::sync::OnceLock<std::sync::Mutex<rustc_hash::FxHashMap<String, Expr>>> =
+        std::sync::OnceLock::new();
+    let memo = CONVERTED.get_or_init(Default::default);
+    // A poisoned lock only means another conversion panicked: convert afresh.
+    if let Some(e) = memo.lock().ok().and_then(|m| m.get(pattern).cloned()) {
+        return Ok(e);
+    }
+    let e = regex_to_json_string_expr(pattern, 0, None, &RegexLimits::default())?;
+    if let Ok(mut m) = memo.lock() {
+        m.insert(pattern.to_string(), e.clone());
+    }
+    Ok(e)
+}
+
 fn constrained_body(
     b: &mut Builder,
     regexes: &[(String, &str)],
@@ -212,9 +231,14 @@ fn constrained_body(
 ) -> Result<Expr, SchemaError> {
     let limits = b.opts.limits.regex.clone();
     // `None`: the regex cannot carry these lengths itself (never for no lengths).
-    let convert = |b: &Builder, p: &str, kw: &str, lo: u32, hi: Option<u32>| match regex_to_json_string_expr(
-        p, lo, hi, &limits,
-    ) {
+    let convert = |b: &Builder, p: &str, kw: &str, lo: u32, hi: Option<u32>| match if kw == "format"
+        && (lo, hi) == (0, None)
+        && limits == RegexLimits::default()
+    {
+        format_expr(p)
+    } else {
+        regex_to_json_string_expr(p, lo, hi, &limits)
+    } {
         Ok(e) => Ok(Some(e)),
         Err(e) if e.kind == RegexErrorKind::LengthBounds => Ok(None),
         Err(e) => Err(b.err(SchemaErrorKind::Regex(e), &format!("{ptr}/{kw}"))),

@@ -30,6 +30,10 @@
 //! the pool that filled them and applied by grammask-gpu's kernel, and tokens are drawn
 //! on the device.
 
+/// mimalloc, as the `grammask` binary: grammar compiles allocate many small nodes.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::Parser;
 use grammask::{GrammarSpec, JsonSchemaOptions};
 use grammask_router::engine::{self, EngineOptions, Event, Job, Request, StepRecord};

@@ -6,6 +6,10 @@
 //! `--gguf PATH` serves a real Llama-family model (e.g. SmolLM2-135M-Instruct, which
 //! `adapters/mistralrs/scripts/fetch-smollm2.sh` fetches) on the CPU.
 
+/// mimalloc, as the `grammask` binary: grammar compiles allocate many small nodes.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::Parser;
 use grammask_router::engine::EngineOptions;
 use grammask_router::model::{ForwardTime, GgufModel, Model, SimulatedModel};

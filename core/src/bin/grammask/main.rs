@@ -3,6 +3,11 @@
 //! With no arguments it runs `demo`: the builtin JSON grammar against an embedded Qwen3
 //! tokenizer, sampling random logits under the mask.
 
+/// mimalloc: a compile allocates many small IR nodes and automata buffers, which glibc's
+/// allocator serves markedly slower (BENCHMARKS.md, "Allocator").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// `println!` for the subcommands: a closed stdout (`grammask masks … | head`) ends the
 /// program quietly, as SIGPIPE would for a C tool, instead of panicking; any other write
 /// error is returned.
