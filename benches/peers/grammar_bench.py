@@ -73,7 +73,16 @@ def median(xs):
     return s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
 
 
-def run_xgrammar(peer, spec, ids, tok):
+def spin(us):
+    """Busy-waits `us` microseconds after a token, as a decode thread polling its GPU
+    stream does while the forward pass runs (not counted in any figure)."""
+    if us:
+        until = now() + us * 1000
+        while now() < until:
+            pass
+
+
+def run_xgrammar(peer, spec, ids, tok, step_us=0):
     """One cold run. Returns dict(ttfm, fills, accepts, memory) or raises RuntimeError."""
     xgr = peer.xgr
     bm = peer.bitmask
@@ -112,6 +121,7 @@ def run_xgrammar(peer, spec, ids, tok):
             accepts[i] = b - a
             if not ok:
                 raise RuntimeError("accept_token refused " + context(tok, ids, i))
+            spin(step_us)
     finally:
         gc.enable()
     # end of text: the grammar must be able to stop here
@@ -126,7 +136,7 @@ def run_xgrammar(peer, spec, ids, tok):
             "memory": int(cg.memory_size_bytes)}
 
 
-def run_llguidance(peer, spec, ids, tok):
+def run_llguidance(peer, spec, ids, tok, step_us=0):
     row = peer.row
     ptr = row.ctypes.data
     nbytes = row.size * row.itemsize
@@ -159,6 +169,7 @@ def run_llguidance(peer, spec, ids, tok):
             if not ok:
                 raise RuntimeError("consume_token refused " + context(tok, ids, i)
                                    + f": {m.get_error()}")
+            spin(step_us)
     finally:
         gc.enable()
     fill(ptr, nbytes)
@@ -179,10 +190,10 @@ def call_overhead_us(fn, n=2000):
     return round(median(ts) / 1000.0, 3)
 
 
-def bench_engine(name, peer, spec, ids, tok, repeats, warmup):
+def bench_engine(name, peer, spec, ids, tok, repeats, warmup, step_us=0):
     runner = run_xgrammar if name == "xgrammar" else run_llguidance
     res = {"engine": name, "version": peer.version(), "grammar": spec["name"],
-           "text": spec["text_name"], "tokens": len(ids), "repeats": repeats}
+           "text": spec["text_name"], "tokens": len(ids), "repeats": repeats, "step_us": step_us}
     if name == "llguidance":
         res["convert_us"] = spec.get("llg_convert_us")
     elif not spec["builtin_json"] and not spec.get("structural_tag"):
@@ -191,7 +202,7 @@ def bench_engine(name, peer, spec, ids, tok, repeats, warmup):
     memory = None
     try:
         for r in range(warmup + repeats):
-            out = runner(peer, spec, ids, tok)
+            out = runner(peer, spec, ids, tok, step_us)
             if r < warmup:
                 continue
             ttfms.append(out["ttfm"] / 1000.0)
@@ -241,6 +252,9 @@ def main():
     ap.add_argument("--vocab-size", type=int, default=None,
                     help="mask width (default: len(tokenizer))")
     ap.add_argument("--name", default=None, help="grammar label in the output")
+    ap.add_argument("--step-us", type=int, default=0,
+                    help="busy-wait this many µs after each token, as a decode thread waiting on "
+                         "its forward pass (default 0: back to back); not counted")
     args = ap.parse_args()
 
     pc.set_torch_threads()
@@ -297,7 +311,7 @@ def main():
             raise SystemExit(f"unknown engine {name}")
         if not peer.stop_ids:
             raise SystemExit("no stop token id found (need tokenizer_config.json eos_token)")
-        res = bench_engine(name, peer, spec, ids, tok, args.repeats, args.warmup)
+        res = bench_engine(name, peer, spec, ids, tok, args.repeats, args.warmup, args.step_us)
         all_ok &= res["ok"]
         print(json.dumps(res), flush=True)
     sys.exit(0 if all_ok else 1)

@@ -19,6 +19,10 @@ transcript holds the same turn without its calls: its per-token mean is the free
 steps' cost. grammask is timed by `grammask bench` (cold: fresh compile per repeat, masks
 computed lazily while walking), XGrammar by benches/peers/grammar_bench.py (its per-token
 figures include the Python binding's call overhead, reported beside them).
+
+`--step-us N` makes both engines busy-wait N µs after every token (a decode thread waiting
+on its forward pass; not counted), `--background` compiles grammask's grammars with
+`background_precompute` (a thread computes the masks while the walk goes on).
 """
 import argparse
 import glob
@@ -105,7 +109,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", "-r", type=int, default=5)
     ap.add_argument("--out")
+    ap.add_argument("--step-us", type=int, default=0,
+                    help="both engines busy-wait this many µs after each token, as a decode thread "
+                         "waiting on its forward pass (default 0: tokens back to back)")
+    ap.add_argument("--background", action="store_true",
+                    help="grammask compiles with background_precompute (a thread computes the masks "
+                         "while the walk goes on; no eager budget)")
     args = ap.parse_args()
+    step = ["--step-us", str(args.step_us)]
     exe = os.path.join(ROOT, "target", "release", "grammask")
     tmp = tempfile.mkdtemp(prefix="tools_sitting_")
     rows, records = [], []
@@ -129,10 +140,11 @@ def main():
                     fh.write(transcript(family, calls, with_calls))
                 tok_dir = os.path.join(TOKENIZERS, tok)
                 ours = run_json_lines([exe, "bench", "--tokenizer", tok_dir, "--structural-tag", tag_file,
-                                       "--text-file", text_file, "--repeats", str(args.repeats)])
+                                       "--text-file", text_file, "--repeats", str(args.repeats)] + step
+                                      + (["--background"] if args.background else []))
                 peer = run_json_lines([sys.executable, os.path.join(ROOT, "benches", "peers", "grammar_bench.py"),
                                        "--tokenizer", tok_dir, "--structural-tag", tag_file, "--text", text_file,
-                                       "-r", str(args.repeats), "--engines", "xgrammar"])
+                                       "-r", str(args.repeats), "--engines", "xgrammar"] + step)
                 label = dict(family=family, tokenizer=tok, tools=n_tools, calls=len(calls) if with_calls else 0,
                              transcript=kind)
                 records.append(dict(label, grammask=ours, xgrammar=peer))

@@ -144,7 +144,8 @@ pub struct CompileOptions {
     pub leaf_cache_bytes: usize,
     /// After a compile returns, compute every other state's mask on a background thread,
     /// nearest states first ([`CompiledGrammar::precompute_in_background`]; default off:
-    /// the library starts no thread unless asked). For an engine whose decode thread
+    /// the library starts no thread unless asked). The compile then spends nothing of
+    /// [`Self::eager_budget`]: the first fill computes the start states' masks itself. For an engine whose decode thread
     /// waits on a forward pass each step: the first mask comes as early as with lazy
     /// masks, and the masks a tool call needs are ready before the model writes it, while
     /// the free text before it is generated.
@@ -377,7 +378,11 @@ impl CompiledGrammar {
     ) -> Result<Self> {
         let automata = Automata::build_owned(grammar, &options.automata)?;
         let compiled = Self::from_automata(automata, tokenizer, leaf);
-        compiled.precompute_within(options.eager_budget);
+        // With a background thread to come, masks computed here would only delay the
+        // first one: the thread computes them right after.
+        if !options.background_precompute {
+            compiled.precompute_within(options.eager_budget);
+        }
         Ok(compiled)
     }
 
