@@ -18,8 +18,9 @@ pub(crate) struct Csr<T> {
 }
 
 impl<T: Copy> Csr<T> {
-    fn build(n: usize, mut list: Vec<(u32, T)>) -> Self {
-        list.sort_by_key(|e| e.0);
+    fn build(n: usize, list: Vec<(u32, T)>) -> Self {
+        // A counting sort by source state, keeping each state's edges in the order they
+        // were added (what a stable sort gave, without its comparisons and buffer).
         let mut starts = vec![0u32; n + 1];
         for &(from, _) in &list {
             starts[from as usize + 1] += 1;
@@ -27,7 +28,15 @@ impl<T: Copy> Csr<T> {
         for i in 0..n {
             starts[i + 1] += starts[i];
         }
-        Csr { starts, edges: list.into_iter().map(|e| e.1).collect() }
+        let Some(&(_, any)) = list.first() else { return Csr { starts, edges: Vec::new() } };
+        let mut next: Vec<u32> = starts[..n].to_vec();
+        let mut edges = vec![any; list.len()];
+        for (from, e) in list {
+            let at = &mut next[from as usize];
+            edges[*at as usize] = e;
+            *at += 1;
+        }
+        Csr { starts, edges }
     }
 
     #[inline]

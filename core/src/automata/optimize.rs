@@ -420,18 +420,29 @@ struct Outlined {
     base: usize,
 }
 
-fn outline_in(e: &mut Expr, name: &str, out: &mut Outlined) {
+/// Outlines the large repetitions of `e` (innermost first); returns `e`'s
+/// [`Expr::expanded_size`] and whether it calls a rule, as they are afterwards: computed
+/// on the way up, since walking each repetition's body again made free text (stars
+/// nested as deep as its patterns are long) quadratic.
+fn outline_in(e: &mut Expr, name: &str, out: &mut Outlined) -> (u64, bool) {
     match e {
-        Expr::Seq(v) | Expr::Alt(v) => v.iter_mut().for_each(|x| outline_in(x, name, out)),
+        Expr::Seq(v) | Expr::Alt(v) => v.iter_mut().fold((1, false), |(size, calls), x| {
+            let (s, c) = outline_in(x, name, out);
+            (size.saturating_add(s), calls || c)
+        }),
         // An intersection's operands stay rule-free (its product is bounded by the
         // automata limits instead).
-        Expr::And(_) => {}
+        Expr::And(_) => {
+            let mut calls = false;
+            e.for_each_rule(&mut |_| calls = true);
+            (e.expanded_size(), calls)
+        }
         Expr::Repeat { expr, min, max } => {
-            outline_in(expr, name, out);
+            let (body, calls) = outline_in(expr, name, out);
             let copies = max.unwrap_or(*min).max(*min) as usize;
-            let body = expr.expanded_size();
-            let mut regular = body <= CHAR_MAX_SIZE as u64;
-            expr.for_each_rule(&mut |_| regular = false);
+            // The copies `Expr::expanded_size` counts (an unbounded star: `min + 1`).
+            let sized = max.unwrap_or(min.saturating_add(1)).max(*min).max(1) as u64;
+            let regular = body <= CHAR_MAX_SIZE as u64 && !calls;
             let limit = if regular { UNROLL_MAX_SIZE_REGULAR } else { UNROLL_MAX_SIZE } as u64;
             if copies > 1 && body > 1 && body.saturating_mul(copies as u64) > limit {
                 let next = RuleId((out.base + out.rules.len()) as u32);
@@ -440,9 +451,13 @@ fn outline_in(e: &mut Expr, name: &str, out: &mut Outlined) {
                 if id == next {
                     out.rules.push(Rule::new(format!("{name}__repeat{}", out.rules.len()), body));
                 }
+                // Now `(rule){min,max}`: one node per copy.
+                return (1u64.saturating_add(sized), true);
             }
+            (1u64.saturating_add(body.saturating_mul(sized)), calls)
         }
-        Expr::Empty | Expr::Literal(_) | Expr::Class(_) | Expr::Rule(_) => {}
+        Expr::Rule(_) => (1, true),
+        Expr::Empty | Expr::Literal(_) | Expr::Class(_) => (1, false),
     }
 }
 
@@ -552,6 +567,17 @@ mod tests {
         let o = optimize(&twice).unwrap();
         assert_eq!(o.rules.len(), 2, "{o}");
         assert_eq!(o.to_string().matches("root__repeat0{").count(), 3, "{o}");
+        // Sizes are those after the inner repetitions are outlined: the inner one becomes
+        // a rule, and the outer one, now ~500 nodes a copy, is outlined only when its
+        // copies then pass the limit (3 do not, 5 do).
+        for (outer, rules) in [(3, 3), (5, 4)] {
+            let nested = Grammar::from_ebnf(&format!(
+                "root ::= ((\"\\\"\" [0-9a-f]{{24}} \"\\\"\" \",\"){{500}} \";\" v){{{outer}}}\nv ::= \"[\" v? \"]\""
+            ))
+            .unwrap();
+            let o = optimize(&nested).unwrap();
+            assert_eq!(o.rules.len(), rules, "{o}");
+        }
     }
 
     #[test]

@@ -723,8 +723,10 @@ fn marker_tokens(markers: &[String], tok: &TokenizerInfo) -> Box<[u32]> {
     if markers.is_empty() {
         return Box::default();
     }
-    (0..tok.tokenizer_size() as u32)
-        .filter(|&id| tok.is_special(id) && !tok.stop_tokens().contains(&id))
+    tok.special_ids()
+        .iter()
+        .copied()
+        .filter(|id| !tok.stop_tokens().contains(id))
         .filter(|&id| {
             let b = tok.token_bytes(id);
             !b.is_empty() && std::str::from_utf8(b).is_ok_and(|t| markers.iter().any(|m| m.contains(t)))
