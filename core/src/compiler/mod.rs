@@ -142,13 +142,14 @@ pub struct CompileOptions {
     /// bytes that may follow it are the same, so its vocabulary walk is done once per
     /// tokenizer, not once per grammar.
     pub leaf_cache_bytes: usize,
-    /// After a compile returns, compute every other state's mask on a background thread,
-    /// nearest states first ([`CompiledGrammar::precompute_in_background`]; default off:
-    /// the library starts no thread unless asked). The compile then spends nothing of
-    /// [`Self::eager_budget`]: the first fill computes the start states' masks itself. For an engine whose decode thread
-    /// waits on a forward pass each step: the first mask comes as early as with lazy
-    /// masks, and the masks a tool call needs are ready before the model writes it, while
-    /// the free text before it is generated.
+    /// After a compile returns (or a grammar is loaded from the disk cache), compute every
+    /// other state's mask on a background thread, nearest states first
+    /// ([`CompiledGrammar::precompute_in_background`]; default off: the library starts no
+    /// thread unless asked). The compile then spends nothing of [`Self::eager_budget`]:
+    /// the first fill computes the start states' masks itself. For an engine whose decode
+    /// thread waits on a forward pass each step: the first mask comes as early as with
+    /// lazy masks, and the masks a tool call needs are ready before the model writes it,
+    /// while the free text before it is generated.
     pub background_precompute: bool,
 }
 
@@ -268,6 +269,9 @@ impl GrammarCompiler {
         if let (Some(disk), Some(key)) = (&self.disk, &key) {
             if let Some(loaded) = disk.load(key, &self.tokenizer, &self.options.automata) {
                 let loaded = Arc::new(loaded);
+                if self.options.background_precompute {
+                    loaded.precompute_in_background();
+                }
                 self.cache.insert(key.clone(), loaded.clone());
                 return Ok(loaded);
             }
