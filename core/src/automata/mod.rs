@@ -162,7 +162,7 @@ impl Automata {
         // of argument rules). Results come back in rule order and each rule's automaton
         // does not depend on which thread or scratch built it, so the automata are the
         // same state for state (`digest`) however many threads ran.
-        let parallel = g.rules.len() >= PARALLEL_MIN_RULES && rayon::current_num_threads() > 1;
+        let parallel = g.rules.len() >= PARALLEL_MIN_RULES && worth_parallel(0);
         let plan = |r: &crate::grammar::Rule| match chain::split(&r.body, placeholder) {
             Some(sp) => Ok(Plan {
                 nfa: Nfa::build(&sp.outer, limits.max_nfa_states)?,
@@ -190,7 +190,7 @@ impl Automata {
             rule_dfa(plan, rule, placeholder, n_classes, sc, limits)
         };
         let built: Vec<Result<(Dfa, Option<chain::Layout>), Error>> =
-            if parallel && nfa_states >= PARALLEL_MIN_NFA_STATES {
+            if parallel && nfa_states >= PARALLEL_MIN_NFA_STATES && worth_parallel(nfa_states) {
                 plans.par_iter().zip(&g.rules).map_init(|| dfa::Scratch::new(&class_rep), build).collect()
             } else {
                 let mut scratch = dfa::Scratch::new(&class_rep);
@@ -620,6 +620,23 @@ const PARALLEL_MIN_RULES: usize = 8;
 /// subset construction each: at 2,000 states a build is worth splitting).
 const PARALLEL_MIN_NFA_STATES: usize = 2_000;
 
+/// Fewest NFA states for which a compile called from outside the rayon pool builds DFAs
+/// in parallel (~30 ms of subset construction).
+const PARALLEL_COLD_MIN_NFA_STATES: usize = 20_000;
+
+/// Whether work of `nfa_states` (0: the NFAs themselves, which are cheap) is worth
+/// handing to the rayon pool. From a thread of the pool, parallel iterators split work
+/// where it runs; from any other thread (a server's compile task, a CLI) each one hands
+/// the whole job to the pool's threads, waking them from sleep, and blocks until they
+/// are done: two cross-core wake-ups (tens to hundreds of µs on a VM) and the work on
+/// cold caches. A 20-tool tag then compiled in 2.9–5.3 ms with two threads against
+/// 2.4–3.4 ms with one (2-core VM, compiles between walks), so from outside the pool only
+/// large builds go parallel.
+fn worth_parallel(nfa_states: usize) -> bool {
+    rayon::current_num_threads() > 1
+        && (rayon::current_thread_index().is_some() || nfa_states >= PARALLEL_COLD_MIN_NFA_STATES)
+}
+
 /// The minimal DFA of one rule, with the layout of its spliced counted repetition (if
 /// the repetition could be spliced).
 fn rule_dfa(
@@ -679,5 +696,51 @@ impl Automata {
             assert_ne!(t, DEAD, "{input:?} dies");
             t
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tool-calling tag's grammar: many rules, thousands of NFA states.
+    fn tools_grammar(n: usize) -> Grammar {
+        let tags: Vec<serde_json::Value> = (0..n)
+            .map(|i| {
+                serde_json::json!({
+                    "begin": format!("<tool_call>{{\"name\": \"tool_{i}\", \"arguments\": "),
+                    "content": {"type": "json_schema", "json_schema": {
+                        "type": "object",
+                        "properties": {
+                            "city": {"type": "string", "maxLength": 20 + i},
+                            "days": {"type": "integer", "minimum": 1, "maximum": 10 + i},
+                            "when": {"type": "string", "format": "date"}
+                        },
+                        "required": ["city"]
+                    }},
+                    "end": "}</tool_call>"
+                })
+            })
+            .collect();
+        let tag = serde_json::json!({"type": "structural_tag", "format": {
+            "type": "triggered_tags", "triggers": ["<tool_call>"], "tags": tags}});
+        crate::structural_tag::structural_tag_to_grammar(&tag.to_string()).unwrap()
+    }
+
+    #[test]
+    fn the_automata_are_the_same_however_many_threads_build_them() {
+        let g = tools_grammar(12);
+        let limits = AutomataLimits::default();
+        let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        let serial = one.install(|| Automata::build_owned(g.clone(), &limits).unwrap());
+        let two = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let parallel = two.install(|| {
+            // On a thread of the pool: the parallel paths run.
+            assert!(worth_parallel(0));
+            Automata::build_owned(g.clone(), &limits).unwrap()
+        });
+        assert!(serial.grammar().rules.len() >= PARALLEL_MIN_RULES);
+        assert!(serial.num_states() > 500, "{} states: too small to split", serial.num_states());
+        assert_eq!(serial.digest(), parallel.digest());
     }
 }
