@@ -632,7 +632,7 @@ const PARALLEL_COLD_MIN_NFA_STATES: usize = 20_000;
 /// cold caches. A 20-tool tag then compiled in 2.9–5.3 ms with two threads against
 /// 2.4–3.4 ms with one (2-core VM, compiles between walks), so from outside the pool only
 /// large builds go parallel.
-fn worth_parallel(nfa_states: usize) -> bool {
+pub(crate) fn worth_parallel(nfa_states: usize) -> bool {
     rayon::current_num_threads() > 1
         && (rayon::current_thread_index().is_some() || nfa_states >= PARALLEL_COLD_MIN_NFA_STATES)
 }

@@ -440,8 +440,7 @@ fn outline_in(e: &mut Expr, name: &str, out: &mut Outlined) -> (u64, bool) {
         Expr::Repeat { expr, min, max } => {
             let (body, calls) = outline_in(expr, name, out);
             let copies = max.unwrap_or(*min).max(*min) as usize;
-            // The copies `Expr::expanded_size` counts (an unbounded star: `min + 1`).
-            let sized = max.unwrap_or(min.saturating_add(1)).max(*min).max(1) as u64;
+            let sized = crate::grammar::expanded_copies(*min, *max);
             let regular = body <= CHAR_MAX_SIZE as u64 && !calls;
             let limit = if regular { UNROLL_MAX_SIZE_REGULAR } else { UNROLL_MAX_SIZE } as u64;
             if copies > 1 && body > 1 && body.saturating_mul(copies as u64) > limit {

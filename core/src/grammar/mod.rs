@@ -109,8 +109,7 @@ impl Expr {
                 1 + v.iter().map(Expr::expanded_size).fold(0u64, u64::saturating_add)
             }
             Expr::Repeat { expr, min, max } => {
-                let copies = max.unwrap_or(min.saturating_add(1)).max(*min).max(1) as u64;
-                1u64.saturating_add(expr.expanded_size().saturating_mul(copies))
+                1u64.saturating_add(expr.expanded_size().saturating_mul(expanded_copies(*min, *max)))
             }
             // The product automaton may have as many states as the product of sizes.
             Expr::And(v) => v.iter().map(Expr::expanded_size).fold(1u64, u64::saturating_mul),
@@ -217,4 +216,10 @@ impl Grammar {
     pub fn builtin_json() -> Grammar {
         json_grammar()
     }
+}
+
+/// The copies of a repetition's body that [`Expr::expanded_size`] counts (an unbounded
+/// one: `min + 1`).
+pub(crate) fn expanded_copies(min: u32, max: Option<u32>) -> u64 {
+    max.unwrap_or(min.saturating_add(1)).max(min).max(1) as u64
 }

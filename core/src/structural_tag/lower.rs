@@ -80,9 +80,9 @@ fn convert_schemas(node: &Node) -> FxHashMap<usize, R<Grammar>> {
         }
         _ => None,
     };
-    // In parallel from a thread of the pool only (see `automata::worth_parallel`): a
-    // schema converts in tens of microseconds, less than handing work to sleeping threads.
-    if nodes.len() > 1 && rayon::current_num_threads() > 1 && rayon::current_thread_index().is_some() {
+    // A schema converts in tens of microseconds: in parallel only where handing work to
+    // the pool costs nothing (`worth_parallel` of no large build).
+    if nodes.len() > 1 && crate::automata::worth_parallel(0) {
         nodes.par_iter().filter_map(convert).collect()
     } else {
         nodes.iter().filter_map(convert).collect()
