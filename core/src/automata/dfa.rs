@@ -252,6 +252,11 @@ impl Dfa {
             sc.seen.resize(nfa.len(), false);
         }
         let Scratch { class_of, per_class, touched, prev_targets, set, by_rule, next, seen, sets, .. } = sc;
+        // A construction stopped by the state limit returns mid-state, with targets still
+        // in the per-class lists: the next rule built with this scratch must not see them.
+        for c in touched.drain(..) {
+            per_class[c].clear();
+        }
         // DFA state id = id of its (closed) NFA set.
         sets.clear();
         let mut start = vec![start];

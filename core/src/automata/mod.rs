@@ -743,4 +743,30 @@ mod tests {
         assert!(serial.num_states() > 500, "{} states: too small to split", serial.num_states());
         assert_eq!(serial.digest(), parallel.digest());
     }
+
+    #[test]
+    fn a_rule_over_the_state_limit_is_an_error_for_the_rules_after_it_too() {
+        // The first rule's subset construction stops at the limit in the middle of a
+        // state; the small rule built next with the same scratch must not see the
+        // targets it left (it indexed them into its own NFA and panicked).
+        // 400 words of letters from a multiplicative hash: a trie of ~2,000 states.
+        let words: Vec<String> = (0..400u64)
+            .map(|i| {
+                let h = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                let w: String = (0..6).map(|k| (b'a' + ((h >> (8 * k)) % 26) as u8) as char).collect();
+                format!("\"{w}\"")
+            })
+            .collect();
+        // `small` calls itself: it stays a rule of its own, built after the root.
+        let text = format!("root ::= ({}) small\nsmall ::= \"y\" small | \"z\"", words.join(" | "));
+        let g = crate::grammar::parse_ebnf(&text, "root", &Default::default()).unwrap();
+        let limits = AutomataLimits { max_dfa_states: 60, ..Default::default() };
+        let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        for g in [g.clone(), g] {
+            match one.install(|| Automata::build_owned(g, &limits)) {
+                Err(Error::Limit { what, .. }) => assert!(what.contains("DFA states"), "{what}"),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
 }
