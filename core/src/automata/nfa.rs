@@ -408,6 +408,37 @@ impl Builder {
         Ok(self.len as u32 - 1)
     }
 
+    /// Byte paths from `from` to `to` for every character of `ranges`. Each byte sequence
+    /// is built from its end, sharing the states of equal tails (with the tails built
+    /// since `self.tails` was last cleared): the continuation bytes of
+    /// `[\u0800-\uffff]`'s sequences lead through the same states whatever their lead
+    /// byte. Separate chains were equivalent states the subset construction kept apart and
+    /// minimization then merged (a third of a tool-calling tag's root DFA before
+    /// minimizing).
+    fn utf8_class(&mut self, ranges: &[(u32, u32)], from: u32, to: u32, max: usize) -> Result<(), Error> {
+        for &(lo, hi) in ranges {
+            let (Some(lo), Some(hi)) = (char::from_u32(lo), char::from_u32(hi)) else { continue };
+            for seq in Utf8Sequences::new(lo, hi) {
+                let seq = seq.as_slice();
+                let mut next = to;
+                for r in seq[1..].iter().rev() {
+                    let edge = (r.start, r.end, next);
+                    next = match self.tails.iter().find(|t| t.0 == edge) {
+                        Some(&(_, s)) => s,
+                        None => {
+                            let s = self.state(max)?;
+                            self.bytes.push((s, edge));
+                            self.tails.push((edge, s));
+                            s
+                        }
+                    };
+                }
+                self.bytes.push((from, (seq[0].start, seq[0].end, next)));
+            }
+        }
+        Ok(())
+    }
+
     /// Adds `e` starting at `from`; returns the state where it ends.
     fn expr(&mut self, e: &Expr, from: u32, max: usize) -> Result<u32, Error> {
         Ok(match e {
@@ -424,38 +455,37 @@ impl Builder {
             Expr::Class(ranges) => {
                 let end = self.state(max)?;
                 let edges = self.bytes.len();
-                // Each byte sequence is built from its end, sharing the states of equal
-                // tails: the continuation bytes of `[\u0800-\uffff]`'s sequences lead
-                // through the same states whatever their lead byte. Separate chains were
-                // equivalent states the subset construction kept apart and minimization
-                // then merged (a third of a tool-calling tag's root DFA before minimizing).
                 self.tails.clear();
-                for &(lo, hi) in ranges {
-                    let (Some(lo), Some(hi)) = (char::from_u32(lo), char::from_u32(hi)) else { continue };
-                    for seq in Utf8Sequences::new(lo, hi) {
-                        let seq = seq.as_slice();
-                        let mut next = end;
-                        for r in seq[1..].iter().rev() {
-                            let edge = (r.start, r.end, next);
-                            next = match self.tails.iter().find(|t| t.0 == edge) {
-                                Some(&(_, s)) => s,
-                                None => {
-                                    let s = self.state(max)?;
-                                    self.bytes.push((s, edge));
-                                    self.tails.push((edge, s));
-                                    s
-                                }
-                            };
-                        }
-                        self.bytes.push((from, (seq[0].start, seq[0].end, next)));
-                    }
-                }
+                self.utf8_class(ranges, from, end, max)?;
                 self.dead_ends |= self.bytes.len() == edges;
                 end
             }
             Expr::Rule(r) => {
                 let end = self.state(max)?;
                 self.rules.push((from, (r.0, end)));
+                end
+            }
+            // The automaton's states copied as they are, one NFA state each (plus the
+            // continuation-byte states of its wide classes, shared by equal tails as
+            // for a class): the subset construction then finds them already
+            // deterministic.
+            Expr::Dfa(d) => {
+                let end = self.state(max)?;
+                let base = self.len as u32;
+                for _ in 0..d.len() {
+                    self.state(max)?;
+                }
+                self.eps.push((from, base));
+                self.tails.clear();
+                for s in 0..d.len() {
+                    let at = base + s as u32;
+                    for (class, t) in d.moves(s) {
+                        self.utf8_class(class, at, base + t, max)?;
+                    }
+                    if d.is_final(s) {
+                        self.eps.push((at, end));
+                    }
+                }
                 end
             }
             Expr::Seq(v) => {

@@ -82,7 +82,7 @@ fn check_intersections(g: &Grammar) -> Result<(), GrammarError> {
             Expr::Seq(v) | Expr::Alt(v) => v.iter().any(|x| calls_in_and(x, inside)),
             Expr::And(v) => v.iter().any(|x| calls_in_and(x, true)),
             Expr::Repeat { expr, .. } => calls_in_and(expr, inside),
-            Expr::Empty | Expr::Literal(_) | Expr::Class(_) => false,
+            Expr::Empty | Expr::Literal(_) | Expr::Class(_) | Expr::Dfa(_) => false,
         }
     }
     match g.rules.iter().find(|r| calls_in_and(&r.body, false)) {
@@ -116,7 +116,8 @@ fn productive_rule(r: &Rule, p: &[bool]) -> bool {
 
 fn productive(e: &Expr, p: &[bool]) -> bool {
     match e {
-        Expr::Empty | Expr::Literal(_) => true,
+        // (A `CharDfa`'s start always reaches a final state: it trims the rest.)
+        Expr::Empty | Expr::Literal(_) | Expr::Dfa(_) => true,
         Expr::Class(r) => !r.is_empty(),
         Expr::Rule(r) => p[r.index()],
         // (An intersection of productive operands may still be empty: its automaton then
@@ -457,6 +458,7 @@ fn outline_in(e: &mut Expr, name: &str, out: &mut Outlined) -> (u64, bool) {
         }
         Expr::Rule(_) => (1, true),
         Expr::Empty | Expr::Literal(_) | Expr::Class(_) => (1, false),
+        Expr::Dfa(_) => (e.expanded_size(), false),
     }
 }
 
@@ -482,7 +484,7 @@ fn flatten(e: &mut Expr) {
         }
         Expr::Repeat { expr, .. } => flatten(expr),
         Expr::And(v) => v.iter_mut().for_each(flatten),
-        Expr::Empty | Expr::Literal(_) | Expr::Class(_) | Expr::Rule(_) => {}
+        Expr::Empty | Expr::Literal(_) | Expr::Class(_) | Expr::Rule(_) | Expr::Dfa(_) => {}
     }
 }
 

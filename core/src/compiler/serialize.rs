@@ -31,13 +31,13 @@ use super::{CompiledGrammar, Slot};
 use crate::automata::{Automata, AutomataLimits};
 use crate::bitmask::words_per_row;
 use crate::error::{Error, Result};
-use crate::grammar::{Expr, Grammar, MemberSet, Rule, RuleId};
+use crate::grammar::{CharDfa, Expr, Grammar, MemberSet, Rule, RuleId};
 use crate::tokenizer::TokenizerInfo;
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 /// Version of the byte format; bumped whenever its layout changes.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 const MAGIC: &[u8; 8] = b"GRAMMASK";
 
@@ -153,11 +153,7 @@ fn write_expr(w: &mut Writer, e: &Expr) {
         }
         Expr::Class(ranges) => {
             w.u8(2);
-            w.len(ranges.len());
-            ranges.iter().for_each(|&(a, b)| {
-                w.u32(a);
-                w.u32(b);
-            });
+            write_ranges(w, ranges);
         }
         Expr::Rule(r) => {
             w.u8(3);
@@ -178,7 +174,43 @@ fn write_expr(w: &mut Writer, e: &Expr) {
             w.opt(*max);
             write_expr(w, expr);
         }
+        Expr::Dfa(d) => {
+            w.u8(8);
+            w.len(d.len());
+            for s in 0..d.len() {
+                w.u8(d.is_final(s) as u8);
+                w.len(d.moves(s).len());
+                for (class, t) in d.moves(s) {
+                    write_ranges(w, class);
+                    w.u32(*t);
+                }
+            }
+        }
     }
+}
+
+fn write_ranges(w: &mut Writer, ranges: &[(u32, u32)]) {
+    w.len(ranges.len());
+    ranges.iter().for_each(|&(a, b)| {
+        w.u32(a);
+        w.u32(b);
+    });
+}
+
+/// A character class: sorted, non-overlapping, non-adjacent scalar-value ranges (the
+/// IR's rule).
+fn read_ranges(r: &mut Reader) -> Result<Vec<(u32, u32)>> {
+    let n = r.count(8)?;
+    let mut ranges = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (a, b) = (r.u32()?, r.u32()?);
+        let ok = a <= b && b <= 0x10_FFFF && ranges.last().map_or(true, |&(_, pb): &(u32, u32)| a > pb + 1);
+        if !ok {
+            return Err(r.err(format!("character range {a:#x}-{b:#x} is malformed")));
+        }
+        ranges.push((a, b));
+    }
+    Ok(ranges)
 }
 
 fn read_expr(r: &mut Reader, depth: usize) -> Result<Expr> {
@@ -188,22 +220,7 @@ fn read_expr(r: &mut Reader, depth: usize) -> Result<Expr> {
     Ok(match r.u8()? {
         0 => Expr::Empty,
         1 => Expr::Literal(r.str()?),
-        2 => {
-            let n = r.count(8)?;
-            let mut ranges = Vec::with_capacity(n);
-            for _ in 0..n {
-                let (a, b) = (r.u32()?, r.u32()?);
-                // Sorted, non-overlapping, non-adjacent scalar-value ranges (the IR's rule).
-                let ok = a <= b
-                    && b <= 0x10_FFFF
-                    && ranges.last().map_or(true, |&(_, pb): &(u32, u32)| a > pb + 1);
-                if !ok {
-                    return Err(r.err(format!("character range {a:#x}-{b:#x} is malformed")));
-                }
-                ranges.push((a, b));
-            }
-            Expr::Class(ranges)
-        }
+        2 => Expr::Class(read_ranges(r)?),
         3 => Expr::Rule(RuleId(r.u32()?)),
         t @ (4 | 5 | 7) => {
             let n = r.count(1)?;
@@ -220,6 +237,26 @@ fn read_expr(r: &mut Reader, depth: usize) -> Result<Expr> {
                 return Err(r.err(format!("repetition {{{min},{max:?}}} is reversed")));
             }
             Expr::Repeat { expr: Box::new(read_expr(r, depth + 1)?), min, max }
+        }
+        8 => {
+            let n = r.count(2)?;
+            let (mut moves, mut finals) = (Vec::with_capacity(n), Vec::with_capacity(n));
+            for _ in 0..n {
+                finals.push(r.u8()? != 0);
+                let k = r.count(8)?;
+                let mut m = Vec::with_capacity(k);
+                for _ in 0..k {
+                    let class = read_ranges(r)?;
+                    m.push((class, r.u32()?));
+                }
+                moves.push(m);
+            }
+            // As written, an automaton is already trimmed: one that is not (or has a move
+            // out of range, or two moves on one character) did not come from this writer.
+            match CharDfa::new(moves.clone(), finals.clone()) {
+                Some(d) if d.len() == n => Expr::Dfa(Arc::new(d)),
+                _ => return Err(r.err("character automaton is malformed".to_string())),
+            }
         }
         t => return Err(r.err(format!("expression tag {t}"))),
     })

@@ -11,6 +11,7 @@
 //! printed text parses to the same IR.
 
 mod builtin;
+mod chardfa;
 pub(crate) mod class;
 mod ebnf;
 mod members;
@@ -19,6 +20,8 @@ mod print;
 pub(crate) mod testing;
 
 pub use builtin::{json_grammar, JSON_EBNF};
+pub(crate) use chardfa::{alt2, seq2};
+pub use chardfa::{CharDfa, CharMove};
 pub use ebnf::{parse_ebnf, parse_ebnf_bytes, ParseLimits};
 pub(crate) use members::can_finish;
 pub use members::{MemberSet, MAX_SET_MEMBERS};
@@ -88,6 +91,10 @@ pub enum Expr {
     /// builder takes the product of their automata. The JSON Schema front-end uses it
     /// for a `pattern` under `minLength`/`maxLength` or a `format`.
     And(Vec<Expr>),
+    /// A deterministic automaton over characters, kept whole: a structural tag's free
+    /// text, which as an expression is many times larger than its automaton. Prints as
+    /// the equivalent expression ([`CharDfa::to_expr`]).
+    Dfa(std::sync::Arc<CharDfa>),
 }
 
 impl Expr {
@@ -95,6 +102,7 @@ impl Expr {
     pub fn size(&self) -> usize {
         match self {
             Expr::Empty | Expr::Literal(_) | Expr::Class(_) | Expr::Rule(_) => 1,
+            Expr::Dfa(d) => d.len() + d.num_moves(),
             Expr::Seq(v) | Expr::Alt(v) | Expr::And(v) => 1 + v.iter().map(Expr::size).sum::<usize>(),
             Expr::Repeat { expr, .. } => 1 + expr.size(),
         }
@@ -105,6 +113,7 @@ impl Expr {
     pub fn expanded_size(&self) -> u64 {
         match self {
             Expr::Empty | Expr::Literal(_) | Expr::Class(_) | Expr::Rule(_) => 1,
+            Expr::Dfa(d) => (d.len() + d.num_moves()) as u64,
             Expr::Seq(v) | Expr::Alt(v) => {
                 1 + v.iter().map(Expr::expanded_size).fold(0u64, u64::saturating_add)
             }
@@ -119,7 +128,7 @@ impl Expr {
     /// Calls `f` on every rule this expression references.
     pub fn for_each_rule(&self, f: &mut impl FnMut(RuleId)) {
         match self {
-            Expr::Empty | Expr::Literal(_) | Expr::Class(_) => {}
+            Expr::Empty | Expr::Literal(_) | Expr::Class(_) | Expr::Dfa(_) => {}
             Expr::Rule(r) => f(*r),
             Expr::Seq(v) | Expr::Alt(v) | Expr::And(v) => v.iter().for_each(|e| e.for_each_rule(f)),
             Expr::Repeat { expr, .. } => expr.for_each_rule(f),
@@ -129,7 +138,7 @@ impl Expr {
     /// Rewrites every rule reference with `f`.
     pub fn map_rules(&mut self, f: &mut impl FnMut(RuleId) -> Expr) {
         match self {
-            Expr::Empty | Expr::Literal(_) | Expr::Class(_) => {}
+            Expr::Empty | Expr::Literal(_) | Expr::Class(_) | Expr::Dfa(_) => {}
             Expr::Rule(r) => *self = f(*r),
             Expr::Seq(v) | Expr::Alt(v) | Expr::And(v) => v.iter_mut().for_each(|e| e.map_rules(f)),
             Expr::Repeat { expr, .. } => expr.map_rules(f),

@@ -38,6 +38,9 @@ fn write_member_set(f: &mut fmt::Formatter<'_>, g: &Grammar, set: &super::Member
     }
 }
 
+/// Largest expression a character automaton prints as, in [`Expr::size`] nodes.
+const PRINT_DFA_MAX_SIZE: usize = 400_000;
+
 /// Binding strength of the context an expression is printed in.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Prec {
@@ -58,6 +61,14 @@ fn write_expr(f: &mut fmt::Formatter<'_>, g: &Grammar, e: &Expr, ctx: Prec) -> f
         Expr::Seq(v) => paren(f, ctx > Prec::Seq, |f| write_list(f, g, v, " ", Prec::Postfix)),
         Expr::Alt(v) => paren(f, ctx > Prec::Alt, |f| write_list(f, g, v, " | ", Prec::And)),
         Expr::And(v) => paren(f, ctx > Prec::And, |f| write_list(f, g, v, " & ", Prec::Seq)),
+        // Printed as the equivalent expression (a structural tag's free text is a few
+        // kilobytes of EBNF). One whose expression would pass the size limit (patterns
+        // that overlap in many ways, never a model's triggers) prints as the empty set:
+        // the printed grammar is then for reading only.
+        Expr::Dfa(d) => match d.to_expr(PRINT_DFA_MAX_SIZE) {
+            Some(e) => write_expr(f, g, &e, ctx),
+            None => f.write_str("[]"),
+        },
         Expr::Repeat { expr, min, max } => {
             // A postfix operator applied to a postfix expression needs parentheses:
             // `a**` is not EBNF.

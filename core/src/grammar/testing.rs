@@ -8,6 +8,7 @@ use super::Expr;
 pub(crate) fn matches(e: &Expr, s: &str) -> bool {
     match e {
         Expr::And(v) => v.iter().all(|x| matches(x, s)),
+        Expr::Dfa(d) => d.matches(s),
         e => recognizer(e).is_match(s),
     }
 }
@@ -31,6 +32,7 @@ fn to_regex(e: &Expr) -> String {
         Expr::Repeat { expr, min, max } => {
             format!("(?:{}){{{min},{}}}", to_regex(expr), max.map_or(String::new(), |m| m.to_string()))
         }
+        Expr::Dfa(d) => to_regex(&d.to_expr(1 << 20).expect("automaton small enough to expand")),
         Expr::Rule(_) => panic!("rule calls cannot be matched by a regex"),
         Expr::And(_) => panic!("intersections below the top cannot be matched by a regex"),
     }

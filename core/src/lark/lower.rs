@@ -681,7 +681,8 @@ impl Lower<'_> {
             Expr::Rule(_) => e.clone(),
             Expr::Empty => nothing(),
             Expr::Literal(s) if s.is_empty() => nothing(),
-            Expr::Literal(_) | Expr::Class(_) | Expr::And(_) => e.clone(),
+            // (Lark's lowering writes no character automata; one would be a lexeme.)
+            Expr::Literal(_) | Expr::Class(_) | Expr::And(_) | Expr::Dfa(_) => e.clone(),
         })
     }
 
@@ -959,6 +960,7 @@ fn expr_nullable(e: &Expr, rules: &[bool]) -> bool {
         Expr::Empty => true,
         Expr::Literal(s) => s.is_empty(),
         Expr::Class(_) => false,
+        Expr::Dfa(d) => d.is_final(0),
         Expr::Rule(r) => rules.get(r.index()).copied().unwrap_or(false),
         Expr::Seq(v) | Expr::And(v) => v.iter().all(|x| expr_nullable(x, rules)),
         Expr::Alt(v) => v.iter().any(|x| expr_nullable(x, rules)),

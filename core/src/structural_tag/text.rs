@@ -1,7 +1,7 @@
-//! Free text as a regular expression: "any text up to the first trigger", "any text
-//! containing no exclude".
+//! Free text as an automaton: "any text up to the first trigger", "any text containing
+//! no exclude".
 //!
-//! # Why an expression, not a rule per state
+//! # Why one regular expression, not a rule per state
 //! The mask cache classifies a token as context-independent when its bytes stay inside
 //! one rule's DFA. Free text written as one right-linear rule per automaton state would
 //! end a rule at every character, making most of the vocabulary context-dependent at
@@ -17,22 +17,19 @@
 //! terminal: a *final* pattern (a trigger) ends the text there, a *dead* one (an
 //! exclude, the enclosing tag's `end`) rejects it. Characters no pattern contains all go
 //! back to the root, so the alphabet is the patterns' characters plus one class for the
-//! rest. The automaton is turned into an expression by state elimination, deepest
-//! states first: every state but the root has a single trie parent, so each elimination
-//! nests the state's edges under the character that enters it and the expression stays
-//! linear in the patterns' length (plus a few alternatives per failure target).
+//! rest. The automaton goes into the IR as it is ([`Expr::Dfa`]): as an expression (state
+//! elimination) it was thousands of nodes that every later pass walked and the subset
+//! construction folded back into these few states — half of a 20-tool tag's compile.
 
 use crate::grammar::class::{complement_class, normalize_class};
-use crate::grammar::Expr;
-use rustc_hash::{FxHashMap, FxHashSet};
+pub(crate) use crate::grammar::{alt2, seq2};
+use crate::grammar::{CharDfa, CharMove, Expr};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Most pattern characters in one free-text region (triggers, excludes and ends
 /// together); each is an automaton state.
 pub(crate) const MAX_PATTERN_CHARS: usize = 8_192;
-
-/// Largest expression built for one free-text region, in [`Expr::size`] nodes.
-pub(crate) const MAX_TEXT_SIZE: usize = 400_000;
 
 /// The free-text languages over one set of patterns.
 #[derive(Debug)]
@@ -140,155 +137,38 @@ pub(crate) fn free_text(finals: &[String], dead: &[String]) -> Result<FreeText, 
     };
     let others = complement_class(&alphabet.iter().map(|&c| (c as u32, c as u32)).collect::<Vec<_>>());
 
-    // Graph nodes: trie states 0..n (only live ones get edges), then start, one final per
-    // trigger, and the end of text.
-    let start = n;
-    let final_node = |j: usize| n + 1 + j;
-    let end = n + 1 + finals.len();
-    let mut g = Graph::new(end + 1);
-    g.add(start, 0, Expr::Empty);
+    // States: the trie's (a state where a pattern has ended has no moves), then one per
+    // trigger, where the text has just written it.
+    let final_state = |j: usize| (n + j) as u32;
+    let mut moves: Vec<Vec<CharMove>> = vec![Vec::new(); n + finals.len()];
     for q in (0..n).filter(|&q| trie.out[q].is_none()) {
-        let mut classes: BTreeMap<usize, Vec<(u32, u32)>> = BTreeMap::new();
+        let mut classes: BTreeMap<u32, Vec<(u32, u32)>> = BTreeMap::new();
         for &c in &alphabet {
             let t = trie.step(q, c);
             let target = match trie.out[t] {
-                None => t,
-                Some(Out::Final(j)) => final_node(j),
+                None => t as u32,
+                Some(Out::Final(j)) => final_state(j),
                 Some(Out::Dead) => continue,
             };
             classes.entry(target).or_default().push((c as u32, c as u32));
         }
         classes.entry(0).or_default().extend(others.iter().copied());
-        for (target, ranges) in classes {
-            let class = normalize_class(ranges);
-            if !class.is_empty() {
-                g.add(q, target, Expr::Class(class));
-            }
-        }
-        g.add(q, end, Expr::Empty);
+        moves[q] = classes.into_iter().map(|(t, ranges)| (normalize_class(ranges), t)).collect();
     }
-    // Deepest first; the root last.
-    let mut order: Vec<usize> = (0..n).filter(|&q| trie.out[q].is_none()).collect();
-    order.sort_by_key(|&q| std::cmp::Reverse(trie.depth[q]));
-    for q in order {
-        g.eliminate(q);
-        if g.spent > MAX_TEXT_SIZE * 4 {
-            // Patterns that overlap in many ways (`abab…` beside `baba…`) can make the
-            // expression grow faster than the automaton: stop before the memory does.
-            return Err(("free-text expression size", g.spent, MAX_TEXT_SIZE * 4));
-        }
-    }
-    let mut take = |to: usize| g.out[start].remove(&to).unwrap_or_else(nothing);
-    let until: Vec<Expr> = (0..finals.len()).map(|j| take(final_node(j))).collect();
-    let rest = take(end);
-    let size = until.iter().map(Expr::size).sum::<usize>() + rest.size();
-    if size > MAX_TEXT_SIZE {
-        return Err(("free-text expression size", size, MAX_TEXT_SIZE));
-    }
+    let automaton = |finals: Vec<bool>| {
+        CharDfa::new(moves.clone(), finals).map_or_else(nothing, |d| Expr::Dfa(Arc::new(d)))
+    };
+    let until = (0..finals.len())
+        .map(|j| automaton((0..moves.len()).map(|s| s == final_state(j) as usize).collect()))
+        .collect();
+    // Anywhere no pattern has ended.
+    let rest = automaton((0..moves.len()).map(|s| s < n && trie.out[s].is_none()).collect());
     Ok(FreeText { until, rest })
 }
 
 /// The empty language.
 pub(crate) fn nothing() -> Expr {
     Expr::Alt(Vec::new())
-}
-
-/// A graph whose edges are expressions, for state elimination.
-struct Graph {
-    out: Vec<FxHashMap<usize, Expr>>,
-    inc: Vec<FxHashSet<usize>>,
-    /// Expression nodes built so far (each edge's size when added).
-    spent: usize,
-}
-
-impl Graph {
-    fn new(n: usize) -> Self {
-        Self { out: vec![FxHashMap::default(); n], inc: vec![FxHashSet::default(); n], spent: 0 }
-    }
-
-    /// Adds `e` as another way from `p` to `r`.
-    fn add(&mut self, p: usize, r: usize, e: Expr) {
-        self.spent += e.size();
-        let merged = match self.out[p].remove(&r) {
-            Some(old) => alt2(old, e),
-            None => e,
-        };
-        self.out[p].insert(r, merged);
-        self.inc[r].insert(p);
-    }
-
-    /// Removes `q`, routing every path through it directly: `p → r` gains
-    /// `(p→q) (q→q)* (q→r)`.
-    fn eliminate(&mut self, q: usize) {
-        let mut outs = std::mem::take(&mut self.out[q]);
-        let self_loop = outs.remove(&q);
-        let preds: Vec<usize> = std::mem::take(&mut self.inc[q]).into_iter().filter(|&p| p != q).collect();
-        let mut succs: Vec<(usize, Expr)> = outs.into_iter().collect();
-        succs.sort_by_key(|&(r, _)| r);
-        for &(r, _) in &succs {
-            self.inc[r].remove(&q);
-        }
-        let mut preds = preds;
-        preds.sort_unstable();
-        for p in preds {
-            let Some(into) = self.out[p].remove(&q) else { continue };
-            let into = match &self_loop {
-                Some(l) => seq2(into, Expr::Repeat { expr: Box::new(l.clone()), min: 0, max: None }),
-                None => into,
-            };
-            for (r, from) in &succs {
-                if self.spent > MAX_TEXT_SIZE * 4 {
-                    return;
-                }
-                self.add(p, *r, seq2(into.clone(), from.clone()));
-            }
-        }
-    }
-}
-
-/// `a b`, flattening sequences and dropping empty strings.
-pub(crate) fn seq2(a: Expr, b: Expr) -> Expr {
-    let mut v = Vec::new();
-    for e in [a, b] {
-        match e {
-            Expr::Empty => {}
-            Expr::Seq(items) => v.extend(items),
-            e => v.push(e),
-        }
-    }
-    match v.len() {
-        0 => Expr::Empty,
-        1 => v.pop().unwrap_or(Expr::Empty),
-        _ => Expr::Seq(v),
-    }
-}
-
-/// `a | b`, flattening alternatives and merging character classes.
-pub(crate) fn alt2(a: Expr, b: Expr) -> Expr {
-    let mut v = Vec::new();
-    for e in [a, b] {
-        match e {
-            Expr::Alt(items) => v.extend(items),
-            e => v.push(e),
-        }
-    }
-    // One class for all the single-character alternatives keeps the NFA small.
-    let mut ranges = Vec::new();
-    let mut rest: Vec<Expr> = Vec::with_capacity(v.len());
-    for e in v {
-        match e {
-            Expr::Class(r) => ranges.extend(r),
-            e if !rest.contains(&e) => rest.push(e),
-            _ => {}
-        }
-    }
-    if !ranges.is_empty() {
-        rest.insert(0, Expr::Class(normalize_class(ranges)));
-    }
-    if rest.len() == 1 {
-        return rest.pop().unwrap_or_else(nothing);
-    }
-    Expr::Alt(rest)
 }
 
 #[cfg(test)]
@@ -325,11 +205,18 @@ mod tests {
             (vec!["<tool_call>".into(), "<function=".into(), "[TOOL_CALLS]".into()], vec!["</think>".into()]),
         ];
         for (finals, dead) in sets {
-            match free_text(&finals, &dead) {
-                Ok(ft) => assert!(ft.rest.size() <= MAX_TEXT_SIZE),
-                Err((_, given, limit)) => assert!(given > limit),
+            // An automaton: as large as the trie (one state per pattern character, plus
+            // one per trigger), whatever the overlaps; only printing it can grow.
+            let chars: usize = finals.iter().chain(&dead).map(String::len).sum();
+            let ft = free_text(&finals, &dead).unwrap();
+            for e in ft.until.iter().chain([&ft.rest]) {
+                if let Expr::Dfa(d) = e {
+                    assert!(d.len() <= chars + finals.len() + 1, "{} states for {chars} characters", d.len());
+                }
             }
         }
+        let too_many = vec!["ab".repeat(MAX_PATTERN_CHARS)];
+        assert!(matches!(free_text(&too_many, &[]), Err((_, given, limit)) if given > limit));
         assert!(t0.elapsed().as_secs() < 10, "{:?}", t0.elapsed());
     }
 
@@ -347,8 +234,10 @@ mod tests {
             let f: Vec<String> = finals.iter().map(|s| s.to_string()).collect();
             let d: Vec<String> = dead.iter().map(|s| s.to_string()).collect();
             let ft = free_text(&f, &d).unwrap();
+            // Both the automaton as the builder reads it and the expression it prints as.
             let rest = compile(&ft.rest);
             let until: Vec<regex::Regex> = ft.until.iter().map(compile).collect();
+            let run = |e: &Expr, t: &str| crate::grammar::testing::matches(e, t);
             let alphabet = ['a', 'b', '<', 't', '/', '>', 'x'];
             let mut texts = vec![String::new()];
             for len in 1..=5 {
@@ -364,9 +253,11 @@ mod tests {
                 let hit = first_hit(t, finals, dead);
                 let want_rest = hit.is_none();
                 assert_eq!(rest.is_match(t), want_rest, "{finals:?} {dead:?} rest {t:?}");
+                assert_eq!(run(&ft.rest, t), want_rest, "{finals:?} {dead:?} rest (automaton) {t:?}");
                 for (j, re) in until.iter().enumerate() {
                     let want = hit == Some((t.len(), Some(j)));
                     assert_eq!(re.is_match(t), want, "{finals:?} {dead:?} until {j} {t:?}");
+                    assert_eq!(run(&ft.until[j], t), want, "{finals:?} {dead:?} until {j} (automaton) {t:?}");
                 }
             }
         }

@@ -135,6 +135,25 @@ impl Builder {
                 }
                 self.prods.push((x, rhs));
             }
+            // Right-linear: a nonterminal per state, `S_s ::= <bytes of c> S_t` per move
+            // and `S_s ::= ""` where the automaton may stop.
+            Expr::Dfa(d) => {
+                let first = self.n;
+                self.n += d.len();
+                for s in 0..d.len() {
+                    for (class, t) in d.moves(s) {
+                        for seq in utf8_seqs(class) {
+                            let mut rhs = seq;
+                            rhs.push(Sym::Nt(first + *t as usize));
+                            self.prods.push((first + s, rhs));
+                        }
+                    }
+                    if d.is_final(s) {
+                        self.prods.push((first + s, vec![]));
+                    }
+                }
+                self.prods.push((x, vec![Sym::Nt(first)]));
+            }
             other => {
                 let rhs = self.expr_seq(other);
                 self.prods.push((x, rhs));
@@ -150,17 +169,25 @@ impl Builder {
             Expr::Seq(v) => v.iter().flat_map(|x| self.expr_seq(x)).collect(),
             Expr::Class(ranges) => {
                 let x = self.fresh();
-                for &(lo, hi) in ranges {
-                    for seq in Utf8Sequences::new(char::from_u32(lo).unwrap(), char::from_u32(hi).unwrap()) {
-                        self.prods
-                            .push((x, seq.as_slice().iter().map(|r| Sym::Byte(r.start, r.end)).collect()));
-                    }
+                for seq in utf8_seqs(ranges) {
+                    self.prods.push((x, seq));
                 }
                 vec![Sym::Nt(x)]
             }
             other => vec![self.nt(other)],
         }
     }
+}
+
+/// The byte sequences of a character class's characters.
+fn utf8_seqs(ranges: &[(u32, u32)]) -> Vec<Vec<Sym>> {
+    let mut out = Vec::new();
+    for &(lo, hi) in ranges {
+        for seq in Utf8Sequences::new(char::from_u32(lo).unwrap(), char::from_u32(hi).unwrap()) {
+            out.push(seq.as_slice().iter().map(|r| Sym::Byte(r.start, r.end)).collect());
+        }
+    }
+    out
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
