@@ -513,6 +513,22 @@ impl Builder {
                 let product = parts.try_fold(first, |acc, p| intersect(&acc, &p, max))?;
                 self.embed(&product, from, max)?
             }
+            // `x{m,}` with `m >= 1`: `m - 1` copies, then `x+` as one copy whose end loops
+            // back to its start (the textbook `x x*` built a second copy: the tags of a
+            // tool-calling tag's `tags_with_separator`, every tool's arguments, twice).
+            Expr::Repeat { expr, min, max: None } if *min >= 1 => {
+                let mut cur = from;
+                for _ in 1..*min {
+                    cur = self.expr(expr, cur, max)?;
+                }
+                let s = self.state(max)?;
+                self.eps.push((cur, s));
+                let e = self.expr(expr, s, max)?;
+                self.eps.push((e, s));
+                let end = self.state(max)?;
+                self.eps.push((e, end));
+                end
+            }
             Expr::Repeat { expr, min, max: rep_max } => {
                 let mut cur = from;
                 for _ in 0..*min {
@@ -553,6 +569,39 @@ mod tests {
 
     fn re(p: &str) -> Expr {
         regex_to_expr(&format!("^(?:{p})$"), &RegexLimits::default()).unwrap()
+    }
+
+    #[test]
+    fn one_or_more_is_one_copy_of_its_body() {
+        // `x{m,}` reads the language `x^m x*` with `m` copies of `x`, not `m + 1`.
+        let word = "tool_call_with_a_long_name";
+        let lit = || Box::new(Expr::Literal(word.into()));
+        for min in 1..=3u32 {
+            let nfa = Nfa::build(&Expr::Repeat { expr: lit(), min, max: None }, 1 << 20).unwrap();
+            let copies = nfa.len() / word.len();
+            assert_eq!(copies, min as usize, "{} states for {min} copies", nfa.len());
+            // The strings of `n` copies, accepted from `min` on.
+            let accepts = |text: &str| {
+                let mut set = vec![0u32];
+                let mut seen = vec![false; nfa.len()];
+                nfa.closure(&mut set, &mut seen);
+                for &b in text.as_bytes() {
+                    let mut next: Vec<u32> = set
+                        .iter()
+                        .flat_map(|&q| nfa.bytes.of(q).iter().filter(|e| e.0 <= b && b <= e.1).map(|e| e.2))
+                        .collect();
+                    next.sort_unstable();
+                    next.dedup();
+                    nfa.closure(&mut next, &mut seen);
+                    set = next;
+                }
+                set.contains(&nfa.end)
+            };
+            for n in 0..6u32 {
+                assert_eq!(accepts(&word.repeat(n as usize)), n >= min, "{n} copies, min {min}");
+            }
+            assert!(!accepts(&format!("{word}x")));
+        }
     }
 
     #[test]

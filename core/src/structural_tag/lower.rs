@@ -182,11 +182,9 @@ impl Lower<'_> {
                 let text = self.text(triggers, &dead, ptr)?;
                 let mut branches = Vec::with_capacity(triggers.len());
                 for (t, until) in triggers.iter().zip(text.until) {
-                    let mut rests = Vec::new();
-                    for tag in tags.iter().filter(|tag| tag.begin.starts_with(t.as_str())) {
-                        rests.push(self.tag(tag, Some(t.len()))?);
-                    }
-                    branches.push(seq2(until, alt_all(rests)));
+                    let started: Vec<&Tag> =
+                        tags.iter().filter(|tag| tag.begin.starts_with(t.as_str())).collect();
+                    branches.push(seq2(until, self.any_tag(&started, Some(t.len()))?));
                 }
                 let branch = alt_all(branches);
                 match (at_least_one, stop_after_first) {
@@ -198,8 +196,15 @@ impl Lower<'_> {
             }
             Format::TagsWithSeparator { tags, separator, at_least_one, stop_after_first } => {
                 let one = self.tags(tags)?;
-                let some =
-                    if *stop_after_first { one } else { seq2(one.clone(), star(seq2(lit(separator), one))) };
+                let some = if *stop_after_first {
+                    one
+                } else if separator.is_empty() {
+                    // One copy of the tags, not two (`one one*`): the automata builder reads
+                    // `x+` with a single copy of `x`, and a copy is every tool's arguments.
+                    Expr::Repeat { expr: Box::new(one), min: 1, max: None }
+                } else {
+                    seq2(one.clone(), star(seq2(lit(separator), one)))
+                };
                 if *at_least_one {
                     some
                 } else {
@@ -226,22 +231,47 @@ impl Lower<'_> {
     /// `begin content end`; with `skip`, without the first `skip` bytes of `begin` (the
     /// trigger that free text already wrote).
     fn tag(&mut self, tag: &Tag, skip: Option<usize>) -> R<Expr> {
-        let ends: Vec<String> = tag.ends.clone();
-        if ends.iter().all(String::is_empty) && is_unlimited(&tag.content) {
+        let opened = self.opened(tag, skip)?;
+        Ok(seq2(opened, alt_all(tag.ends.iter().map(|e| lit(e)))))
+    }
+
+    /// `begin content` of [`Self::tag`], without the end.
+    fn opened(&mut self, tag: &Tag, skip: Option<usize>) -> R<Expr> {
+        if tag.ends.iter().all(String::is_empty) && is_unlimited(&tag.content) {
             return Err(Error::new(&child(&tag.pointer, "end"), Kind::UnlimitedContentWithoutEnd));
         }
         let begin = tag.begin.get(skip.unwrap_or(0)..).unwrap_or_default();
-        let content = self.format(&tag.content, Some(&ends))?;
-        Ok(seq2(seq2(lit(begin), content), alt_all(ends.iter().map(|e| lit(e)))))
+        let content = self.format(&tag.content, Some(&tag.ends))?;
+        Ok(seq2(lit(begin), content))
+    }
+
+    /// Any one of `tags` (each with `skip` as in [`Self::tag`]). Tags that share their
+    /// ends (every tool of a preset: `</tool_call>`) end in one copy of them: written per
+    /// tag, the 20 copies of a 20-tool tag were 20 chains of DFA states that minimization
+    /// merged back into one (a third of the root's states before minimizing).
+    fn any_tag(&mut self, tags: &[&Tag], skip: Option<usize>) -> R<Expr> {
+        let shared = tags.first().filter(|first| tags.iter().all(|t| t.ends == first.ends));
+        let mut v = Vec::with_capacity(tags.len());
+        match shared {
+            Some(first) if tags.len() > 1 => {
+                for tag in tags {
+                    v.push(self.opened(tag, skip)?);
+                }
+                Ok(seq2(alt_all(v), alt_all(first.ends.iter().map(|e| lit(e)))))
+            }
+            _ => {
+                for tag in tags {
+                    v.push(self.tag(tag, skip)?);
+                }
+                Ok(alt_all(v))
+            }
+        }
     }
 
     /// Any one of `tags`, whole.
     fn tags(&mut self, tags: &[Tag]) -> R<Expr> {
-        let mut v = Vec::with_capacity(tags.len());
-        for tag in tags {
-            v.push(self.tag(tag, None)?);
-        }
-        Ok(alt_all(v))
+        let tags: Vec<&Tag> = tags.iter().collect();
+        self.any_tag(&tags, None)
     }
 
     fn text(&self, finals: &[String], dead: &[String], ptr: &str) -> R<FreeText> {
