@@ -425,14 +425,10 @@ impl CompiledGrammar {
         if budget.is_zero() {
             return;
         }
-        let a = &self.automata;
         // The states live at the start are needed by the first fill anyway: compute them
         // in full first, then spend the budget on the states nearest to them.
-        let start = crate::matcher::earley::Earley::new(a, a.root_start().0);
-        for it in start.last_set() {
-            if a.scans(it.state) {
-                self.mask(it.state);
-            }
+        for s in self.start_states() {
+            self.mask(s);
         }
         let deadline = Instant::now() + budget;
         self.for_nearest_states(|s| {
@@ -448,6 +444,16 @@ impl CompiledGrammar {
             }
             true
         });
+    }
+
+    /// The scanning states live before the first token: those the first fill reads.
+    fn start_states(&self) -> Vec<u32> {
+        let a = &self.automata;
+        let start = crate::matcher::earley::Earley::new(a, a.root_start().0);
+        let mut v: Vec<u32> = start.last_set().iter().map(|it| it.state).filter(|&s| a.scans(s)).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
     }
 
     /// Calls `f` on the scannable states in breadth-first order from the root's start
@@ -692,11 +698,18 @@ impl CompiledGrammar {
         let weak = Arc::downgrade(self);
         let work = move || {
             let Some(me) = weak.upgrade() else { return };
+            // The states live at the start are the first fill's, on the caller's thread
+            // right after this spawn: taken first here, that fill waited for this thread
+            // to be scheduled and finish them. They go last (should no fill come).
+            let first_fill = me.start_states();
             let mut order = Vec::new();
             me.for_nearest_states(|s| {
-                order.push(s);
+                if !first_fill.contains(&s) {
+                    order.push(s);
+                }
                 true
             });
+            order.extend(first_fill);
             drop(me);
             for s in order {
                 let Some(me) = weak.upgrade() else { return };
@@ -727,13 +740,22 @@ fn marker_tokens(markers: &[String], tok: &TokenizerInfo) -> Box<[u32]> {
     if markers.is_empty() {
         return Box::default();
     }
+    // A token can only occur in a marker if every one of its bytes does: most special
+    // tokens (`<|reserved_special_token_17|>` against `{"name": "…`) fail this at once,
+    // before a substring search of every marker (a 20-tool tag has 40 of them).
+    let mut in_markers = [false; 256];
+    for b in markers.iter().flat_map(|m| m.bytes()) {
+        in_markers[b as usize] = true;
+    }
     tok.special_ids()
         .iter()
         .copied()
         .filter(|id| !tok.stop_tokens().contains(id))
         .filter(|&id| {
             let b = tok.token_bytes(id);
-            !b.is_empty() && std::str::from_utf8(b).is_ok_and(|t| markers.iter().any(|m| m.contains(t)))
+            !b.is_empty()
+                && b.iter().all(|&x| in_markers[x as usize])
+                && std::str::from_utf8(b).is_ok_and(|t| markers.iter().any(|m| m.contains(t)))
         })
         .collect()
 }

@@ -8,8 +8,8 @@
 //! [`SchemaErrorKind::UnresolvableRef`].
 
 use super::{SchemaError, SchemaErrorKind};
+use rustc_hash::FxHashMap as HashMap;
 use serde_json::Value;
-use std::collections::HashMap;
 
 /// The base URI used when the root has no `$id`.
 pub(crate) const DEFAULT_BASE: &str = "urn:grammask:root";
@@ -153,7 +153,11 @@ impl Resolver {
     /// Indexes `root`. With `ref_alone` (Draft 4–7 documents) an `$id` beside a `$ref` is
     /// ignored like every other sibling of `$ref`, so it changes no base URI.
     pub fn new(root: &Value, ref_alone: bool) -> Resolver {
-        let mut r = Resolver { bases: HashMap::new(), resources: HashMap::new(), anchors: HashMap::new() };
+        let mut r = Resolver {
+            bases: HashMap::default(),
+            resources: HashMap::default(),
+            anchors: HashMap::default(),
+        };
         let id_key = id_keyword(root);
         let root_id = root.get(id_key).filter(|_| !(ref_alone && root.get("$ref").is_some()));
         let root_base = match root_id.and_then(Value::as_str) {

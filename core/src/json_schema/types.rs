@@ -15,7 +15,6 @@ use super::{JsonSchemaOptions, SchemaError, SchemaErrorKind, SchemaWarning, Whit
 use crate::grammar::{Expr, Grammar, Rule, RuleId};
 use rustc_hash::FxHashMap;
 use serde_json::{Map, Value};
-use std::collections::HashMap;
 
 /// Keywords this converter enforces (handled somewhere in the walk).
 const ENFORCED: &[&str] = &[
@@ -144,10 +143,10 @@ pub(crate) struct Builder<'a> {
     pub layout: Layout,
     pub resolver: Resolver,
     pub rules: Vec<Rule>,
-    memo: HashMap<(String, u32), RuleId>,
+    memo: FxHashMap<(String, u32), RuleId>,
     /// Rules of merged `allOf` / `$ref`-with-siblings schemas, by absolutized schema text
     /// and level (see [`Builder::map_schema`]).
-    merged: HashMap<(String, u32), RuleId>,
+    merged: FxHashMap<(String, u32), RuleId>,
     any_memo: FxHashMap<u32, RuleId>,
     number_rule: Option<RuleId>,
     /// Integer ranges already built, by bounds (see [`Builder::int_range`]).
@@ -181,8 +180,8 @@ impl<'a> Builder<'a> {
             layout: Layout(opts.whitespace),
             resolver: Resolver::new(root, legacy_draft(root)),
             rules: vec![Rule::new("root", Expr::Empty)],
-            memo: HashMap::new(),
-            merged: HashMap::new(),
+            memo: FxHashMap::default(),
+            merged: FxHashMap::default(),
             any_memo: FxHashMap::default(),
             number_rule: None,
             int_ranges: FxHashMap::default(),
