@@ -1,7 +1,7 @@
 //! Free text as an automaton: "any text up to the first trigger", "any text containing
 //! no exclude".
 //!
-//! # Why one regular expression, not a rule per state
+//! # Why one inlined automaton, not a rule per state
 //! The mask cache classifies a token as context-independent when its bytes stay inside
 //! one rule's DFA. Free text written as one right-linear rule per automaton state would
 //! end a rule at every character, making most of the vocabulary context-dependent at
