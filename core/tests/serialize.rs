@@ -95,6 +95,20 @@ fn payload_start(bytes: &[u8]) -> usize {
 }
 
 /// `bytes` with a payload edit and its checksum fixed: what the checksum cannot catch.
+/// `good` with `edits` payload bytes (from `start` on) flipped, set to 0xFF or random.
+fn edited(good: &[u8], start: usize, rng: &mut Rng, edits: usize) -> Vec<u8> {
+    let mut b = good.to_vec();
+    for _ in 0..edits {
+        let i = start + rng.below(b.len() - start);
+        b[i] = match rng.below(3) {
+            0 => b[i] ^ (1 << rng.below(8)),
+            1 => 0xFF,
+            _ => rng.below(256) as u8,
+        };
+    }
+    b
+}
+
 fn with_valid_crc(mut bytes: Vec<u8>) -> Vec<u8> {
     let p = payload_start(&bytes);
     let crc = crc32fast::hash(&bytes[p..]);
@@ -148,15 +162,7 @@ fn corrupt_truncated_and_foreign_bytes_are_typed_errors() {
     let start = payload_start(&good);
     let mut loaded_ok = 0;
     for round in 0..3000 {
-        let mut b = good.clone();
-        for _ in 0..1 + round % 4 {
-            let i = start + rng.below(b.len() - start);
-            b[i] = match rng.below(3) {
-                0 => b[i] ^ (1 << rng.below(8)),
-                1 => 0xFF,
-                _ => rng.below(256) as u8,
-            };
-        }
+        let b = edited(&good, start, &mut rng, 1 + round % 4);
         if let Ok(g) = CompiledGrammar::from_bytes(&with_valid_crc(b), tok.clone()) {
             loaded_ok += 1;
             let mut m = GrammarMatcher::new(Arc::new(g));
@@ -184,15 +190,7 @@ fn edited_character_automata_are_typed_errors_or_load_whole() {
     let mut rng = Rng(0x0BAD_5EED);
     let mut caught = 0;
     for round in 0..2000 {
-        let mut b = good.clone();
-        for _ in 0..1 + round % 3 {
-            let i = start + rng.below(b.len() - start);
-            b[i] = match rng.below(3) {
-                0 => b[i] ^ (1 << rng.below(8)),
-                1 => 0xFF,
-                _ => rng.below(256) as u8,
-            };
-        }
+        let b = edited(&good, start, &mut rng, 1 + round % 3);
         match CompiledGrammar::from_bytes(&with_valid_crc(b), tok.clone()) {
             Ok(g) => {
                 let mut m = GrammarMatcher::new(Arc::new(g));
