@@ -162,7 +162,7 @@ impl Automata {
         // of argument rules). Results come back in rule order and each rule's automaton
         // does not depend on which thread or scratch built it, so the automata are the
         // same state for state (`digest`) however many threads ran.
-        let parallel = g.rules.len() >= PARALLEL_MIN_RULES && worth_parallel(0);
+        let parallel_nfas = g.rules.len() >= PARALLEL_MIN_RULES && worth_parallel(0);
         let plan = |r: &crate::grammar::Rule| match chain::split(&r.body, placeholder) {
             Some(sp) => Ok(Plan {
                 nfa: Nfa::build(&sp.outer, limits.max_nfa_states)?,
@@ -170,7 +170,7 @@ impl Automata {
             }),
             None => Ok(Plan { nfa: Nfa::build(&r.body, limits.max_nfa_states)?, chain: None }),
         };
-        let plans: Vec<Result<Plan, Error>> = if parallel {
+        let plans: Vec<Result<Plan, Error>> = if parallel_nfas {
             g.rules.par_iter().map(plan).collect()
         } else {
             g.rules.iter().map(plan).collect()
@@ -189,13 +189,15 @@ impl Automata {
         let build = |sc: &mut dfa::Scratch, (plan, rule): (&Plan, &crate::grammar::Rule)| {
             rule_dfa(plan, rule, placeholder, n_classes, sc, limits)
         };
-        let built: Vec<Result<(Dfa, Option<chain::Layout>), Error>> =
-            if parallel && nfa_states >= PARALLEL_MIN_NFA_STATES && worth_parallel(nfa_states) {
-                plans.par_iter().zip(&g.rules).map_init(|| dfa::Scratch::new(&class_rep), build).collect()
-            } else {
-                let mut scratch = dfa::Scratch::new(&class_rep);
-                plans.iter().zip(&g.rules).map(|x| build(&mut scratch, x)).collect()
-            };
+        let built: Vec<Result<(Dfa, Option<chain::Layout>), Error>> = if g.rules.len() >= PARALLEL_MIN_RULES
+            && nfa_states >= PARALLEL_MIN_NFA_STATES
+            && worth_parallel(nfa_states)
+        {
+            plans.par_iter().zip(&g.rules).map_init(|| dfa::Scratch::new(&class_rep), build).collect()
+        } else {
+            let mut scratch = dfa::Scratch::new(&class_rep);
+            plans.iter().zip(&g.rules).map(|x| build(&mut scratch, x)).collect()
+        };
         let mut dfas = Vec::with_capacity(plans.len());
         let mut layouts: Vec<(usize, chain::Layout)> = Vec::new();
         let mut total = 0;
@@ -761,9 +763,10 @@ mod tests {
         let text = format!("root ::= ({}) small\nsmall ::= \"y\" small | \"z\"", words.join(" | "));
         let g = crate::grammar::parse_ebnf(&text, "root", &Default::default()).unwrap();
         let limits = AutomataLimits { max_dfa_states: 60, ..Default::default() };
-        let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
-        for g in [g.clone(), g] {
-            match one.install(|| Automata::build_owned(g, &limits)) {
+        // Serially, and in a pool where each worker's scratch builds several rules.
+        for threads in [1, 2] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            match pool.install(|| Automata::build_owned(g.clone(), &limits)) {
                 Err(Error::Limit { what, .. }) => assert!(what.contains("DFA states"), "{what}"),
                 other => panic!("{other:?}"),
             }

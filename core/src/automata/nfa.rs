@@ -4,7 +4,7 @@
 
 use crate::error::Error;
 use crate::error::{GrammarError, GrammarErrorKind};
-use crate::grammar::Expr;
+use crate::grammar::{CharMove, Expr};
 use regex_syntax::utf8::Utf8Sequences;
 use rustc_hash::FxHashMap;
 
@@ -466,9 +466,8 @@ impl Builder {
                 end
             }
             // The automaton's states copied as they are, one NFA state each (plus the
-            // continuation-byte states of its wide classes, shared by equal tails as
-            // for a class): the subset construction then finds them already
-            // deterministic.
+            // continuation-byte states of its wide classes, shared by equal tails as for a
+            // class): the subset construction then finds them already deterministic.
             Expr::Dfa(d) => {
                 let end = self.state(max)?;
                 let base = self.len as u32;
@@ -476,14 +475,22 @@ impl Builder {
                     self.state(max)?;
                 }
                 self.eps.push((from, base));
-                self.tails.clear();
+                // Tails are shared only on the way to one target: each target's moves are
+                // built together, so the tails searched stay a few (one list for the whole
+                // automaton grew with it, and so did each search).
+                let mut by_target: Vec<Vec<(u32, &CharMove)>> = vec![Vec::new(); d.len()];
                 for s in 0..d.len() {
-                    let at = base + s as u32;
-                    for (class, t) in d.moves(s) {
-                        self.utf8_class(class, at, base + t, max)?;
+                    for m in d.moves(s) {
+                        by_target[m.1 as usize].push((s as u32, m));
                     }
                     if d.is_final(s) {
-                        self.eps.push((at, end));
+                        self.eps.push((base + s as u32, end));
+                    }
+                }
+                for (t, moves) in by_target.iter().enumerate() {
+                    self.tails.clear();
+                    for &(s, (class, _)) in moves {
+                        self.utf8_class(class, base + s, base + t as u32, max)?;
                     }
                 }
                 end

@@ -253,7 +253,7 @@ fn read_expr(r: &mut Reader, depth: usize) -> Result<Expr> {
             }
             // As written, an automaton is already trimmed: one that is not (or has a move
             // out of range, or two moves on one character) did not come from this writer.
-            match CharDfa::new(moves.clone(), finals.clone()) {
+            match CharDfa::new(moves, finals) {
                 Some(d) if d.len() == n => Expr::Dfa(Arc::new(d)),
                 _ => return Err(r.err("character automaton is malformed".to_string())),
             }

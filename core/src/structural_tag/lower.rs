@@ -232,7 +232,7 @@ impl Lower<'_> {
     /// trigger that free text already wrote).
     fn tag(&mut self, tag: &Tag, skip: Option<usize>) -> R<Expr> {
         let opened = self.opened(tag, skip)?;
-        Ok(seq2(opened, alt_all(tag.ends.iter().map(|e| lit(e)))))
+        Ok(seq2(opened, ends(tag)))
     }
 
     /// `begin content` of [`Self::tag`], without the end.
@@ -252,20 +252,13 @@ impl Lower<'_> {
     fn any_tag(&mut self, tags: &[&Tag], skip: Option<usize>) -> R<Expr> {
         let shared = tags.first().filter(|first| tags.iter().all(|t| t.ends == first.ends));
         let mut v = Vec::with_capacity(tags.len());
-        match shared {
-            Some(first) if tags.len() > 1 => {
-                for tag in tags {
-                    v.push(self.opened(tag, skip)?);
-                }
-                Ok(seq2(alt_all(v), alt_all(first.ends.iter().map(|e| lit(e)))))
-            }
-            _ => {
-                for tag in tags {
-                    v.push(self.tag(tag, skip)?);
-                }
-                Ok(alt_all(v))
-            }
+        for tag in tags {
+            v.push(if shared.is_some() { self.opened(tag, skip)? } else { self.tag(tag, skip)? });
         }
+        Ok(match shared {
+            Some(first) => seq2(alt_all(v), ends(first)),
+            None => alt_all(v),
+        })
     }
 
     /// Any one of `tags`, whole.
@@ -325,6 +318,11 @@ pub(super) fn strip_outer_whitespace(g: &mut Grammar) {
             items.remove(0);
         }
     }
+}
+
+/// The alternatives of a tag's `end`.
+fn ends(tag: &Tag) -> Expr {
+    alt_all(tag.ends.iter().map(|e| lit(e)))
 }
 
 /// Free text that only the enclosing tag's `end` can stop (XGrammar's "unlimited"

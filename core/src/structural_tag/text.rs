@@ -31,6 +31,11 @@ use std::sync::Arc;
 /// together); each is an automaton state.
 pub(crate) const MAX_PATTERN_CHARS: usize = 8_192;
 
+/// Largest free text, in [`Expr::size`] over its automata (one per trigger, one for the
+/// text that ends anywhere): each is a copy of the patterns' automaton, so thousands of
+/// one-character triggers would make thousands of copies of thousands of states.
+pub(crate) const MAX_TEXT_SIZE: usize = 400_000;
+
 /// The free-text languages over one set of patterns.
 #[derive(Debug)]
 pub(crate) struct FreeText {
@@ -155,6 +160,11 @@ pub(crate) fn free_text(finals: &[String], dead: &[String]) -> Result<FreeText, 
         classes.entry(0).or_default().extend(others.iter().copied());
         moves[q] = classes.into_iter().map(|(t, ranges)| (normalize_class(ranges), t)).collect();
     }
+    let size = moves.len() + moves.iter().map(Vec::len).sum::<usize>();
+    let total = size.saturating_mul(finals.len() + 1);
+    if total > MAX_TEXT_SIZE {
+        return Err(("free-text automaton size", total, MAX_TEXT_SIZE));
+    }
     let automaton = |finals: Vec<bool>| {
         CharDfa::new(moves.clone(), finals).map_or_else(nothing, |d| Expr::Dfa(Arc::new(d)))
     };
@@ -215,8 +225,13 @@ mod tests {
                 }
             }
         }
-        let too_many = vec!["ab".repeat(MAX_PATTERN_CHARS)];
-        assert!(matches!(free_text(&too_many, &[]), Err((_, given, limit)) if given > limit));
+        let too_long = vec!["ab".repeat(MAX_PATTERN_CHARS)];
+        assert!(matches!(free_text(&too_long, &[]), Err((_, given, limit)) if given > limit));
+        // Within the character limit, but a copy of a 4,000-state automaton per trigger.
+        let too_many: Vec<String> = (0..2_000).map(|i| format!("{:04}", i)).collect();
+        assert!(
+            matches!(free_text(&too_many, &[]), Err(("free-text automaton size", given, limit)) if given > limit)
+        );
         assert!(t0.elapsed().as_secs() < 10, "{:?}", t0.elapsed());
     }
 
