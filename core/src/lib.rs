@@ -49,6 +49,7 @@ pub mod batch;
 pub mod bitmask;
 pub mod compiler;
 mod constraint;
+mod crew;
 mod error;
 pub mod grammar;
 pub mod json_schema;

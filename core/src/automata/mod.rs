@@ -29,11 +29,11 @@ mod tail;
 pub(crate) use nfa::{intersection_is_empty, intersection_size};
 pub mod optimize;
 
+use crate::crew::{self, Share};
 use crate::error::Error;
 use crate::grammar::{Expr, Grammar, RuleId};
 use dfa::Dfa;
 use nfa::Nfa;
-use rayon::prelude::*;
 
 /// "No transition".
 pub(crate) const DEAD: u32 = u32::MAX;
@@ -162,19 +162,23 @@ impl Automata {
         // of argument rules). Results come back in rule order and each rule's automaton
         // does not depend on which thread or scratch built it, so the automata are the
         // same state for state (`digest`) however many threads ran.
-        let parallel_nfas = g.rules.len() >= PARALLEL_MIN_RULES && worth_parallel(0);
-        let plan = |r: &crate::grammar::Rule| match chain::split(&r.body, placeholder) {
+        let plan = |_: &mut (), r: &crate::grammar::Rule| match chain::split(&r.body, placeholder) {
             Some(sp) => Ok(Plan {
                 nfa: Nfa::build(&sp.outer, limits.max_nfa_states)?,
                 chain: Some((Nfa::build(sp.link, limits.max_nfa_states)?, sp.min, sp.max)),
             }),
             None => Ok(Plan { nfa: Nfa::build(&r.body, limits.max_nfa_states)?, chain: None }),
         };
-        let plans: Vec<Result<Plan, Error>> = if parallel_nfas {
-            g.rules.par_iter().map(plan).collect()
+        // NFAs are cheap: shared only with helpers an earlier phase woke (a tag's schema
+        // conversions), or in a large grammar.
+        let share_nfas = if g.rules.len() < PARALLEL_MIN_RULES {
+            Share::Never
+        } else if g.rules.len() >= PARALLEL_MANY_RULES {
+            Share::Hire
         } else {
-            g.rules.iter().map(plan).collect()
+            Share::IfHired
         };
+        let plans: Vec<Result<Plan, Error>> = crew::map_init(&g.rules, share_nfas, || (), plan);
         // The first failing rule's error, as a sequential build reports it.
         let plans = plans.into_iter().collect::<Result<Vec<_>, Error>>()?;
         let (byte_class, n_classes) = byte_classes(
@@ -186,18 +190,19 @@ impl Automata {
         }
         let class_rep: Vec<u8> = class_bytes.iter().map(|v| v[0]).collect();
         let nfa_states: usize = plans.iter().map(|p| p.nfa.len()).sum();
-        let build = |sc: &mut dfa::Scratch, (plan, rule): (&Plan, &crate::grammar::Rule)| {
+        let build = |sc: &mut dfa::Scratch, &(plan, rule): &(&Plan, &crate::grammar::Rule)| {
             rule_dfa(plan, rule, placeholder, n_classes, sc, limits)
         };
-        let built: Vec<Result<(Dfa, Option<chain::Layout>), Error>> = if g.rules.len() >= PARALLEL_MIN_RULES
-            && nfa_states >= PARALLEL_MIN_NFA_STATES
-            && worth_parallel(nfa_states)
-        {
-            plans.par_iter().zip(&g.rules).map_init(|| dfa::Scratch::new(&class_rep), build).collect()
+        let share_dfas = if g.rules.len() < PARALLEL_MIN_RULES || nfa_states < PARALLEL_MIN_NFA_STATES {
+            Share::Never
+        } else if nfa_states >= PARALLEL_ALONE_MIN_NFA_STATES {
+            Share::HireAlone
         } else {
-            let mut scratch = dfa::Scratch::new(&class_rep);
-            plans.iter().zip(&g.rules).map(|x| build(&mut scratch, x)).collect()
+            Share::Hire
         };
+        let work: Vec<(&Plan, &crate::grammar::Rule)> = plans.iter().zip(&g.rules).collect();
+        let built: Vec<Result<(Dfa, Option<chain::Layout>), Error>> =
+            crew::map_init(&work, share_dfas, || dfa::Scratch::new(&class_rep), build);
         let mut dfas = Vec::with_capacity(plans.len());
         let mut layouts: Vec<(usize, chain::Layout)> = Vec::new();
         let mut total = 0;
@@ -615,29 +620,19 @@ struct Plan {
 }
 
 /// Fewest rules for which the automata builder shares rules out between threads: below
-/// it a grammar's whole build costs about what waking the pool's threads does.
+/// it a grammar's whole build costs about what waking a helper does.
 const PARALLEL_MIN_RULES: usize = 8;
+
+/// Rules from which the NFAs alone are worth hiring helpers for.
+const PARALLEL_MANY_RULES: usize = 500;
 
 /// Fewest NFA states (all rules) for which DFAs are built in parallel (~1.5 µs of
 /// subset construction each: at 2,000 states a build is worth splitting).
 const PARALLEL_MIN_NFA_STATES: usize = 2_000;
 
-/// Fewest NFA states for which a compile called from outside the rayon pool builds DFAs
-/// in parallel (~30 ms of subset construction).
-const PARALLEL_COLD_MIN_NFA_STATES: usize = 20_000;
-
-/// Whether work of `nfa_states` (0: the NFAs themselves, which are cheap) is worth
-/// handing to the rayon pool. From a thread of the pool, parallel iterators split work
-/// where it runs; from any other thread (a server's compile task, a CLI) each one hands
-/// the whole job to the pool's threads, waking them from sleep, and blocks until they
-/// are done: two cross-core wake-ups (tens to hundreds of µs on a VM) and the work on
-/// cold caches. A 20-tool tag then compiled in 2.9–5.3 ms with two threads against
-/// 2.4–3.4 ms with one (2-core VM, compiles between walks), so from outside the pool only
-/// large builds go parallel.
-pub(crate) fn worth_parallel(nfa_states: usize) -> bool {
-    rayon::current_num_threads() > 1
-        && (rayon::current_thread_index().is_some() || nfa_states >= PARALLEL_COLD_MIN_NFA_STATES)
-}
+/// Fewest NFA states for which a build outside a compile ([`crate::crew::scope`]) hires
+/// helpers for its DFAs alone (~30 ms of subset construction).
+const PARALLEL_ALONE_MIN_NFA_STATES: usize = 20_000;
 
 /// The minimal DFA of one rule, with the layout of its spliced counted repetition (if
 /// the repetition could be spliced).
@@ -736,14 +731,14 @@ mod tests {
         let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
         let serial = one.install(|| Automata::build_owned(g.clone(), &limits).unwrap());
         let two = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
-        let parallel = two.install(|| {
-            // On a thread of the pool: the parallel paths run.
-            assert!(worth_parallel(0));
-            Automata::build_owned(g.clone(), &limits).unwrap()
-        });
+        // In a compile's scope, where the phases hire a crew; and outside one, where this
+        // build is too small to hire for itself.
+        let parallel = two.install(|| crew::scope(|| Automata::build_owned(g.clone(), &limits).unwrap()));
+        let outside = two.install(|| Automata::build_owned(g.clone(), &limits).unwrap());
         assert!(serial.grammar().rules.len() >= PARALLEL_MIN_RULES);
         assert!(serial.num_states() > 500, "{} states: too small to split", serial.num_states());
         assert_eq!(serial.digest(), parallel.digest());
+        assert_eq!(serial.digest(), outside.digest());
     }
 
     #[test]
@@ -766,7 +761,7 @@ mod tests {
         // Serially, and in a pool where each worker's scratch builds several rules.
         for threads in [1, 2] {
             let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-            match pool.install(|| Automata::build_owned(g.clone(), &limits)) {
+            match pool.install(|| crew::scope(|| Automata::build_owned(g.clone(), &limits))) {
                 Err(Error::Limit { what, .. }) => assert!(what.contains("DFA states"), "{what}"),
                 other => panic!("{other:?}"),
             }

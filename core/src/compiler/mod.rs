@@ -278,15 +278,18 @@ impl GrammarCompiler {
                 return Ok(loaded);
             }
         }
-        let grammar = match (spec, parsed) {
-            (GrammarSpec::JsonSchema { options, .. }, Some(value)) => {
-                json_schema_to_grammar(&value?, options)?
-            }
-            _ => spec.to_grammar(&self.options.parse)?,
-        };
-        let leaf = (self.options.leaf_cache_bytes > 0).then(|| self.leaf_masks.clone());
-        let compiled =
-            Arc::new(CompiledGrammar::build(grammar, self.tokenizer.clone(), &self.options, leaf)?);
+        // Its independent pieces (a tag's schemas, the rules' automata) shared with the
+        // pool's other threads where they are worth it (`crew`).
+        let compiled = crate::crew::scope(|| -> Result<_> {
+            let grammar = match (spec, parsed) {
+                (GrammarSpec::JsonSchema { options, .. }, Some(value)) => {
+                    json_schema_to_grammar(&value?, options)?
+                }
+                _ => spec.to_grammar(&self.options.parse)?,
+            };
+            let leaf = (self.options.leaf_cache_bytes > 0).then(|| self.leaf_masks.clone());
+            Ok(Arc::new(CompiledGrammar::build(grammar, self.tokenizer.clone(), &self.options, leaf)?))
+        })?;
         if self.options.background_precompute {
             compiled.precompute_in_background();
         }

@@ -18,10 +18,10 @@
 use super::error::{child, StructuralTagError as Error, StructuralTagErrorKind as Kind};
 use super::parse::{Format, Node, Tag};
 use super::text::{alt2, free_text, nothing, seq2, FreeText};
+use crate::crew::{self, Share};
 use crate::grammar::{parse_ebnf, Expr, Grammar, ParseLimits, Rule, RuleId};
 use crate::json_schema::{json_schema_to_grammar, JsonSchemaOptions, PropertyOrder, Whitespace};
 use crate::regex::{regex_to_expr, RegexLimits};
-use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
 type R<T> = Result<T, Error>;
@@ -74,19 +74,16 @@ fn convert_schemas(node: &Node) -> FxHashMap<usize, R<Grammar>> {
     }
     let mut nodes = Vec::new();
     collect(node, &mut nodes);
-    let convert = |&(key, n): &(usize, &Node)| match &n.format {
+    let convert = |_: &mut (), &(key, n): &(usize, &Node)| match &n.format {
         Format::JsonSchema { schema, any_order, max_whitespace, .. } => {
             Some((key, json_grammar(&n.pointer, schema, *any_order, *max_whitespace)))
         }
         _ => None,
     };
-    // A schema converts in tens of microseconds: in parallel only where handing work to
-    // the pool costs nothing (`worth_parallel` of no large build).
-    if nodes.len() > 1 && crate::automata::worth_parallel(0) {
-        nodes.par_iter().filter_map(convert).collect()
-    } else {
-        nodes.iter().filter_map(convert).collect()
-    }
+    // A schema converts in tens of microseconds: a few are worth waking a helper for,
+    // who then stays for the automata's phases.
+    let share = if nodes.len() >= 4 { Share::Hire } else { Share::Never };
+    crew::map_init(&nodes, share, || (), convert).into_iter().flatten().collect()
 }
 
 /// The grammar of the JSON-style `json_schema` node at `ptr`, without whitespace around
