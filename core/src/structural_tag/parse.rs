@@ -521,13 +521,15 @@ impl<'a> Obj<'a> {
     }
 
     fn opt_with_ptr(&mut self, name: &'static str) -> Option<(&'a Value, String)> {
-        let p = child(&self.ptr, name);
-        self.opt(name).map(|v| (v, p))
+        let v = self.opt(name)?;
+        Some((v, child(&self.ptr, name)))
     }
 
     fn req(&mut self, name: &'static str) -> R<(&'a Value, String)> {
-        let ptr = self.ptr.clone();
-        self.opt_with_ptr(name).ok_or_else(|| Error::new(&ptr, Kind::MissingField(name.into())))
+        match self.opt_with_ptr(name) {
+            Some(found) => Ok(found),
+            None => Err(Error::new(&self.ptr, Kind::MissingField(name.into()))),
+        }
     }
 
     fn string(&mut self, name: &'static str) -> R<String> {
