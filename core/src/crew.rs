@@ -72,33 +72,31 @@ unsafe impl Send for JobPtr {}
 /// The compiling thread's handle on its helpers.
 struct Crew {
     board: Arc<Board>,
-    /// Helpers to keep present while phases run.
-    wanted: usize,
 }
 
 impl Crew {
-    fn new(wanted: usize) -> Crew {
+    fn new() -> Crew {
         let board = Board {
             state: AtomicU64::new(0),
             job: std::cell::UnsafeCell::new(None),
             present: AtomicUsize::new(0),
             owner: std::thread::current().id(),
         };
-        Crew { board: Arc::new(board), wanted }
+        Crew { board: Arc::new(board) }
     }
 
     /// Hires helpers until `wanted` are present (a helper leaves after `MAX_IDLE`).
-    fn hire(&self) {
-        while self.board.present.load(Ordering::Acquire) < self.wanted {
+    fn hire(&self, wanted: usize) {
+        while self.board.present.load(Ordering::Acquire) < wanted {
             self.board.present.fetch_add(1, Ordering::AcqRel);
             let board = self.board.clone();
             rayon::spawn(move || help(&board));
         }
     }
 
-    /// Opens a phase running `job`, runs it here, closes the phase and waits for the
-    /// helpers inside it to leave.
-    fn run(&self, job: &(dyn Fn() + Sync + '_)) {
+    /// Opens a phase running `job` with `wanted` helpers present, runs it here, closes
+    /// the phase and waits for the helpers inside it to leave.
+    fn run(&self, job: &(dyn Fn() + Sync + '_), wanted: usize) {
         // SAFETY: no phase is open and no helper is inside one (the previous `run`
         // waited for that), so no helper reads `job` now. The lifetime is erased: the
         // guard below does not let this frame end while a helper may call it.
@@ -130,7 +128,7 @@ impl Crew {
             }
         }
         let _close = Close(&self.board);
-        self.hire();
+        self.hire(wanted);
         job();
     }
 }
@@ -214,10 +212,15 @@ pub(crate) fn scope<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// Helpers a crew hires: the pool's other threads.
+/// Helpers a crew may hire: the pool's other threads.
 fn helpers() -> usize {
     rayon::current_num_threads().saturating_sub(1)
 }
+
+/// Items per helper a phase hires for: a helper that arrives 40–60 µs late and then
+/// spins between phases is worth it for a share of a phase's items, not for one item
+/// each (on a 16-core machine a 20-schema phase wants one, not fifteen).
+const ITEMS_PER_HELPER: usize = 16;
 
 /// Whether a [`map_init`] is shared with a crew.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -251,9 +254,9 @@ pub(crate) fn map_init<T: Sync, S, R: Send>(
     let crew = CURRENT.with(|c| match (&mut *c.borrow_mut(), share) {
         (Some(Some(crew)), _) => Some(crew.clone()),
         (Some(slot), Share::Hire | Share::HireAlone) => {
-            Some(slot.get_or_insert_with(|| Arc::new(Crew::new(helpers()))).clone())
+            Some(slot.get_or_insert_with(|| Arc::new(Crew::new())).clone())
         }
-        (None, Share::HireAlone) => Some(Arc::new(Crew::new(helpers()))),
+        (None, Share::HireAlone) => Some(Arc::new(Crew::new())),
         _ => None,
     });
     // (A phase inside one of this thread's own phases runs here, alone: the board holds
@@ -275,7 +278,12 @@ pub(crate) fn map_init<T: Sync, S, R: Send>(
             done.lock().unwrap_or_else(|p| p.into_inner()).extend(mine);
         }
     };
-    crew.run(&job);
+    // (`IfHired` takes the helpers present and hires none.)
+    let wanted = match share {
+        Share::IfHired => 0,
+        _ => helpers().min(items.len() / ITEMS_PER_HELPER).max(1),
+    };
+    crew.run(&job, wanted);
     let mut done = done.into_inner().unwrap_or_else(|p| p.into_inner());
     done.sort_unstable_by_key(|&(i, _)| i);
     if done.len() == items.len() {

@@ -137,16 +137,11 @@ impl StructuralTagError {
 pub(crate) fn child(pointer: &str, token: &str) -> String {
     // Written out rather than formatted: a tag's parse builds a pointer for every node
     // (formatting them was 3 % of a 20-tool tag's compile).
+    let token = crate::json_schema::resolve::escape_token(token);
     let mut out = String::with_capacity(pointer.len() + 1 + token.len());
     out.push_str(pointer);
     out.push('/');
-    for c in token.chars() {
-        match c {
-            '~' => out.push_str("~0"),
-            '/' => out.push_str("~1"),
-            c => out.push(c),
-        }
-    }
+    out.push_str(&token);
     out
 }
 
