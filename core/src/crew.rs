@@ -63,12 +63,6 @@ struct Board {
 unsafe impl Sync for Board {}
 unsafe impl Send for Board {}
 
-/// A pointer to a phase's job, moved into a helper.
-#[derive(Clone, Copy)]
-struct JobPtr(*const Job);
-// SAFETY: the job is `Sync`; the pointer is only dereferenced under `Board`'s protocol.
-unsafe impl Send for JobPtr {}
-
 /// The compiling thread's handle on its helpers.
 struct Crew {
     board: Arc<Board>,
@@ -159,8 +153,7 @@ fn help(board: &Board) {
                 joined = phase;
                 // SAFETY: this helper entered an open phase: `job` holds its job, which
                 // stays alive until this helper leaves (decrements `INSIDE`).
-                let job = unsafe { *board.job.get() }.map(JobPtr);
-                if let Some(JobPtr(job)) = job {
+                if let Some(job) = unsafe { *board.job.get() } {
                     // A panicking item leaves its result missing; the compiling thread
                     // computes it again and panics where a serial build would.
                     let _ = catch_unwind(AssertUnwindSafe(|| unsafe { (*job)() }));

@@ -94,7 +94,6 @@ fn payload_start(bytes: &[u8]) -> usize {
     16 + vlen + 8 + 8 + 8 + 4
 }
 
-/// `bytes` with a payload edit and its checksum fixed: what the checksum cannot catch.
 /// `good` with `edits` payload bytes (from `start` on) flipped, set to 0xFF or random.
 fn edited(good: &[u8], start: usize, rng: &mut Rng, edits: usize) -> Vec<u8> {
     let mut b = good.to_vec();
@@ -109,6 +108,7 @@ fn edited(good: &[u8], start: usize, rng: &mut Rng, edits: usize) -> Vec<u8> {
     b
 }
 
+/// `bytes` with a payload edit and its checksum fixed: what the checksum cannot catch.
 fn with_valid_crc(mut bytes: Vec<u8>) -> Vec<u8> {
     let p = payload_start(&bytes);
     let crc = crc32fast::hash(&bytes[p..]);
