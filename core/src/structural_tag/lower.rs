@@ -60,7 +60,7 @@ fn node_key(node: &Node) -> usize {
 /// error is kept until lowering reaches its node, so the error reported is the one a
 /// sequential lowering meets first.
 fn convert_schemas(node: &Node) -> FxHashMap<usize, R<Grammar>> {
-    fn collect<'n>(node: &'n Node, out: &mut Vec<(usize, &'n Node)>) {
+    fn collect<'n, 'a>(node: &'n Node<'a>, out: &mut Vec<(usize, &'n Node<'a>)>) {
         if matches!(node.format, Format::JsonSchema { style: None, .. }) {
             out.push((node_key(node), node));
         }

@@ -112,7 +112,8 @@ pub fn structural_tag_to_grammar_with(
     text: &str,
     limits: &ParseLimits,
 ) -> Result<Grammar, StructuralTagError> {
-    let node = parse::parse_document(text)?;
+    let value = parse::parse_json(text)?;
+    let node = parse::parse_document(&value)?;
     let mut grammar = lower::lower(&node, limits)?;
     collect_markers(&node, &mut grammar.markers);
     grammar.markers.sort();

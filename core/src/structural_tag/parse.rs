@@ -8,6 +8,7 @@
 use super::error::{child, StructuralTagError as Error, StructuralTagErrorKind as Kind};
 use super::xml::XmlStyle;
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 
 /// Deepest nesting of formats accepted; each level is a stack frame in the parser and in
 /// the lowering (serde_json stops at 128 levels of JSON anyway).
@@ -18,16 +19,16 @@ pub(crate) const MAX_REPEAT: u32 = 10_000;
 
 /// A format and where it was written.
 #[derive(Debug, Clone)]
-pub(crate) struct Node {
-    pub format: Format,
+pub(crate) struct Node<'a> {
+    pub format: Format<'a>,
     pub pointer: String,
 }
 
 /// `begin content end`.
 #[derive(Debug, Clone)]
-pub(crate) struct Tag {
+pub(crate) struct Tag<'a> {
     pub begin: String,
-    pub content: Box<Node>,
+    pub content: Box<Node<'a>>,
     /// At least one; any of them ends the tag.
     pub ends: Vec<String>,
     pub pointer: String,
@@ -35,11 +36,12 @@ pub(crate) struct Tag {
 
 /// The format types grammask lowers (the others are refused while parsing).
 #[derive(Debug, Clone)]
-pub(crate) enum Format {
+pub(crate) enum Format<'a> {
     ConstString(String),
     /// `style`: `None` for JSON, else the XML argument style.
     JsonSchema {
-        schema: Value,
+        /// Borrowed from the document's JSON (a tag with 20 tools cloned 20 schemas).
+        schema: Cow<'a, Value>,
         any_order: bool,
         max_whitespace: Option<u32>,
         style: Option<XmlStyle>,
@@ -49,39 +51,88 @@ pub(crate) enum Format {
     AnyText {
         excludes: Vec<String>,
     },
-    Sequence(Vec<Node>),
-    Or(Vec<Node>),
+    Sequence(Vec<Node<'a>>),
+    Or(Vec<Node<'a>>),
     Repeat {
-        content: Box<Node>,
+        content: Box<Node<'a>>,
         min: u32,
         max: Option<u32>,
     },
-    Tag(Tag),
+    Tag(Tag<'a>),
     TriggeredTags {
         triggers: Vec<String>,
-        tags: Vec<Tag>,
+        tags: Vec<Tag<'a>>,
         at_least_one: bool,
         stop_after_first: bool,
         excludes: Vec<String>,
     },
     TagsWithSeparator {
-        tags: Vec<Tag>,
+        tags: Vec<Tag<'a>>,
         separator: String,
         at_least_one: bool,
         stop_after_first: bool,
     },
     /// `(pattern, format)` rules; `repeat`: XGrammar's `loop`.
     Dispatch {
-        rules: Vec<(String, Node)>,
+        rules: Vec<(String, Node<'a>)>,
         repeat: bool,
         excludes: Vec<String>,
     },
 }
 
-impl Node {
+impl<'a> Node<'a> {
+    /// The same tree owning its schemas, to outlive the document's JSON (an output
+    /// parser keeps it).
+    pub(crate) fn into_owned(self) -> Node<'static> {
+        fn tag(t: Tag<'_>) -> Tag<'static> {
+            Tag {
+                begin: t.begin,
+                content: Box::new(t.content.into_owned()),
+                ends: t.ends,
+                pointer: t.pointer,
+            }
+        }
+        fn tags(v: Vec<Tag<'_>>) -> Vec<Tag<'static>> {
+            v.into_iter().map(tag).collect()
+        }
+        fn nodes(v: Vec<Node<'_>>) -> Vec<Node<'static>> {
+            v.into_iter().map(Node::into_owned).collect()
+        }
+        let format = match self.format {
+            Format::ConstString(s) => Format::ConstString(s),
+            Format::JsonSchema { schema, any_order, max_whitespace, style } => Format::JsonSchema {
+                schema: Cow::Owned(schema.into_owned()),
+                any_order,
+                max_whitespace,
+                style,
+            },
+            Format::Regex(s) => Format::Regex(s),
+            Format::Grammar(s) => Format::Grammar(s),
+            Format::AnyText { excludes } => Format::AnyText { excludes },
+            Format::Sequence(v) => Format::Sequence(nodes(v)),
+            Format::Or(v) => Format::Or(nodes(v)),
+            Format::Repeat { content, min, max } => {
+                Format::Repeat { content: Box::new(content.into_owned()), min, max }
+            }
+            Format::Tag(t) => Format::Tag(tag(t)),
+            Format::TriggeredTags { triggers, tags: t, at_least_one, stop_after_first, excludes } => {
+                Format::TriggeredTags { triggers, tags: tags(t), at_least_one, stop_after_first, excludes }
+            }
+            Format::TagsWithSeparator { tags: t, separator, at_least_one, stop_after_first } => {
+                Format::TagsWithSeparator { tags: tags(t), separator, at_least_one, stop_after_first }
+            }
+            Format::Dispatch { rules, repeat, excludes } => Format::Dispatch {
+                rules: rules.into_iter().map(|(p, n)| (p, n.into_owned())).collect(),
+                repeat,
+                excludes,
+            },
+        };
+        Node { format, pointer: self.pointer }
+    }
+
     /// The node's direct parts: the tags it holds and its other sub-formats (a tag's
     /// content is reached through the tag) — one walk for every pass over the tree.
-    pub(crate) fn parts(&self) -> (Vec<&Tag>, Vec<&Node>) {
+    pub(crate) fn parts(&self) -> (Vec<&Tag<'a>>, Vec<&Node<'a>>) {
         match &self.format {
             Format::Tag(t) => (vec![t], Vec::new()),
             Format::TriggeredTags { tags, .. } | Format::TagsWithSeparator { tags, .. } => {
@@ -97,13 +148,18 @@ impl Node {
 
 type R<T> = Result<T, Error>;
 
+/// A structural tag document's JSON, for [`parse_document`].
+pub(crate) fn parse_json(text: &str) -> R<Value> {
+    serde_json::from_str(text).map_err(|e| {
+        Error::new("", Kind::InvalidJson { line: e.line(), column: e.column(), message: e.to_string() })
+    })
+}
+
 /// Parses a structural tag document: `{"type": "structural_tag", "format": …}` or the
 /// older `{"type": "structural_tag", "structures": [{begin, schema, end}], "triggers": […]}`.
-pub(crate) fn parse_document(text: &str) -> R<Node> {
-    let value: Value = serde_json::from_str(text).map_err(|e| {
-        Error::new("", Kind::InvalidJson { line: e.line(), column: e.column(), message: e.to_string() })
-    })?;
-    let mut top = Obj::new(&value, "")?;
+/// The tree borrows its JSON schemas from `value`.
+pub(crate) fn parse_document(value: &Value) -> R<Node<'_>> {
+    let mut top = Obj::new(value, "")?;
     if let Some(t) = top.opt("type") {
         if t.as_str() != Some("structural_tag") {
             return Err(Error::new(
@@ -125,7 +181,7 @@ pub(crate) fn parse_document(text: &str) -> R<Node> {
 }
 
 /// The older form: a triggered-tags format whose tags hold JSON schemas.
-fn legacy(top: &mut Obj) -> R<Node> {
+fn legacy<'a>(top: &mut Obj<'a>) -> R<Node<'a>> {
     let (items, items_ptr) = top.req("structures")?;
     let items = array(items, &items_ptr)?;
     let mut tags = Vec::with_capacity(items.len());
@@ -137,13 +193,13 @@ fn legacy(top: &mut Obj) -> R<Node> {
         let (schema, schema_ptr) = o.req("schema")?;
         // The schema may be written as JSON text, as XGrammar's Python API allows.
         let schema = match schema {
-            Value::String(s) => serde_json::from_str(s).map_err(|e| {
+            Value::String(s) => Cow::Owned(serde_json::from_str(s).map_err(|e| {
                 Error::new(
                     &schema_ptr,
                     Kind::InvalidJson { line: e.line(), column: e.column(), message: e.to_string() },
                 )
-            })?,
-            v @ (Value::Object(_) | Value::Bool(_)) => v.clone(),
+            })?),
+            v @ (Value::Object(_) | Value::Bool(_)) => Cow::Borrowed(v),
             _ => {
                 return Err(Error::new(
                     &schema_ptr,
@@ -165,7 +221,7 @@ fn legacy(top: &mut Obj) -> R<Node> {
 }
 
 /// One format object.
-fn format(v: &Value, ptr: &str, depth: usize) -> R<Node> {
+fn format<'a>(v: &'a Value, ptr: &str, depth: usize) -> R<Node<'a>> {
     if depth > MAX_DEPTH {
         return Err(Error::new(
             ptr,
@@ -174,7 +230,7 @@ fn format(v: &Value, ptr: &str, depth: usize) -> R<Node> {
     }
     let mut o = Obj::new(v, ptr)?;
     let ty = o.string("type")?;
-    let sub = |o: &mut Obj, name: &'static str| -> R<Box<Node>> {
+    let sub = |o: &mut Obj<'a>, name: &'static str| -> R<Box<Node<'a>>> {
         let (v, p) = o.req(name)?;
         Ok(Box::new(format(v, &p, depth + 1)?))
     };
@@ -261,7 +317,7 @@ fn format(v: &Value, ptr: &str, depth: usize) -> R<Node> {
         "qwen_xml_parameter" => {
             let (schema, schema_ptr) = o.req("json_schema")?;
             Format::JsonSchema {
-                schema: schema_value(schema, &schema_ptr)?.clone(),
+                schema: Cow::Borrowed(schema_value(schema, &schema_ptr)?),
                 any_order: false,
                 max_whitespace: None,
                 style: Some(XmlStyle::Qwen),
@@ -281,7 +337,7 @@ fn schema_value<'a>(schema: &'a Value, ptr: &str) -> R<&'a Value> {
     }
 }
 
-fn json_schema(o: &mut Obj) -> R<Format> {
+fn json_schema<'a>(o: &mut Obj<'a>) -> R<Format<'a>> {
     let (schema, schema_ptr) = o.req("json_schema")?;
     let schema = schema_value(schema, &schema_ptr)?;
     let style = match o.opt_with_ptr("style") {
@@ -315,10 +371,10 @@ fn json_schema(o: &mut Obj) -> R<Format> {
             ));
         }
     }
-    Ok(Format::JsonSchema { schema: schema.clone(), any_order, max_whitespace, style })
+    Ok(Format::JsonSchema { schema: Cow::Borrowed(schema), any_order, max_whitespace, style })
 }
 
-fn dispatch(o: &mut Obj, depth: usize) -> R<Format> {
+fn dispatch<'a>(o: &mut Obj<'a>, depth: usize) -> R<Format<'a>> {
     let (rules_v, rules_ptr) = o.req("rules")?;
     let mut rules = Vec::new();
     for (i, r) in array(rules_v, &rules_ptr)?.iter().enumerate() {
@@ -347,14 +403,14 @@ fn dispatch(o: &mut Obj, depth: usize) -> R<Format> {
 
 /// The checks of a triggered-tags format: triggers non-empty, none a prefix of another,
 /// every tag begun by exactly one trigger and every trigger beginning some tag.
-fn triggered(
+fn triggered<'a>(
     triggers: Vec<String>,
     triggers_ptr: &str,
-    tags: Vec<Tag>,
+    tags: Vec<Tag<'a>>,
     at_least_one: bool,
     stop_after_first: bool,
     excludes: Vec<String>,
-) -> R<Format> {
+) -> R<Format<'a>> {
     if triggers.is_empty() {
         return Err(Error::new(triggers_ptr, Kind::EmptyTriggers));
     }
@@ -408,7 +464,7 @@ fn check_prefix_free(list: &[String], ptr: &str) -> R<()> {
 }
 
 /// The fields of a tag (from `o`, an object at `ptr`).
-fn tag_fields(o: &mut Obj, ptr: &str, depth: usize) -> R<Tag> {
+fn tag_fields<'a>(o: &mut Obj<'a>, ptr: &str, depth: usize) -> R<Tag<'a>> {
     let (begin_v, begin_ptr) = o.req("begin")?;
     let begin = match begin_v {
         Value::String(s) => s.clone(),
@@ -560,7 +616,7 @@ impl<'a> Obj<'a> {
     }
 
     /// `tags`: a non-empty list of tag objects (their `type` may be left out).
-    fn tags(&mut self, depth: usize) -> R<Vec<Tag>> {
+    fn tags(&mut self, depth: usize) -> R<Vec<Tag<'a>>> {
         let (v, p) = self.req("tags")?;
         let items = array(v, &p)?;
         if items.is_empty() {

@@ -138,7 +138,7 @@ const MAX_STEPS: usize = 2_000_000;
 /// Reads outputs produced under a [`Preset`] (how the reading works: `docs/tool-calling.md`).
 #[derive(Debug)]
 pub struct OutputParser {
-    root: Node,
+    root: Node<'static>,
     roles: HashMap<String, Role>,
     /// Byte-level automata for `regex` and `grammar` formats, by JSON pointer.
     machines: HashMap<String, Arc<CompiledGrammar>>,
@@ -149,7 +149,7 @@ impl OutputParser {
     /// Prepares a reader for `preset`'s structural tag; its `roles` say which tags are
     /// calls, reasoning or content.
     pub fn new(preset: &Preset) -> Result<Self, OutputError> {
-        let root = parse_document(&preset.structural_tag.to_string())?;
+        let root = parse_document(&preset.structural_tag)?.into_owned();
         let mut tags = Vec::new();
         collect_tags(&root, &mut tags);
         let mut roles = HashMap::new();
@@ -459,7 +459,7 @@ impl<'a> Walk<'a> {
         false
     }
 
-    fn node(&mut self, n: &'a Node, pos: usize, cx: Cx<'a>, k: &mut K<'_, 'a>) -> bool {
+    fn node(&mut self, n: &'a Node<'static>, pos: usize, cx: Cx<'a>, k: &mut K<'_, 'a>) -> bool {
         self.steps += 1;
         if self.steps > MAX_STEPS {
             return false;
@@ -513,7 +513,7 @@ impl<'a> Walk<'a> {
         }
     }
 
-    fn seq(&mut self, items: &'a [Node], pos: usize, cx: Cx<'a>, k: &mut K<'_, 'a>) -> bool {
+    fn seq(&mut self, items: &'a [Node<'static>], pos: usize, cx: Cx<'a>, k: &mut K<'_, 'a>) -> bool {
         match items.split_first() {
             None => k(self, pos),
             Some((first, rest)) => self.node(first, pos, cx, &mut |w, p| w.seq(rest, p, cx, k)),
@@ -523,7 +523,7 @@ impl<'a> Walk<'a> {
     #[allow(clippy::too_many_arguments)]
     fn repeat(
         &mut self,
-        content: &'a Node,
+        content: &'a Node<'static>,
         min: u32,
         max: Option<u32>,
         done: u32,
@@ -695,7 +695,7 @@ impl<'a> Walk<'a> {
     }
 
     /// `begin content end`; the tag's role decides where its free text goes.
-    fn tag(&mut self, tag: &'a Tag, pos: usize, cx: Cx<'a>, k: &mut K<'_, 'a>) -> bool {
+    fn tag(&mut self, tag: &'a Tag<'static>, pos: usize, cx: Cx<'a>, k: &mut K<'_, 'a>) -> bool {
         let rest = &self.text[pos..];
         let p = if rest.starts_with(tag.begin.as_str()) {
             pos + tag.begin.len()
@@ -748,7 +748,7 @@ impl<'a> Walk<'a> {
     }
 
     /// One whole tag of `tags`.
-    fn any_tag(&mut self, tags: &'a [Tag], pos: usize, cx: Cx<'a>, k: &mut K<'_, 'a>) -> bool {
+    fn any_tag(&mut self, tags: &'a [Tag<'static>], pos: usize, cx: Cx<'a>, k: &mut K<'_, 'a>) -> bool {
         for tag in tags {
             if self.attempt(|w| w.tag(tag, pos, cx, k)) {
                 return true;
@@ -760,7 +760,7 @@ impl<'a> Walk<'a> {
     /// Tags separated by `separator` (one at least).
     fn separated(
         &mut self,
-        tags: &'a [Tag],
+        tags: &'a [Tag<'static>],
         separator: &'a str,
         stop_after_first: bool,
         pos: usize,
@@ -837,7 +837,7 @@ impl<'a> Walk<'a> {
     /// Free text up to the first pattern (written as text, not shown), then its format.
     fn dispatch(
         &mut self,
-        rules: &'a [(String, Node)],
+        rules: &'a [(String, Node<'static>)],
         repeat: bool,
         excludes: &'a [String],
         pos: usize,
@@ -878,7 +878,7 @@ impl<'a> Walk<'a> {
 
 struct Triggered<'a> {
     triggers: &'a [String],
-    tags: &'a [Tag],
+    tags: &'a [Tag<'static>],
     stop_after_first: bool,
     excludes: &'a [String],
 }
@@ -947,7 +947,7 @@ fn held_back(text: &str, patterns: &[&str]) -> usize {
     best
 }
 
-fn collect_tags<'n>(n: &'n Node, out: &mut Vec<&'n Tag>) {
+fn collect_tags<'n, 'a>(n: &'n Node<'a>, out: &mut Vec<&'n Tag<'a>>) {
     let (tags, children) = n.parts();
     for t in tags {
         out.push(t);
