@@ -10,7 +10,7 @@ on Qwen3's: no DeepSeek tokenizer is in ../shared, so its markers are multi-toke
 with 5 and 20 tools. Tools are function-calling schemas from the Glaiveai2K dev split of
 JSONSchemaBench (the first files with distinct names, sorted), their arguments the
 split's valid instances. Each tag is written by `grammask tools preset` (the same JSON as
-XGrammar's `get_model_structural_tag`, see core/tests/tool_presets.rs) and given to both
+XGrammar's `get_model_structural_tag`, see core/tests/integration/tool_presets.rs) and given to both
 engines from the same file.
 
 Each transcript is an agent turn: a reasoning block closed by the model (reasoning

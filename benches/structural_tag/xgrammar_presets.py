@@ -1,7 +1,7 @@
 """Writes core/tests/data/xgrammar_presets.json: XGrammar 0.2.8's model presets
 (`get_model_structural_tag`) for every family over a grid of tool lists, tool choices,
 reasoning modes, parallel_tool_calls and the JSON-schema options, so that
-core/tests/tool_presets.rs can check that grammask's presets write the same structural
+core/tests/integration/tool_presets.rs can check that grammask's presets write the same structural
 tags (and fail where XGrammar fails).
 
 Run with the venv that has xgrammar 0.2.8:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes core/tests/data/structural_tag_xml_styles.json: XGrammar 0.2.8's verdicts on
 texts for `json_schema` formats in the XML argument styles, for the differential test in
-core/tests/structural_tag_xml.rs.
+core/tests/integration/structural_tag_xml.rs.
 
 For each style and schema the script writes valid argument texts with its own writer
 for the style (random values, whitespace variants) and near misses (a wrong or missing

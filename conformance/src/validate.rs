@@ -9,7 +9,7 @@ use grammask::tool_calling::{OutputParser, ToolChoice};
 use serde_json::Value;
 use std::collections::HashMap;
 
-#[path = "../../core/tests/common/oracle.rs"]
+#[path = "../../core/tests/integration/common/oracle.rs"]
 #[allow(dead_code, missing_docs, clippy::all)]
 mod oracle;
 

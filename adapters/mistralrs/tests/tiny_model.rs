@@ -6,7 +6,7 @@
 //! is padded past it, as Qwen's is).
 
 mod common;
-#[path = "../../../core/tests/common/oracle.rs"]
+#[path = "../../../core/tests/integration/common/oracle.rs"]
 #[allow(dead_code)]
 mod oracle;
 

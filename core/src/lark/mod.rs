@@ -8,7 +8,7 @@
 //! ```
 //!
 //! The contract is llguidance's `docs/syntax.md` and what llguidance does with a grammar
-//! (its answers on 70 grammars are pinned in `core/tests/lark.rs`). This module is
+//! (its answers on 70 grammars are pinned in `core/tests/integration/lark.rs`). This module is
 //! written from those, not from their code.
 //!
 //! # Syntax

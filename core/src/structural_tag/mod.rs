@@ -60,7 +60,7 @@
 //!   ones present.
 //!
 //! The XML styles are checked against XGrammar 0.2.8 text by text
-//! (`tests/structural_tag_xml.rs`, fixture written by
+//! (`tests/integration/structural_tag_xml.rs`, fixture written by
 //! `benches/structural_tag/xml_styles_fixture.py`); [`read_xml_arguments`] reads their
 //! arguments back for a tool-call parser.
 //!

@@ -10,7 +10,7 @@
 //!
 //! For every family XGrammar 0.2.8 has, the structural tag is the same JSON document as
 //! `get_model_structural_tag(...).model_dump(mode="json")` for the same arguments (pinned
-//! by `tests/tool_presets.rs` against `tests/data/xgrammar_presets.json`), so the language
+//! by `tests/integration/tool_presets.rs` against `tests/data/xgrammar_presets.json`), so the language
 //! is the same and a server can switch engines without its outputs changing. That
 //! includes XGrammar's quirks: Llama, Hermes and Mistral ignore `reasoning`; builtin
 //! tools are written only by Harmony, refused by MiMo and MiniMax M3 and ignored by the

@@ -3,7 +3,7 @@
 //! corrupt, truncated and foreign bytes (also beneath a valid checksum) are typed
 //! errors, never panics; the compiler's disk cache loads, rejects and rewrites files.
 
-mod common;
+use crate::common;
 
 use common::{grammar_text, tokenizer, Rng};
 use grammask::{CompiledGrammar, Error, GrammarCompiler, GrammarMatcher, GrammarSpec, TokenBitmask};

@@ -21,7 +21,7 @@
 //! take surrogate escapes only in pairs. (Which schemas are sampled how shifts with every
 //! change to what converts, so the counts move between runs.)
 
-mod common;
+use crate::common;
 
 use common::refs;
 use common::Rng;

@@ -4,7 +4,7 @@
 //! text — and nowhere else; other special tokens stay forbidden; the marker set survives
 //! `to_bytes`/`from_bytes`.
 
-mod common;
+use crate::common;
 
 use common::tokenizer;
 use grammask::bitmask::is_allowed;

@@ -3,7 +3,7 @@
 //! expectations are validated by an independent implementation), and grammask must accept
 //! exactly the valid instances (object members in any order, each at most once).
 
-mod common;
+use crate::common;
 
 use common::Rng;
 use grammask::json_schema::{json_schema_str_to_grammar, JsonSchemaOptions, PropertyOrder, SchemaErrorKind};

@@ -4,7 +4,7 @@
 //! `tool_choice` and `parallel_tool_calls` hold; hand-written outputs of each family
 //! round-trip; Glaive function-calling schemas go through MaskBench's protocol inside tags.
 
-mod common;
+use crate::common;
 
 use common::{tokenizer, Rng};
 use grammask::tool_calling::{

@@ -3,7 +3,7 @@
 //! `benches/structural_tag/xgrammar_presets.py`), failures where XGrammar fails, complete
 //! roles, tags that compile, and the languages of the Hermes and Mistral presets.
 
-mod common;
+use crate::common;
 
 use grammask::tool_calling::{
     model_structural_tag, normalize_tool_choice, tools_from_json, Family, Preset, PresetOptions,

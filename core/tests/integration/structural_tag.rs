@@ -5,7 +5,7 @@
 //! Set `GRAMMASK_ORACLE_STRIDE=N` to check the oracle after every N-th byte (default: 1
 //! on Llama-2, 3 on the others).
 
-mod common;
+use crate::common;
 
 use common::check_masks_along;
 use grammask::structural_tag::{structural_tag_to_grammar, StructuralTagErrorKind as Kind};

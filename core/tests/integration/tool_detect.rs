@@ -1,7 +1,7 @@
 //! Family detection from chat templates: the real configs in ../shared, and the marker each
 //! family's template writes calls with.
 
-mod common;
+use crate::common;
 
 use grammask::tool_calling::{DetectError, Family};
 

@@ -7,7 +7,7 @@
 //! JSON schemas; tokenizers: Llama-3.1, Llama-2 and Qwen3; paths: real texts, with
 //! random alternatives and invalid tokens mixed in.
 
-mod common;
+use crate::common;
 
 use common::{grammar_text, tokenizer, Rng};
 use grammask::batch::BatchFiller;

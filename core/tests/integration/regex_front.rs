@@ -1,7 +1,7 @@
 //! The ECMA-262 regex front-end: unit cases, a property test against the `regex` crate
 //! (as an oracle, on generated patterns over ASCII strings), and JSON-string encoding.
 
-mod common;
+use crate::common;
 
 use grammask::regex::{regex_to_grammar, regex_to_json_string_expr, RegexErrorKind, RegexLimits};
 use grammask::{GrammarCompiler, GrammarMatcher, GrammarSpec};

@@ -1,7 +1,7 @@
 //! Property tests of the matcher on a real tokenizer: rollback, fork, jump-forward, and
 //! mask/accept agreement.
 
-mod common;
+use crate::common;
 
 use common::{allowed, grammar_text, tokenizer, Rng};
 use grammask::{GrammarCompiler, GrammarMatcher, GrammarSpec, TokenBitmask};

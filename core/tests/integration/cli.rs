@@ -1,6 +1,6 @@
 //! The `grammask` binary: `masks` output format and the default demo.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -3,7 +3,7 @@
 //!
 //! Set `GRAMMASK_ORACLE_CHECKS=N` to check N states per grammar and tokenizer (default 3).
 
-mod common;
+use crate::common;
 
 use common::oracle::{oracle_mask, Bnf, Recognizer, Vocab};
 use common::{allowed, grammar_text, tokenizer, Rng};

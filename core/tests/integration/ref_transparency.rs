@@ -12,7 +12,7 @@
 //! dev MaskBench splits. By default a fixed sample (every 7th suite group, 12 files per
 //! split, at most 4 single moves per schema); `GRAMMASK_REF_ALL=1` runs everything.
 
-mod common;
+use crate::common;
 
 use common::refs::{movable, move_all, move_one, subschemas};
 use common::Rng;

@@ -6,7 +6,7 @@
 //!
 //! CI runs every 25th file; `GRAMMASK_FULL_GLAIVE=1` runs all of them.
 
-mod common;
+use crate::common;
 
 use common::tokenizer;
 use grammask::json_schema::{to_python_json, PropertyOrder, Whitespace};

@@ -4,7 +4,7 @@
 //! `benches/structural_tag/xml_styles_fixture.py`), masks against the brute-force oracle on
 //! a real tokenizer, typed errors, and the argument reader's round trip.
 
-mod common;
+use crate::common;
 
 use common::{byte_compiler, check_masks_along};
 use grammask::structural_tag::{

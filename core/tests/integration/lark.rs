@@ -8,7 +8,7 @@
 //! `GREEDY` table holds the texts where the answers differ because llguidance's lexer is
 //! greedy (documented in `grammask::lark`): there llguidance rejects, grammask accepts.
 
-mod common;
+use crate::common;
 
 use common::check_masks_along;
 use grammask::lark::{lark_to_grammar, lark_to_grammar_with, LarkErrorKind as Kind, LarkLimits};

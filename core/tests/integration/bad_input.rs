@@ -1,6 +1,6 @@
 //! Bad input gets a typed error with a precise position — never a panic or a hang.
 
-mod common;
+use crate::common;
 
 use grammask::grammar::{parse_ebnf, parse_ebnf_bytes, ParseLimits};
 use grammask::{Error, GrammarCompiler, GrammarErrorKind, GrammarMatcher, TokenizerInfo, TokenizerOptions};
