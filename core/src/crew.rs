@@ -205,6 +205,16 @@ pub(crate) fn scope<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Helpers present in this thread's compile: hired by an earlier phase and not gone yet
+/// (awake, waiting for the next phase), so that work shared with them now costs no
+/// wake-up. Zero outside [`scope`].
+pub(crate) fn helpers_present() -> usize {
+    CURRENT.with(|c| match &*c.borrow() {
+        Some(Some(crew)) => crew.board.present.load(Ordering::Acquire),
+        _ => 0,
+    })
+}
+
 /// Helpers a crew may hire: the pool's other threads.
 fn helpers() -> usize {
     rayon::current_num_threads().saturating_sub(1)

@@ -24,6 +24,7 @@
 
 use super::store::MaskStore;
 use crate::automata::{Automata, ByteSet, DEAD};
+use crate::crew::{self, Share};
 use crate::matcher::earley::{Earley, Item, Stamps};
 use crate::tokenizer::{first_clear_bit, utf8, TokenTrie, TokenizerInfo, TrieNode};
 use std::sync::Arc;
@@ -113,6 +114,48 @@ impl StateMask {
         deadline: Option<Instant>,
     ) -> Option<StateMask> {
         Some(Self::classify(a, tok, state, deadline, Focus::All)?.encode(tok, store))
+    }
+
+    /// [`Self::compute_until`] without a deadline, its walk split into `parts` runs of the
+    /// trie's top-level subtrees shared with the helpers of the compile under way
+    /// ([`crew::map_init`]): a compile's first mask, the start state's, is a walk of the
+    /// whole vocabulary (~0.2 ms for 151k tokens), and the helper that built rule
+    /// automata is awake and idle by then. The same mask as one walk: each run classifies
+    /// its tokens (and maybe a few past them, dropped here).
+    pub fn compute_shared(
+        a: &Automata,
+        tok: &TokenizerInfo,
+        state: u32,
+        store: &MaskStore,
+        parts: usize,
+    ) -> StateMask {
+        let runs = tok.trie().top_level_parts(parts);
+        let walks = crew::map_init(
+            &runs,
+            Share::IfHired,
+            || (),
+            |_, &(nodes, ranks)| {
+                Some((
+                    Self::classify(a, tok, state, None, Focus::Subtrees(std::slice::from_ref(&nodes)))?,
+                    ranks,
+                ))
+            },
+        );
+        let mut all = Classes::default();
+        for walk in walks {
+            // (A walk without a deadline always finishes.)
+            let Some((c, ranks)) = walk else { return Self::classify_all(a, tok, state, store) };
+            c.clip_into(ranks, &mut all);
+        }
+        all.encode(tok, store)
+    }
+
+    /// One walk of every token, without a deadline.
+    fn classify_all(a: &Automata, tok: &TokenizerInfo, state: u32, store: &MaskStore) -> StateMask {
+        match Self::classify(a, tok, state, None, Focus::All) {
+            Some(c) => c.encode(tok, store),
+            None => unreachable!("a walk without a deadline always finishes"),
+        }
     }
 
     /// The mask of `state` given `base`, the mask of a state that classifies every token of
@@ -493,6 +536,7 @@ impl StateMask {
 }
 
 /// The outcome of one classification walk, as trie ranks.
+#[derive(Default)]
 struct Classes {
     accepted: RankRuns,
     excluded: Vec<(u32, u32)>,
@@ -502,6 +546,24 @@ struct Classes {
 }
 
 impl Classes {
+    /// Appends the classes of the ranks `lo..hi` to `out`, whose classes all lie before
+    /// `lo` (a focused walk may go on past its subtrees through siblings it rejects or
+    /// accepts whole).
+    fn clip_into(self, (lo, hi): (u32, u32), out: &mut Classes) {
+        let clip = |(a, b): (u32, u32)| (a.max(lo), b.min(hi));
+        for run in self.accepted.0.into_iter().map(clip).filter(|(a, b)| a < b) {
+            out.accepted.push(run);
+        }
+        for (a, b) in self.excluded.into_iter().map(clip).filter(|(a, b)| a < b) {
+            match out.excluded.last_mut() {
+                Some(last) if last.1 == a => last.1 = b,
+                _ => out.excluded.push((a, b)),
+            }
+        }
+        out.uncertain.extend(self.uncertain.into_iter().filter(|r| (lo..hi).contains(r)));
+        out.steps = out.steps.saturating_add(self.steps);
+    }
+
     /// Stores the walk's result in the smallest fitting form (see the module docs).
     fn encode(self, tok: &TokenizerInfo, store: &MaskStore) -> StateMask {
         let trie = tok.trie();

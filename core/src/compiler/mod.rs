@@ -147,8 +147,9 @@ pub struct CompileOptions {
     /// After a compile returns (or a grammar is loaded from the disk cache), compute every
     /// other state's mask on a background thread, nearest states first
     /// ([`CompiledGrammar::precompute_in_background`]; default off: the library starts no
-    /// thread unless asked). The compile then spends nothing of [`Self::eager_budget`]:
-    /// the first fill computes the start states' masks itself. For an engine whose decode
+    /// thread unless asked). The compile then spends nothing of [`Self::eager_budget`]
+    /// beyond the start states' masks, which the first fill needs at once (computed in
+    /// the compile, where its helper threads can share the walks). For an engine whose decode
     /// thread waits on a forward pass each step: the first mask comes as early as with
     /// lazy masks, and the masks a tool call needs are ready before the model writes it,
     /// while the free text before it is generated.
@@ -387,9 +388,12 @@ impl CompiledGrammar {
     ) -> Result<Self> {
         let automata = Automata::build_owned(grammar, &options.automata)?;
         let compiled = Self::from_automata(automata, tokenizer, leaf);
-        // With a background thread to come, masks computed here would only delay the
-        // first one: the thread computes them right after.
-        if !options.background_precompute {
+        // With a background thread to come, only the start states' masks are computed
+        // here: the first fill needs them at once, and here the compile's helpers can
+        // share their walks (the thread computes the rest, nearest first).
+        if options.background_precompute {
+            compiled.start_masks();
+        } else {
             compiled.precompute_within(options.eager_budget);
         }
         Ok(compiled)
@@ -424,6 +428,13 @@ impl CompiledGrammar {
         &self.marker_tokens
     }
 
+    /// Computes the masks of the states live at the start (the first fill's).
+    fn start_masks(&self) {
+        for s in self.start_states() {
+            self.mask(s);
+        }
+    }
+
     /// Computes masks in breadth-first order from the root's start state until `budget`
     /// has elapsed; a state whose walk would overrun it is abandoned and stays lazy.
     fn precompute_within(&self, budget: Duration) {
@@ -432,9 +443,7 @@ impl CompiledGrammar {
         }
         // The states live at the start are needed by the first fill anyway: compute them
         // in full first, then spend the budget on the states nearest to them.
-        for s in self.start_states() {
-            self.mask(s);
-        }
+        self.start_masks();
         if self.starts_in_free_text() {
             return;
         }
@@ -624,6 +633,11 @@ impl CompiledGrammar {
             Some((base, Partial::Subtrees(f))) => {
                 StateMask::compute_focused(a, tok, state, store, deadline, base, &f)?
             }
+            // A walk of the whole vocabulary, shared with the compile's helpers when some
+            // are awake: the first masks, computed inside a compile.
+            None if deadline.is_none() && crate::crew::helpers_present() > 0 => {
+                StateMask::compute_shared(a, tok, state, store, crate::crew::helpers_present() + 1)
+            }
             None => StateMask::compute_until(a, tok, state, store, deadline)?,
         };
         self.recent.lock().unwrap_or_else(|p| p.into_inner()).insert(rule, state);
@@ -721,9 +735,10 @@ impl CompiledGrammar {
         let weak = Arc::downgrade(self);
         let work = move || {
             let Some(me) = weak.upgrade() else { return };
-            // The states live at the start are the first fill's, on the caller's thread
-            // right after this spawn: taken first here, that fill waited for this thread
-            // to be scheduled and finish them. They go last (should no fill come).
+            // The states live at the start are the first fill's: a compile computes them
+            // before this spawn; after a load from disk, the caller's first fill does,
+            // right after it (taken first here, that fill waited for this thread to be
+            // scheduled and finish them). They go last (should no fill come).
             let first_fill = me.start_states();
             let mut order = Vec::new();
             me.for_nearest_states(|s| {
@@ -804,6 +819,82 @@ mod tests {
         c.mask(at(3));
         assert_eq!(c.walked_ancestor(at(5)), Some(at(3)), "the nearest one");
         assert_eq!(c.walked_ancestor(at(2)), Some(at(0)));
+    }
+
+    /// `n` distinct tokens drawn deterministically from ASCII letters, digits, markup, a
+    /// leading space (as most tokens of a byte-level vocabulary have) and two-, three-
+    /// and four-byte characters: many top-level subtrees of uneven sizes.
+    fn synthetic_vocab(n: usize) -> Vec<Vec<u8>> {
+        let pieces = [
+            "a", "b", "e", "k", "x", "z", "0", "7", " ", " ", " ", "<", ">", "/", "{", "}", "\"", ":", ",",
+            "\n", "é", "ü", "中", "文", "😀", "t", "o", "l", "_",
+        ];
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        while out.len() < n {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = 1 + (x % 5) as usize;
+            let t: String =
+                (0..len).map(|i| pieces[((x >> (8 * i + 3)) % pieces.len() as u64) as usize]).collect();
+            if seen.insert(t.clone()) {
+                out.push(t.into_bytes());
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_walk_split_into_runs_gives_the_mask_of_one_walk() {
+        let mut vocab = synthetic_vocab(3000);
+        vocab.push(b"</s>".to_vec());
+        let opts = TokenizerOptions { stop_tokens: Some(vec![vocab.len() as u32 - 1]), ..Default::default() };
+        let tok = Arc::new(TokenizerInfo::from_byte_tokens(vocab, &opts).unwrap());
+        let grammars = [
+            Grammar::builtin_json(),
+            Grammar::from_ebnf(r#"root ::= [^<]* ("<tool>" ("{" [a-z0-9 ,:"]* "}")? "</tool>" [^<]*)*"#)
+                .unwrap(),
+            Grammar::from_ebnf(&numbered_grammar(6)).unwrap(),
+        ];
+        let lazy = CompileOptions { eager_budget: Duration::ZERO, ..Default::default() };
+        let helper_pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        for g in &grammars {
+            let c = CompiledGrammar::new(g, tok.clone(), &lazy).unwrap();
+            let a = c.automata();
+            let states: Vec<u32> = (0..a.num_states() as u32).filter(|&s| a.scans(s)).collect();
+            assert!(states.len() > 3);
+            for &s in &states {
+                let one = StateMask::compute_until(a, &tok, s, &c.store, None).unwrap();
+                let want = (one.accepted.to_words(&tok), one.uncertain.to_vec());
+                for parts in [1, 2, 3, 7] {
+                    let split = StateMask::compute_shared(a, &tok, s, &c.store, parts);
+                    let got = (split.accepted.to_words(&tok), split.uncertain.to_vec());
+                    assert!(got == want, "state {s}, {parts} runs");
+                }
+                // Inside a compile whose crew has a helper awake: the runs are shared.
+                let shared = helper_pool.install(|| {
+                    crate::crew::scope(|| {
+                        crate::crew::map_init(&[1, 2], crate::crew::Share::Hire, || (), |_, &x: &u32| x);
+                        StateMask::compute_shared(a, &tok, s, &c.store, 2)
+                    })
+                });
+                let got = (shared.accepted.to_words(&tok), shared.uncertain.to_vec());
+                assert!(got == want, "state {s}, with a helper");
+            }
+        }
+        // The runs cover every token once, in order.
+        let trie = tok.trie();
+        for parts in [1, 2, 3, 7, 100] {
+            let runs = trie.top_level_parts(parts);
+            assert!(!runs.is_empty() && runs.len() <= parts);
+            assert_eq!(runs[0].0 .0, 0);
+            assert_eq!(runs[0].1 .0, 0);
+            assert_eq!(runs.last().unwrap().0 .1 as usize, trie.nodes.len());
+            assert_eq!(runs.last().unwrap().1 .1 as usize, trie.token_ids.len());
+            assert!(runs.windows(2).all(|w| w[0].0 .1 == w[1].0 .0 && w[0].1 .1 == w[1].1 .0));
+        }
     }
 
     fn numbered_grammar(n: usize) -> String {

@@ -227,6 +227,32 @@ impl TokenTrie {
         }
     }
 
+    /// The top-level subtrees grouped into at most `parts` consecutive runs holding about
+    /// as many tokens each: per run, its node range and its token ranks (a walk of the
+    /// whole vocabulary split between threads). Runs end only at top-level subtrees, so
+    /// the split is as even as the largest one allows (the tokens after a space: about
+    /// half of a byte-level vocabulary).
+    pub fn top_level_parts(&self, parts: usize) -> Vec<((u32, u32), (u32, u32))> {
+        let total = self.token_ids.len();
+        let rank_at = |k: usize| self.nodes.get(k).map_or(total as u32, |n| n.tokens.0);
+        let mut out = Vec::with_capacity(parts);
+        let (mut start, mut k) = (0usize, 0usize);
+        while k < self.nodes.len() {
+            let end = self.nodes[k].subtree_end as usize;
+            // A run closes once it reaches its share of the tokens (the last takes the rest).
+            let share = total * (out.len() + 1) / parts.max(1);
+            if out.len() + 1 < parts && rank_at(end) as usize >= share {
+                out.push(((start as u32, end as u32), (rank_at(start), rank_at(end))));
+                start = end;
+            }
+            k = end;
+        }
+        if start < self.nodes.len() || out.is_empty() {
+            out.push(((start as u32, self.nodes.len() as u32), (rank_at(start), total as u32)));
+        }
+        out
+    }
+
     /// Node `k`'s first later sibling whose subtree holds node `target` (which lies past
     /// `k`'s subtree), or the node after the last sibling: a walk that needs only the
     /// subtree of `target` goes there over the sibling entries, a dense array, instead of
