@@ -39,14 +39,18 @@ const MAX_DEPTH: usize = 16;
 /// `enum`/`const`, `allOf` (any part that enumerates), `$ref` and `anyOf`/`oneOf` (every
 /// branch enumerates); `None` otherwise.
 fn candidates(b: &Builder, s: &Value, ptr: &str, depth: usize) -> Option<Vec<Value>> {
+    match s {
+        Value::Bool(false) => Some(Vec::new()),
+        Value::Object(m) => object_candidates(b, m, ptr, depth),
+        _ => None,
+    }
+}
+
+/// [`candidates`] of an object schema.
+fn object_candidates(b: &Builder, m: &Map<String, Value>, ptr: &str, depth: usize) -> Option<Vec<Value>> {
     if depth > MAX_DEPTH {
         return None;
     }
-    let m = match s {
-        Value::Bool(false) => return Some(Vec::new()),
-        Value::Object(m) => m,
-        _ => return None,
-    };
     if let Some(r) = m.get("$ref").and_then(Value::as_str) {
         let target = b.resolver.resolve(b.root, r, ptr).ok()?;
         let found = candidates(b, b.root.pointer(&target)?, &target, depth + 1);
@@ -107,11 +111,12 @@ pub(crate) fn values(b: &Builder, m: &Map<String, Value>, ptr: &str) -> Option<V
     if m.keys().all(|k| SIMPLE.contains(&k.as_str()) || super::ANNOTATIONS.contains(&k.as_str())) {
         return None;
     }
-    let schema = Value::Object(m.clone());
-    let vals = candidates(b, &schema, ptr, 0)?;
+    // (Most schemas are not finite: the copy waits until they are.)
+    let vals = object_candidates(b, m, ptr, 0)?;
     if vals.len() > MAX_CANDIDATES {
         return None;
     }
+    let schema = Value::Object(m.clone());
     // References point into the root, registered whole under the base the resolver
     // uses, so that the copy validates exactly as the schema in place.
     let entry = absolutize(b, &schema, ptr);

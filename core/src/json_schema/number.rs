@@ -127,6 +127,18 @@ pub(crate) fn int_range(lo: u128, hi: Option<u128>) -> Expr {
 
 /// Canonical integers in `lo..=hi` (either side may be open).
 pub(crate) fn signed_range(lo: Option<i128>, hi: Option<i128>) -> Expr {
+    // Every plain `integer` is the i64 range: built once per process, since its 19-digit
+    // bounds made it a tenth of a typical tool schema's conversion (a 20-tool tag built
+    // it once per tool).
+    if (lo, hi) == (Some(i64::MIN as i128), Some(i64::MAX as i128)) {
+        static I64: std::sync::OnceLock<Expr> = std::sync::OnceLock::new();
+        return I64.get_or_init(|| split_range(lo, hi)).clone();
+    }
+    split_range(lo, hi)
+}
+
+/// [`signed_range`], built.
+fn split_range(lo: Option<i128>, hi: Option<i128>) -> Expr {
     if let (Some(a), Some(b)) = (lo, hi) {
         if a > b {
             return nothing();

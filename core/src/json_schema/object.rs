@@ -32,6 +32,7 @@ use crate::grammar::{Expr, MemberSet, RuleId, MAX_SET_MEMBERS};
 use crate::regex::keyset::{Component, KeySet};
 use rustc_hash::FxHashMap;
 use serde_json::{json, Map, Value};
+use std::borrow::Cow;
 
 /// JSON string bodies (no quotes) whose decoded value is not one of `names`.
 struct Plan {
@@ -126,6 +127,22 @@ impl Plan {
     }
 }
 
+/// The value schema of a key: the declared schema (if any) and every matching pattern's,
+/// or `additional` when none applies. Borrowed when one schema applies (almost always):
+/// copying every member's schema was a tenth of a tool schema's conversion.
+fn member_schema<'v>(
+    declared: Option<&'v Value>,
+    patterns: impl Iterator<Item = (&'v str, &'v Value)>,
+    additional: Option<&'v Value>,
+) -> Option<Cow<'v, Value>> {
+    let mut all: Vec<&Value> = declared.into_iter().chain(patterns.map(|(_, v)| v)).collect();
+    match all.len() {
+        0 => additional.map(Cow::Borrowed),
+        1 => all.pop().map(Cow::Borrowed),
+        _ => Some(Cow::Owned(json!({ "allOf": all }))),
+    }
+}
+
 pub(crate) fn build(
     b: &mut Builder,
     m: &Map<String, Value>,
@@ -171,15 +188,7 @@ pub(crate) fn build(
     let keys = KeyClasses::new(b, m, props, &required, patterns, additional.is_some(), ptr)?;
     // The value schema of a key of class `label`: the declared schema (if any), every
     // matching pattern's schema, and `additionalProperties` when neither applies.
-    let value_of = |declared: Option<&Value>, label: u64| -> Option<Value> {
-        let mut all: Vec<Value> = declared.into_iter().cloned().collect();
-        all.extend(keys.patterns_of(label).map(|(_, v)| v.clone()));
-        match all.len() {
-            0 => additional.clone(),
-            1 => all.pop(),
-            _ => Some(json!({ "allOf": all })),
-        }
-    };
+    let value_of = |declared, label| member_schema(declared, keys.patterns_of(label), additional.as_ref());
     let mut members = Vec::new();
     let mut member_names: Vec<&str> = Vec::new();
     let mut names: Vec<&str> = props.keys().map(String::as_str).collect();
@@ -196,7 +205,7 @@ pub(crate) fn build(
             None => Builder::child(ptr, "required", name),
         };
         let value = value_of(props.get(*name), label)
-            .or_else(|| (req && implicitly_closed).then_some(Value::Bool(true)));
+            .or_else(|| (req && implicitly_closed).then_some(Cow::Owned(Value::Bool(true))));
         let v = match value.filter(|_| keys.names_ok(label)) {
             Some(s) => {
                 let v = b.schema(&s, &vptr, level + 1)?;
