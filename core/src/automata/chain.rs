@@ -166,6 +166,7 @@ pub(crate) fn splice(
         edges: Vec::new(),
         ends: vec![0],
         finals: Vec::with_capacity(total),
+        spans: None,
     };
     d.edges.reserve(outer.edges.len() + max as usize * (link.edges.len() + outer.edges(t).len()));
     let seal = |d: &mut Dfa, fin: bool| {

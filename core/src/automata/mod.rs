@@ -274,13 +274,16 @@ impl Automata {
                 trans.resize(at + n_classes, DEAD);
                 let row = &mut trans[at..];
                 let edges = d.edges(s);
-                // Byte classes sort before rule letters.
-                let n_bytes = edges.partition_point(|e| (e.0 as usize) < n_classes);
+                // Byte classes sort before rule letters; a rule's own class stands for a
+                // run of the grammar's ([`Dfa::spans`]).
+                let n_bytes = edges.partition_point(|e| (e.0 as usize) < d.n_classes);
                 for &(c, t) in &edges[..n_bytes] {
-                    row[c as usize] = t + base;
+                    if let Some((a, b)) = d.byte_letter(c) {
+                        row[a as usize..=b as usize].fill(t + base);
+                    }
                 }
                 let e0 = rule_edges.len() as u32;
-                rule_edges.extend(edges[n_bytes..].iter().map(|&(l, t)| (l - n_classes as u32, t + base)));
+                rule_edges.extend(edges[n_bytes..].iter().map(|&(l, t)| (l - d.n_classes as u32, t + base)));
                 nodes.push(NodeInfo {
                     rule: r as u32,
                     is_final: d.finals[s],
@@ -653,11 +656,15 @@ fn rule_dfa(
         }
         None => None,
     };
+    // (A spliced repetition's two parts share one alphabet: they keep the grammar's.)
     Ok(match (spliced, &plan.chain) {
         (Some(built), _) => built,
-        (None, None) => (minimal(&plan.nfa)?, None),
+        (None, None) => (Dfa::minimal_narrow(&plan.nfa, sc, limits.max_dfa_states)?, None),
         // The shapes did not allow splicing: the whole body, as usual.
-        (None, Some(_)) => (minimal(&Nfa::build(&rule.body, limits.max_nfa_states)?)?, None),
+        (None, Some(_)) => {
+            let nfa = Nfa::build(&rule.body, limits.max_nfa_states)?;
+            (Dfa::minimal_narrow(&nfa, sc, limits.max_dfa_states)?, None)
+        }
     })
 }
 

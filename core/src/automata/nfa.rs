@@ -39,6 +39,11 @@ impl<T: Copy> Csr<T> {
         Csr { starts, edges }
     }
 
+    /// Every edge, of all states.
+    pub fn all(&self) -> &[T] {
+        &self.edges
+    }
+
     #[inline]
     pub fn of(&self, s: u32) -> &[T] {
         &self.edges[self.starts[s as usize] as usize..self.starts[s as usize + 1] as usize]
