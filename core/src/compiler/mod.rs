@@ -626,6 +626,7 @@ impl CompiledGrammar {
             }
         }
         let (tok, store) = (&self.tokenizer, &self.store);
+        let helpers = if deadline.is_none() { crate::crew::helpers_present() } else { 0 };
         let m = match partial {
             Some((base, Partial::LongerThan(known))) => {
                 StateMask::compute_beyond(a, tok, state, store, deadline, base, known)?
@@ -635,9 +636,7 @@ impl CompiledGrammar {
             }
             // A walk of the whole vocabulary, shared with the compile's helpers when some
             // are awake: the first masks, computed inside a compile.
-            None if deadline.is_none() && crate::crew::helpers_present() > 0 => {
-                StateMask::compute_shared(a, tok, state, store, crate::crew::helpers_present() + 1)
-            }
+            None if helpers > 0 => StateMask::compute_shared(a, tok, state, store, helpers + 1),
             None => StateMask::compute_until(a, tok, state, store, deadline)?,
         };
         self.recent.lock().unwrap_or_else(|p| p.into_inner()).insert(rule, state);

@@ -2,6 +2,7 @@
 //! (`CompileOptions::leaf_cache_bytes`): a second grammar with the same leaf rule takes
 //! its masks from the first, and only when the bytes that may follow the rule agree too.
 
+use crate::common;
 use grammask::{
     CompileOptions, GrammarCompiler, GrammarMatcher, TokenBitmask, TokenizerInfo, TokenizerOptions,
 };
@@ -22,12 +23,7 @@ fn allowed(c: &GrammarCompiler, ebnf: &str, prefix: &str) -> Vec<&'static str> {
     m.accept_string(prefix).unwrap();
     let mut mask = TokenBitmask::new(1, VOCAB.len());
     m.fill_next_token_bitmask(mask.row_mut(0)).unwrap();
-    VOCAB
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| mask.row(0)[i / 32] >> (i % 32) & 1 == 1)
-        .map(|(_, t)| *t)
-        .collect()
+    common::allowed(mask.row(0)).into_iter().filter_map(|i| VOCAB.get(i as usize).copied()).collect()
 }
 
 // `w` is large and used twice, so it stays a rule: a leaf (it calls no other rule).

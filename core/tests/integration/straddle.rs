@@ -3,6 +3,7 @@
 //! the context does. The classification depends on every byte where the rule could have
 //! ended, not only the last one, which these cases pin down.
 
+use crate::common;
 use grammask::{GrammarCompiler, GrammarMatcher, TokenBitmask, TokenizerInfo, TokenizerOptions};
 use std::sync::Arc;
 
@@ -23,12 +24,7 @@ fn allowed_after(prefix: &str) -> Vec<&'static str> {
     m.accept_string(prefix).unwrap();
     let mut mask = TokenBitmask::new(1, VOCAB.len());
     m.fill_next_token_bitmask(mask.row_mut(0)).unwrap();
-    VOCAB
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| mask.row(0)[i / 32] >> (i % 32) & 1 == 1)
-        .map(|(_, t)| *t)
-        .collect()
+    common::allowed(mask.row(0)).into_iter().filter_map(|i| VOCAB.get(i as usize).copied()).collect()
 }
 
 #[test]
