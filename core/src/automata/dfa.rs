@@ -211,7 +211,7 @@ impl Scratch {
     /// are one class of its own, a tool-calling tag's free text a dozen, against ~90 for
     /// the whole grammar), and every pass over a DFA costs its edges, one per class.
     /// The grammar's classes refine the rule's, so each rule class is a run of grammar
-    /// classes ([`Dfa::widen`] maps it back). Returns whether it switched.
+    /// classes ([`Dfa::spans`] maps it back). Returns whether it switched.
     pub fn localize(&mut self, nfa: &Nfa) -> bool {
         let mut boundary = [false; 257];
         for &(lo, hi, _) in nfa.bytes.all() {
