@@ -132,12 +132,15 @@ impl Grammask {
 
     /// Checks a finished choice against the grammar that constrained it: whether the text is
     /// a complete document, was cut off by `max_len` (finish reason `length`), or neither.
+    /// A text cut off by `max_len` is [`Outcome::CutOff`] even when it happens to be a
+    /// whole document: one that could go on (a number, trailing blanks) was still being
+    /// written.
     pub fn outcome(&self, compiled: &Arc<CompiledGrammar>, text: &str, finish_reason: &str) -> Outcome {
         let mut m = GrammarMatcher::new(compiled.clone());
         match m.accept_bytes(text.as_bytes()) {
             Err(e) => Outcome::Invalid(e.to_string()),
-            Ok(()) if m.can_terminate() => Outcome::Complete,
             Ok(()) if finish_reason == "length" => Outcome::CutOff,
+            Ok(()) if m.can_terminate() => Outcome::Complete,
             Ok(()) => Outcome::Invalid(format!(
                 "the text is an unfinished document (finish reason `{finish_reason}`)"
             )),
@@ -171,7 +174,7 @@ fn single_token_stops(tok: &grammask::TokenizerInfo, seqs: &[String]) -> Vec<u32
 pub enum Outcome {
     /// A complete document of the grammar.
     Complete,
-    /// A prefix of a document, cut off by `max_len`.
+    /// A prefix of a document (maybe a whole one that could go on), cut off by `max_len`.
     CutOff,
     /// Not a document of the grammar (another processor, a stop string, or a bug).
     Invalid(String),

@@ -3,7 +3,7 @@
 //! each context gets, sequences sharing one processor, rollback, repeated contexts, padding.
 
 use grammask::{GrammarCompiler, GrammarMatcher, GrammarSpec, TokenBitmask, TokenizerInfo, TokenizerOptions};
-use grammask_mistralrs::{GrammaskProcessor, ProcessorError};
+use grammask_mistralrs::{Grammask, GrammaskProcessor, ModelVocab, Outcome, ProcessorError};
 use mistralrs::{CustomLogitsProcessor, Device, Tensor};
 use std::sync::Arc;
 
@@ -302,4 +302,17 @@ fn single_token_stop_strings_become_stop_ids() {
     let p = c.processor().unwrap();
     assert_eq!(allowed(p, &ctx(&[]), 6).unwrap(), vec![0, 2]);
     assert_eq!(allowed(p, &ctx(&[0]), 6).unwrap(), vec![1, 4, EOS]);
+}
+
+#[test]
+fn an_output_ended_by_max_len_is_cut_off_even_when_it_is_a_whole_document() {
+    // "aa" is a whole document that can go on: ended by `length`, the model was still
+    // writing it (a random model filled up to max_len this way in CI).
+    let c = compiled(r#"root ::= "a"+"#);
+    let g = Grammask::new(ModelVocab::from_tokenizer_info(c.tokenizer().clone()));
+    assert_eq!(g.outcome(&c, "aa", "length"), Outcome::CutOff);
+    assert_eq!(g.outcome(&c, "aa", "stop"), Outcome::Complete);
+    assert_eq!(g.outcome(&c, "", "length"), Outcome::CutOff);
+    assert!(matches!(g.outcome(&c, "", "stop"), Outcome::Invalid(_)));
+    assert!(matches!(g.outcome(&c, "ab", "length"), Outcome::Invalid(_)));
 }
