@@ -309,16 +309,6 @@ impl Dfa {
         Ok(d)
     }
 
-    /// Whether letter `l` is a byte class (not a rule), and the grammar's classes it
-    /// stands for.
-    pub fn byte_letter(&self, l: u32) -> Option<(u32, u32)> {
-        match &self.spans {
-            _ if l as usize >= self.n_classes => None,
-            Some(spans) => spans.get(l as usize).copied(),
-            None => Some((l, l)),
-        }
-    }
-
     /// Trims a DFA just determinized from `nfa`, unless every state of `nfa` can reach
     /// its end ([`Nfa::all_live`]): then every DFA state (a non-empty set of such states)
     /// can reach a final one, and since the subset construction numbers states in the
@@ -1051,9 +1041,12 @@ mod tests {
         let (mut edges, mut ends) = (Vec::new(), vec![0]);
         for s in 0..d.len() {
             for &(l, t) in d.edges(s) {
-                match d.byte_letter(l) {
-                    Some((a, b)) => edges.extend((a..=b).map(|g| (g, t))),
-                    None => edges.push((l - d.n_classes as u32 + n_classes as u32, t)),
+                match &d.spans {
+                    _ if l as usize >= d.n_classes => {
+                        edges.push((l - d.n_classes as u32 + n_classes as u32, t))
+                    }
+                    Some(spans) => edges.extend((spans[l as usize].0..=spans[l as usize].1).map(|g| (g, t))),
+                    None => edges.push((l, t)),
                 }
             }
             ends.push(edges.len() as u32);

@@ -277,9 +277,18 @@ impl Automata {
                 // Byte classes sort before rule letters; a rule's own class stands for a
                 // run of the grammar's ([`Dfa::spans`]).
                 let n_bytes = edges.partition_point(|e| (e.0 as usize) < d.n_classes);
-                for &(c, t) in &edges[..n_bytes] {
-                    if let Some((a, b)) = d.byte_letter(c) {
-                        row[a as usize..=b as usize].fill(t + base);
+                match &d.spans {
+                    None => {
+                        for &(c, t) in &edges[..n_bytes] {
+                            row[c as usize] = t + base;
+                        }
+                    }
+                    Some(spans) => {
+                        for &(c, t) in &edges[..n_bytes] {
+                            if let Some(&(a, b)) = spans.get(c as usize) {
+                                row[a as usize..=b as usize].fill(t + base);
+                            }
+                        }
                     }
                 }
                 let e0 = rule_edges.len() as u32;
