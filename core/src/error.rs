@@ -86,6 +86,12 @@ pub enum Error {
         /// Tokens in the history.
         available: usize,
     },
+    /// The finished grammar of a staged compile (see
+    /// [`CompileOptions::staged`](crate::CompileOptions::staged)) could not be built: a
+    /// limit its argument schemas' automata exceed, found after the first masks. Every
+    /// matcher of the compile reports it once it needs that grammar.
+    #[error("building the grammar of the tool arguments failed: {0}")]
+    Staged(std::sync::Arc<Error>),
     /// A bitmask row passed to a matcher has the wrong length.
     #[error("shape mismatch: {0}")]
     Shape(String),

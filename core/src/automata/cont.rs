@@ -66,7 +66,10 @@ impl Automata {
         let n_rules = self.rule_start.len();
         // Pure rules: no state calls a rule or is gated (a walk inside stays in DFA mode);
         // with the copies of their spliced repetition, if any.
-        let mut pure: Vec<Option<u32>> = (0..n_rules as u32).map(|r| self.is_pure(r).then_some(0)).collect();
+        // (A stand-in is never one: what it reads says nothing of the part it stands for.)
+        let mut pure: Vec<Option<u32>> = (0..n_rules as u32)
+            .map(|r| (self.is_pure(r) && !self.grammar.rules[r as usize].stand_in).then_some(0))
+            .collect();
         for (r, l) in &self.chains {
             if let Some(p) = &mut pure[*r as usize] {
                 *p = l.max;

@@ -119,6 +119,10 @@ pub struct Automata {
     /// prediction happens. `prediction[prediction_ends[r - 1]..prediction_ends[r]]`.
     pub(crate) prediction: Vec<u32>,
     pub(crate) prediction_ends: Vec<u32>,
+    /// Per rule, whether predicting it adds the start of a stand-in rule
+    /// ([`crate::grammar::Rule::stand_in`]); empty when the grammar has none. A parser
+    /// that makes such a prediction flags itself ([`crate::matcher::earley`]).
+    pub(crate) predicts_stand_in: Box<[bool]>,
     /// The member sets of the grammar's rules ([`members`]), and per rule the index of
     /// its set (`u32::MAX`: none).
     pub(crate) sets: Vec<members::SetInfo>,
@@ -316,6 +320,7 @@ impl Automata {
             rule_edges,
             prediction: Vec::new(),
             prediction_ends: Vec::new(),
+            predicts_stand_in: Box::default(),
             sets: Vec::new(),
             set_of: vec![u32::MAX; dfas.len()],
             chains: Vec::new(),
@@ -359,6 +364,23 @@ impl Automata {
         }
         self.prediction = out;
         self.prediction_ends = ends;
+        let stand_in: Vec<bool> = self.grammar.rules.iter().map(|r| r.stand_in).collect();
+        if stand_in.contains(&true) {
+            self.predicts_stand_in = (0..self.rule_start.len() as u32)
+                .map(|r| self.predicted(r).iter().any(|&s| stand_in[self.nodes[s as usize].rule as usize]))
+                .collect();
+        }
+    }
+
+    /// Whether predicting `rule` adds the start of a stand-in rule.
+    #[inline]
+    pub(crate) fn predicts_stand_in(&self, rule: u32) -> bool {
+        self.predicts_stand_in.get(rule as usize).copied().unwrap_or(false)
+    }
+
+    /// Whether the grammar holds stand-in rules (a staged compile's first grammar).
+    pub fn has_stand_ins(&self) -> bool {
+        !self.predicts_stand_in.is_empty()
     }
 
     /// States added by predicting `rule` (see [`Automata::prediction`]).

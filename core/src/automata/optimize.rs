@@ -140,7 +140,7 @@ pub fn remove_unproductive(g: &mut Grammar) -> Result<(), GrammarError> {
     Ok(())
 }
 
-/// Points every reference to a rule at one rule with an equal body (and `keep`), then
+/// Points every reference to a rule at one rule with an equal body (and flags), then
 /// re-examines the callers of merged rules, whose bodies may have become equal in turn;
 /// the merged-away rules are left unreferenced for [`drop_unreachable`].
 pub fn merge_duplicate_rules(g: &mut Grammar) {
@@ -183,9 +183,11 @@ pub fn merge_duplicate_rules(g: &mut Grammar) {
                 set.map_rules(&mut |id| Some(RuleId(find(&mut rep, id.index()) as u32)));
             }
             let r = &g.rules[i];
-            hash[i] = hasher.hash_one((&r.body, r.keep, &r.members));
+            hash[i] = hasher.hash_one((&r.body, r.keep, r.stand_in, &r.members));
             let same = buckets.entry(hash[i]).or_default();
-            let equal = |q: &Rule| q.keep == r.keep && q.body == r.body && q.members == r.members;
+            let equal = |q: &Rule| {
+                q.keep == r.keep && q.stand_in == r.stand_in && q.body == r.body && q.members == r.members
+            };
             match same.iter().find(|&&j| equal(&g.rules[j])) {
                 Some(&j) => {
                     rep[i] = j;
@@ -517,7 +519,8 @@ pub fn drop_unreachable(mut g: Grammar) -> Grammar {
             if let Some(set) = &mut members {
                 set.map_rules(&mut |r| Some(new_id[r.index()]).filter(|id| id.0 != u32::MAX));
             }
-            Rule { name: std::mem::take(&mut g.rules[i].name), body, keep: g.rules[i].keep, members }
+            let (keep, stand_in) = (g.rules[i].keep, g.rules[i].stand_in);
+            Rule { name: std::mem::take(&mut g.rules[i].name), body, keep, stand_in, members }
         })
         .collect();
     Grammar { rules, root: RuleId(0), markers: std::mem::take(&mut g.markers) }

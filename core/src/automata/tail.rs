@@ -23,8 +23,11 @@ impl Automata {
             let (callee, start) = (callee as usize, self.rule_start[callee as usize] as usize);
             let sink = self.nodes[t as usize];
             let row = |q: usize| &self.trans[q * nc..(q + 1) * nc];
+            // (Never into a stand-in: a walk moving into its callee in DFA mode would
+            // predict it without the parser seeing the prediction.)
             let tail = !n.gated
                 && pure[callee]
+                && !self.grammar.rules[callee].stand_in
                 && !self.nullable[callee]
                 && sink.is_final
                 && !sink.gated

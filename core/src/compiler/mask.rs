@@ -98,6 +98,9 @@ pub(crate) struct StateMask {
     /// Trie nodes the walk that computed this mask visited — for a mask derived from
     /// another's, that one's: what computing it afresh would roughly cost.
     pub walk_steps: u32,
+    /// The walk predicted a stand-in rule ([`crate::grammar::Rule::stand_in`]): the
+    /// mask may differ from the finished grammar's, so a matcher must not use it.
+    pub stand_in: bool,
 }
 
 impl StateMask {
@@ -247,12 +250,13 @@ impl StateMask {
         flips.iter().for_each(|&id| bits[id as usize / 32] ^= 1 << (id % 32));
         if flips.len() * 4 > bits.len() {
             // Too many changes for a patch to stay compact: encode afresh.
-            return encode_words(bits, uncertain, base.walk_steps, tok, store);
+            return encode_words(bits, uncertain, base.walk_steps, base.stand_in || c.stand_in, tok, store);
         }
         StateMask {
             accepted: base.accepted.patched(&flips, &bits, store),
             uncertain: store.intern(uncertain),
             walk_steps: base.walk_steps,
+            stand_in: base.stand_in || c.stand_in,
         }
     }
 
@@ -271,7 +275,10 @@ impl StateMask {
         }
         let mut parser = Earley::with_stamps(a, state, STAMPS.take());
         parser.set_memoize(true);
-        let classes = Self::classify_with(&mut parser, a, tok, state, deadline, focus);
+        let mut classes = Self::classify_with(&mut parser, a, tok, state, deadline, focus);
+        if let Some(c) = &mut classes {
+            c.stand_in = parser.take_stand_in();
+        }
         STAMPS.set(parser.into_stamps());
         classes
     }
@@ -531,7 +538,7 @@ impl StateMask {
             excluded_ranks.push((node.tokens.0, last));
             k = next;
         }
-        Some(Classes { accepted, excluded: excluded_ranks, uncertain, steps })
+        Some(Classes { accepted, excluded: excluded_ranks, uncertain, steps, stand_in: false })
     }
 }
 
@@ -543,6 +550,8 @@ struct Classes {
     uncertain: Vec<u32>,
     /// Trie nodes visited.
     steps: u32,
+    /// The walk predicted a stand-in rule.
+    stand_in: bool,
 }
 
 impl Classes {
@@ -562,12 +571,13 @@ impl Classes {
         }
         out.uncertain.extend(self.uncertain.into_iter().filter(|r| (lo..hi).contains(r)));
         out.steps = out.steps.saturating_add(self.steps);
+        out.stand_in |= self.stand_in;
     }
 
     /// Stores the walk's result in the smallest fitting form (see the module docs).
     fn encode(self, tok: &TokenizerInfo, store: &MaskStore) -> StateMask {
         let trie = tok.trie();
-        let Classes { accepted, excluded: excluded_ranks, uncertain, steps } = self;
+        let Classes { accepted, excluded: excluded_ranks, uncertain, steps, stand_in } = self;
         let n_rejected: usize = excluded_ranks.iter().map(|&(a, b)| (b - a) as usize).sum();
         let n_except = n_rejected + uncertain.len();
         // A list is applied one bit at a time; a bitset is OR-ed a word at a time, about as
@@ -601,7 +611,7 @@ impl Classes {
             }
             store.bitset(bits)
         };
-        StateMask { accepted, uncertain: store.intern(uncertain), walk_steps: steps }
+        StateMask { accepted, uncertain: store.intern(uncertain), walk_steps: steps, stand_in }
     }
 }
 
@@ -611,6 +621,7 @@ fn encode_words(
     bits: Vec<u32>,
     uncertain: Vec<u32>,
     walk_steps: u32,
+    stand_in: bool,
     tok: &TokenizerInfo,
     store: &MaskStore,
 ) -> StateMask {
@@ -627,7 +638,7 @@ fn encode_words(
     } else {
         store.bitset(bits)
     };
-    StateMask { accepted, uncertain: store.intern(uncertain), walk_steps }
+    StateMask { accepted, uncertain: store.intern(uncertain), walk_steps, stand_in }
 }
 
 impl Accepted {

@@ -25,6 +25,7 @@ mod diverge;
 mod leaf;
 pub(crate) mod mask;
 mod serialize;
+mod staged;
 mod store;
 
 use crate::automata::{Automata, AutomataLimits, DEAD};
@@ -32,6 +33,7 @@ use crate::error::Result;
 use crate::grammar::{parse_ebnf, Grammar, ParseLimits};
 use crate::json_schema::{json_schema_str_to_grammar, json_schema_to_grammar, parse_text, JsonSchemaOptions};
 use crate::regex::{regex_to_grammar, RegexLimits};
+use crate::structural_tag::{lower_for_compile, Lowered, Rest};
 use crate::tokenizer::TokenizerInfo;
 use cache::CompileCache;
 use disk::DiskCache;
@@ -40,6 +42,7 @@ pub(crate) use mask::{Accepted, StateMask};
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 pub use serialize::FORMAT_VERSION;
+use staged::Finishing;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use store::MaskStore;
@@ -154,7 +157,23 @@ pub struct CompileOptions {
     /// lazy masks, and the masks a tool call needs are ready before the model writes it,
     /// while the free text before it is generated.
     pub background_precompute: bool,
+    /// Compile a structural tag with many argument schemas (a tool-calling tag with at
+    /// least [`STAGED_MIN_SCHEMAS`] tools) in two stages (default on): the compile
+    /// returns a *shell* whose argument schemas are stand-ins — converted and checked,
+    /// not built into automata — and a thread of its own builds the finished grammar.
+    /// Matchers answer from the shell until the finished grammar is ready, or until a
+    /// parse reaches a call's arguments, where they wait for it; every mask is the
+    /// finished grammar's either way (see `compiler::staged`). The first mask of a
+    /// 20-tool tag then needs about half the time. A limit the arguments' automata
+    /// exceed is then reported by the matchers ([`Error::Staged`]) rather than by the
+    /// compile. Never staged with a disk cache (the file holds the finished grammar).
+    pub staged: bool,
 }
+
+/// Fewest JSON-style argument schemas a structural tag needs for a staged compile
+/// ([`CompileOptions::staged`]): below it, what the shell saves is too little to pay
+/// for compiling the root twice.
+pub const STAGED_MIN_SCHEMAS: usize = 8;
 
 impl Default for CompileOptions {
     fn default() -> Self {
@@ -164,6 +183,7 @@ impl Default for CompileOptions {
             eager_budget: Duration::from_micros(250),
             leaf_cache_bytes: 64 << 20,
             background_precompute: false,
+            staged: true,
         }
     }
 }
@@ -267,7 +287,8 @@ impl GrammarCompiler {
             format!("{}\0{:?}\0{}", spec.cache_key(value), self.options, self.tokenizer.fingerprint())
         });
         if let Some(hit) = key.as_deref().and_then(|k| self.cache.get(k)) {
-            return Ok(hit);
+            // A staged grammar whose finished grammar is ready: that one.
+            return Ok(hit.finishing.as_ref().and_then(|f| f.get()?.ok()).unwrap_or(hit));
         }
         if let (Some(disk), Some(key)) = (&self.disk, &key) {
             if let Some(loaded) = disk.load(key, &self.tokenizer, &self.options.automata) {
@@ -281,17 +302,25 @@ impl GrammarCompiler {
         }
         // Its independent pieces (a tag's schemas, the rules' automata) shared with the
         // pool's other threads where they are worth it (`crew`).
+        let leaf = (self.options.leaf_cache_bytes > 0).then(|| self.leaf_masks.clone());
         let compiled = crate::crew::scope(|| -> Result<_> {
             let grammar = match (spec, parsed) {
                 (GrammarSpec::JsonSchema { options, .. }, Some(value)) => {
                     json_schema_to_grammar(&value?, options)?
                 }
+                (GrammarSpec::StructuralTag(t), _) if self.options.staged && self.disk.is_none() => {
+                    match lower_for_compile(t, &self.options.parse, STAGED_MIN_SCHEMAS)? {
+                        Lowered::Whole(g) => g,
+                        Lowered::Staged(shell, rest) => {
+                            return self.build_staged(shell, rest, leaf.clone(), true)
+                        }
+                    }
+                }
                 _ => spec.to_grammar(&self.options.parse)?,
             };
-            let leaf = (self.options.leaf_cache_bytes > 0).then(|| self.leaf_masks.clone());
             Ok(Arc::new(CompiledGrammar::build(grammar, self.tokenizer.clone(), &self.options, leaf)?))
         })?;
-        if self.options.background_precompute {
+        if self.options.background_precompute && compiled.finishing.is_none() {
             compiled.precompute_in_background();
         }
         if let Some(key) = key {
@@ -302,6 +331,60 @@ impl GrammarCompiler {
             self.cache.insert(key, compiled.clone());
         }
         Ok(compiled)
+    }
+
+    /// A staged compile's shell (its start states' masks computed), with the thread that
+    /// builds the finished grammar started (`start`; else the first matcher that needs
+    /// the finished grammar builds it).
+    fn build_staged(
+        &self,
+        shell: Grammar,
+        rest: Rest,
+        leaf: Option<Arc<LeafMasks>>,
+        start: bool,
+    ) -> Result<Arc<CompiledGrammar>> {
+        let mut compiled = CompiledGrammar::from_automata(
+            Automata::build_owned(shell, &self.options.automata)?,
+            self.tokenizer.clone(),
+            leaf.clone(),
+        );
+        compiled.start_masks();
+        let (tokenizer, options) = (self.tokenizer.clone(), self.options.clone());
+        let finishing = Finishing::new(Box::new(move |shell: Option<Arc<CompiledGrammar>>| {
+            let full = crate::crew::scope(|| -> Result<_> {
+                let grammar = rest.finish(&options.parse)?;
+                let automata = Automata::build_owned(grammar, &options.automata)?;
+                let full = CompiledGrammar::from_automata(automata, tokenizer, leaf);
+                // (Before its own first masks: the start states' are among the shell's.)
+                if let Some(shell) = shell {
+                    staged::adopt_masks(&full, &shell);
+                }
+                full.first_masks(&options);
+                Ok(Arc::new(full))
+            })?;
+            if options.background_precompute {
+                full.precompute_in_background();
+            }
+            Ok(full)
+        }));
+        compiled.finishing = Some(finishing.clone());
+        let compiled = Arc::new(compiled);
+        finishing.start(&compiled, start);
+        Ok(compiled)
+    }
+
+    /// The shell of structural tag `text`, whose finished grammar is built only when a
+    /// matcher needs it (so a test knows why its matchers moved).
+    #[cfg(test)]
+    pub(crate) fn compile_staged_on_demand(&self, text: &str) -> Arc<CompiledGrammar> {
+        match lower_for_compile(text, &self.options.parse, STAGED_MIN_SCHEMAS) {
+            Ok(Lowered::Staged(shell, rest)) => match self.build_staged(shell, rest, None, false) {
+                Ok(g) => g,
+                Err(e) => panic!("{e}"),
+            },
+            Ok(Lowered::Whole(_)) => panic!("not staged"),
+            Err(e) => panic!("{e}"),
+        }
     }
 
     /// Compiles EBNF text with root rule `root`.
@@ -353,6 +436,8 @@ pub struct CompiledGrammar {
     /// (ascending): checked against the parse state at every fill, outside the mask cache
     /// (the cache covers the tokens every grammar may produce).
     marker_tokens: Box<[u32]>,
+    /// A staged compile's shell: its finished grammar ([`CompileOptions::staged`]).
+    finishing: Option<Arc<Finishing>>,
 }
 
 /// A state's mask, and the state it behaves like for every token.
@@ -388,15 +473,20 @@ impl CompiledGrammar {
     ) -> Result<Self> {
         let automata = Automata::build_owned(grammar, &options.automata)?;
         let compiled = Self::from_automata(automata, tokenizer, leaf);
+        compiled.first_masks(options);
+        Ok(compiled)
+    }
+
+    /// The masks a compile computes before it returns.
+    fn first_masks(&self, options: &CompileOptions) {
         // With a background thread to come, only the start states' masks are computed
         // here: the first fill needs them at once, and here the compile's helpers can
         // share their walks (the thread computes the rest, nearest first).
         if options.background_precompute {
-            compiled.start_masks();
+            self.start_masks();
         } else {
-            compiled.precompute_within(options.eager_budget);
+            self.precompute_within(options.eager_budget);
         }
-        Ok(compiled)
     }
 
     /// Automata with no mask computed yet.
@@ -420,7 +510,28 @@ impl CompiledGrammar {
             leaf_sigs,
             shared_bytes: Default::default(),
             marker_tokens,
+            finishing: None,
         }
+    }
+
+    /// Whether this is a staged compile's shell ([`CompileOptions::staged`]), whose
+    /// matchers move to [`Self::finished`] once it is ready.
+    pub fn is_staged(&self) -> bool {
+        self.finishing.is_some()
+    }
+
+    /// The finished grammar of a staged compile, waiting for it to be built (this grammar
+    /// itself when it is not staged).
+    pub fn finished(self: &Arc<Self>) -> Result<Arc<CompiledGrammar>> {
+        match &self.finishing {
+            Some(f) => f.wait(),
+            None => Ok(self.clone()),
+        }
+    }
+
+    /// The finished grammar's builder, for a staged compile's shell.
+    pub(crate) fn finishing(&self) -> Option<&Arc<Finishing>> {
+        self.finishing.as_ref()
     }
 
     /// The special tokens this grammar may produce (see [`Grammar::markers`]), ascending.
@@ -701,6 +812,13 @@ impl CompiledGrammar {
 
     /// Computes every state's mask now, in parallel on the current rayon pool.
     pub fn precompute(&self) {
+        // A shell's own masks are only its first fills': its finished grammar's instead.
+        if let Some(f) = &self.finishing {
+            if let Ok(full) = f.wait() {
+                full.precompute();
+            }
+            return;
+        }
         (0..self.masks.len() as u32)
             .into_par_iter()
             .filter(|&s| self.automata.nodes[s as usize].scannable)
@@ -731,6 +849,15 @@ impl CompiledGrammar {
     /// # Ok::<(), grammask::Error>(())
     /// ```
     pub fn precompute_in_background(self: &Arc<Self>) -> Option<std::thread::JoinHandle<()>> {
+        if let Some(f) = &self.finishing {
+            let f = f.clone();
+            let work = move || {
+                if let Ok(full) = f.wait() {
+                    full.precompute_in_background().map(|t| t.join());
+                }
+            };
+            return std::thread::Builder::new().name("grammask-precompute".into()).spawn(work).ok();
+        }
         let weak = Arc::downgrade(self);
         let work = move || {
             let Some(me) = weak.upgrade() else { return };
@@ -765,7 +892,9 @@ impl CompiledGrammar {
 
     /// Heap bytes held: automata plus the masks computed so far (not the shared tokenizer).
     pub fn memory_bytes(&self) -> usize {
-        self.automata.memory_bytes()
+        let finished = self.finishing.as_ref().and_then(|f| f.get()?.ok()).map_or(0, |g| g.memory_bytes());
+        finished
+            + self.automata.memory_bytes()
             + self.store.memory_bytes()
             + self.shared_bytes.load(std::sync::atomic::Ordering::Relaxed)
             + self.masks.len() * std::mem::size_of::<OnceLock<Slot>>()

@@ -266,7 +266,8 @@ fn write_grammar(w: &mut Writer, g: &Grammar) {
     w.len(g.rules.len());
     for rule in &g.rules {
         w.str(&rule.name);
-        w.u8(rule.keep as u8);
+        // Bit 0: `keep`; bit 1: `stand_in` (files from before it have 0 or 1 here).
+        w.u8(rule.keep as u8 | (rule.stand_in as u8) << 1);
         match &rule.members {
             None => w.u8(0),
             Some(set) => {
@@ -297,7 +298,8 @@ fn read_grammar(r: &mut Reader) -> Result<Grammar> {
     let mut rules = Vec::with_capacity(n);
     for _ in 0..n {
         let name = r.str()?;
-        let keep = r.u8()? != 0;
+        let flags = r.u8()?;
+        let (keep, stand_in) = (flags & 1 != 0, flags & 2 != 0);
         let members = match r.u8()? {
             0 => None,
             1 => {
@@ -311,7 +313,7 @@ fn read_grammar(r: &mut Reader) -> Result<Grammar> {
             t => return Err(r.err(format!("member-set tag {t}"))),
         };
         let body = read_expr(r, 0)?;
-        rules.push(Rule { name, body, keep, members });
+        rules.push(Rule { name, body, keep, stand_in, members });
     }
     let root = RuleId(r.u32()?);
     let n = r.count(4)?;
@@ -428,7 +430,7 @@ fn read_masks(r: &mut Reader, c: &CompiledGrammar) -> Result<()> {
         if !uncertain.windows(2).all(|p| p[0] < p[1]) {
             return Err(r.err("uncertain tokens are not in trie order"));
         }
-        let slot = Slot { mask: StateMask { accepted, uncertain, walk_steps }, alike };
+        let slot = Slot { mask: StateMask { accepted, uncertain, walk_steps, stand_in: false }, alike };
         if c.masks[s as usize].set(slot).is_err() {
             return Err(r.err(format!("state {s} has two masks")));
         }
@@ -462,6 +464,11 @@ impl CompiledGrammar {
     /// # Ok::<(), grammask::Error>(())
     /// ```
     pub fn to_bytes(&self) -> Vec<u8> {
+        // A staged compile's shell is written as its finished grammar (a shell alone
+        // cannot be loaded: its stand-ins have nothing to stand for).
+        if let Some(full) = self.finishing().and_then(|f| f.wait().ok()) {
+            return full.to_bytes();
+        }
         let mut p = Writer::default();
         write_grammar(&mut p, self.automata.grammar());
         write_masks(&mut p, self);
@@ -531,6 +538,12 @@ impl CompiledGrammar {
         }
         let mut p = Reader { bytes: payload, pos: 0, base: at };
         let grammar = read_grammar(&mut p)?;
+        if grammar.rules.iter().any(|r| r.stand_in) {
+            return Err(Error::Format {
+                offset: at,
+                what: "a staged compile's shell, whose finished grammar failed to build".into(),
+            });
+        }
         let automata = Automata::rebuild(grammar, limits)?;
         if automata.digest() != digest {
             return Err(Error::Format {

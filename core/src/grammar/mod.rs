@@ -48,6 +48,11 @@ pub struct Rule {
     /// (the member-set rules of an any-order JSON object), and inlining would multiply
     /// it into every caller. Front-ends set it; it changes no language.
     pub keep: bool,
+    /// A stand-in for a part built later (a staged compile's argument schemas, see
+    /// `CompileOptions::staged`): its body only marks where the part goes, and a parse
+    /// that predicts the rule can no longer be trusted to agree with the finished
+    /// grammar (the matcher then moves to it). Front-ends set it with `keep`.
+    pub stand_in: bool,
     /// Members written in any order, each at most once: a side condition the matcher
     /// enforces on top of the body (see [`MemberSet`]). The rule and every rule the set
     /// names stay rules.
@@ -57,7 +62,7 @@ pub struct Rule {
 impl Rule {
     /// A rule with no flags and no side condition.
     pub fn new(name: impl Into<String>, body: Expr) -> Self {
-        Rule { name: name.into(), body, keep: false, members: None }
+        Rule { name: name.into(), body, keep: false, stand_in: false, members: None }
     }
 }
 

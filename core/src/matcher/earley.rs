@@ -174,6 +174,10 @@ pub(crate) struct Earley {
     /// unused, and forks copy the table, so ids in shared segments stay valid).
     progress: Vec<Progress>,
     progress_ids: rustc_hash::FxHashMap<Progress, u32>,
+    /// Set when a closure predicted a stand-in rule ([`Automata::predicts_stand_in`]);
+    /// cleared only by [`Earley::take_stand_in`]. A staged compile's first grammar
+    /// answers like the finished one until this happens.
+    stand_in: bool,
 }
 
 /// The closure computed for a set whose scanned items (its kernel) were `key`, as
@@ -188,6 +192,8 @@ struct Memo {
     items: Vec<Item>,
     waits: Vec<Wait>,
     can_end: bool,
+    /// The closure predicted a stand-in rule.
+    stand_in: bool,
 }
 
 impl Memo {
@@ -245,6 +251,7 @@ impl Earley {
             n_static: n as u32,
             progress: Vec::new(),
             progress_ids: Default::default(),
+            stand_in: false,
         };
         let start = e.tail.items.len();
         e.next_generation();
@@ -253,6 +260,11 @@ impl Earley {
         let end = e.closure(a, start);
         e.finish_set(end);
         e
+    }
+
+    /// Whether a closure predicted a stand-in rule since the last call; clears the flag.
+    pub fn take_stand_in(&mut self) -> bool {
+        std::mem::take(&mut self.stand_in)
     }
 
     /// Gives back the stamp arrays for the next short-lived parser.
@@ -476,12 +488,16 @@ impl Earley {
             self.tail.items.extend(m.items.iter().map(|i| Item { state: i.state, origin: here(i.origin) }));
             self.tail.waits.extend(m.waits.iter().map(|w| Wait { origin: here(w.origin), ..*w }));
             let end = m.can_end;
+            self.stand_in |= m.stand_in;
             self.scratch_key = key;
             self.finish_set(end);
             return;
         }
         let wstart = self.tail.waits.len();
+        let before = std::mem::replace(&mut self.stand_in, false);
         let end = self.closure(a, start);
+        let stand_in = self.stand_in;
+        self.stand_in |= before;
         if self.memo.len() >= MEMO_MAX {
             self.memo.clear();
         }
@@ -494,6 +510,7 @@ impl Earley {
                 .collect(),
             waits: self.tail.waits[wstart..].iter().map(|w| Wait { origin: rel(w.origin), ..*w }).collect(),
             can_end: end,
+            stand_in,
         };
         self.memo.insert(hash, memo);
         self.finish_set(end);
@@ -553,6 +570,9 @@ impl Earley {
     /// of each newly added state.
     #[inline]
     fn predict(&mut self, a: &Automata, rule: u32, pos: u32) {
+        if a.predicts_stand_in(rule) {
+            self.stand_in = true;
+        }
         let predicted = a.predicted(rule);
         if self.stamp[predicted[0] as usize] == self.generation {
             return; // already predicted here, closure included

@@ -31,6 +31,7 @@ use crate::automata::ByteSet;
 use crate::bitmask::{set_bit, TokenBitmask};
 use crate::compiler::{Accepted, CompiledGrammar};
 use crate::error::{Error, Result};
+use crate::tokenizer::TokenizerInfo;
 use earley::Earley;
 use std::sync::Arc;
 
@@ -89,6 +90,10 @@ pub struct GrammarMatcher {
     scratch_words: Vec<u32>,
     scratch_key: Vec<(u32, u64)>,
     memo: MaskMemo,
+    /// On a staged compile's shell ([`CompiledGrammar::is_staged`]): every byte accepted
+    /// so far (one per Earley set), replayed on the finished grammar when the matcher
+    /// moves to it. `None` once it has, or for a grammar that is not staged.
+    shell_bytes: Option<Vec<u8>>,
 }
 
 impl GrammarMatcher {
@@ -96,7 +101,6 @@ impl GrammarMatcher {
     pub fn new(compiled: Arc<CompiledGrammar>) -> Self {
         let parser = Earley::new(compiled.automata(), compiled.automata().root_start().0);
         Self {
-            compiled,
             parser,
             history: Vec::new(),
             terminated: false,
@@ -105,7 +109,41 @@ impl GrammarMatcher {
             scratch_words: Vec::new(),
             scratch_key: Vec::new(),
             memo: MaskMemo::default(),
+            shell_bytes: compiled.is_staged().then(Vec::new),
+            compiled,
         }
+    }
+
+    /// On a staged compile's shell, moves to the finished grammar if it is ready, or
+    /// (`wait`) once it is: a new parse of the bytes accepted so far, the history kept
+    /// (its steps are byte offsets, the same in both grammars).
+    fn finish(&mut self, wait: bool) -> Result<()> {
+        let Some(f) = self.shell_bytes.as_ref().and(self.compiled.finishing()) else { return Ok(()) };
+        let full = match if wait { Some(f.wait()) } else { f.get() } {
+            None => return Ok(()),
+            Some(full) => full?,
+        };
+        let a = full.automata();
+        let mut parser = Earley::new(a, a.root_start().0);
+        let bytes = self.shell_bytes.take().unwrap_or_default();
+        for (offset, &b) in bytes.iter().enumerate() {
+            // (Cannot fail: the shell parsed these bytes without predicting a stand-in,
+            // and the two grammars differ only inside the stand-ins.)
+            if !parser.push(a, b) {
+                return Err(Error::BytesRejected { offset });
+            }
+        }
+        parser.maybe_freeze();
+        self.parser = parser;
+        self.compiled = full;
+        self.memo = MaskMemo::default();
+        Ok(())
+    }
+
+    /// Whether this matcher is on a shell whose parse just predicted a stand-in (so must
+    /// move to the finished grammar before it can answer).
+    fn shell_touched(&mut self) -> bool {
+        self.shell_bytes.is_some() && self.parser.take_stand_in()
     }
 
     /// The compiled grammar this matcher runs.
@@ -135,6 +173,7 @@ impl GrammarMatcher {
 
     /// Accepts one token. A rejected token returns an error and leaves the state unchanged.
     pub fn accept_token(&mut self, id: u32) -> Result<()> {
+        self.finish(false)?;
         let tok = self.compiled.tokenizer().clone();
         if id as usize >= tok.vocab_size() {
             return Err(Error::InvalidTokenId { id, vocab_size: tok.vocab_size() });
@@ -166,6 +205,7 @@ impl GrammarMatcher {
         if self.terminated {
             return Err(Error::Terminated);
         }
+        self.finish(false)?;
         self.push_bytes(bytes, Step::BYTES)
     }
 
@@ -177,11 +217,25 @@ impl GrammarMatcher {
     fn push_bytes(&mut self, bytes: &[u8], token: u32) -> Result<()> {
         let start = self.parser.depth();
         let a = self.compiled.automata();
+        let mut rejected = None;
         for (i, &b) in bytes.iter().enumerate() {
             if !self.parser.push(a, b) {
-                self.parser.truncate(start);
-                return Err(Error::BytesRejected { offset: i });
+                rejected = Some(i);
+                break;
             }
+        }
+        if self.shell_touched() {
+            // The shell's verdict may not be the finished grammar's: ask that one.
+            self.parser.truncate(start);
+            self.finish(true)?;
+            return self.push_bytes(bytes, token);
+        }
+        if let Some(offset) = rejected {
+            self.parser.truncate(start);
+            return Err(Error::BytesRejected { offset });
+        }
+        if let Some(log) = &mut self.shell_bytes {
+            log.extend_from_slice(bytes);
         }
         self.history.push(Step { depth: start as u32, token, stop: false });
         self.parser.maybe_freeze();
@@ -199,6 +253,9 @@ impl GrammarMatcher {
         let keep = self.history.len() - n;
         let step = self.history[keep];
         self.parser.truncate(step.depth as usize);
+        if let Some(log) = &mut self.shell_bytes {
+            log.truncate(step.depth as usize);
+        }
         self.history.truncate(keep);
         self.terminated = self.history.last().is_some_and(|s| s.stop);
         Ok(())
@@ -207,6 +264,9 @@ impl GrammarMatcher {
     /// Back to the start of the grammar.
     pub fn reset(&mut self) {
         self.parser.truncate(0);
+        if let Some(log) = &mut self.shell_bytes {
+            log.clear();
+        }
         self.history.clear();
         self.terminated = false;
     }
@@ -234,6 +294,21 @@ impl GrammarMatcher {
             row.fill(0);
             return Ok(false);
         }
+        self.finish(false)?;
+        match self.fill_here(row, &tok) {
+            Some(all) => Ok(all),
+            None => {
+                self.finish(true)?;
+                // (On the finished grammar a fill always answers.)
+                Ok(self.fill_here(row, &tok).unwrap_or(false))
+            }
+        }
+    }
+
+    /// [`Self::fill_next_token_bitmask`] on this matcher's grammar; `None` on a shell
+    /// whose answer could differ from the finished grammar's (a mask or a check that
+    /// predicted a stand-in).
+    fn fill_here(&mut self, row: &mut [u32], tok: &TokenizerInfo) -> Option<bool> {
         let compiled = self.compiled.clone();
         let a = compiled.automata();
         // A scannable state is named by the state it behaves like for every token (the
@@ -246,7 +321,7 @@ impl GrammarMatcher {
         }
         if self.memo.key == self.scratch_key && self.memo.row.len() == row.len() {
             row.copy_from_slice(&self.memo.row);
-            return Ok(self.memo.all);
+            return Some(self.memo.all);
         }
         self.scratch_states.clear();
         for it in self.parser.last_set() {
@@ -255,6 +330,9 @@ impl GrammarMatcher {
             }
         }
         self.scratch_ranks.clear();
+        if self.shell_bytes.is_some() && self.scratch_states.iter().any(|&s| compiled.mask(s).stand_in) {
+            return None;
+        }
         for i in 0..self.scratch_states.len() {
             let m = compiled.mask(self.scratch_states[i]);
             // The first state's mask overwrites the row; later ones are OR-ed in.
@@ -304,6 +382,9 @@ impl GrammarMatcher {
         let checked = !self.scratch_ranks.is_empty() || !compiled.marker_tokens().is_empty();
         self.check_uncertain(row);
         self.check_markers(row);
+        if self.shell_touched() {
+            return None;
+        }
         if self.parser.can_end() {
             for &s in tok.stop_tokens() {
                 set_bit(row, s);
@@ -321,7 +402,7 @@ impl GrammarMatcher {
             self.memo.row.extend_from_slice(row);
             self.memo.all = all;
         }
-        Ok(all)
+        Some(all)
     }
 
     /// Runs the grammar's marker tokens (special tokens its markers contain) through the
@@ -487,6 +568,11 @@ impl GrammarMatcher {
         if self.terminated {
             return out;
         }
+        // (A finished grammar that failed to build forces nothing: the next fill or
+        // accept reports the error.)
+        if self.finish(false).is_err() {
+            return out;
+        }
         let compiled = self.compiled.clone();
         let a = compiled.automata();
         let base = self.parser.depth();
@@ -507,11 +593,19 @@ impl GrammarMatcher {
             out.push(b);
         }
         self.parser.truncate(base);
+        if self.shell_touched() {
+            if self.finish(true).is_err() {
+                return Vec::new();
+            }
+            return self.find_jump_forward_string();
+        }
         out
     }
 
     /// Heap bytes of this matcher's own state (not the shared compiled grammar).
     pub fn memory_bytes(&self) -> usize {
-        self.parser.memory_bytes() + self.history.capacity() * 8
+        self.parser.memory_bytes()
+            + self.history.capacity() * 8
+            + self.shell_bytes.as_ref().map_or(0, |b| b.capacity())
     }
 }

@@ -36,15 +36,81 @@ pub(crate) struct Lower<'a> {
     /// The grammars of the tree's JSON-style `json_schema` formats, by node address
     /// ([`node_key`]), converted before lowering starts ([`convert_schemas`]).
     schemas: FxHashMap<usize, R<Grammar>>,
+    /// Lowering a shell: stand-ins instead of the schemas' grammars.
+    stage: Option<Stage>,
+}
+
+/// What lowering a shell ([`lower_shell`]) sets aside.
+struct Stage {
+    /// Each schema node's place in [`schema_nodes`] order, by node address.
+    index: FxHashMap<usize, usize>,
+    /// The stand-in rule of each schema node lowered so far, by node address.
+    stand_ins: FxHashMap<usize, RuleId>,
+    /// The converted grammars, in [`schema_nodes`] order.
+    parts: Vec<Option<Grammar>>,
+    /// Rules the parts will add.
+    part_rules: usize,
+    /// False when the finished grammar could differ from the shell in more than the
+    /// stand-ins: a schema with an intersection (which can turn out empty only once its
+    /// automaton is built), or more rules than lowering allows.
+    exact: bool,
 }
 
 /// Lowers a parsed structural tag to a grammar whose root rule is `root`.
 pub(crate) fn lower(node: &Node, parse_limits: &ParseLimits) -> R<Grammar> {
-    let schemas = convert_schemas(node);
-    let mut l = Lower { rules: vec![Rule::new("root", Expr::Empty)], parse_limits, embedded: 0, schemas };
+    let nodes = schema_nodes(node);
+    let schemas = convert_schemas(&nodes).into_iter().map(|(n, g)| (node_key(n), g)).collect();
+    lower_from(node, parse_limits, schemas, None).map(|(g, _)| g)
+}
+
+/// Lowers a parsed structural tag whose schemas were converted already: `parts`, in
+/// [`schema_nodes`] order, as [`lower_shell`] set them aside (`None`: converted here).
+/// The grammar [`lower`] makes.
+pub(crate) fn lower_converted(
+    node: &Node,
+    parse_limits: &ParseLimits,
+    parts: Vec<Option<Grammar>>,
+) -> R<Grammar> {
+    let schemas =
+        schema_nodes(node).into_iter().zip(parts).filter_map(|(n, g)| Some((node_key(n), Ok(g?)))).collect();
+    lower_from(node, parse_limits, schemas, None).map(|(g, _)| g)
+}
+
+/// Lowers a parsed structural tag with a stand-in rule ([`Rule::stand_in`]) in place of
+/// each JSON-style schema's grammar: the shell of a staged compile, which answers like
+/// the finished grammar up to the point where a parse predicts a stand-in. The schemas
+/// are still converted here, so that a bad schema is an error now and an unsatisfiable
+/// one forbids its tool in the shell too (no stand-in then). Returns the shell and the
+/// converted grammars for [`lower_converted`], or `None` when the finished grammar could
+/// differ from the shell elsewhere (an intersection, too many rules): compile it whole.
+pub(crate) fn lower_shell(
+    node: &Node,
+    parse_limits: &ParseLimits,
+) -> R<Option<(Grammar, Vec<Option<Grammar>>)>> {
+    let nodes = schema_nodes(node);
+    let stage = Stage {
+        index: nodes.iter().enumerate().map(|(i, n)| (node_key(n), i)).collect(),
+        stand_ins: FxHashMap::default(),
+        parts: vec![None; nodes.len()],
+        part_rules: 0,
+        exact: true,
+    };
+    let schemas = convert_schemas(&nodes).into_iter().map(|(n, g)| (node_key(n), g)).collect();
+    let (g, stage) = lower_from(node, parse_limits, schemas, Some(stage))?;
+    Ok(stage.filter(|st| st.exact && g.rules.len() + st.part_rules <= MAX_RULES).map(|st| (g, st.parts)))
+}
+
+fn lower_from(
+    node: &Node,
+    parse_limits: &ParseLimits,
+    schemas: FxHashMap<usize, R<Grammar>>,
+    stage: Option<Stage>,
+) -> R<(Grammar, Option<Stage>)> {
+    let mut l =
+        Lower { rules: vec![Rule::new("root", Expr::Empty)], parse_limits, embedded: 0, schemas, stage };
     let body = l.format(node, None)?;
     l.rules[0].body = body;
-    Ok(Grammar { rules: l.rules, root: RuleId(0), markers: Vec::new() })
+    Ok((Grammar { rules: l.rules, root: RuleId(0), markers: Vec::new() }, l.stage))
 }
 
 /// A node's identity while the tree is borrowed (JSON pointers need not be unique: the
@@ -53,16 +119,12 @@ fn node_key(node: &Node) -> usize {
     node as *const Node as usize
 }
 
-/// Converts every JSON-style `json_schema` format of the tree, in parallel when there
-/// are several: a tool-calling tag holds one schema per tool, and converting them was a
-/// third of its compile. Each conversion is independent and lowering then takes the
-/// results in its own order, so the grammar is the same however many threads ran; an
-/// error is kept until lowering reaches its node, so the error reported is the one a
-/// sequential lowering meets first.
-fn convert_schemas(node: &Node) -> FxHashMap<usize, R<Grammar>> {
-    fn collect<'n, 'a>(node: &'n Node<'a>, out: &mut Vec<(usize, &'n Node<'a>)>) {
+/// The tree's JSON-style `json_schema` nodes, in a fixed order (the same for the same
+/// document).
+pub(crate) fn schema_nodes<'n, 'a>(node: &'n Node<'a>) -> Vec<&'n Node<'a>> {
+    fn collect<'n, 'a>(node: &'n Node<'a>, out: &mut Vec<&'n Node<'a>>) {
         if matches!(node.format, Format::JsonSchema { style: None, .. }) {
-            out.push((node_key(node), node));
+            out.push(node);
         }
         let (tags, children) = node.parts();
         for t in tags {
@@ -74,16 +136,26 @@ fn convert_schemas(node: &Node) -> FxHashMap<usize, R<Grammar>> {
     }
     let mut nodes = Vec::new();
     collect(node, &mut nodes);
-    let convert = |_: &mut (), &(key, n): &(usize, &Node)| match &n.format {
+    nodes
+}
+
+/// Converts the JSON-style `json_schema` nodes `nodes`, in parallel when there are
+/// several: a tool-calling tag holds one schema per tool, and converting them was a
+/// third of its compile. Each conversion is independent and lowering then takes the
+/// results in its own order, so the grammar is the same however many threads ran; an
+/// error is kept until lowering reaches its node, so the error reported is the one a
+/// sequential lowering meets first.
+fn convert_schemas<'n, 'a>(nodes: &[&'n Node<'a>]) -> Vec<(&'n Node<'a>, R<Grammar>)> {
+    let convert = |_: &mut (), &n: &&'n Node<'a>| match &n.format {
         Format::JsonSchema { schema, any_order, max_whitespace, .. } => {
-            Some((key, json_grammar(&n.pointer, schema, *any_order, *max_whitespace)))
+            Some((n, json_grammar(&n.pointer, schema, *any_order, *max_whitespace)))
         }
         _ => None,
     };
     // A schema converts in tens of microseconds: a few are worth waking a helper for,
     // who then stays for the automata's phases.
     let share = if nodes.len() >= 4 { Share::Hire } else { Share::Never };
-    crew::map_init(&nodes, share, || (), convert).into_iter().flatten().collect()
+    crew::map_init(nodes, share, || (), convert).into_iter().flatten().collect()
 }
 
 /// The grammar of the JSON-style `json_schema` node at `ptr`, without whitespace around
@@ -139,11 +211,19 @@ impl Lower<'_> {
                 // The first use takes the converted grammar (a copy, then dropping the
                 // original, cost a tenth of lowering a tool-calling tag); a tag lowered
                 // twice (`at_least_one` writes the tags once more) converts it again.
-                let g = match self.schemas.remove(&node_key(node)) {
+                let key = node_key(node);
+                if let Some(&id) = self.stage.as_ref().and_then(|st| st.stand_ins.get(&key)) {
+                    return Ok(Expr::Rule(id));
+                }
+                let g = match self.schemas.remove(&key) {
                     Some(g) => g?,
                     None => json_grammar(ptr, schema, *any_order, *max_whitespace)?,
                 };
-                self.embed(g, ptr)?
+                if self.stage.is_some() {
+                    self.stand_in(key, g, ptr)?
+                } else {
+                    self.embed(g, ptr)?
+                }
             }
             Format::Regex(p) => regex_to_expr(p, &RegexLimits::default())
                 .map_err(|e| Error::new(&child(ptr, "pattern"), Kind::Regex(e)))?,
@@ -287,6 +367,41 @@ impl Lower<'_> {
     /// The rule `id`, to set its flags.
     pub(super) fn rule_mut(&mut self, id: RuleId) -> &mut Rule {
         &mut self.rules[id.index()]
+    }
+
+    /// A shell's stand-in for the converted schema `g` of the node at address `key`
+    /// (see [`lower_shell`]), `g` set aside; the empty language when `g` matches nothing,
+    /// as the finished grammar has it once the optimizer prunes the call.
+    fn stand_in(&mut self, key: usize, g: Grammar, ptr: &str) -> R<Expr> {
+        let Some(st) = &mut self.stage else { return self.embed(g, ptr) };
+        fn intersects(e: &Expr) -> bool {
+            match e {
+                Expr::And(_) => true,
+                Expr::Seq(v) | Expr::Alt(v) => v.iter().any(intersects),
+                Expr::Repeat { expr, .. } => intersects(expr),
+                Expr::Empty | Expr::Literal(_) | Expr::Class(_) | Expr::Rule(_) | Expr::Dfa(_) => false,
+            }
+        }
+        st.exact &= !g.rules.iter().any(|r| intersects(&r.body));
+        st.part_rules += g.rules.len();
+        let productive = crate::automata::optimize::productive_rules(&g).is_ok();
+        match st.index.get(&key) {
+            Some(&i) => st.parts[i] = Some(g),
+            None => st.exact = false,
+        }
+        if !productive {
+            return Ok(nothing());
+        }
+        // Any character: the rules that may end right before the part then take any
+        // byte after them as possible (FOLLOW), so the shell's masks never reject a
+        // token the finished grammar leaves to the run-time check.
+        let any = Expr::Class(vec![(0, 0xD7FF), (0xE000, 0x10FFFF)]);
+        let id = self.add_rule("part", any, true, ptr)?;
+        self.rules[id.index()].stand_in = true;
+        if let Some(st) = &mut self.stage {
+            st.stand_ins.insert(key, id);
+        }
+        Ok(Expr::Rule(id))
     }
 
     /// Adds `g`'s rules (renamed `s<n>_<name>`, renumbered) and returns a reference to its

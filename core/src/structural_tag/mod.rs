@@ -114,11 +114,60 @@ pub fn structural_tag_to_grammar_with(
 ) -> Result<Grammar, StructuralTagError> {
     let value = parse::parse_json(text)?;
     let node = parse::parse_document(&value)?;
-    let mut grammar = lower::lower(&node, limits)?;
-    collect_markers(&node, &mut grammar.markers);
+    Ok(with_markers(lower::lower(&node, limits)?, &node))
+}
+
+/// A structural tag lowered for a compile, whole or staged.
+pub(crate) enum Lowered {
+    /// The grammar.
+    Whole(Grammar),
+    /// A shell whose argument schemas are stand-ins ([`Grammar`] rules with
+    /// [`crate::grammar::Rule::stand_in`]), and what builds the finished grammar.
+    Staged(Grammar, Rest),
+}
+
+/// The part of a staged tag built after its shell: the document and its converted schemas.
+pub(crate) struct Rest {
+    value: serde_json::Value,
+    parts: Vec<Option<Grammar>>,
+}
+
+impl Rest {
+    /// The finished grammar: the one [`structural_tag_to_grammar_with`] makes.
+    pub(crate) fn finish(self, limits: &ParseLimits) -> Result<Grammar, StructuralTagError> {
+        let node = parse::parse_document(&self.value)?;
+        let grammar = lower::lower_converted(&node, limits, self.parts)?;
+        Ok(with_markers(grammar, &node))
+    }
+}
+
+/// Lowers a structural tag for a compile: staged when it holds at least `min_schemas`
+/// JSON-style schemas (a tool-calling tag's argument schemas) and the finished grammar
+/// differs from the shell only in them, whole otherwise.
+pub(crate) fn lower_for_compile(
+    text: &str,
+    limits: &ParseLimits,
+    min_schemas: usize,
+) -> Result<Lowered, StructuralTagError> {
+    let value = parse::parse_json(text)?;
+    let shell = {
+        let node = parse::parse_document(&value)?;
+        if lower::schema_nodes(&node).len() < min_schemas {
+            return Ok(Lowered::Whole(with_markers(lower::lower(&node, limits)?, &node)));
+        }
+        match lower::lower_shell(&node, limits)? {
+            Some((shell, parts)) => (with_markers(shell, &node), parts),
+            None => return Ok(Lowered::Whole(with_markers(lower::lower(&node, limits)?, &node))),
+        }
+    };
+    Ok(Lowered::Staged(shell.0, Rest { value, parts: shell.1 }))
+}
+
+fn with_markers(mut grammar: Grammar, node: &parse::Node) -> Grammar {
+    collect_markers(node, &mut grammar.markers);
     grammar.markers.sort();
     grammar.markers.dedup();
-    Ok(grammar)
+    grammar
 }
 
 /// The literal texts a tag writes — constants, tag `begin`/`end`, triggers, separators,

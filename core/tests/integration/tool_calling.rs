@@ -366,3 +366,100 @@ fn required_and_named_never_end_without_a_call() {
         }
     }
 }
+
+/// The first `n` Glaive function-calling schemas with distinct names, as tools (the
+/// tools of the structural-tag benchmark).
+fn glaive_tools(n: usize) -> Vec<Tool> {
+    let dir = common::data_dir().join("jsonschemabench/dev/Glaiveai2K");
+    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    let mut seen = std::collections::HashSet::new();
+    let mut tools = Vec::new();
+    for path in files {
+        let stem = path.file_stem().unwrap().to_str().unwrap().to_string();
+        let name = stem.split("---").nth(1).unwrap().rsplit_once('_').unwrap().0.to_string();
+        let d: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        if d["schema"].get("type") != Some(&json!("object")) || !seen.insert(name.clone()) {
+            continue;
+        }
+        tools.push(json!({"type": "function", "function": {"name": name, "parameters": d["schema"]}}));
+        if tools.len() == n {
+            break;
+        }
+    }
+    grammask::tool_calling::tools_from_json(&Value::Array(tools)).unwrap()
+}
+
+/// A tag with many tools compiles in two stages (`CompileOptions::staged`): its masks,
+/// taken while the finished grammar is built on another thread and after, are the
+/// unstaged compile's at every step of random generation (with rollbacks and a fork),
+/// in every family.
+#[test]
+fn tags_with_many_tools_compile_staged_and_mask_like_unstaged() {
+    let tok = tokenizer("qwen3");
+    let tools = glaive_tools(20);
+    let unstaged = GrammarCompiler::with_options(
+        tok.clone(),
+        grammask::CompileOptions { staged: false, ..Default::default() },
+        0,
+    );
+    let n = tok.vocab_size();
+    for fam in FAMILIES.iter().filter(|f| !NOT_COMPILED_YET.contains(f) && **f != "minimax_m3") {
+        let mut opts = options(json!("auto"), true);
+        opts.exclude_special_tokens = *fam != "kimi_k3";
+        let preset =
+            model_structural_tag(family(fam), &tools, &opts).unwrap_or_else(|e| panic!("{fam}: {e}"));
+        let spec = GrammarSpec::StructuralTag(preset.structural_tag.to_string());
+        let reference = unstaged.compile(&spec).unwrap_or_else(|e| panic!("{fam}: {e}"));
+        let mut hint = Vec::new();
+        hints(&preset.structural_tag, &mut hint);
+        let hinted = hinted_tokens(&tok, &hint);
+        for seed in 1..=3u64 {
+            // A fresh compile each time: the walk starts while the finished grammar is built.
+            let staged =
+                GrammarCompiler::new(tok.clone()).compile(&spec).unwrap_or_else(|e| panic!("{fam}: {e}"));
+            if ["qwen_3", "llama", "deepseek_v3_1", "hermes"].contains(fam) {
+                assert!(staged.is_staged(), "{fam}");
+            }
+            let mut rng = Rng(seed * 31 + fam.len() as u64);
+            let (mut a, mut b) =
+                (GrammarMatcher::new(staged.clone()), GrammarMatcher::new(reference.clone()));
+            let (mut ma, mut mb) = (TokenBitmask::new(1, n), TokenBitmask::new(1, n));
+            let mut fork = None;
+            for step in 0..400 {
+                a.fill_next_token_bitmask(ma.row_mut(0)).unwrap();
+                b.fill_next_token_bitmask(mb.row_mut(0)).unwrap();
+                assert!(ma.row(0) == mb.row(0), "{fam} seed {seed} step {step}: masks differ");
+                let row = mb.row(0);
+                let ok = |id: u32| grammask::bitmask::is_allowed(row, id) && !tok.stop_tokens().contains(&id);
+                let good: Vec<u32> = hinted.iter().copied().filter(|&id| ok(id)).collect();
+                let all: Vec<u32> = if !good.is_empty() && rng.next() % 10 < 8 {
+                    good
+                } else {
+                    (0..n as u32).filter(|&id| ok(id)).collect()
+                };
+                let Some(&id) = all.get(rng.below(all.len().max(1))) else { break };
+                a.accept_token(id).unwrap_or_else(|e| panic!("{fam} seed {seed} step {step}: {e}"));
+                b.accept_token(id).unwrap();
+                if step % 29 == 28 {
+                    a.rollback(3).unwrap();
+                    b.rollback(3).unwrap();
+                }
+                if step == 5 {
+                    fork = Some((a.fork(), b.fork()));
+                }
+            }
+            // A fork taken on the shell answers like the reference's fork.
+            if let Some((mut fa, mut fb)) = fork {
+                fa.fill_next_token_bitmask(ma.row_mut(0)).unwrap();
+                fb.fill_next_token_bitmask(mb.row_mut(0)).unwrap();
+                assert!(ma.row(0) == mb.row(0), "{fam} seed {seed}: forks' masks differ");
+                assert_eq!(fa.find_jump_forward_string(), fb.find_jump_forward_string(), "{fam}");
+            }
+            // Written to bytes, a staged compile is its finished grammar.
+            let loaded = grammask::CompiledGrammar::from_bytes(&staged.to_bytes(), tok.clone()).unwrap();
+            assert!(!loaded.is_staged());
+            assert_eq!(loaded.automata().num_states(), reference.automata().num_states(), "{fam}");
+        }
+    }
+}

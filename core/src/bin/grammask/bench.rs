@@ -35,6 +35,10 @@ pub struct BenchArgs {
     /// not computed yet while the walk goes on (see `--step-us`).
     #[arg(long)]
     background: bool,
+    /// Compile structural tags in one stage (`CompileOptions::staged` off): the first
+    /// mask waits for the tools' argument grammars.
+    #[arg(long)]
+    unstaged: bool,
     /// Microseconds the cold walk waits (spinning) after each token, as a decode thread
     /// waits on the model's forward pass (0: tokens back to back). Not counted in the
     /// per-token times.
@@ -59,6 +63,7 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
             options.eager_budget = std::time::Duration::from_micros(us);
         }
         options.background_precompute = a.background;
+        options.staged = !a.unstaged;
         let compiler = GrammarCompiler::with_options(info.clone(), options, 0);
         let mut mask = TokenBitmask::new(1, info.vocab_size());
         let t0 = Instant::now();
