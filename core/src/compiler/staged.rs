@@ -75,6 +75,10 @@ impl Finishing {
         let job = self.job.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(job) = job {
             let shell = self.shell.get().and_then(Weak::upgrade);
+            if shell.is_none() && self.shell.get().is_some() {
+                // The shell is gone, and with it every matcher that could need the job.
+                return;
+            }
             // A build that panicked must still wake its waiters (who then panic too, as
             // an unstaged compile would have in the caller's thread).
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || job(shell)));
