@@ -351,15 +351,24 @@ impl GrammarCompiler {
         compiled.start_masks();
         let (tokenizer, options) = (self.tokenizer.clone(), self.options.clone());
         let finishing = Finishing::new(Box::new(move |shell: Option<Arc<CompiledGrammar>>| {
+            // With masks computed in the background, the shell's free text first: the
+            // matchers write it while the finished grammar is built, and it takes them.
+            if let (Some(shell), true) = (&shell, options.background_precompute) {
+                staged::precompute_root(shell, staged::SHELL_PRECOMPUTE_BUDGET);
+            }
             let full = crate::crew::scope(|| -> Result<_> {
                 let grammar = rest.finish(&options.parse)?;
                 let automata = Automata::build_owned(grammar, &options.automata)?;
                 let full = CompiledGrammar::from_automata(automata, tokenizer, leaf);
-                // (Before its own first masks: the start states' are among the shell's.)
-                if let Some(shell) = shell {
-                    staged::adopt_masks(&full, &shell);
+                // Before its own first masks (the start states' are among the shell's),
+                // and again last, for the masks the shell computed meanwhile.
+                if let Some(shell) = &shell {
+                    staged::adopt_masks(&full, shell);
                 }
                 full.first_masks(&options);
+                if let Some(shell) = &shell {
+                    staged::adopt_masks(&full, shell);
+                }
                 Ok(Arc::new(full))
             })?;
             if options.background_precompute {

@@ -119,6 +119,34 @@ impl Finishing {
     }
 }
 
+/// Time a staged compile's thread spends on the shell's masks before it builds the
+/// finished grammar, with `background_precompute` (a few vocabulary walks).
+pub(crate) const SHELL_PRECOMPUTE_BUDGET: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Computes the masks of the shell's root states, nearest to the start first, until
+/// `budget` has passed (a walk that would overrun it is abandoned): the free text that
+/// matchers write while the finished grammar is built, whose masks it then takes
+/// ([`adopt_masks`]). On the thread that builds the finished grammar, before it: a thread
+/// of its own beside that build oversubscribed two cores, and a matcher waiting on a
+/// mask that a descheduled thread was computing waited milliseconds.
+pub(crate) fn precompute_root(shell: &CompiledGrammar, budget: std::time::Duration) {
+    let deadline = std::time::Instant::now() + budget;
+    let a = &shell.automata;
+    let (lo, hi) = a.rule_range(a.grammar().root.index() as u32);
+    shell.for_nearest_states(|s| {
+        if !(lo..hi).contains(&s) || shell.masks[s as usize].get().is_some() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        if let Some(m) = shell.compute_mask(s, Some(deadline)) {
+            let _ = shell.masks[s as usize].set(m);
+        }
+        true
+    });
+}
+
 /// Gives `full` the masks `shell` computed for the states of its root rule that its
 /// walks found far from any stand-in: the matchers that move to `full` are at those
 /// positions (free text, where the shell served them), and would otherwise walk the
@@ -367,7 +395,11 @@ mod tests {
     #[test]
     fn the_finished_grammar_takes_the_shells_free_text_masks_and_they_are_its_own() {
         for (fam, tok, _, text, reference) in presets() {
-            let shell = GrammarCompiler::new(tok.clone()).compile_staged_on_demand(&text);
+            // (With masks in the background, the thread also walks the shell's free text
+            // first: those masks are taken too.)
+            let background = CompileOptions { background_precompute: true, ..CompileOptions::default() };
+            let shell =
+                GrammarCompiler::with_options(tok.clone(), background, 0).compile_staged_on_demand(&text);
             // Free text with near-misses of the markers, a mask at every character.
             let mut m = GrammarMatcher::new(shell.clone());
             let mut row = TokenBitmask::new(1, tok.vocab_size());
