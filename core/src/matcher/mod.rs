@@ -146,7 +146,8 @@ impl GrammarMatcher {
         self.shell_bytes.is_some() && self.parser.take_stand_in()
     }
 
-    /// The compiled grammar this matcher runs.
+    /// The compiled grammar this matcher runs: for a staged compile, its shell until the
+    /// matcher has moved to the finished grammar ([`CompiledGrammar::is_staged`]).
     pub fn compiled(&self) -> &Arc<CompiledGrammar> {
         &self.compiled
     }
