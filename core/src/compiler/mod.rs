@@ -164,7 +164,7 @@ pub struct CompileOptions {
     /// Matchers answer from the shell until the finished grammar is ready, or until a
     /// parse reaches a call's arguments, where they wait for it; every mask is the
     /// finished grammar's either way (see `compiler::staged`). The first mask of a
-    /// 20-tool tag then needs about half the time. A limit the arguments' automata
+    /// 20-tool tag then comes about a third sooner (BENCHMARKS.md). A limit the arguments' automata
     /// exceed is then reported by the matchers ([`Error::Staged`]) rather than by the
     /// compile. Never staged with a disk cache (the file holds the finished grammar).
     pub staged: bool,
@@ -525,6 +525,31 @@ impl CompiledGrammar {
 
     /// Whether this is a staged compile's shell ([`CompileOptions::staged`]), whose
     /// matchers move to [`Self::finished`] once it is ready.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use grammask::tool_calling::{model_structural_tag, tools_from_json, Family, PresetOptions};
+    /// use grammask::{GrammarCompiler, GrammarMatcher, GrammarSpec, TokenizerInfo, TokenizerOptions};
+    /// let vocab: Vec<Vec<u8>> = (0u8..128).map(|b| vec![b]).chain([b"</s>".to_vec()]).collect();
+    /// let opts = TokenizerOptions { stop_tokens: Some(vec![128]), ..Default::default() };
+    /// let tok = Arc::new(TokenizerInfo::from_byte_tokens(vocab, &opts)?);
+    /// // Eight tools: enough for a staged compile.
+    /// let tools: Vec<serde_json::Value> = (0..8)
+    ///     .map(|i| serde_json::json!({"type": "function", "function": {"name": format!("f{i}"),
+    ///         "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}}}}))
+    ///     .collect();
+    /// let tools = tools_from_json(&serde_json::Value::Array(tools))?;
+    /// let tag = model_structural_tag(Family::from_name("qwen_3")?, &tools, &PresetOptions::default())?;
+    /// let spec = GrammarSpec::StructuralTag(tag.structural_tag.to_string());
+    /// let compiled = GrammarCompiler::new(tok).compile(&spec)?;
+    /// assert!(compiled.is_staged());
+    /// let mut m = GrammarMatcher::new(compiled.clone());
+    /// m.accept_string("Let me check.</think>\n\n<tool_call>\n{\"name\": \"f3\", \"arguments\": {\"n\": 4}}")?;
+    /// // At a call's arguments (if not before) the matcher moved to the finished grammar.
+    /// assert!(!m.compiled().is_staged());
+    /// assert!(!compiled.finished()?.is_staged());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn is_staged(&self) -> bool {
         self.finishing.is_some()
     }
