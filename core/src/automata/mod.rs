@@ -378,11 +378,6 @@ impl Automata {
         self.predicts_stand_in.get(rule as usize).copied().unwrap_or(false)
     }
 
-    /// Whether the grammar holds stand-in rules (a staged compile's first grammar).
-    pub fn has_stand_ins(&self) -> bool {
-        !self.predicts_stand_in.is_empty()
-    }
-
     /// States added by predicting `rule` (see [`Automata::prediction`]).
     #[inline]
     pub(crate) fn predicted(&self, rule: u32) -> &[u32] {

@@ -202,13 +202,15 @@ mod tests {
         }
     }
 
-    /// Ten tools whose arguments hold strings, bounded integers, enums, booleans, arrays,
-    /// a nested object, and any object.
+    /// Ten tools whose arguments hold strings (one an intersection), bounded integers,
+    /// enums, booleans, arrays, a nested object, and any object.
     fn tools() -> Value {
         let mut tools: Vec<Value> = (0..9)
             .map(|i| {
                 let props = match i % 3 {
-                    0 => json!({"city": {"type": "string", "maxLength": 8}, "unit": {"enum": ["c", "f"]}}),
+                    // (An e-mail under a length is an intersection.)
+                    0 => json!({"city": {"type": "string", "maxLength": 8}, "unit": {"enum": ["c", "f"]},
+                                "mail": {"type": "string", "format": "email", "maxLength": 20}}),
                     1 => json!({"n": {"type": "integer", "minimum": 0, "maximum": 99}, "flag": {"type": "boolean"}}),
                     _ => json!({"tags": {"type": "array", "items": {"type": "string"}, "maxItems": 2},
                                 "at": {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"]}}),

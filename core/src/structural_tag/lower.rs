@@ -51,8 +51,7 @@ struct Stage {
     /// Rules the parts will add.
     part_rules: usize,
     /// False when the finished grammar could differ from the shell in more than the
-    /// stand-ins: a schema with an intersection (which can turn out empty only once its
-    /// automaton is built), or more rules than lowering allows.
+    /// stand-ins: a schema node lowering did not collect.
     exact: bool,
 }
 
@@ -80,13 +79,13 @@ pub(crate) fn lower_converted(
 /// each JSON-style schema's grammar: the shell of a staged compile, which answers like
 /// the finished grammar up to the point where a parse predicts a stand-in. The schemas
 /// are still converted here, so that a bad schema is an error now and an unsatisfiable
-/// one forbids its tool in the shell too (no stand-in then). Returns the shell and the
-/// converted grammars for [`lower_converted`], or `None` when the finished grammar could
-/// differ from the shell elsewhere (an intersection, too many rules): compile it whole.
+/// one forbids its tool in the shell too (no stand-in then). Returns the shell — `None`
+/// when the finished grammar would have more rules than lowering allows (compile it
+/// whole: its error) — and the converted grammars, for [`lower_converted`].
 pub(crate) fn lower_shell(
     node: &Node,
     parse_limits: &ParseLimits,
-) -> R<Option<(Grammar, Vec<Option<Grammar>>)>> {
+) -> R<(Option<Grammar>, Vec<Option<Grammar>>)> {
     let nodes = schema_nodes(node);
     let stage = Stage {
         index: nodes.iter().enumerate().map(|(i, n)| (node_key(n), i)).collect(),
@@ -97,7 +96,9 @@ pub(crate) fn lower_shell(
     };
     let schemas = convert_schemas(&nodes).into_iter().map(|(n, g)| (node_key(n), g)).collect();
     let (g, stage) = lower_from(node, parse_limits, schemas, Some(stage))?;
-    Ok(stage.filter(|st| st.exact && g.rules.len() + st.part_rules <= MAX_RULES).map(|st| (g, st.parts)))
+    let Some(st) = stage else { return Ok((None, Vec::new())) };
+    let exact = st.exact && g.rules.len() + st.part_rules <= MAX_RULES;
+    Ok((exact.then_some(g), st.parts))
 }
 
 fn lower_from(
@@ -374,15 +375,8 @@ impl Lower<'_> {
     /// as the finished grammar has it once the optimizer prunes the call.
     fn stand_in(&mut self, key: usize, g: Grammar, ptr: &str) -> R<Expr> {
         let Some(st) = &mut self.stage else { return self.embed(g, ptr) };
-        fn intersects(e: &Expr) -> bool {
-            match e {
-                Expr::And(_) => true,
-                Expr::Seq(v) | Expr::Alt(v) => v.iter().any(intersects),
-                Expr::Repeat { expr, .. } => intersects(expr),
-                Expr::Empty | Expr::Literal(_) | Expr::Class(_) | Expr::Rule(_) | Expr::Dfa(_) => false,
-            }
-        }
-        st.exact &= !g.rules.iter().any(|r| intersects(&r.body));
+        // (An intersection in `g` is not empty: the converter writes one only once it has
+        // found a string in it, so the IR's productivity is the automata's.)
         st.part_rules += g.rules.len();
         let productive = crate::automata::optimize::productive_rules(&g).is_ok();
         match st.index.get(&key) {

@@ -156,8 +156,12 @@ pub(crate) fn lower_for_compile(
             return Ok(Lowered::Whole(with_markers(lower::lower(&node, limits)?, &node)));
         }
         match lower::lower_shell(&node, limits)? {
-            Some((shell, parts)) => (with_markers(shell, &node), parts),
-            None => return Ok(Lowered::Whole(with_markers(lower::lower(&node, limits)?, &node))),
+            (Some(shell), parts) => (with_markers(shell, &node), parts),
+            // (The schemas converted for the shell serve the whole grammar.)
+            (None, parts) => {
+                let whole = lower::lower_converted(&node, limits, parts)?;
+                return Ok(Lowered::Whole(with_markers(whole, &node)));
+            }
         }
     };
     Ok(Lowered::Staged(shell.0, Rest { value, parts: shell.1 }))
