@@ -1,8 +1,9 @@
 //! The corpus: one list of cases, each a constraint, a prompt, and the validator that
 //! judges its outputs — never the matcher that produced them.
 
+pub use crate::validate::tool_request;
 use crate::validate::Validator;
-use grammask::tool_calling::{Family, PresetOptions, Tool, ToolChoice};
+use grammask::tool_calling::Family;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
@@ -104,14 +105,6 @@ impl Constraint {
     }
 }
 
-/// OpenAI `tools` and `tool_choice` as grammask's tool types and preset options.
-pub fn tool_request(tools: &[Value], tool_choice: &Value) -> Result<(Vec<Tool>, PresetOptions), String> {
-    let tools =
-        grammask::tool_calling::tools_from_json(&Value::Array(tools.to_vec())).map_err(|e| e.to_string())?;
-    let choice = ToolChoice::from_json(tool_choice).map_err(|e| e.to_string())?;
-    Ok((tools, PresetOptions { tool_choice: choice, ..PresetOptions::default() }))
-}
-
 /// One case of the corpus.
 #[derive(Debug)]
 pub struct Case {
@@ -132,12 +125,12 @@ impl Case {
     }
 }
 
-/// Where the shared data lives: `GRAMMASK_SHARED_DATA`, else `../shared/data` beside the
-/// workspace.
+include!("../../scripts/test_data_dir.rs");
+
+/// Where the corpus's data lives (see [`test_data_dir`]); panics with the way to get it,
+/// since a corpus without its data would check nothing.
 pub fn data_dir() -> PathBuf {
-    std::env::var_os("GRAMMASK_SHARED_DATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data"))
+    test_data_dir().unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// How big a corpus to build.
@@ -352,8 +345,8 @@ pub fn tool_cases(family: Family) -> Result<Vec<Case>, String> {
     ];
     let mut out = Vec::new();
     for (name, choice) in choices {
+        let validator = Validator::tools(&family, &tools, &choice)?;
         let constraint = Constraint::Tools { family, tools: tools.clone(), tool_choice: choice.clone() };
-        let validator = Validator::tools(&constraint)?;
         out.push(Case {
             id: format!("tools {} {name}", family.name()),
             prompt: "What is the weather in Lyon, and what are 20 EUR in USD?".into(),

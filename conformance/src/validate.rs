@@ -3,8 +3,8 @@
 //! grammars (it shares nothing with the automata or the matcher), and for tool calls the
 //! output parser plus `jsonschema` on every call's arguments.
 
-use crate::case::{tool_request, Constraint};
 use grammask::grammar::Grammar;
+use grammask::tool_calling::{Family, PresetOptions, Tool};
 use grammask::tool_calling::{OutputParser, ToolChoice};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -51,6 +51,14 @@ fn json_doc(text: &str) -> Result<Value, String> {
     serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))
 }
 
+/// OpenAI `tools` and `tool_choice` as grammask's tool types and preset options.
+pub fn tool_request(tools: &[Value], tool_choice: &Value) -> Result<(Vec<Tool>, PresetOptions), String> {
+    let tools =
+        grammask::tool_calling::tools_from_json(&Value::Array(tools.to_vec())).map_err(|e| e.to_string())?;
+    let choice = grammask::tool_calling::ToolChoice::from_json(tool_choice).map_err(|e| e.to_string())?;
+    Ok((tools, PresetOptions { tool_choice: choice, ..PresetOptions::default() }))
+}
+
 impl Validator {
     /// JSON valid against `schema`.
     pub fn json(schema: &Value) -> Result<Self, String> {
@@ -81,11 +89,9 @@ impl Validator {
         Ok(Validator::Grammar(Box::new(oracle::Bnf::new(&g))))
     }
 
-    /// Tool-call outputs of a `Constraint::Tools`.
-    pub fn tools(c: &Constraint) -> Result<Self, String> {
-        let Constraint::Tools { family, tools, tool_choice } = c else {
-            return Err("not a tool-calling constraint".into());
-        };
+    /// Tool-call outputs of a request with OpenAI `tools` and `tool_choice`, for a model
+    /// of `family` (the pieces of a `Constraint::Tools`).
+    pub fn tools(family: &Family, tools: &[Value], tool_choice: &Value) -> Result<Self, String> {
         let (parsed, options) = tool_request(tools, tool_choice)?;
         let mut schemas = HashMap::new();
         for t in tools {

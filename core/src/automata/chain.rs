@@ -17,8 +17,8 @@
 //! the ordinary construction.
 
 use super::dfa::Dfa;
+use super::AutomataError;
 use super::DEAD;
-use crate::error::Error;
 use crate::grammar::{Expr, RuleId};
 
 /// Repetitions with fewer copies are left to the subset construction.
@@ -115,7 +115,7 @@ pub(crate) fn splice(
     link: &Dfa,
     (min, max): (u32, u32),
     max_states: usize,
-) -> Option<Result<(Dfa, Option<Layout>), Error>> {
+) -> Option<Result<(Dfa, Option<Layout>), AutomataError>> {
     let mut placed = (0..outer.len()).flat_map(|s| outer.edges(s).iter().map(move |&(l, t)| (s, l, t)));
     let (s, _, t) = placed.find(|e| e.1 == letter)?;
     if placed.any(|e| e.1 == letter) || min > max {
@@ -143,7 +143,7 @@ pub(crate) fn splice(
     let inner = link.len() - 2;
     let total = outer.len() + max as usize * (1 + inner);
     if total > max_states {
-        return Some(Err(Error::Limit {
+        return Some(Err(AutomataError::Limit {
             what: "automaton size (DFA states of one rule)",
             given: total,
             limit: max_states,
@@ -328,6 +328,6 @@ mod tests {
     fn spliced_repetitions_respect_the_state_limit() {
         let p = parts(r#"root ::= "\"" [a-c]{0,5000} "\"""#);
         let got = splice(&p.outer, p.letter, &p.link, p.bounds, 1000).unwrap();
-        assert!(matches!(got, Err(Error::Limit { given: 5004, limit: 1000, .. })), "{got:?}");
+        assert!(matches!(got, Err(AutomataError::Limit { given: 5004, limit: 1000, .. })), "{got:?}");
     }
 }

@@ -7,8 +7,8 @@
 //! then merges equivalent states (paper §3.4, "node merging").
 
 use super::nfa::Nfa;
+use super::AutomataError;
 use super::DEAD;
-use crate::error::Error;
 use rustc_hash::FxHashMap;
 
 /// A DFA for one rule over byte classes and rule references. State 0 is the start.
@@ -260,7 +260,7 @@ impl Dfa {
 
     /// Subset construction. `class_rep[c]` is one byte of class `c`.
     #[cfg(test)]
-    pub fn determinize(nfa: &Nfa, class_rep: &[u8], max_states: usize) -> Result<Dfa, Error> {
+    pub fn determinize(nfa: &Nfa, class_rep: &[u8], max_states: usize) -> Result<Dfa, AutomataError> {
         Self::determinize_with(nfa, &mut Scratch::new(class_rep), max_states)
     }
 
@@ -269,7 +269,7 @@ impl Dfa {
     /// member's `"key": ` before its value) built as a chain and only the rest determinized
     /// when the two provably give the same automaton ([`Self::followed_by`]). About half
     /// the states of a large schema's non-straight rules are such chains.
-    pub fn minimal(nfa: &Nfa, sc: &mut Scratch, max_states: usize) -> Result<Dfa, Error> {
+    pub fn minimal(nfa: &Nfa, sc: &mut Scratch, max_states: usize) -> Result<Dfa, AutomataError> {
         if sc.seen.len() < nfa.len() {
             sc.seen.resize(nfa.len(), false);
         }
@@ -298,7 +298,7 @@ impl Dfa {
     /// same target sets in the same order: the same DFA, state for state, as one built over
     /// the grammar's classes, at a fraction of the edges (a 20-tool tag's root: 64
     /// classes of 89; its argument rules: 13–40).
-    pub fn minimal_narrow(nfa: &Nfa, sc: &mut Scratch, max_states: usize) -> Result<Dfa, Error> {
+    pub fn minimal_narrow(nfa: &Nfa, sc: &mut Scratch, max_states: usize) -> Result<Dfa, AutomataError> {
         if nfa.len() < NARROW_MIN_NFA_STATES || !sc.localize(nfa) {
             return Self::minimal(nfa, sc, max_states);
         }
@@ -321,12 +321,17 @@ impl Dfa {
 
     /// Subset construction with buffers reused across rules (a schema has hundreds of
     /// small rules: allocating the per-class lists for each cost more than filling them).
-    pub fn determinize_with(nfa: &Nfa, sc: &mut Scratch, max_states: usize) -> Result<Dfa, Error> {
+    pub fn determinize_with(nfa: &Nfa, sc: &mut Scratch, max_states: usize) -> Result<Dfa, AutomataError> {
         Self::determinize_from(nfa, 0, sc, max_states)
     }
 
     /// The subset construction from the closure of NFA state `start`.
-    fn determinize_from(nfa: &Nfa, start: u32, sc: &mut Scratch, max_states: usize) -> Result<Dfa, Error> {
+    fn determinize_from(
+        nfa: &Nfa,
+        start: u32,
+        sc: &mut Scratch,
+        max_states: usize,
+    ) -> Result<Dfa, AutomataError> {
         let nc = sc.n_classes;
         if sc.seen.len() < nfa.len() {
             sc.seen.resize(nfa.len(), false);
@@ -520,7 +525,7 @@ impl Dfa {
         seen: &mut [bool],
         sets: &mut SliceInterner,
         max_states: usize,
-    ) -> Result<u32, Error> {
+    ) -> Result<u32, AutomataError> {
         if next.is_empty() {
             return Ok(DEAD);
         }
@@ -529,7 +534,7 @@ impl Dfa {
         nfa.closure(next, seen);
         let (id, new) = sets.intern(next);
         if new && sets.len() > max_states {
-            return Err(Error::Limit {
+            return Err(AutomataError::Limit {
                 what: "automaton size (DFA states of one rule)",
                 given: sets.len(),
                 limit: max_states,

@@ -8,9 +8,10 @@
 //! predictions never reach a gated edge), and no state reached over a gated edge scans a
 //! byte (no cached mask depends on the progress).
 
+use super::AutomataError;
 use super::{Automata, DEAD};
-use crate::error::{Error, GrammarError, GrammarErrorKind};
 use crate::grammar::{can_finish, MemberSet};
+use crate::grammar::{GrammarError, GrammarErrorKind};
 
 /// The part a rule edge of a member-set rule plays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,9 +120,9 @@ impl SetInfo {
 impl Automata {
     /// Fills [`Automata::sets`] and marks the gated states, checking the two facts the
     /// mask cache relies on (see the module documentation).
-    pub(super) fn compute_sets(&mut self) -> Result<(), Error> {
+    pub(super) fn compute_sets(&mut self) -> Result<(), AutomataError> {
         let bad = |rule: &str, why: &str| {
-            Error::Grammar(GrammarError::global(GrammarErrorKind::BadMemberSet {
+            AutomataError::Grammar(GrammarError::global(GrammarErrorKind::BadMemberSet {
                 rule: rule.to_string(),
                 why: why.to_string(),
             }))

@@ -23,14 +23,15 @@ mod bounded;
 mod chain;
 mod cont;
 mod dfa;
+mod error;
 mod members;
 mod nfa;
 mod tail;
+pub use error::AutomataError;
 pub(crate) use nfa::{intersection_is_empty, intersection_size};
 pub mod optimize;
 
 use crate::crew::{self, Share};
-use crate::error::Error;
 use crate::grammar::{Expr, Grammar, RuleId};
 use dfa::Dfa;
 use nfa::Nfa;
@@ -137,13 +138,13 @@ pub struct Automata {
 
 impl Automata {
     /// Optimizes a copy of `grammar` and builds its automata.
-    pub fn build(grammar: &Grammar, limits: &AutomataLimits) -> Result<Automata, Error> {
+    pub fn build(grammar: &Grammar, limits: &AutomataLimits) -> Result<Automata, AutomataError> {
         Self::build_owned(grammar.clone(), limits)
     }
 
     /// Optimizes `grammar` in place and builds its automata.
-    pub fn build_owned(grammar: Grammar, limits: &AutomataLimits) -> Result<Automata, Error> {
-        let g = optimize::optimize_owned(grammar).map_err(Error::Grammar)?;
+    pub fn build_owned(grammar: Grammar, limits: &AutomataLimits) -> Result<Automata, AutomataError> {
+        let g = optimize::optimize_owned(grammar).map_err(AutomataError::Grammar)?;
         Self::build_optimized(g, limits)
     }
 
@@ -151,12 +152,12 @@ impl Automata {
     /// other automata: [`Self::grammar`]), checking only what the builder relies on.
     /// The same grammar gives the same automata ([`Self::digest`]), state for state:
     /// what lets a serialized mask cache name states by number.
-    pub(crate) fn rebuild(g: Grammar, limits: &AutomataLimits) -> Result<Automata, Error> {
-        optimize::check_optimized(&g).map_err(Error::Grammar)?;
+    pub(crate) fn rebuild(g: Grammar, limits: &AutomataLimits) -> Result<Automata, AutomataError> {
+        optimize::check_optimized(&g).map_err(AutomataError::Grammar)?;
         Self::build_optimized(g, limits)
     }
 
-    fn build_optimized(g: Grammar, limits: &AutomataLimits) -> Result<Automata, Error> {
+    fn build_optimized(g: Grammar, limits: &AutomataLimits) -> Result<Automata, AutomataError> {
         // A placeholder rule id (one past the last) stands for a counted repetition taken
         // out of its rule to be spliced back in as copies (`chain`).
         let placeholder = RuleId(g.rules.len() as u32);
@@ -182,9 +183,9 @@ impl Automata {
         } else {
             Share::IfHired
         };
-        let plans: Vec<Result<Plan, Error>> = crew::map_init(&g.rules, share_nfas, || (), plan);
+        let plans: Vec<Result<Plan, AutomataError>> = crew::map_init(&g.rules, share_nfas, || (), plan);
         // The first failing rule's error, as a sequential build reports it.
-        let plans = plans.into_iter().collect::<Result<Vec<_>, Error>>()?;
+        let plans = plans.into_iter().collect::<Result<Vec<_>, AutomataError>>()?;
         let (byte_class, n_classes) = byte_classes(
             plans.iter().flat_map(|p| std::iter::once(&p.nfa).chain(p.chain.as_ref().map(|c| &c.0))),
         );
@@ -205,7 +206,7 @@ impl Automata {
             Share::Hire
         };
         let work: Vec<(&Plan, &crate::grammar::Rule)> = plans.iter().zip(&g.rules).collect();
-        let built: Vec<Result<(Dfa, Option<chain::Layout>), Error>> =
+        let built: Vec<Result<(Dfa, Option<chain::Layout>), AutomataError>> =
             crew::map_init(&work, share_dfas, || dfa::Scratch::new(&class_rep), build);
         let mut dfas = Vec::with_capacity(plans.len());
         let mut layouts: Vec<(usize, chain::Layout)> = Vec::new();
@@ -215,7 +216,7 @@ impl Automata {
             let (d, layout) = d?;
             total += d.len();
             if total > limits.max_dfa_states {
-                return Err(Error::Limit {
+                return Err(AutomataError::Limit {
                     what: "automaton size (DFA states)",
                     given: total,
                     limit: limits.max_dfa_states,
@@ -260,7 +261,7 @@ impl Automata {
         byte_class: [u8; 256],
         n_classes: usize,
         class_bytes: Vec<Vec<u8>>,
-    ) -> Result<Automata, Error> {
+    ) -> Result<Automata, AutomataError> {
         let mut rule_start = Vec::with_capacity(dfas.len());
         let mut nodes = Vec::new();
         let mut trans = Vec::new();
@@ -672,7 +673,7 @@ fn rule_dfa(
     n_classes: usize,
     sc: &mut dfa::Scratch,
     limits: &AutomataLimits,
-) -> Result<(Dfa, Option<chain::Layout>), Error> {
+) -> Result<(Dfa, Option<chain::Layout>), AutomataError> {
     let mut minimal = |nfa: &Nfa| Dfa::minimal(nfa, sc, limits.max_dfa_states);
     let spliced = match &plan.chain {
         Some((link, min, max)) => {
@@ -795,7 +796,7 @@ mod tests {
         for threads in [1, 2] {
             let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
             match pool.install(|| crew::scope(|| Automata::build_owned(g.clone(), &limits))) {
-                Err(Error::Limit { what, .. }) => assert!(what.contains("DFA states"), "{what}"),
+                Err(AutomataError::Limit { what, .. }) => assert!(what.contains("DFA states"), "{what}"),
                 other => panic!("{other:?}"),
             }
         }

@@ -2,9 +2,9 @@
 //! ranges, rule references or epsilon. Characters become UTF-8 byte sequences here
 //! (`regex-syntax`'s `Utf8Sequences` splits a code-point range into byte-range chains).
 
-use crate::error::Error;
-use crate::error::{GrammarError, GrammarErrorKind};
+use super::AutomataError;
 use crate::grammar::{CharMove, Expr};
+use crate::grammar::{GrammarError, GrammarErrorKind};
 use regex_syntax::utf8::Utf8Sequences;
 use rustc_hash::FxHashMap;
 
@@ -85,7 +85,7 @@ struct Builder {
 
 impl Nfa {
     /// Builds the NFA for `body`, failing once it has more than `max_states` states.
-    pub fn build(body: &Expr, max_states: usize) -> Result<Nfa, Error> {
+    pub fn build(body: &Expr, max_states: usize) -> Result<Nfa, AutomataError> {
         let mut b = Builder::default();
         let start = b.state(max_states)?;
         let end = b.expr(body, start, max_states)?;
@@ -192,13 +192,13 @@ impl<'n> Side<'n> {
 /// The NFAs of the operands of an intersection, which must not call rules: a product of
 /// automata cannot follow a rule reference (the optimizer reports it first, with the
 /// rule's name, so the name is not known here).
-fn operands(parts: &[Expr], max: usize) -> Result<Vec<Nfa>, Error> {
+fn operands(parts: &[Expr], max: usize) -> Result<Vec<Nfa>, AutomataError> {
     let mut nfas = Vec::with_capacity(parts.len());
     for p in parts {
         let nfa = Nfa::build(p, max)?;
         if (0..nfa.len as u32).any(|s| !nfa.rules.of(s).is_empty()) {
             let kind = GrammarErrorKind::IntersectionCallsRule("?".into());
-            return Err(Error::Grammar(GrammarError::global(kind)));
+            return Err(AutomataError::Grammar(GrammarError::global(kind)));
         }
         nfas.push(nfa);
     }
@@ -212,7 +212,7 @@ fn operands(parts: &[Expr], max: usize) -> Result<Vec<Nfa>, Error> {
 /// as the compiler does; the last product is searched depth-first and only until a pair
 /// of final states turns up, so a non-empty intersection usually costs a short path.
 /// Fails like [`Nfa::build`] past `max` states in all.
-pub(crate) fn intersection_is_empty(parts: &[Expr], max: usize) -> Result<bool, Error> {
+pub(crate) fn intersection_is_empty(parts: &[Expr], max: usize) -> Result<bool, AutomataError> {
     let mut nfas = operands(parts, max)?;
     let Some(last) = nfas.pop() else { return Ok(false) };
     let mut rest = nfas.into_iter();
@@ -241,7 +241,11 @@ pub(crate) fn intersection_is_empty(parts: &[Expr], max: usize) -> Result<bool, 
             return Ok(false);
         }
         if seen.len() > max {
-            return Err(Error::Limit { what: "intersection (NFA states)", given: seen.len(), limit: max });
+            return Err(AutomataError::Limit {
+                what: "intersection (NFA states)",
+                given: seen.len(),
+                limit: max,
+            });
         }
         for &(lo, hi, tx) in a.bytes.of(x) {
             for &(lo2, hi2, ty) in last.bytes.of(y) {
@@ -262,7 +266,7 @@ pub(crate) fn intersection_is_empty(parts: &[Expr], max: usize) -> Result<bool, 
 /// of states are never reached together), and to report a constraint no string meets
 /// where it was written, pruning it like any other empty alternative. Fails like
 /// [`Nfa::build`] when the product passes `max` states.
-pub(crate) fn intersection_size(parts: &[Expr], max: usize) -> Result<Option<usize>, Error> {
+pub(crate) fn intersection_size(parts: &[Expr], max: usize) -> Result<Option<usize>, AutomataError> {
     // (The operands are bounded like any rule's NFA: a counted repetition can be large
     // where the product stays small.)
     let mut nfas = operands(parts, super::AutomataLimits::default().max_nfa_states)?.into_iter();
@@ -281,7 +285,7 @@ pub(crate) fn intersection_size(parts: &[Expr], max: usize) -> Result<Option<usi
 /// both end. The closures of two character automata hold the heads of every branch
 /// (plain characters, `\"`, `\u` escapes, …), and most pairs of heads read nothing in
 /// common: building them all made several times the states the product needs.
-fn intersect(a: &Nfa, b: &Nfa, max: usize) -> Result<Nfa, Error> {
+fn intersect(a: &Nfa, b: &Nfa, max: usize) -> Result<Nfa, AutomataError> {
     /// Marks a pair seen and found dead.
     const DEAD_PAIR: u32 = u32::MAX;
     let (mut sa, mut sb) = (Side::new(a), Side::new(b));
@@ -323,7 +327,7 @@ fn intersect(a: &Nfa, b: &Nfa, max: usize) -> Result<Nfa, Error> {
                 }
             }
         }
-        Ok::<(), Error>(())
+        Ok::<(), AutomataError>(())
     };
     let mut found = Vec::new();
     let (xs, ys) = (sa.closure(0).to_vec(), sb.closure(0).to_vec());
@@ -381,10 +385,10 @@ impl Builder {
     }
 
     /// A copy of `nfa` entered from `from`; returns the state where it ends.
-    fn embed(&mut self, nfa: &Nfa, from: u32, max: usize) -> Result<u32, Error> {
+    fn embed(&mut self, nfa: &Nfa, from: u32, max: usize) -> Result<u32, AutomataError> {
         let base = self.len as u32;
         if self.len + nfa.len > max {
-            return Err(Error::Limit {
+            return Err(AutomataError::Limit {
                 what: "automaton size (NFA states of one rule)",
                 given: self.len + nfa.len,
                 limit: max,
@@ -401,9 +405,9 @@ impl Builder {
         Ok(base + nfa.end)
     }
 
-    fn state(&mut self, max: usize) -> Result<u32, Error> {
+    fn state(&mut self, max: usize) -> Result<u32, AutomataError> {
         if self.len >= max {
-            return Err(Error::Limit {
+            return Err(AutomataError::Limit {
                 what: "automaton size (NFA states of one rule)",
                 given: self.len + 1,
                 limit: max,
@@ -420,7 +424,13 @@ impl Builder {
     /// byte. Separate chains were equivalent states the subset construction kept apart and
     /// minimization then merged (a third of a tool-calling tag's root DFA before
     /// minimizing).
-    fn utf8_class(&mut self, ranges: &[(u32, u32)], from: u32, to: u32, max: usize) -> Result<(), Error> {
+    fn utf8_class(
+        &mut self,
+        ranges: &[(u32, u32)],
+        from: u32,
+        to: u32,
+        max: usize,
+    ) -> Result<(), AutomataError> {
         for &(lo, hi) in ranges {
             let (Some(lo), Some(hi)) = (char::from_u32(lo), char::from_u32(hi)) else { continue };
             for seq in Utf8Sequences::new(lo, hi) {
@@ -445,7 +455,7 @@ impl Builder {
     }
 
     /// Adds `e` starting at `from`; returns the state where it ends.
-    fn expr(&mut self, e: &Expr, from: u32, max: usize) -> Result<u32, Error> {
+    fn expr(&mut self, e: &Expr, from: u32, max: usize) -> Result<u32, AutomataError> {
         Ok(match e {
             Expr::Empty => from,
             Expr::Literal(s) => {
@@ -640,8 +650,8 @@ mod tests {
         assert!(empty(&["x[^\\s\\S]"]));
         // Past the state limit: the typed error, not an answer.
         let parts = [re("[ab]{0,200}c"), re("[bc]{0,200}d")];
-        assert!(matches!(intersection_is_empty(&parts, 300), Err(Error::Limit { .. })));
-        assert!(matches!(intersection_size(&parts, 300), Err(Error::Limit { .. })));
+        assert!(matches!(intersection_is_empty(&parts, 300), Err(AutomataError::Limit { .. })));
+        assert!(matches!(intersection_size(&parts, 300), Err(AutomataError::Limit { .. })));
         assert!(matches!(intersection_size(&[re("ab"), re("a.")], 300), Ok(Some(n)) if n > 2 && n < 50));
     }
 }

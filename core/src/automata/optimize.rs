@@ -20,8 +20,8 @@
 //! 5. [`drop_unreachable`] — rules not reachable from the root are removed and rules are
 //!    renumbered. AFTER THIS: every rule is reachable from the root.
 
-use crate::error::{GrammarError, GrammarErrorKind};
 use crate::grammar::{Expr, Grammar, Rule, RuleId};
+use crate::grammar::{GrammarError, GrammarErrorKind};
 
 /// Largest rule body (in [`Expr::size`] nodes) that is inlined into its callers.
 pub const INLINE_MAX_SIZE: usize = 100;

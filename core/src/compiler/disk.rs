@@ -11,9 +11,11 @@
 //!
 //! [`GrammarCompiler::with_disk_cache`]: super::GrammarCompiler::with_disk_cache
 
+use super::CompileError;
 use super::CompiledGrammar;
 use crate::automata::AutomataLimits;
-use crate::error::{Error, Result};
+
+type Result<T, E = CompileError> = std::result::Result<T, E>;
 use crate::tokenizer::TokenizerInfo;
 use std::hash::Hasher;
 use std::path::{Path, PathBuf};
@@ -28,8 +30,8 @@ pub(crate) struct DiskCache {
     rejected: AtomicU64,
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::Io { path: path.display().to_string(), source }
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CompileError + '_ {
+    move |source| CompileError::Io { path: path.display().to_string(), source }
 }
 
 impl DiskCache {

@@ -15,7 +15,8 @@
 //! keys mean equal walks, so sharing is exact. The cache is bounded by bytes and stops
 //! taking new entries when full.
 
-use super::mask::{Accepted, StateMask};
+use super::mask::StateMask;
+use super::store::Accepted;
 use crate::automata::{Automata, DEAD};
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -22,7 +22,7 @@
 //! (positions in byte-sorted order) so the run-time check walks them in sorted order and
 //! shares prefixes between neighbours.
 
-use super::store::MaskStore;
+use super::store::{Accepted, MaskStore};
 use crate::automata::{Automata, ByteSet, DEAD};
 use crate::crew::{self, Share};
 use crate::matcher::earley::{Earley, Item, Stamps};
@@ -69,24 +69,6 @@ impl Focus<'_> {
 pub(crate) fn rank_ranges(trie: &TokenTrie, subtrees: &[(u32, u32)]) -> Vec<(u32, u32)> {
     let rank_at = |k: u32| trie.nodes.get(k as usize).map_or(trie.token_ids.len() as u32, |n| n.tokens.0);
     subtrees.iter().map(|&(k, end)| (rank_at(k), rank_at(end))).collect()
-}
-
-/// The accepted part of a [`StateMask`].
-#[derive(Debug, Clone)]
-pub(crate) enum Accepted {
-    /// Exactly these token ids.
-    List(Arc<[u32]>),
-    /// Every producible token except these ids.
-    AllExcept(Arc<[u32]>),
-    /// A bitset in mask layout.
-    Bitset(Arc<[u32]>),
-    /// The bitset `base` with the bits of these ids toggled (see [`super::store`]).
-    Delta {
-        /// A bitset in mask layout, shared with other states.
-        base: Arc<[u32]>,
-        /// Ids whose bit differs from `base`, ascending.
-        flips: Arc<[u32]>,
-    },
 }
 
 /// Token classification for one DFA state.
@@ -639,76 +621,6 @@ fn encode_words(
         store.bitset(bits)
     };
     StateMask { accepted, uncertain: store.intern(uncertain), walk_steps, stand_in }
-}
-
-impl Accepted {
-    /// The same set with the membership of each of `flips` (ascending producible ids)
-    /// toggled, in the same form; `now` is the resulting set as a bitset. (Lists are in
-    /// trie order, not id order: they are filtered, not merged.)
-    fn patched(&self, flips: &[u32], now: &[u32], store: &MaskStore) -> Accepted {
-        let has = |id: &&u32| now[**id as usize / 32] >> (**id % 32) & 1 == 1;
-        match self {
-            Accepted::List(ids) => {
-                Accepted::List(store.intern(ids.iter().chain(flips).filter(has).copied().collect()))
-            }
-            Accepted::AllExcept(ex) => Accepted::AllExcept(
-                store.intern(ex.iter().chain(flips).filter(|id| !has(id)).copied().collect()),
-            ),
-            Accepted::Bitset(b) if flips.is_empty() => Accepted::Bitset(b.clone()),
-            Accepted::Bitset(b) => Accepted::Delta { base: b.clone(), flips: store.intern(flips.to_vec()) },
-            Accepted::Delta { base, flips: f } => {
-                Accepted::Delta { base: base.clone(), flips: store.intern(toggled(f, flips)) }
-            }
-        }
-    }
-
-    /// The accepted ids as a bitset in mask layout.
-    pub(crate) fn to_words(&self, tok: &TokenizerInfo) -> Vec<u32> {
-        let words = tok.vocab_size().div_ceil(32);
-        match self {
-            Accepted::List(ids) => {
-                let mut w = vec![0u32; words];
-                ids.iter().for_each(|&id| w[id as usize / 32] |= 1 << (id % 32));
-                w
-            }
-            Accepted::AllExcept(ex) => {
-                let mut w = tok.normal_words().to_vec();
-                ex.iter().for_each(|&id| w[id as usize / 32] &= !(1 << (id % 32)));
-                w
-            }
-            Accepted::Bitset(b) => b.to_vec(),
-            Accepted::Delta { base, flips } => {
-                let mut w = base.to_vec();
-                flips.iter().for_each(|&id| w[id as usize / 32] ^= 1 << (id % 32));
-                w
-            }
-        }
-    }
-}
-
-/// The symmetric difference of two ascending lists.
-fn toggled(a: &[u32], b: &[u32]) -> Vec<u32> {
-    let mut out = Vec::with_capacity(a.len() + b.len());
-    let (mut i, mut j) = (0, 0);
-    while i < a.len() && j < b.len() {
-        match a[i].cmp(&b[j]) {
-            std::cmp::Ordering::Less => {
-                out.push(a[i]);
-                i += 1;
-            }
-            std::cmp::Ordering::Greater => {
-                out.push(b[j]);
-                j += 1;
-            }
-            std::cmp::Ordering::Equal => {
-                i += 1;
-                j += 1;
-            }
-        }
-    }
-    out.extend_from_slice(&a[i..]);
-    out.extend_from_slice(&b[j..]);
-    out
 }
 
 /// A set of trie ranks as sorted, merged half-open runs.

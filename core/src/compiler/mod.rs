@@ -22,6 +22,7 @@
 mod cache;
 mod disk;
 mod diverge;
+mod error;
 mod leaf;
 pub(crate) mod mask;
 mod serialize;
@@ -37,14 +38,16 @@ use crate::structural_tag::{lower_for_compile, Lowered, Rest};
 use crate::tokenizer::TokenizerInfo;
 use cache::CompileCache;
 use disk::DiskCache;
+pub use error::CompileError;
 use leaf::{LeafKey, LeafMasks};
-pub(crate) use mask::{Accepted, StateMask};
+pub(crate) use mask::StateMask;
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 pub use serialize::FORMAT_VERSION;
 use staged::Finishing;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+pub(crate) use store::Accepted;
 use store::MaskStore;
 
 /// What to compile.
@@ -165,7 +168,7 @@ pub struct CompileOptions {
     /// parse reaches a call's arguments, where they wait for it; every mask is the
     /// finished grammar's either way (see `compiler::staged`). The first mask of a
     /// 20-tool tag then comes about a third sooner (BENCHMARKS.md). A limit the arguments' automata
-    /// exceed is then reported by the matchers ([`Error::Staged`]) rather than by the
+    /// exceed is then reported by the matchers ([`Error::Staged`](crate::Error::Staged)) rather than by the
     /// compile. Never staged with a disk cache (the file holds the finished grammar).
     pub staged: bool,
 }

@@ -24,13 +24,16 @@
 //! before anything is allocated; expression nesting is bounded; the grammar goes
 //! through the same checks as any grammar built in code; every saved mask is checked
 //! against the automata and the tokenizer (state numbers, token ids, trie ranks, row
-//! lengths). Corrupt, truncated or foreign bytes are an [`Error::Format`], never a panic.
+//! lengths). Corrupt, truncated or foreign bytes are a [`CompileError::Format`], never a panic.
 
-use super::mask::{Accepted, StateMask};
+use super::mask::StateMask;
+use super::store::Accepted;
+use super::CompileError;
 use super::{CompiledGrammar, Slot};
 use crate::automata::{Automata, AutomataLimits};
 use crate::bitmask::words_per_row;
-use crate::error::{Error, Result};
+
+type Result<T, E = CompileError> = std::result::Result<T, E>;
 use crate::grammar::{CharDfa, Expr, Grammar, MemberSet, Rule, RuleId};
 use crate::tokenizer::TokenizerInfo;
 use rustc_hash::FxHashMap;
@@ -91,8 +94,8 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn err(&self, what: impl Into<String>) -> Error {
-        Error::Format { offset: self.base + self.pos, what: what.into() }
+    fn err(&self, what: impl Into<String>) -> CompileError {
+        CompileError::Format { offset: self.base + self.pos, what: what.into() }
     }
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         let end = self.pos.checked_add(n).filter(|&e| e <= self.bytes.len());
@@ -129,7 +132,7 @@ impl<'a> Reader<'a> {
         let at = self.pos;
         let b = self.take(n)?;
         String::from_utf8(b.to_vec())
-            .map_err(|_| Error::Format { offset: self.base + at, what: "text is not UTF-8".into() })
+            .map_err(|_| CompileError::Format { offset: self.base + at, what: "text is not UTF-8".into() })
     }
     fn words(&mut self) -> Result<Vec<u32>> {
         let n = self.count(4)?;
@@ -487,8 +490,8 @@ impl CompiledGrammar {
     /// A grammar from [`Self::to_bytes`]'s output, for `tokenizer` (which must be the one
     /// it was compiled for: its fingerprint is checked). The automata are rebuilt with
     /// default limits; the saved masks are in place before the first fill.
-    pub fn from_bytes(bytes: &[u8], tokenizer: Arc<TokenizerInfo>) -> Result<CompiledGrammar> {
-        Self::decode(bytes, tokenizer, &AutomataLimits::default())
+    pub fn from_bytes(bytes: &[u8], tokenizer: Arc<TokenizerInfo>) -> crate::Result<CompiledGrammar> {
+        Ok(Self::decode(bytes, tokenizer, &AutomataLimits::default())?)
     }
 
     pub(crate) fn decode(
@@ -498,7 +501,7 @@ impl CompiledGrammar {
     ) -> Result<Self> {
         let mut r = Reader { bytes, pos: 0, base: 0 };
         if r.take(MAGIC.len()).ok() != Some(MAGIC.as_slice()) {
-            return Err(Error::Format {
+            return Err(CompileError::Format {
                 offset: 0,
                 what: "not a compiled grammar (magic bytes differ)".into(),
             });
@@ -522,7 +525,7 @@ impl CompiledGrammar {
         let at = r.pos;
         let payload = usize::try_from(len).ok().and_then(|n| r.take(n).ok());
         let Some(payload) = payload else {
-            return Err(Error::Format {
+            return Err(CompileError::Format {
                 offset: at,
                 what: format!("a payload of {len} bytes, the input ends"),
             });
@@ -531,7 +534,7 @@ impl CompiledGrammar {
             return Err(r.err("bytes after the payload"));
         }
         if crc32fast::hash(payload) != crc {
-            return Err(Error::Format {
+            return Err(CompileError::Format {
                 offset: at,
                 what: "checksum mismatch: the bytes are corrupt".into(),
             });
@@ -539,14 +542,14 @@ impl CompiledGrammar {
         let mut p = Reader { bytes: payload, pos: 0, base: at };
         let grammar = read_grammar(&mut p)?;
         if grammar.rules.iter().any(|r| r.stand_in) {
-            return Err(Error::Format {
+            return Err(CompileError::Format {
                 offset: at,
                 what: "a staged compile's shell, whose finished grammar failed to build".into(),
             });
         }
         let automata = Automata::rebuild(grammar, limits)?;
         if automata.digest() != digest {
-            return Err(Error::Format {
+            return Err(CompileError::Format {
                 offset: at,
                 what: "the automata rebuilt from the grammar differ from the saved ones".into(),
             });

@@ -194,8 +194,8 @@ mod tests {
     use std::sync::Arc;
 
     fn tokenizer(name: &str) -> Arc<TokenizerInfo> {
-        let path =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/tokenizers").join(name);
+        let data = crate::grammar::testing::test_data_dir().unwrap_or_else(|e| panic!("{e}"));
+        let path = data.join("tokenizers").join(name);
         match TokenizerInfo::from_path(&path, &TokenizerOptions::default()) {
             Ok(t) => Arc::new(t),
             Err(e) => panic!("{}: {e}", path.display()),

@@ -9,9 +9,97 @@
 //! [`MAX_FLIPS`] ids exists keeps one full bitset per cluster, and filling a mask from it
 //! costs one copy plus a few bit toggles, like the bitset itself.
 
-use super::mask::Accepted;
+use crate::tokenizer::TokenizerInfo;
 use rustc_hash::FxHashSet;
 use std::sync::{Arc, Mutex};
+
+/// The accepted part of a [`StateMask`](super::StateMask): the forms a mask is stored in.
+#[derive(Debug, Clone)]
+pub(crate) enum Accepted {
+    /// Exactly these token ids.
+    List(Arc<[u32]>),
+    /// Every producible token except these ids.
+    AllExcept(Arc<[u32]>),
+    /// A bitset in mask layout.
+    Bitset(Arc<[u32]>),
+    /// The bitset `base` with the bits of these ids toggled.
+    Delta {
+        /// A bitset in mask layout, shared with other states.
+        base: Arc<[u32]>,
+        /// Ids whose bit differs from `base`, ascending.
+        flips: Arc<[u32]>,
+    },
+}
+
+impl Accepted {
+    /// The same set with the membership of each of `flips` (ascending producible ids)
+    /// toggled, in the same form; `now` is the resulting set as a bitset. (Lists are in
+    /// trie order, not id order: they are filtered, not merged.)
+    pub(super) fn patched(&self, flips: &[u32], now: &[u32], store: &MaskStore) -> Accepted {
+        let has = |id: &&u32| now[**id as usize / 32] >> (**id % 32) & 1 == 1;
+        match self {
+            Accepted::List(ids) => {
+                Accepted::List(store.intern(ids.iter().chain(flips).filter(has).copied().collect()))
+            }
+            Accepted::AllExcept(ex) => Accepted::AllExcept(
+                store.intern(ex.iter().chain(flips).filter(|id| !has(id)).copied().collect()),
+            ),
+            Accepted::Bitset(b) if flips.is_empty() => Accepted::Bitset(b.clone()),
+            Accepted::Bitset(b) => Accepted::Delta { base: b.clone(), flips: store.intern(flips.to_vec()) },
+            Accepted::Delta { base, flips: f } => {
+                Accepted::Delta { base: base.clone(), flips: store.intern(toggled(f, flips)) }
+            }
+        }
+    }
+
+    /// The accepted ids as a bitset in mask layout.
+    pub(crate) fn to_words(&self, tok: &TokenizerInfo) -> Vec<u32> {
+        let words = tok.vocab_size().div_ceil(32);
+        match self {
+            Accepted::List(ids) => {
+                let mut w = vec![0u32; words];
+                ids.iter().for_each(|&id| w[id as usize / 32] |= 1 << (id % 32));
+                w
+            }
+            Accepted::AllExcept(ex) => {
+                let mut w = tok.normal_words().to_vec();
+                ex.iter().for_each(|&id| w[id as usize / 32] &= !(1 << (id % 32)));
+                w
+            }
+            Accepted::Bitset(b) => b.to_vec(),
+            Accepted::Delta { base, flips } => {
+                let mut w = base.to_vec();
+                flips.iter().for_each(|&id| w[id as usize / 32] ^= 1 << (id % 32));
+                w
+            }
+        }
+    }
+}
+
+/// The symmetric difference of two ascending lists.
+fn toggled(a: &[u32], b: &[u32]) -> Vec<u32> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        match a[i].cmp(&b[j]) {
+            std::cmp::Ordering::Less => {
+                out.push(a[i]);
+                i += 1;
+            }
+            std::cmp::Ordering::Greater => {
+                out.push(b[j]);
+                j += 1;
+            }
+            std::cmp::Ordering::Equal => {
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    out.extend_from_slice(&a[i..]);
+    out.extend_from_slice(&b[j..]);
+    out
+}
 
 /// The token-mask storage of one compiled grammar.
 #[derive(Debug, Default)]

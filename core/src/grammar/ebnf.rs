@@ -23,8 +23,8 @@
 //! the line and column of the fault.
 
 use super::class::{complement_class, normalize_class};
+use super::error::{GrammarError, GrammarErrorKind};
 use super::{Expr, Grammar, Rule, RuleId};
-use crate::error::{GrammarError, GrammarErrorKind};
 use rustc_hash::FxHashMap;
 
 /// Bounds that protect the parser from hostile grammar text.

@@ -1,8 +1,8 @@
 //! Member sets: the members of a JSON object in any order, each at most once (see
 //! [`MemberSet`]).
 
+use super::error::{GrammarError, GrammarErrorKind};
 use super::{Expr, Rule, RuleId};
-use crate::error::{GrammarError, GrammarErrorKind};
 
 /// Most members one [`MemberSet`] tracks (the parser keeps the written set in a `u64`).
 pub const MAX_SET_MEMBERS: usize = 64;

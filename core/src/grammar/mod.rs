@@ -14,6 +14,7 @@ mod builtin;
 mod chardfa;
 pub(crate) mod class;
 mod ebnf;
+mod error;
 mod members;
 mod print;
 #[cfg(test)]
@@ -23,6 +24,8 @@ pub use builtin::{json_grammar, JSON_EBNF};
 pub(crate) use chardfa::{alt2, seq2};
 pub use chardfa::{CharDfa, CharMove};
 pub use ebnf::{parse_ebnf, parse_ebnf_bytes, ParseLimits};
+pub(crate) use error::write_located;
+pub use error::{GrammarError, GrammarErrorKind};
 pub(crate) use members::can_finish;
 pub use members::{MemberSet, MAX_SET_MEMBERS};
 
@@ -195,11 +198,10 @@ impl Grammar {
     /// Checks that the root and every rule reference (in bodies and member sets) name a
     /// rule of this grammar, as parsed grammars always do and grammars built in code may
     /// not.
-    pub fn check_references(&self) -> Result<(), crate::GrammarError> {
+    pub fn check_references(&self) -> Result<(), GrammarError> {
         let n = self.rules.len();
-        let undefined = |id: RuleId| {
-            crate::GrammarError::global(crate::GrammarErrorKind::UndefinedRule(format!("#{}", id.0)))
-        };
+        let undefined =
+            |id: RuleId| GrammarError::global(GrammarErrorKind::UndefinedRule(format!("#{}", id.0)));
         if self.root.index() >= n {
             return Err(undefined(self.root));
         }
@@ -222,7 +224,7 @@ impl Grammar {
     }
 
     /// Parses EBNF text with root rule `root`; see [`parse_ebnf`].
-    pub fn from_ebnf(text: &str) -> Result<Grammar, crate::GrammarError> {
+    pub fn from_ebnf(text: &str) -> Result<Grammar, GrammarError> {
         parse_ebnf(text, "root", &ParseLimits::default())
     }
 

@@ -3,6 +3,9 @@
 
 use super::Expr;
 
+// Where the real tokenizers are (`$GRAMMASK_TEST_DATA`, `../shared/data`, `.test-data/`).
+include!("../../../scripts/test_data_dir.rs");
+
 /// Whether `s` is in the language of `e` (which must not call rules, and may intersect
 /// only at the top).
 pub(crate) fn matches(e: &Expr, s: &str) -> bool {

@@ -297,7 +297,9 @@ fn constrained_body(
         // that an `anyOf` branch is pruned and a required value makes the schema
         // unsatisfiable here rather than an empty automaton at compile time.
         Ok(false) => return Ok(nothing()),
-        Err(crate::Error::Limit { .. }) => format!("the intersection has over {limit} states"),
+        Err(crate::automata::AutomataError::Limit { .. }) => {
+            format!("the intersection has over {limit} states")
+        }
         Err(e) => e.to_string(),
     };
     // Too large to intersect: keep the first operand (the pattern), drop the rest.

@@ -123,7 +123,7 @@ impl fmt::Display for LarkErrorKind {
 impl fmt::Display for LarkError {
     /// `line:column: message`, then the line and a caret under the fault.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        crate::error::write_located(f, "lark grammar", self.line, self.column, &self.line_text, &self.kind)
+        crate::grammar::write_located(f, "lark grammar", self.line, self.column, &self.line_text, &self.kind)
     }
 }
 

@@ -1,6 +1,6 @@
 //! [`StructuralTagError`]: what went wrong, and the JSON pointer of where.
 
-use crate::error::GrammarError;
+use crate::grammar::GrammarError;
 use crate::json_schema::SchemaError;
 use crate::regex::RegexError;
 use std::fmt;

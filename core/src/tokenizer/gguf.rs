@@ -8,10 +8,12 @@
 //!
 //! The reader trusts nothing in the file: every count and length is checked against the bytes
 //! that remain before anything is allocated, so a truncated or hostile file is a typed error
-//! ([`Error::Gguf`]) with the byte offset of the fault, never a panic or a huge allocation.
+//! ([`TokenizerError::Gguf`]) with the byte offset of the fault, never a panic or a huge allocation.
 
+use super::TokenizerError;
 use super::VocabKind;
-use crate::error::{Error, Result};
+
+type Result<T, E = TokenizerError> = std::result::Result<T, E>;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
@@ -72,19 +74,19 @@ pub struct GgufTokenizer {
 
 impl GgufTokenizer {
     /// Reads the metadata of a GGUF file.
-    pub fn read(path: impl AsRef<Path>) -> Result<Self> {
+    pub fn read(path: impl AsRef<Path>) -> crate::Result<Self> {
         let path = path.as_ref();
-        let io = |source| Error::Io { path: path.display().to_string(), source };
+        let io = |source| TokenizerError::Io { path: path.display().to_string(), source };
         let file = std::fs::File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
         let mut reader = Reader { inner: BufReader::with_capacity(1 << 16, file), offset: 0, len };
-        Self::parse(&mut reader)
+        Ok(Self::parse(&mut reader)?)
     }
 
     /// Reads GGUF metadata from bytes (the whole file or at least its metadata section).
-    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+    pub fn from_bytes(bytes: &[u8]) -> crate::Result<Self> {
         let mut reader = Reader { inner: std::io::Cursor::new(bytes), offset: 0, len: bytes.len() as u64 };
-        Self::parse(&mut reader)
+        Ok(Self::parse(&mut reader)?)
     }
 
     /// `tokenizer.ggml.model`: `gpt2` (byte-level BPE) or `llama` (SentencePiece).
@@ -133,11 +135,11 @@ impl GgufTokenizer {
     }
 
     /// How token strings encode bytes.
-    pub fn vocab_kind(&self) -> Result<VocabKind> {
+    pub fn vocab_kind(&self) -> crate::Result<VocabKind> {
         match self.model.as_str() {
             "gpt2" => Ok(VocabKind::ByteLevel),
             "llama" => Ok(VocabKind::ByteFallback),
-            other => Err(Error::Tokenizer(format!(
+            other => Err(crate::Error::Tokenizer(format!(
                 "GGUF tokenizer model `{other}` is not supported (gpt2 and llama are)"
             ))),
         }
@@ -146,7 +148,10 @@ impl GgufTokenizer {
     /// The [`TokenizerInfo`](super::TokenizerInfo): control, unknown and unused tokens are
     /// special (never allowed by a grammar); stop tokens default to the EOS id plus the
     /// end-of-turn ids, unless `options.stop_tokens` says otherwise.
-    pub fn to_tokenizer_info(&self, options: &super::TokenizerOptions) -> Result<super::TokenizerInfo> {
+    pub fn to_tokenizer_info(
+        &self,
+        options: &super::TokenizerOptions,
+    ) -> crate::Result<super::TokenizerInfo> {
         let kind = options.kind.map_or_else(|| self.vocab_kind(), Ok)?;
         let mut bytes = Vec::with_capacity(self.tokens.len());
         let mut special = Vec::with_capacity(self.tokens.len());
@@ -164,7 +169,7 @@ impl GgufTokenizer {
         }
         let mut stops: Vec<u32> = self.eos.into_iter().chain(self.turn_end_token_ids()).collect();
         stops.retain(|&s| (s as usize) < self.tokens.len());
-        super::TokenizerInfo::build(bytes, special, stops, kind, options)
+        Ok(super::TokenizerInfo::build(bytes, special, stops, kind, options)?)
     }
 
     fn parse<R: Read + Seek>(r: &mut Reader<R>) -> Result<Self> {
@@ -274,8 +279,8 @@ struct Reader<R> {
 }
 
 impl<R: Read + Seek> Reader<R> {
-    fn fault(&self, offset: u64, what: impl Into<String>) -> Error {
-        Error::Gguf { offset, what: what.into() }
+    fn fault(&self, offset: u64, what: impl Into<String>) -> TokenizerError {
+        TokenizerError::Gguf { offset, what: what.into() }
     }
 
     fn remaining(&self) -> u64 {
@@ -556,7 +561,7 @@ mod tests {
         let bytes = sample();
         for n in 0..bytes.len() {
             match GgufTokenizer::from_bytes(&bytes[..n]) {
-                Err(Error::Gguf { offset, .. }) => assert!(offset <= n as u64),
+                Err(crate::Error::Gguf { offset, .. }) => assert!(offset <= n as u64),
                 other => panic!("prefix of {n} bytes: {other:?}"),
             }
         }

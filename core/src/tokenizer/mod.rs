@@ -12,15 +12,19 @@
 //! [`TokenizerInfo::from_byte_tokens`] accepts a plain list of token byte strings.
 
 mod decode;
+mod error;
 mod gguf;
 mod trie;
 
 pub use decode::VocabKind;
+pub use error::TokenizerError;
 pub use gguf::{GgufTokenType, GgufTokenizer};
 pub(crate) use trie::{first_clear_bit, utf8, TokenTrie, TrieNode, END_OF_SIBLINGS};
 
-use crate::error::{Error, Result};
 use rustc_hash::FxHasher;
+
+/// A `Result` with the tokenizer layer's [`TokenizerError`].
+type Result<T, E = TokenizerError> = std::result::Result<T, E>;
 use std::hash::Hasher;
 use std::path::{Path, PathBuf};
 
@@ -65,10 +69,10 @@ const WELL_KNOWN_STOPS: &[&str] =
 impl TokenizerInfo {
     /// Loads a Hugging Face tokenizer from a `tokenizer.json` or a folder holding one, and
     /// reads the EOS token from `tokenizer_config.json` beside it when present.
-    pub fn from_path(path: impl AsRef<Path>, options: &TokenizerOptions) -> Result<Self> {
+    pub fn from_path(path: impl AsRef<Path>, options: &TokenizerOptions) -> crate::Result<Self> {
         let file = resolve_tokenizer_path(path.as_ref());
-        let text =
-            std::fs::read(&file).map_err(|source| Error::Io { path: file.display().to_string(), source })?;
+        let text = std::fs::read(&file)
+            .map_err(|source| TokenizerError::Io { path: file.display().to_string(), source })?;
         let config = file.parent().map(|d| d.join("tokenizer_config.json"));
         let config = config.and_then(|c| std::fs::read(c).ok());
         Self::from_json_bytes(&text, config.as_deref(), options)
@@ -80,9 +84,9 @@ impl TokenizerInfo {
         tokenizer_json: &[u8],
         config_json: Option<&[u8]>,
         options: &TokenizerOptions,
-    ) -> Result<Self> {
+    ) -> crate::Result<Self> {
         let tok = tokenizers::Tokenizer::from_bytes(tokenizer_json)
-            .map_err(|e| Error::Tokenizer(format!("cannot load tokenizer.json: {e}")))?;
+            .map_err(|e| TokenizerError::Load(format!("cannot load tokenizer.json: {e}")))?;
         let eos = config_json.and_then(eos_from_config);
         Self::from_hf(&tok, eos.as_deref(), options)
     }
@@ -92,7 +96,7 @@ impl TokenizerInfo {
         tok: &tokenizers::Tokenizer,
         eos: Option<&str>,
         options: &TokenizerOptions,
-    ) -> Result<Self> {
+    ) -> crate::Result<Self> {
         let detected = tok
             .get_decoder()
             .and_then(|d| serde_json::to_value(d).ok())
@@ -125,14 +129,14 @@ impl TokenizerInfo {
         if stops.is_empty() {
             stops.extend(WELL_KNOWN_STOPS.iter().filter_map(|s| tok.token_to_id(s)).take(1));
         }
-        Self::build(tokens, special, stops, kind, options)
+        Ok(Self::build(tokens, special, stops, kind, options)?)
     }
 
     /// The vocabulary embedded in a GGUF model file (`tokenizer.ggml.*`): `gpt2` byte-level
     /// BPE or `llama` SentencePiece; control, unknown and unused tokens are special; stop
     /// tokens are the EOS id plus end-of-turn ids unless `options` names them. See
     /// [`GgufTokenizer`] for the chat template and the BOS/EOS ids.
-    pub fn from_gguf(path: impl AsRef<Path>, options: &TokenizerOptions) -> Result<Self> {
+    pub fn from_gguf(path: impl AsRef<Path>, options: &TokenizerOptions) -> crate::Result<Self> {
         GgufTokenizer::read(path)?.to_tokenizer_info(options)
     }
 
@@ -148,9 +152,9 @@ impl TokenizerInfo {
     /// assert_eq!(info.token_bytes(2), b"ab");
     /// # Ok::<(), grammask::Error>(())
     /// ```
-    pub fn from_byte_tokens(tokens: Vec<Vec<u8>>, options: &TokenizerOptions) -> Result<Self> {
+    pub fn from_byte_tokens(tokens: Vec<Vec<u8>>, options: &TokenizerOptions) -> crate::Result<Self> {
         let special = vec![false; tokens.len()];
-        Self::build(tokens, special, Vec::new(), VocabKind::Raw, options)
+        Ok(Self::build(tokens, special, Vec::new(), VocabKind::Raw, options)?)
     }
 
     pub(crate) fn build(
@@ -163,12 +167,12 @@ impl TokenizerInfo {
         let n = tokens.len();
         let vocab_size = options.vocab_size.unwrap_or(n);
         if vocab_size < n {
-            return Err(Error::Tokenizer(format!(
+            return Err(TokenizerError::Load(format!(
                 "vocab_size {vocab_size} is smaller than the tokenizer's {n} tokens"
             )));
         }
         if u32::try_from(vocab_size).is_err() {
-            return Err(Error::Limit {
+            return Err(TokenizerError::Limit {
                 what: "vocabulary size",
                 given: vocab_size,
                 limit: u32::MAX as usize,
@@ -180,7 +184,7 @@ impl TokenizerInfo {
         stop_tokens.dedup();
         for &s in &stop_tokens {
             if s as usize >= n {
-                return Err(Error::InvalidTokenId { id: s, vocab_size: n });
+                return Err(TokenizerError::InvalidTokenId { id: s, vocab_size: n });
             }
             // A stop token is allowed only when the grammar can end, never as text.
             special[s as usize] = true;
@@ -190,7 +194,7 @@ impl TokenizerInfo {
         offsets.push(0u32);
         for t in &tokens {
             bytes.extend_from_slice(t);
-            let end = u32::try_from(bytes.len()).map_err(|_| Error::Limit {
+            let end = u32::try_from(bytes.len()).map_err(|_| TokenizerError::Limit {
                 what: "total vocabulary bytes",
                 given: bytes.len(),
                 limit: u32::MAX as usize,

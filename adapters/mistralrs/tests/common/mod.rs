@@ -4,8 +4,11 @@
 
 use std::path::{Path, PathBuf};
 
+include!("../../../../scripts/test_data_dir.rs");
+
+/// The test data (see `scripts/test_data_dir.rs`); panics with the way to get it.
 pub fn data_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data")
+    test_data_dir().unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[allow(unused_imports)]

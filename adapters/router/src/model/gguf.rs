@@ -23,7 +23,8 @@ fn err(what: &str) -> impl FnOnce(candle_core::Error) -> ModelError + '_ {
     move |e| ModelError(format!("{what}: {e}"))
 }
 
-/// See the [module docs](self).
+/// A real model: a Llama-family GGUF (SmolLM2-135M-Instruct, Llama 3.x, …) run with
+/// `candle-transformers`' quantized Llama on the CPU.
 pub struct GgufModel {
     base: ModelWeights,
     seqs: HashMap<SeqId, (ModelWeights, usize)>,

@@ -101,7 +101,8 @@ impl SimulatedCache {
     }
 }
 
-/// See the [module docs](self).
+/// A simulated model for scale: seeded random logits over a real tokenizer's
+/// vocabulary, with a configurable forward time.
 #[derive(Debug)]
 pub struct SimulatedModel {
     cache: SimulatedCache,

@@ -23,7 +23,9 @@ fn cuda_err(op: &str) -> impl FnOnce(grammask_gpu::cudarc::driver::DriverError) 
     move |e| ModelError(format!("CUDA {op}: {e}"))
 }
 
-/// See the [module docs](self).
+/// The simulated model on a GPU (feature `cuda`): the same logits as
+/// [`SimulatedModel`](super::SimulatedModel), bit for bit, but made and kept in
+/// device memory, with the forward's time spent by a kernel spinning on the device.
 pub struct CudaSimulatedModel {
     cache: SimulatedCache,
     time: ForwardTime,

@@ -27,7 +27,9 @@ fn cuda_err(op: &'static str) -> impl FnOnce(DriverError) -> DeviceSamplingError
     move |e| DeviceSamplingError(format!("CUDA {op}: {e}"))
 }
 
-/// Chooses tokens from device logits; see the [module docs](self).
+/// Chooses tokens from device logits.
+///
+/// Sampling device-resident logits (feature `cuda`).
 pub struct DeviceSampler {
     stream: Arc<CudaStream>,
     func: CudaFunction,

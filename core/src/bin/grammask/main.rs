@@ -4,7 +4,7 @@
 //! tokenizer, sampling random logits under the mask.
 
 /// mimalloc: a compile allocates many small IR nodes and automata buffers, which glibc's
-/// allocator serves markedly slower (BENCHMARKS.md, "Allocator").
+/// allocator serves markedly slower (docs/benchmarks/tool-calling.md, "Allocator").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

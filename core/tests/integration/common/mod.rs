@@ -8,9 +8,11 @@ use grammask::{TokenizerInfo, TokenizerOptions};
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-/// `../shared/data` beside the project checkout.
+include!("../../../../scripts/test_data_dir.rs");
+
+/// The test data (see `scripts/test_data_dir.rs`); panics with the way to get it.
 pub fn data_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data")
+    test_data_dir().unwrap_or_else(|e| panic!("{e}"))
 }
 
 pub fn tokenizer(name: &str) -> Arc<TokenizerInfo> {
