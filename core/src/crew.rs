@@ -269,17 +269,22 @@ pub(crate) fn map_init<T: Sync, S, R: Send>(
     };
     let next = AtomicUsize::new(0);
     let done: Mutex<Vec<(usize, R)>> = Mutex::new(Vec::with_capacity(items.len()));
+    // Helpers charge the compile's work budget, like the compiling thread: the count is
+    // the same whoever computes an item.
+    let meter = crate::budget::current();
     let job = || {
-        let mut state = None;
-        let mut mine = Vec::new();
-        loop {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            let Some(x) = items.get(i) else { break };
-            mine.push((i, f(state.get_or_insert_with(&init), x)));
-        }
-        if !mine.is_empty() {
-            done.lock().unwrap_or_else(|p| p.into_inner()).extend(mine);
-        }
+        crate::budget::scope(meter.clone(), || {
+            let mut state = None;
+            let mut mine = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(x) = items.get(i) else { break };
+                mine.push((i, f(state.get_or_insert_with(&init), x)));
+            }
+            if !mine.is_empty() {
+                done.lock().unwrap_or_else(|p| p.into_inner()).extend(mine);
+            }
+        })
     };
     // (`IfHired` takes the helpers present and hires none.)
     let wanted = match share {

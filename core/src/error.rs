@@ -32,6 +32,12 @@ pub enum Error {
     /// The tokenizer could not be loaded or decoded.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
+    /// A compile's work budget ran out ([`CompileOptions::work_limit`](crate::CompileOptions::work_limit)),
+    /// or it was cancelled or ran past its deadline ([`CompileControl`](crate::CompileControl)).
+    /// Only [`BudgetError::Exceeded`](crate::budget::BudgetError::Exceeded) is a verdict on
+    /// the input; the others belong to the attempt.
+    #[error(transparent)]
+    Budget(#[from] crate::budget::BudgetError),
     /// A size limit was exceeded while compiling.
     #[error("{what} is {given}, over the limit of {limit}")]
     Limit {
@@ -141,6 +147,7 @@ impl From<AutomataError> for Error {
         match e {
             AutomataError::Grammar(e) => Error::Grammar(e),
             AutomataError::Limit { what, given, limit } => Error::Limit { what, given, limit },
+            AutomataError::Budget(e) => Error::Budget(e),
         }
     }
 }

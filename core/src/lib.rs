@@ -47,6 +47,7 @@
 pub mod automata;
 pub mod batch;
 pub mod bitmask;
+pub mod budget;
 pub mod compiler;
 mod constraint;
 mod crew;
@@ -61,7 +62,7 @@ pub mod tokenizer;
 pub mod tool_calling;
 
 pub use bitmask::TokenBitmask;
-pub use compiler::{CompileOptions, CompiledGrammar, GrammarCompiler, GrammarSpec};
+pub use compiler::{CompileControl, CompileOptions, CompiledGrammar, GrammarCompiler, GrammarSpec};
 pub use constraint::LogitsConstraint;
 pub use error::{Error, Result};
 pub use grammar::{Grammar, GrammarError, GrammarErrorKind};

@@ -76,16 +76,19 @@ impl ChatTemplate {
 }
 
 /// `content: [{type: "text", text}, …]` → one string, as templates expect text.
+/// (Indexing a `Value` that is not an object panics: anything else is left as it is, for
+/// the template to refuse.)
 fn flatten_content(m: &Value) -> Value {
-    let mut m = m.clone();
-    if let Some(Value::Array(parts)) = m.get("content") {
+    let Value::Object(o) = m else { return m.clone() };
+    let mut o = o.clone();
+    if let Some(Value::Array(parts)) = o.get("content") {
         let text: String = parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect();
-        m["content"] = Value::String(text);
+        o.insert("content".into(), Value::String(text));
     }
-    if m.get("content").map_or(true, Value::is_null) {
-        m["content"] = Value::String(String::new());
+    if o.get("content").map_or(true, Value::is_null) {
+        o.insert("content".into(), Value::String(String::new()));
     }
-    m
+    Value::Object(o)
 }
 
 #[cfg(test)]

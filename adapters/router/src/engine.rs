@@ -75,6 +75,9 @@ pub enum Event {
     End(EndEvent),
     /// The generation failed; nothing follows.
     Error(String),
+    /// The engine stopped (its loop failed, or the server is shutting down): the request
+    /// could not be served; nothing follows (HTTP 503).
+    Unavailable(String),
 }
 
 /// What to generate: the part of a request that is the same before its grammar is
@@ -169,10 +172,16 @@ impl Default for EngineOptions {
     }
 }
 
-/// The queue is full.
+/// Why the engine did not take a request.
 #[derive(Debug, thiserror::Error)]
-#[error("the queue is full ({0} requests waiting); retry later")]
-pub struct QueueFull(pub usize);
+pub enum SubmitError {
+    /// The queue is full (HTTP 429).
+    #[error("the queue is full ({0} requests waiting); retry later")]
+    QueueFull(usize),
+    /// The engine stopped (HTTP 503).
+    #[error("the engine is not running: {0}")]
+    Down(String),
+}
 
 struct Shared {
     queue: Mutex<VecDeque<Request>>,
@@ -180,6 +189,22 @@ struct Shared {
     wake: Condvar,
     stop: AtomicBool,
     max_queue: usize,
+    /// Why the loop stopped, once it has: requests are then refused at once.
+    down: Mutex<Option<String>>,
+    /// When the loop last went round (milliseconds since `born`): a loop stuck in a step
+    /// (a hung forward) stops answering `/health` with 200.
+    heartbeat: std::sync::atomic::AtomicU64,
+    born: Instant,
+}
+
+/// Longest a loop may go without a round before `/health` calls it stuck: a step of the
+/// largest batch, prefill included, stays well under it.
+const STUCK_AFTER: Duration = Duration::from_secs(30);
+
+impl Shared {
+    fn beat(&self) {
+        self.heartbeat.store(self.born.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
 }
 
 /// A handle to the loop: submit requests, read the queue length, shut down.
@@ -196,15 +221,38 @@ impl std::fmt::Debug for EngineHandle {
 }
 
 impl EngineHandle {
-    /// Queues a request, or refuses it when the queue is full.
-    pub fn submit(&self, request: Request) -> Result<(), QueueFull> {
+    /// Queues a request, or refuses it when the queue is full or the engine stopped.
+    pub fn submit(&self, request: Request) -> Result<(), SubmitError> {
         let mut q = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+        // (Read under the queue's lock: the loop drains the queue after setting it, so a
+        // request is either refused here or drained there, never left waiting.)
+        if let Some(why) = self.down() {
+            return Err(SubmitError::Down(why));
+        }
         if q.len() >= self.shared.max_queue {
-            return Err(QueueFull(q.len()));
+            return Err(SubmitError::QueueFull(q.len()));
         }
         q.push_back(request);
         drop(q);
         self.shared.wake.notify_one();
+        Ok(())
+    }
+
+    /// Why the engine stopped, if it has.
+    pub fn down(&self) -> Option<String> {
+        self.shared.down.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Whether the engine is alive and going round its loop (`/health`): `Err` with why not.
+    pub fn health(&self) -> Result<(), String> {
+        if let Some(why) = self.down() {
+            return Err(why);
+        }
+        let last = Duration::from_millis(self.shared.heartbeat.load(Ordering::Relaxed));
+        let silent = self.shared.born.elapsed().saturating_sub(last);
+        if silent > STUCK_AFTER {
+            return Err(format!("the engine has not completed a step for {silent:?}"));
+        }
         Ok(())
     }
 
@@ -266,6 +314,9 @@ pub fn start(
         wake: Condvar::new(),
         stop: AtomicBool::new(false),
         max_queue: options.max_queue,
+        down: Mutex::new(None),
+        heartbeat: std::sync::atomic::AtomicU64::new(0),
+        born: Instant::now(),
     });
     let mut lp = Loop {
         model,
@@ -281,7 +332,7 @@ pub fn start(
     };
     let thread = std::thread::Builder::new()
         .name("grammask-step".into())
-        .spawn(move || lp.run())
+        .spawn(move || lp.run_guarded())
         .map_err(|e| StepError::Pool(e.to_string()))?;
     Ok(EngineHandle { shared, thread: Arc::new(Mutex::new(Some(thread))) })
 }
@@ -301,8 +352,41 @@ struct Loop {
 }
 
 impl Loop {
+    /// Runs the loop; when it ends — shut down, or failed (a panic in the model, the
+    /// sampler, a fill) — marks the engine down and answers every running and queued
+    /// request at once, so none waits for a loop that is gone.
+    fn run_guarded(&mut self) {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run()));
+        let why = match r {
+            Ok(()) => "the server is shutting down".to_string(),
+            Err(p) => {
+                let what = p
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| p.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic".into());
+                tracing::error!(panic = %what, "the engine loop failed");
+                format!("the engine failed ({what})")
+            }
+        };
+        let queued: Vec<Request> = {
+            let mut q = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+            *self.shared.down.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
+            q.drain(..).collect()
+        };
+        for r in queued {
+            let _ = r.events.send(Event::Unavailable(why.clone()));
+        }
+        for s in std::mem::take(&mut self.running) {
+            let _ = s.events.send(Event::Unavailable(why.clone()));
+        }
+        self.metrics.running.set(0);
+        self.metrics.queue_length.set(0);
+    }
+
     fn run(&mut self) {
         while !self.shared.stop.load(Ordering::SeqCst) {
+            self.shared.beat();
             self.admit();
             self.drop_cancelled();
             self.metrics.running.set(self.running.len() as i64);
@@ -310,9 +394,6 @@ impl Loop {
                 continue;
             }
             self.step();
-        }
-        for s in std::mem::take(&mut self.running) {
-            let _ = s.events.send(Event::Error("the server is shutting down".into()));
         }
     }
 
@@ -325,6 +406,7 @@ impl Loop {
                 .wake
                 .wait_timeout(q, Duration::from_millis(100))
                 .map_or_else(|p| p.into_inner().0, |r| r.0);
+            self.shared.beat();
         }
         let mut budget = self.options.max_batch_prefill_tokens;
         let mut admitted_any = false;

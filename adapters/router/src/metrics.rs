@@ -35,6 +35,8 @@ pub struct Metrics {
     pub errors: IntCounterVec,
     /// Generations dropped because the client went away.
     pub cancelled: IntCounter,
+    /// Compiles cancelled because their request stopped waiting (the client went away).
+    pub compiles_cancelled: IntCounter,
 }
 
 fn histogram(name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
@@ -95,6 +97,11 @@ impl Metrics {
                 .unwrap_or_else(|e| panic!("{e}")),
             cancelled: IntCounter::new("grammask_cancelled", "Generations dropped: the client went away")
                 .unwrap_or_else(|e| panic!("{e}")),
+            compiles_cancelled: IntCounter::new(
+                "grammask_compiles_cancelled_total",
+                "Compiles cancelled: their client went away",
+            )
+            .unwrap_or_else(|e| panic!("{e}")),
         };
         let all: Vec<Box<dyn prometheus::core::Collector>> = vec![
             Box::new(m.queue_length.clone()),
@@ -111,6 +118,7 @@ impl Metrics {
             Box::new(m.finished.clone()),
             Box::new(m.errors.clone()),
             Box::new(m.cancelled.clone()),
+            Box::new(m.compiles_cancelled.clone()),
         ];
         for c in all {
             // Distinct names, registered once: cannot fail.

@@ -74,9 +74,10 @@ impl LoadedTokenizer {
 /// the compile cache with the grammar, so a schema seen again costs neither.
 pub const DEFAULT_MASK_PRECOMPUTE: std::time::Duration = std::time::Duration::from_millis(50);
 
-/// The compile options of a router whose compiles precompute masks for `mask_precompute`.
-pub fn compile_options(mask_precompute: std::time::Duration) -> CompileOptions {
-    CompileOptions { eager_budget: mask_precompute, ..CompileOptions::default() }
+/// The compile options of a router whose compiles precompute masks for `mask_precompute`
+/// and spend at most `work_limit` units ([`Limits::compile_work_limit`](crate::service::Limits::compile_work_limit)).
+pub fn compile_options(mask_precompute: std::time::Duration, work_limit: Option<u64>) -> CompileOptions {
+    CompileOptions { eager_budget: mask_precompute, work_limit, ..CompileOptions::default() }
 }
 
 /// Everything a router is started from.
@@ -130,7 +131,7 @@ impl Router {
                 .map_err(|e| e.to_string())?;
         let compiler = GrammarCompiler::with_options(
             config.tokenizer.info.clone(),
-            compile_options(config.mask_precompute),
+            compile_options(config.mask_precompute, config.limits.compile_work_limit),
             256 << 20,
         );
         let (chat, family) = match &config.tokenizer.config {
@@ -140,6 +141,7 @@ impl Router {
                 Family::detect_from_tokenizer_config(c).ok().flatten(),
             ),
         };
+        let compile_slots = Arc::new(tokio::sync::Semaphore::new(config.limits.compile_threads.max(1)));
         let service = Arc::new(Service {
             hf: config.tokenizer.hf.clone(),
             info: config.tokenizer.info.clone(),
@@ -150,6 +152,7 @@ impl Router {
             chat,
             family,
             model_id: config.model_id,
+            compile_slots,
             model_description: description,
             max_batch_size,
             max_queue,

@@ -2,14 +2,17 @@
 //! and the engine.
 //!
 //! Grammars compile here, on tokio's blocking pool (never on the step thread), through
-//! one [`GrammarCompiler`] whose cache every request shares, under a size limit (the
-//! spec's text) and a time limit: a request whose compile overruns gets an error, and
-//! the compile goes on in the background so that its result still lands in the cache.
+//! one [`GrammarCompiler`] whose cache every request shares, at most
+//! [`Limits::compile_threads`] at once, under a size limit (the spec's text), a work
+//! budget ([`Limits::compile_work_limit`]: deterministic, the same verdict under any load)
+//! and a time limit. A compile whose request is answered (its deadline passed) or whose
+//! client went away is cancelled: no compile outlives its request.
 
 use crate::engine::{EngineHandle, Event, Job, Request};
 use crate::metrics::Metrics;
+use grammask::budget::{BudgetError, CancelHandle};
 use grammask::tool_calling::Family;
-use grammask::{GrammarCompiler, GrammarMatcher, GrammarSpec, TokenizerInfo};
+use grammask::{CompileControl, GrammarCompiler, GrammarMatcher, GrammarSpec, TokenizerInfo};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -25,8 +28,13 @@ pub struct Limits {
     pub default_max_new_tokens: usize,
     /// Most bytes of a grammar, schema, regex or structural tag.
     pub max_grammar_bytes: usize,
-    /// Longest a compile may take for its request.
+    /// Longest a compile may take for its request (waiting for a compile thread included).
     pub compile_timeout: Duration,
+    /// Work units a compile may spend (`CompileOptions::work_limit`): past it the request
+    /// gets a 422 at once, on any machine under any load.
+    pub compile_work_limit: Option<u64>,
+    /// Compiles running at once (the rest wait, within their timeout).
+    pub compile_threads: usize,
     /// Most stop sequences.
     pub max_stop_sequences: usize,
 }
@@ -39,7 +47,33 @@ impl Default for Limits {
             default_max_new_tokens: 100,
             max_grammar_bytes: 1 << 20,
             compile_timeout: Duration::from_secs(10),
+            compile_work_limit: Some(DEFAULT_COMPILE_WORK_LIMIT),
+            compile_threads: default_compile_threads(),
             max_stop_sequences: 4,
+        }
+    }
+}
+
+/// The router's default [`Limits::compile_work_limit`]: what the library allows
+/// ([`grammask::compiler::DEFAULT_WORK_LIMIT`]) is sized for every schema of the test
+/// corpora; a server facing untrusted clients allows a sixteenth of that, about a
+/// second of one core's work, which the largest corpus schema still fits in.
+pub const DEFAULT_COMPILE_WORK_LIMIT: u64 = grammask::compiler::DEFAULT_WORK_LIMIT / 16;
+
+/// Half the machine's cores (at least one): compiles never take every core from the
+/// step's mask fills.
+pub fn default_compile_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
+}
+
+/// Cancels a compile when its request stops waiting for it (the client went away, the
+/// deadline passed), unless the compile finished first.
+struct CancelOnDrop(Option<CancelHandle>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(h) = self.0.take() {
+            h.cancel();
         }
     }
 }
@@ -56,6 +90,9 @@ pub enum ServiceError {
     /// The generation failed (424 in TGI's terms).
     #[error("{0}")]
     Generation(String),
+    /// The engine is not running (503).
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 /// The state every handler shares.
@@ -78,6 +115,8 @@ pub struct Service {
     pub family: Option<Family>,
     /// The model's name (`/info`, OpenAI's `model`).
     pub model_id: String,
+    /// Compile slots ([`Limits::compile_threads`]).
+    pub compile_slots: Arc<tokio::sync::Semaphore>,
     /// What the model is (`/info`).
     pub model_description: String,
     /// Most sequences in a step (`/info`).
@@ -149,23 +188,53 @@ impl Service {
         let compiler = self.compiler.clone();
         let (_, hits_before, _) = compiler.cache_stats();
         let t0 = Instant::now();
+        let deadline = t0 + self.limits.compile_timeout;
+        let timed_out = || {
+            self.metrics.errors.with_label_values(&["compile_timeout"]).inc();
+            ServiceError::Validation(format!(
+                "the grammar did not compile within {:?}",
+                self.limits.compile_timeout
+            ))
+        };
+        // A compile slot first: at most `compile_threads` compiles run, however many
+        // requests ask (tokio's blocking pool alone would start hundreds of threads).
+        let slot = match tokio::time::timeout_at(deadline.into(), self.compile_slots.clone().acquire_owned())
+            .await
+        {
+            Ok(Ok(slot)) => slot,
+            Ok(Err(_)) => return Err(ServiceError::Generation("the compile pool is closed".into())),
+            Err(_) => return Err(timed_out()),
+        };
+        let cancel = CancelHandle::new();
+        // Dropped with this future: a client that goes away cancels its compile.
+        let mut guard = CancelOnDrop(Some(cancel.clone()));
+        let control = CompileControl { cancel: Some(cancel), deadline: Some(deadline) };
         let span = tracing::debug_span!("compile", bytes = size);
-        let job = tokio::task::spawn_blocking(move || span.in_scope(|| compiler.compile(&spec)));
-        let compiled = match tokio::time::timeout(self.limits.compile_timeout, job).await {
-            Err(_) => {
-                self.metrics.errors.with_label_values(&["compile_timeout"]).inc();
-                return Err(ServiceError::Validation(format!(
-                    "the grammar did not compile within {:?}",
-                    self.limits.compile_timeout
-                )));
+        let metrics = self.metrics.clone();
+        let job = tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            let r = span.in_scope(|| compiler.compile_with(&spec, &control));
+            if let Err(grammask::Error::Budget(BudgetError::Cancelled { .. })) = &r {
+                metrics.compiles_cancelled.inc();
             }
+            r
+        });
+        // The compile stops itself at the deadline; the timeout here is a backstop.
+        let joined = tokio::time::timeout(self.limits.compile_timeout + Duration::from_secs(1), job).await;
+        let compiled = match joined {
+            Err(_) => return Err(timed_out()),
             Ok(Err(e)) => return Err(ServiceError::Generation(format!("the compile task failed: {e}"))),
+            Ok(Ok(Err(grammask::Error::Budget(BudgetError::DeadlinePassed { .. })))) => {
+                return Err(timed_out())
+            }
             Ok(Ok(Err(e))) => {
                 self.metrics.errors.with_label_values(&["grammar"]).inc();
                 return Err(ServiceError::Validation(format!("invalid grammar: {e}")));
             }
             Ok(Ok(Ok(c))) => c,
         };
+        // Finished: a staged compile's finishing job carries the same handle on.
+        guard.0 = None;
         let (_, hits_after, _) = self.compiler.cache_stats();
         if hits_after > hits_before {
             self.metrics.cache_hits.inc();
@@ -190,9 +259,15 @@ impl Service {
         };
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let request = Request { job: g.job, constraint, events: tx };
-        self.engine.submit(request).map_err(|e| {
-            self.metrics.errors.with_label_values(&["overloaded"]).inc();
-            ServiceError::Overloaded(e.to_string())
+        self.engine.submit(request).map_err(|e| match e {
+            crate::engine::SubmitError::QueueFull(_) => {
+                self.metrics.errors.with_label_values(&["overloaded"]).inc();
+                ServiceError::Overloaded(e.to_string())
+            }
+            crate::engine::SubmitError::Down(_) => {
+                self.metrics.errors.with_label_values(&["unavailable"]).inc();
+                ServiceError::Unavailable(e.to_string())
+            }
         })?;
         Ok(rx)
     }

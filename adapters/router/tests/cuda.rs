@@ -153,7 +153,7 @@ fn run(
                     out.push((e.text, e.reason));
                     break;
                 }
-                Some(Event::Error(e)) => panic!("request failed: {e}"),
+                Some(Event::Error(e) | Event::Unavailable(e)) => panic!("request failed: {e}"),
                 Some(Event::Token(_)) => {}
                 None => panic!("channel closed"),
             }

@@ -373,6 +373,47 @@ async fn bad_input_gets_a_4xx_with_a_message_and_disturbs_nothing() {
             422,
             "response_format",
         ),
+        // Shapes OpenAI's schema does not allow: a 422 naming the place, never a dropped
+        // connection.
+        (
+            "/v1/chat/completions",
+            json!({"model": "m", "messages": ["hi"]}).to_string(),
+            422,
+            "messages[0]: expected an object",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "x"}, {"role": "user", "content": 5}]})
+                .to_string(),
+            422,
+            "messages[1].content: expected a string",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"content": "x"}]}).to_string(),
+            422,
+            "messages[0].role: missing",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": [{"type": "text", "text": 1}]}]}).to_string(),
+            422,
+            "messages[0].content[0].text: expected a string",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "assistant", "content": null, "tool_calls": [{"id": "1"}]}]})
+                .to_string(),
+            422,
+            "messages[0].tool_calls[0]",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})
+                .to_string(),
+            422,
+            "tools",
+        ),
     ];
     for (path, body, status, needle) in cases {
         let r = post(path, body.clone()).await.unwrap();
@@ -446,4 +487,157 @@ async fn compiles_compute_masks_before_the_request_joins_the_batch() {
         }
         router.engine.shutdown();
     }
+}
+
+/// A 250-byte schema that takes seconds to compile unbounded (eight unanchored `oneOf`
+/// patterns, each intersected with the others' complements).
+const COSTLY: &str = r#"{"type": "object", "properties": {"s": {"type": "string", "oneOf": [
+  {"pattern": "ALPHA"}, {"pattern": "BRAVO_ONE"}, {"pattern": "CHARLIE"}, {"pattern": "DELTA"},
+  {"pattern": "ECHO_FOUR"}, {"pattern": "FOX"}, {"pattern": "GOLF"}, {"pattern": "HOTEL"}]}}}"#;
+
+fn costly_request() -> String {
+    json!({"inputs": "x", "parameters": {"max_new_tokens": 5, "grammar": {"type": "json",
+        "value": serde_json::from_str::<Value>(COSTLY).unwrap()}}})
+    .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn costly_compiles_are_refused_by_the_budget_and_cancelled_with_their_client() {
+    // The default work budget refuses the costly schema, promptly, with a 422 that says why.
+    let server = serve(EngineOptions::default(), Duration::ZERO, Limits::default()).await;
+    let c = reqwest::Client::new();
+    let t = std::time::Instant::now();
+    let r = c
+        .post(format!("{}/generate", server.base))
+        .header("content-type", "application/json")
+        .body(costly_request())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 422);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("work budget"), "{text}");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    drop(server);
+
+    // Without a work limit, a client that goes away while its grammar compiles cancels
+    // the compile (counted), and the server answers the next request at once.
+    let limits = Limits { compile_work_limit: None, compile_threads: 1, ..Limits::default() };
+    let server = serve(EngineOptions::default(), Duration::ZERO, limits).await;
+    let c = reqwest::Client::builder().timeout(Duration::from_millis(300)).build().unwrap();
+    let gone = c
+        .post(format!("{}/generate", server.base))
+        .header("content-type", "application/json")
+        .body(costly_request())
+        .send()
+        .await;
+    assert!(gone.is_err(), "the compile finished within 300 ms: {:?}", gone.map(|r| r.status()));
+    let c = reqwest::Client::new();
+    let mut cancelled = 0.0;
+    for _ in 0..100 {
+        cancelled = metric(&c, &server.base, "grammask_compiles_cancelled_total").await;
+        if cancelled >= 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(cancelled, 1.0);
+    // Its compile slot (the only one) is free again: a small constrained request compiles.
+    let t = std::time::Instant::now();
+    let ok = c
+        .post(format!("{}/generate", server.base))
+        .header("content-type", "application/json")
+        .body(
+            json!({"inputs": "x", "parameters": {"max_new_tokens": 3,
+            "grammar": {"type": "regex", "value": "[0-9]{3}"}}})
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+}
+
+/// The simulated model, until its `fail_at`-th forward, which panics (a bug in a model
+/// implementation, a CUDA fault surfacing as a panic).
+struct PanicsInForward {
+    inner: SimulatedModel,
+    forwards: usize,
+    fail_at: usize,
+}
+
+impl grammask_router::model::Model for PanicsInForward {
+    fn vocab_size(&self) -> usize {
+        grammask_router::model::Model::vocab_size(&self.inner)
+    }
+    fn forward(
+        &mut self,
+        rows: &[grammask_router::model::ForwardRow<'_>],
+    ) -> Result<grammask_router::model::StepLogits<'_>, grammask_router::model::ModelError> {
+        self.forwards += 1;
+        if self.forwards >= self.fail_at {
+            panic!("the test model fails in forward {}", self.forwards);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        self.inner.forward(rows)
+    }
+    fn release(&mut self, id: grammask_router::step::SeqId) {
+        self.inner.release(id)
+    }
+    fn name(&self) -> String {
+        "panics-in-forward".into()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_that_dies_answers_every_waiting_request_with_503_and_health_says_so() {
+    let tok = tokenizer();
+    let inner = SimulatedModel::new(tok.info.vocab_size(), 11, ForwardTime::Sleep(Duration::ZERO));
+    let config = RouterConfig {
+        tokenizer: tok,
+        model: Box::new(PanicsInForward { inner, forwards: 0, fail_at: 3 }),
+        engine: EngineOptions { max_batch_size: 2, ..EngineOptions::default() },
+        limits: Limits::default(),
+        jump_forward: true,
+        model_id: "test".into(),
+        mask_precompute: grammask_router::server::DEFAULT_MASK_PRECOMPUTE,
+    };
+    let router = Router::start(config).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let app = router.app();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let c = reqwest::Client::new();
+    assert_eq!(c.get(format!("{base}/health")).send().await.unwrap().status(), 200);
+    // Two running (the batch holds two) and two queued when the forward panics: all four
+    // get a 503 at once, none waits.
+    let body = json!({"inputs": "x", "parameters": {"max_new_tokens": 200}}).to_string();
+    let t = std::time::Instant::now();
+    let sends = (0..4).map(|_| {
+        c.post(format!("{base}/generate"))
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+    });
+    for r in futures::future::join_all(sends).await {
+        let r = r.unwrap();
+        assert_eq!(r.status(), 503);
+        let text = r.text().await.unwrap();
+        assert!(text.contains("the engine failed"), "{text}");
+    }
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    let h = c.get(format!("{base}/health")).send().await.unwrap();
+    assert_eq!(h.status(), 503);
+    assert!(h.text().await.unwrap().contains("the test model fails"));
+    // A request after the failure is refused at once.
+    let r = c
+        .post(format!("{base}/generate"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    router.engine.shutdown();
 }

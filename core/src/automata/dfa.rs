@@ -9,6 +9,7 @@
 use super::nfa::Nfa;
 use super::AutomataError;
 use super::DEAD;
+use crate::budget::{self, Phase};
 use rustc_hash::FxHashMap;
 
 /// A DFA for one rule over byte classes and rule references. State 0 is the start.
@@ -279,6 +280,7 @@ impl Dfa {
             Walk::At(p) if chain.len() >= 2 && nfa.entered_only_along(&sc.walked, &mut sc.seen) => {
                 let mut rest = Self::determinize_from(nfa, p, sc, max_states)?;
                 rest.trim_unless_live(nfa, sc);
+                budget::charge(Phase::Minimization, 1 + rest.edges.len() as u64)?;
                 rest.minimize_in(sc);
                 if let Some(d) = chain.followed_by(rest) {
                     return Ok(d);
@@ -288,6 +290,7 @@ impl Dfa {
         }
         let mut d = Self::determinize_with(nfa, sc, max_states)?;
         d.trim_unless_live(nfa, sc);
+        budget::charge(Phase::Minimization, 1 + d.edges.len() as u64)?;
         d.minimize_in(sc);
         Ok(d)
     }
@@ -355,6 +358,8 @@ impl Dfa {
             set.clear();
             set.extend_from_slice(sets.get(i as u32));
             i += 1;
+            // The state's work: its NFA states' edges are spread over the classes below.
+            budget::charge(Phase::Dfa, 1 + set.len() as u64)?;
             dfa.finals.push(set.binary_search(&nfa.end).is_ok());
             // Per-class target lists. Byte edges are ranges, so each edge is spread over
             // the consecutive classes it covers.

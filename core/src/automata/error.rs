@@ -10,6 +10,9 @@ pub enum AutomataError {
     /// that calls a rule, a root that matches nothing, …).
     #[error(transparent)]
     Grammar(#[from] GrammarError),
+    /// The compile's work budget ran out, or it was cancelled or past its deadline.
+    #[error(transparent)]
+    Budget(#[from] crate::budget::BudgetError),
     /// A size limit was exceeded while building.
     #[error("{what} is {given}, over the limit of {limit}")]
     Limit {

@@ -3,6 +3,7 @@
 //! (`regex-syntax`'s `Utf8Sequences` splits a code-point range into byte-range chains).
 
 use super::AutomataError;
+use crate::budget::{self, Phase};
 use crate::grammar::{CharMove, Expr};
 use crate::grammar::{GrammarError, GrammarErrorKind};
 use regex_syntax::utf8::Utf8Sequences;
@@ -240,6 +241,7 @@ pub(crate) fn intersection_is_empty(parts: &[Expr], max: usize) -> Result<bool, 
         if x == a.end && y == last.end {
             return Ok(false);
         }
+        budget::charge(Phase::Intersection, 1 + (a.bytes.of(x).len() * last.bytes.of(y).len()) as u64)?;
         if seen.len() > max {
             return Err(AutomataError::Limit {
                 what: "intersection (NFA states)",
@@ -337,6 +339,7 @@ fn intersect(a: &Nfa, b: &Nfa, max: usize) -> Result<Nfa, AutomataError> {
         if x == a.end && y == b.end {
             out.eps.push((id, end));
         }
+        budget::charge(Phase::Intersection, 1 + (a.bytes.of(x).len() * b.bytes.of(y).len()) as u64)?;
         for &(lo, hi, tx) in a.bytes.of(x) {
             for &(lo2, hi2, ty) in b.bytes.of(y) {
                 let (l, h) = (lo.max(lo2), hi.min(hi2));
@@ -394,6 +397,7 @@ impl Builder {
                 limit: max,
             });
         }
+        budget::charge(Phase::Nfa, nfa.len as u64)?;
         self.len += nfa.len;
         self.dead_ends |= !nfa.all_live;
         self.eps.push((from, base));
@@ -413,6 +417,7 @@ impl Builder {
                 limit: max,
             });
         }
+        budget::charge(Phase::Nfa, 1)?;
         self.len += 1;
         Ok(self.len as u32 - 1)
     }

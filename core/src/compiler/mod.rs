@@ -30,12 +30,14 @@ mod staged;
 mod store;
 
 use crate::automata::{Automata, AutomataLimits, DEAD};
+use crate::budget::{self, Meter, Phase};
 use crate::error::Result;
 use crate::grammar::{parse_ebnf, Grammar, ParseLimits};
 use crate::json_schema::{json_schema_str_to_grammar, json_schema_to_grammar, parse_text, JsonSchemaOptions};
 use crate::regex::{regex_to_grammar, RegexLimits};
 use crate::structural_tag::{lower_for_compile, Lowered, Rest};
 use crate::tokenizer::TokenizerInfo;
+use crate::Error;
 use cache::CompileCache;
 use disk::DiskCache;
 pub use error::CompileError;
@@ -168,9 +170,48 @@ pub struct CompileOptions {
     /// parse reaches a call's arguments, where they wait for it; every mask is the
     /// finished grammar's either way (see `compiler::staged`). The first mask of a
     /// 20-tool tag then comes about a third sooner (BENCHMARKS.md). A limit the arguments' automata
-    /// exceed is then reported by the matchers ([`Error::Staged`](crate::Error::Staged)) rather than by the
+    /// exceed is then reported by the matchers ([`Error::Staged`]) rather than by the
     /// compile. Never staged with a disk cache (the file holds the finished grammar).
     pub staged: bool,
+    /// Work units a compile may spend ([`crate::budget`]: schema conversion,
+    /// intersections, NFA and DFA construction, minimization, the start states' masks,
+    /// a staged compile's finishing job); past it the compile is [`Error::Budget`].
+    /// Deterministic: the same spec under the same limit is refused on any machine under
+    /// any load, and a compile that fits is not changed by it. `None`: unbounded. The
+    /// default, [`DEFAULT_WORK_LIMIT`], is over every schema, grammar and tool list of the
+    /// test corpora; [`CompiledGrammar::work_spent`] tells what a compile took.
+    pub work_limit: Option<u64>,
+}
+
+/// [`CompileOptions::work_limit`]'s default (work units).
+pub const DEFAULT_WORK_LIMIT: u64 = 1 << 30;
+
+/// Per-call controls of a compile that are not properties of the grammar (so not part of
+/// the cache key): a cancellation handle another thread may raise, and a deadline. Either
+/// stops the compile at its next check (every [`budget::CHECK_EVERY`]
+/// units) with [`Error::Budget`]; such a stop is never cached.
+///
+/// ```
+/// use std::sync::Arc;
+/// use grammask::{budget::CancelHandle, CompileControl, GrammarCompiler, GrammarSpec, TokenizerInfo, TokenizerOptions};
+/// let vocab: Vec<Vec<u8>> = ["a", "b", "</s>"].iter().map(|s| s.as_bytes().to_vec()).collect();
+/// let opts = TokenizerOptions { stop_tokens: Some(vec![2]), ..Default::default() };
+/// let compiler = GrammarCompiler::new(Arc::new(TokenizerInfo::from_byte_tokens(vocab, &opts)?));
+/// let cancel = CancelHandle::new();
+/// cancel.cancel(); // e.g. the client went away
+/// let control = CompileControl { cancel: Some(cancel), ..Default::default() };
+/// let r = compiler.compile_with(&GrammarSpec::ebnf("root ::= \"a\"+"), &control);
+/// assert!(matches!(r, Err(grammask::Error::Budget(_))));
+/// // Not cached: the same spec compiles without the cancelled handle.
+/// assert!(compiler.compile(&GrammarSpec::ebnf("root ::= \"a\"+")).is_ok());
+/// # Ok::<(), grammask::Error>(())
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct CompileControl {
+    /// Raised by another thread to stop the compile.
+    pub cancel: Option<crate::budget::CancelHandle>,
+    /// When the compile must have stopped.
+    pub deadline: Option<Instant>,
 }
 
 /// Fewest JSON-style argument schemas a structural tag needs for a staged compile
@@ -187,6 +228,7 @@ impl Default for CompileOptions {
             leaf_cache_bytes: 64 << 20,
             background_precompute: false,
             staged: true,
+            work_limit: Some(DEFAULT_WORK_LIMIT),
         }
     }
 }
@@ -279,6 +321,11 @@ impl GrammarCompiler {
 
     /// Compiles `spec`, or returns the cached result for the same spec and options.
     pub fn compile(&self, spec: &GrammarSpec) -> Result<Arc<CompiledGrammar>> {
+        self.compile_with(spec, &CompileControl::default())
+    }
+
+    /// [`Self::compile`], stopped early by `control`'s cancellation or deadline.
+    pub fn compile_with(&self, spec: &GrammarSpec, control: &CompileControl) -> Result<Arc<CompiledGrammar>> {
         // A JSON Schema is parsed once, for the key and the conversion (a large schema's
         // parse is several percent of its compile); without a cache there is no key.
         let parsed = match spec {
@@ -306,23 +353,17 @@ impl GrammarCompiler {
         // Its independent pieces (a tag's schemas, the rules' automata) shared with the
         // pool's other threads where they are worth it (`crew`).
         let leaf = (self.options.leaf_cache_bytes > 0).then(|| self.leaf_masks.clone());
-        let compiled = crate::crew::scope(|| -> Result<_> {
-            let grammar = match (spec, parsed) {
-                (GrammarSpec::JsonSchema { options, .. }, Some(value)) => {
-                    json_schema_to_grammar(&value?, options)?
-                }
-                (GrammarSpec::StructuralTag(t), _) if self.options.staged && self.disk.is_none() => {
-                    match lower_for_compile(t, &self.options.parse, STAGED_MIN_SCHEMAS)? {
-                        Lowered::Whole(g) => g,
-                        Lowered::Staged(shell, rest) => {
-                            return self.build_staged(shell, rest, leaf.clone(), true)
-                        }
-                    }
-                }
-                _ => spec.to_grammar(&self.options.parse)?,
-            };
-            Ok(Arc::new(CompiledGrammar::build(grammar, self.tokenizer.clone(), &self.options, leaf)?))
+        let meter = Meter::new(self.options.work_limit, control.cancel.clone(), control.deadline);
+        let compiled = budget::scope(Some(meter.clone()), || {
+            let r = crate::crew::scope(|| self.compile_uncached(spec, parsed, leaf));
+            // A phase that met the budget's stop may have turned it into its own error
+            // (a schema's, with its pointer) or an approximation: the stop is the answer.
+            match meter.stopped() {
+                Some(e) => Err(Error::Budget(e)),
+                None => r,
+            }
         })?;
+        let _ = compiled.work.set(meter.spent());
         if self.options.background_precompute && compiled.finishing.is_none() {
             compiled.precompute_in_background();
         }
@@ -334,6 +375,30 @@ impl GrammarCompiler {
             self.cache.insert(key, compiled.clone());
         }
         Ok(compiled)
+    }
+
+    /// A compile's work past the caches, inside its budget and crew scopes.
+    fn compile_uncached(
+        &self,
+        spec: &GrammarSpec,
+        parsed: Option<std::result::Result<serde_json::Value, crate::json_schema::SchemaError>>,
+        leaf: Option<Arc<LeafMasks>>,
+    ) -> Result<Arc<CompiledGrammar>> {
+        let grammar = match (spec, parsed) {
+            (GrammarSpec::JsonSchema { options, .. }, Some(value)) => {
+                json_schema_to_grammar(&value?, options)?
+            }
+            (GrammarSpec::StructuralTag(t), _) if self.options.staged && self.disk.is_none() => {
+                match lower_for_compile(t, &self.options.parse, STAGED_MIN_SCHEMAS)? {
+                    Lowered::Whole(g) => g,
+                    Lowered::Staged(shell, rest) => {
+                        return self.build_staged(shell, rest, leaf.clone(), true)
+                    }
+                }
+            }
+            _ => spec.to_grammar(&self.options.parse)?,
+        };
+        Ok(Arc::new(CompiledGrammar::build(grammar, self.tokenizer.clone(), &self.options, leaf)?))
     }
 
     /// A staged compile's shell (its start states' masks computed), with the thread that
@@ -353,36 +418,56 @@ impl GrammarCompiler {
         );
         compiled.start_masks();
         let (tokenizer, options) = (self.tokenizer.clone(), self.options.clone());
+        // The finishing job is the same compile's work: it spends what is left of its
+        // budget (and stops with its cancellation or deadline).
+        let meter = budget::current();
         let finishing = Finishing::new(Box::new(move |shell: Option<Arc<CompiledGrammar>>| {
-            // With masks computed in the background, the shell's free text first: the
-            // matchers write it while the finished grammar is built, and it takes them.
-            if let (Some(shell), true) = (&shell, options.background_precompute) {
-                staged::precompute_root(shell, staged::SHELL_PRECOMPUTE_BUDGET);
-            }
-            let full = crate::crew::scope(|| -> Result<_> {
-                let grammar = rest.finish(&options.parse)?;
-                let automata = Automata::build_owned(grammar, &options.automata)?;
-                let full = CompiledGrammar::from_automata(automata, tokenizer, leaf);
-                // Before its own first masks (the start states' are among the shell's),
-                // and again last, for the masks the shell computed meanwhile.
-                if let Some(shell) = &shell {
-                    staged::adopt_masks(&full, shell);
+            budget::scope(meter.clone(), || {
+                let r = Self::finish_staged(shell, rest, leaf, tokenizer, &options);
+                match meter.as_ref().and_then(|m| m.stopped()) {
+                    Some(e) => Err(Error::Budget(e)),
+                    None => r,
                 }
-                full.first_masks(&options);
-                if let Some(shell) = &shell {
-                    staged::adopt_masks(&full, shell);
-                }
-                Ok(Arc::new(full))
-            })?;
-            if options.background_precompute {
-                full.precompute_in_background();
-            }
-            Ok(full)
+            })
         }));
         compiled.finishing = Some(finishing.clone());
         let compiled = Arc::new(compiled);
         finishing.start(&compiled, start);
         Ok(compiled)
+    }
+
+    /// A staged compile's finishing job: the finished grammar, adopting the shell's masks.
+    fn finish_staged(
+        shell: Option<Arc<CompiledGrammar>>,
+        rest: Rest,
+        leaf: Option<Arc<LeafMasks>>,
+        tokenizer: Arc<TokenizerInfo>,
+        options: &CompileOptions,
+    ) -> Result<Arc<CompiledGrammar>> {
+        // With masks computed in the background, the shell's free text first: the
+        // matchers write it while the finished grammar is built, and it takes them.
+        if let (Some(shell), true) = (&shell, options.background_precompute) {
+            staged::precompute_root(shell, staged::SHELL_PRECOMPUTE_BUDGET);
+        }
+        let full = crate::crew::scope(|| -> Result<_> {
+            let grammar = rest.finish(&options.parse)?;
+            let automata = Automata::build_owned(grammar, &options.automata)?;
+            let full = CompiledGrammar::from_automata(automata, tokenizer, leaf);
+            // Before its own first masks (the start states' are among the shell's),
+            // and again last, for the masks the shell computed meanwhile.
+            if let Some(shell) = &shell {
+                staged::adopt_masks(&full, shell);
+            }
+            full.first_masks(options);
+            if let Some(shell) = &shell {
+                staged::adopt_masks(&full, shell);
+            }
+            Ok(Arc::new(full))
+        })?;
+        if options.background_precompute {
+            full.precompute_in_background();
+        }
+        Ok(full)
     }
 
     /// The shell of structural tag `text`, whose finished grammar is built only when a
@@ -450,6 +535,8 @@ pub struct CompiledGrammar {
     marker_tokens: Box<[u32]>,
     /// A staged compile's shell: its finished grammar ([`CompileOptions::staged`]).
     finishing: Option<Arc<Finishing>>,
+    /// Work units its compile spent ([`Self::work_spent`]).
+    work: OnceLock<u64>,
 }
 
 /// A state's mask, and the state it behaves like for every token.
@@ -523,6 +610,7 @@ impl CompiledGrammar {
             shared_bytes: Default::default(),
             marker_tokens,
             finishing: None,
+            work: OnceLock::new(),
         }
     }
 
@@ -576,10 +664,14 @@ impl CompiledGrammar {
         &self.marker_tokens
     }
 
-    /// Computes the masks of the states live at the start (the first fill's).
+    /// Computes the masks of the states live at the start (the first fill's), charging
+    /// their walks to the compile's budget (a stop is reported by the compile).
     fn start_masks(&self) {
         for s in self.start_states() {
-            self.mask(s);
+            let steps = self.mask(s).walk_steps;
+            if budget::charge(Phase::Masks, 1 + u64::from(steps)).is_err() {
+                return;
+            }
         }
     }
 
@@ -600,7 +692,9 @@ impl CompiledGrammar {
             if self.masks[s as usize].get().is_some() {
                 return true;
             }
-            if Instant::now() >= deadline {
+            // (Time-bounded, so not charged: the work it does varies with the machine, and
+            // a verdict must not. A cancelled compile stops here too.)
+            if Instant::now() >= deadline || budget::check(Phase::Masks).is_err() {
                 return false;
             }
             // A state too wide to finish in the remaining budget is abandoned (lazy).
@@ -845,6 +939,13 @@ impl CompiledGrammar {
         }
         let sig = self.leaf_sigs[rule as usize].get_or_init(|| leaf::signature(a, rule)).clone()?;
         Some((sig, state - a.rule_start[rule as usize], a.follow[rule as usize].0))
+    }
+
+    /// Work units ([`crate::budget`]) its compile spent, to size
+    /// [`CompileOptions::work_limit`]; 0 for a grammar built another way (bytes, disk,
+    /// [`Self::new`]). A staged compile's shell counts its own work, not its finishing job's.
+    pub fn work_spent(&self) -> u64 {
+        self.work.get().copied().unwrap_or(0)
     }
 
     /// Computes every state's mask now, in parallel on the current rayon pool.

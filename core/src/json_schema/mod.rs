@@ -293,6 +293,9 @@ pub enum SchemaErrorKind {
         /// The configured limit.
         limit: usize,
     },
+    /// The compile's work budget ran out (or it was cancelled) while converting this
+    /// subschema ([`CompileOptions::work_limit`](crate::CompileOptions::work_limit)).
+    Budget(Box<crate::budget::BudgetError>),
 }
 
 impl fmt::Display for SchemaErrorKind {
@@ -311,6 +314,7 @@ impl fmt::Display for SchemaErrorKind {
             Self::Limit { what, given, limit } => {
                 write!(f, "{what} is {given}, over the limit of {limit}")
             }
+            Self::Budget(e) => write!(f, "{e}"),
         }
     }
 }

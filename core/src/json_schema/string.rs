@@ -286,7 +286,10 @@ fn constrained_body(
     let fits = if estimate <= limit {
         let max = crate::automata::AutomataLimits::default().max_nfa_states;
         // (Past the automaton limits the compiler decides, with its own typed error.)
-        Ok(!crate::automata::intersection_is_empty(&exprs, max).unwrap_or(false))
+        match crate::automata::intersection_is_empty(&exprs, max) {
+            Err(crate::automata::AutomataError::Budget(e)) => Err(crate::automata::AutomataError::Budget(e)),
+            r => Ok(!r.unwrap_or(false)),
+        }
     } else {
         crate::automata::intersection_size(&exprs, usize::try_from(limit).unwrap_or(usize::MAX))
             .map(|size| size.is_some())
@@ -299,6 +302,9 @@ fn constrained_body(
         Ok(false) => return Ok(nothing()),
         Err(crate::automata::AutomataError::Limit { .. }) => {
             format!("the intersection has over {limit} states")
+        }
+        Err(crate::automata::AutomataError::Budget(e)) => {
+            return Err(b.err(SchemaErrorKind::Budget(Box::new(e)), ptr))
         }
         Err(e) => e.to_string(),
     };

@@ -463,6 +463,11 @@ impl<'a> Builder<'a> {
 
     /// Converts one subschema at JSON pointer `ptr`, nested `level` containers deep.
     pub fn schema(&mut self, s: &Value, ptr: &str, level: u32) -> Result<Expr, SchemaError> {
+        // A unit per subschema and per keyword in it: the conversion's own work (the
+        // automata it builds for intersections charge theirs).
+        let keywords = s.as_object().map_or(0, |o| o.len() as u64);
+        crate::budget::charge(crate::budget::Phase::Conversion, 1 + keywords)
+            .map_err(|e| self.err(SchemaErrorKind::Budget(Box::new(e)), ptr))?;
         self.depth += 1;
         if self.depth > self.opts.limits.max_depth {
             self.depth -= 1;

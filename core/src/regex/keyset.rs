@@ -211,6 +211,9 @@ impl KeySet {
         let mut labels = Vec::new();
         while edges.len() < sets.len() {
             let set = sets[edges.len()].clone();
+            // The state's work: its NFA states' edges spread over the alphabet windows,
+            // then each window's target set closed, sorted and looked up (charged below).
+            let mut work = 1 + (set.len() + cuts.len()) as u64;
             labels.push(label(&set));
             // Targets per alphabet window, found by binary search on each edge's ends.
             let mut targets: Vec<Vec<u32>> = vec![Vec::new(); cuts.len() - 1];
@@ -231,6 +234,9 @@ impl KeySet {
                 }
                 let (lo, hi) = (cuts[w], cuts[w + 1] - 1);
                 nfa.closure(ts);
+                // (The closure's membership tests are linear: quadratic in the set.)
+                let n = ts.len() as u64;
+                work += n + n * n / 8;
                 let id = match index.get(ts.as_slice()) {
                     Some(&id) => id,
                     None => {
@@ -249,6 +255,11 @@ impl KeySet {
                 }
             }
             edges.push(out);
+            crate::budget::charge(crate::budget::Phase::Intersection, work).map_err(|e| RegexError {
+                kind: RegexErrorKind::Budget(Box::new(e)),
+                pattern: String::new(),
+                offset: 0,
+            })?;
         }
         Ok(KeySet { edges, labels }.minimized())
     }

@@ -120,6 +120,9 @@ pub enum RegexErrorKind {
     },
     /// `minLength` / `maxLength` could not be combined exactly with this pattern.
     LengthBounds,
+    /// The compile's work budget ran out (or it was cancelled) while building the
+    /// automaton of a set of keys or a complement.
+    Budget(Box<crate::budget::BudgetError>),
 }
 
 impl fmt::Display for RegexErrorKind {
@@ -141,6 +144,7 @@ impl fmt::Display for RegexErrorKind {
                 write!(f, "expanded size {given} is over the limit of {limit}")
             }
             Self::LengthBounds => write!(f, "cannot combine minLength/maxLength with this pattern exactly"),
+            Self::Budget(e) => write!(f, "{e}"),
         }
     }
 }

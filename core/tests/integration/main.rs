@@ -7,6 +7,7 @@
 mod common;
 
 mod bad_input;
+mod budget;
 mod cli;
 mod json_schema_bad_input;
 mod json_schema_fuzz;

@@ -31,13 +31,38 @@ pub fn app(service: Arc<Service>) -> axum::Router {
         .route("/v1/completions", post(openai::completions))
         .route("/v1/models", get(openai::models))
         .layer(tower_http::limit::RequestBodyLimitLayer::new(MAX_BODY_BYTES))
+        // A handler that panics answers a JSON 500 instead of dropping the connection.
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(panic_response))
         // A span per request (method, path), the parent of its compile span.
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(service)
 }
 
-async fn health() -> StatusCode {
-    StatusCode::OK
+/// The answer to a request whose handler panicked (a bug): a JSON 500 in both APIs'
+/// shapes (TGI's `error`/`error_type`, OpenAI's `error.message`), and a log line.
+fn panic_response(payload: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let what = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    tracing::error!(panic = %what, "a request handler panicked");
+    let message = "internal error: the request's handler failed; the server goes on";
+    let body =
+        json!({"error": {"message": message, "type": "internal", "code": 500}, "error_type": "internal"});
+    (StatusCode::INTERNAL_SERVER_ERROR, Json(body)).into_response()
+}
+
+/// 200 while the engine is alive and going round its loop; 503 with why not (its loop
+/// failed or hung), so that a load balancer takes the replica out.
+async fn health(axum::extract::State(s): axum::extract::State<Arc<Service>>) -> Response {
+    match s.engine.health() {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(why) => {
+            (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"error": why, "error_type": "unavailable"})))
+                .into_response()
+        }
+    }
 }
 
 async fn metrics(axum::extract::State(s): axum::extract::State<Arc<Service>>) -> String {
@@ -70,6 +95,7 @@ impl ApiError {
             ServiceError::Validation(_) => (StatusCode::UNPROCESSABLE_ENTITY, "validation"),
             ServiceError::Overloaded(_) => (StatusCode::TOO_MANY_REQUESTS, "overloaded"),
             ServiceError::Generation(_) => (StatusCode::FAILED_DEPENDENCY, "generation"),
+            ServiceError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
         };
         Self { status, kind, message: e.to_string(), flavor }
     }
@@ -109,6 +135,7 @@ async fn collect(mut rx: UnboundedReceiver<Event>) -> Result<Collected, ServiceE
                 return Ok(c);
             }
             Event::Error(e) => return Err(ServiceError::Generation(e)),
+            Event::Unavailable(e) => return Err(ServiceError::Unavailable(e)),
         }
     }
     Err(ServiceError::Generation("the generation stopped without an answer".into()))
@@ -121,4 +148,28 @@ fn unix_now() -> u64 {
 /// A JSON value as an SSE event.
 fn sse(v: &Value) -> Result<axum::response::sse::Event, std::convert::Infallible> {
     Ok(axum::response::sse::Event::default().data(v.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_handler_that_panics_answers_a_json_500_and_the_server_goes_on() {
+        let app = axum::Router::new()
+            .route("/boom", get(|| async { panic!("boom") as &str }))
+            .route("/ok", get(|| async { "ok" }))
+            .layer(tower_http::catch_panic::CatchPanicLayer::custom(panic_response));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let c = reqwest::Client::new();
+        let r = c.get(format!("{base}/boom")).send().await.unwrap();
+        assert_eq!(r.status(), 500);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["code"], 500, "{body}");
+        assert_eq!(body["error_type"], "internal", "{body}");
+        let r = c.get(format!("{base}/ok")).send().await.unwrap();
+        assert_eq!(r.text().await.unwrap(), "ok");
+    }
 }

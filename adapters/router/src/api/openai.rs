@@ -140,6 +140,7 @@ fn prepare_chat(s: &Service, req: &ChatRequest) -> Result<(Generation, Option<Ou
     if req.messages.is_empty() {
         return Err("`messages` must not be empty".into());
     }
+    check_messages(&req.messages)?;
     let tools = match &req.tools {
         None | Some(Value::Null) => Vec::new(),
         Some(v) => tools_from_json(v).map_err(|e| format!("tools: {e}"))?,
@@ -179,6 +180,72 @@ fn prepare_chat(s: &Service, req: &ChatRequest) -> Result<(Generation, Option<Ou
         .map_err(|e| e.to_string())?;
     let stop = stops(&req.common.stop);
     Ok((Generation { job: Job { prompt, sampling, max_new_tokens, stop }, spec }, parser))
+}
+
+/// The message shapes OpenAI's chat schema allows, each fault named by its place
+/// (`messages[0]: expected an object`): templates index messages freely, so a wrong
+/// shape must be a 422 here, not an error (or worse) inside the template.
+fn check_messages(messages: &[Value]) -> Result<(), String> {
+    const ROLES: [&str; 6] = ["system", "developer", "user", "assistant", "tool", "function"];
+    for (i, m) in messages.iter().enumerate() {
+        let at = |field: &str| format!("messages[{i}]{field}");
+        let Some(o) = m.as_object() else { return Err(format!("{}: expected an object", at(""))) };
+        match o.get("role") {
+            Some(Value::String(r)) if ROLES.contains(&r.as_str()) => {}
+            Some(Value::String(r)) => {
+                return Err(format!("{}: unknown role `{r}` (one of {})", at(".role"), ROLES.join(", ")))
+            }
+            Some(_) => return Err(format!("{}: expected a string", at(".role"))),
+            None => return Err(format!("{}: missing", at(".role"))),
+        }
+        match o.get("content") {
+            None | Some(Value::Null | Value::String(_)) => {}
+            Some(Value::Array(parts)) => {
+                for (k, p) in parts.iter().enumerate() {
+                    let part = format!(".content[{k}]");
+                    let Some(p) = p.as_object() else {
+                        return Err(format!("{}: expected an object", at(&part)));
+                    };
+                    match (p.get("type").and_then(Value::as_str), p.get("text")) {
+                        (Some("text"), Some(Value::String(_))) => {}
+                        (Some("text"), _) => {
+                            return Err(format!("{}: expected a string", at(&format!("{part}.text"))))
+                        }
+                        (Some(t), _) => {
+                            return Err(format!(
+                                "{}: content parts of type `{t}` are not supported (text only)",
+                                at(&part)
+                            ))
+                        }
+                        (None, _) => return Err(format!("{}: missing", at(&format!("{part}.type")))),
+                    }
+                }
+            }
+            Some(_) => {
+                return Err(format!("{}: expected a string, an array of parts or null", at(".content")))
+            }
+        }
+        for field in ["name", "tool_call_id"] {
+            if o.get(field).is_some_and(|v| !v.is_string() && !v.is_null()) {
+                return Err(format!("{}: expected a string", at(&format!(".{field}"))));
+            }
+        }
+        if let Some(calls) = o.get("tool_calls").filter(|v| !v.is_null()) {
+            let Some(calls) = calls.as_array() else {
+                return Err(format!("{}: expected an array", at(".tool_calls")));
+            };
+            for (k, c) in calls.iter().enumerate() {
+                let f = c.get("function");
+                if !f.is_some_and(|f| f.get("name").is_some_and(Value::is_string)) {
+                    return Err(format!(
+                        "{}: expected an object with `function.name`",
+                        at(&format!(".tool_calls[{k}]"))
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn tool_calls_json(calls: &[grammask::tool_calling::ToolCall]) -> Value {
@@ -330,6 +397,10 @@ fn chat_stream(
                     let _ = tx.send(json!({"error": {"message": e, "type": "generation"}}));
                     return;
                 }
+                Event::Unavailable(e) => {
+                    let _ = tx.send(json!({"error": {"message": e, "type": "unavailable"}}));
+                    return;
+                }
             }
         }
     });
@@ -387,6 +458,10 @@ async fn run_completions(s: Arc<Service>, body: &[u8]) -> Result<Response, ApiEr
                     }
                     Event::Error(e) => {
                         let _ = tx.send(json!({"error": {"message": e, "type": "generation"}}));
+                        return;
+                    }
+                    Event::Unavailable(e) => {
+                        let _ = tx.send(json!({"error": {"message": e, "type": "unavailable"}}));
                         return;
                     }
                 };

@@ -249,6 +249,10 @@ async fn start_stream(s: &Service, body: &[u8]) -> Result<Response, ApiError> {
                         let v = json!({"error": e, "error_type": "generation"});
                         Some((vec![v], (rx, None, index, true)))
                     }
+                    Some(Event::Unavailable(e)) => {
+                        let v = json!({"error": e, "error_type": "unavailable"});
+                        Some((vec![v], (rx, None, index, true)))
+                    }
                     None => None,
                 }
             }

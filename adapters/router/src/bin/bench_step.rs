@@ -215,9 +215,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             // request waits for its own in the queue), by a fresh compiler with the
             // router's options: every setup starts with the masks of a server seeing
             // these schemas for the first time (those the precompute budget reached).
-            let compile_options = grammask_router::server::compile_options(Duration::from_secs_f64(
-                a.mask_precompute_ms.max(0.0) / 1e3,
-            ));
+            let compile_options = grammask_router::server::compile_options(
+                Duration::from_secs_f64(a.mask_precompute_ms.max(0.0) / 1e3),
+                grammask_router::service::Limits::default().compile_work_limit,
+            );
             let compiler =
                 grammask::GrammarCompiler::with_options(tok.info.clone(), compile_options, 256 << 20);
             let mut compile_ms = Vec::new();
@@ -283,7 +284,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                             }
                             break;
                         }
-                        Event::Error(e) => return Err(e.into()),
+                        Event::Error(e) | Event::Unavailable(e) => return Err(e.into()),
                     }
                 }
             }

@@ -57,9 +57,17 @@ struct Args {
     /// Most bytes of a grammar or schema.
     #[arg(long, default_value_t = 1 << 20)]
     max_grammar_bytes: usize,
-    /// Compile time limit per request, milliseconds.
+    /// Compile time limit per request, milliseconds (waiting for a compile thread
+    /// included); the compile is cancelled when it passes.
     #[arg(long, default_value_t = 10_000)]
     compile_timeout_ms: u64,
+    /// Work units a compile may spend (deterministic: the same verdict on any machine
+    /// under any load); 0: unbounded.
+    #[arg(long, default_value_t = grammask_router::service::DEFAULT_COMPILE_WORK_LIMIT)]
+    compile_work_limit: u64,
+    /// Compiles running at once (default: half the cores).
+    #[arg(long)]
+    compile_threads: Option<usize>,
     /// Simulated model: forward time per step, milliseconds.
     #[arg(long, default_value_t = 5.0)]
     forward_ms: f64,
@@ -144,6 +152,10 @@ async fn serve(a: Args) -> Result<(), Box<dyn std::error::Error>> {
             max_new_tokens: a.max_new_tokens,
             max_grammar_bytes: a.max_grammar_bytes,
             compile_timeout: Duration::from_millis(a.compile_timeout_ms),
+            compile_work_limit: (a.compile_work_limit > 0).then_some(a.compile_work_limit),
+            compile_threads: a
+                .compile_threads
+                .unwrap_or_else(grammask_router::service::default_compile_threads),
             ..Limits::default()
         },
         jump_forward: !a.no_jump_forward,

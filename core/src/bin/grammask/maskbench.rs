@@ -53,6 +53,10 @@ pub struct MaskbenchArgs {
     /// needs (`CompileOptions::eager_budget`; default: the library's).
     #[arg(long)]
     eager_budget_us: Option<u64>,
+    /// Work units a compile may spend (`CompileOptions::work_limit`; default: the
+    /// library's; 0: unbounded). The totals line gives the most any file spent.
+    #[arg(long)]
+    work_limit: Option<u64>,
     /// MaskBench JSON files or folders of them.
     #[arg(required = true)]
     paths: Vec<PathBuf>,
@@ -66,6 +70,8 @@ struct FileResult {
     tokens: usize,
     mask_us: Vec<f64>,
     ttfm_us: Option<f64>,
+    /// Work units the compile spent.
+    work: u64,
     report: Value,
     /// Valid instances rejected that strict mode off accepts (with `--per-file`).
     strict_only: usize,
@@ -117,6 +123,11 @@ pub fn run(a: &MaskbenchArgs) -> Result<(), String> {
             eager_budget: a
                 .eager_budget_us
                 .map_or(CompileOptions::default().eager_budget, std::time::Duration::from_micros),
+            work_limit: match a.work_limit {
+                Some(0) => None,
+                Some(n) => Some(n),
+                None => CompileOptions::default().work_limit,
+            },
             ..Default::default()
         };
         let compiler = GrammarCompiler::with_options(info.clone(), compile_options, 0);
@@ -126,6 +137,7 @@ pub fn run(a: &MaskbenchArgs) -> Result<(), String> {
     let mut totals = [0usize; 4];
     let (mut compile_errors, mut tokens, mut strict_only) = (0, 0, 0);
     let (mut mask_us, mut ttfm_us) = (Vec::new(), Vec::new());
+    let most_work = results.iter().zip(&files).max_by_key(|(r, _)| r.work);
     for r in &results {
         if a.per_file {
             eprintln!("{}", r.report);
@@ -152,6 +164,8 @@ pub fn run(a: &MaskbenchArgs) -> Result<(), String> {
             "valid_accepted": totals[0], "valid_rejected": totals[1],
             "invalid_rejected": totals[2], "invalid_accepted": totals[3],
             "tokens": tokens, "mask_us": summary(&mask_us), "ttfm_us": summary(&ttfm_us),
+            "work_units_max": most_work.map(|(r, _)| r.work),
+            "work_units_max_file": most_work.map(|(_, f)| f.display().to_string()),
         })
     );
     Ok(())
@@ -212,6 +226,7 @@ fn run_file(
     };
     let first = GrammarMatcher::new(compiled.clone());
     r.ttfm_us = Some(t0.elapsed().as_secs_f64() * 1e6);
+    r.work = compiled.work_spent();
     let mut mask = TokenBitmask::new(1, info.vocab_size());
     let mut failures = Vec::new();
     let mut first = Some(first);
@@ -269,7 +284,7 @@ fn run_file(
         }
     }
     let slowest = r.mask_us.iter().copied().fold(0.0, f64::max);
-    r.report = json!({"file": name, "ttfm_us": r.ttfm_us, "mask_us_max": slowest, "failures": failures});
+    r.report = json!({"file": name, "ttfm_us": r.ttfm_us, "work_units": r.work, "mask_us_max": slowest, "failures": failures});
     r
 }
 

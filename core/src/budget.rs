@@ -1,0 +1,289 @@
+//! A compile's work budget: a deterministic count of work units that every compile phase
+//! charges, a cancellation flag another thread can raise, and an optional deadline.
+//!
+//! Limits on sizes (states, rules) bound memory but not time: a 300-byte schema whose
+//! `oneOf` patterns each become an intersection with the others' complements stays under
+//! every size limit and still took seconds. The budget bounds the work itself. Its unit is
+//! one step of an inner loop (an automaton state built, a transition examined, a trie node
+//! a mask walk visits), so a verdict depends on the input alone, never on the machine's
+//! load: the same compile under the same budget is refused on every machine or on none.
+//!
+//! A compile installs its [`Meter`] on its thread ([`scope`]); the crew's helpers install
+//! the same meter while they work for it, and the staged finishing job carries it to its
+//! thread. Code deep in a phase calls [`charge`], which is free when no meter is installed
+//! (a compile without a budget, a unit test) and otherwise adds to one shared counter.
+//! Cancellation and the deadline are looked at every [`CHECK_EVERY`] units, so a stop
+//! comes within a few milliseconds of being asked for.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The phases a budget names in its error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Phase {
+    /// Converting a spec (JSON Schema, regex, Lark, structural tag, EBNF) to grammar IR.
+    Conversion,
+    /// Intersections and complements of automata (patterns under lengths, `not`, `oneOf`).
+    Intersection,
+    /// Building the rules' NFAs.
+    Nfa,
+    /// The subset construction of the rules' DFAs.
+    Dfa,
+    /// Minimizing the DFAs.
+    Minimization,
+    /// Token masks computed by the compile (start states, the eager budget).
+    Masks,
+    /// The finishing job of a staged compile (its own conversions, automata and masks).
+    Finishing,
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Phase::Conversion => "conversion",
+            Phase::Intersection => "intersection",
+            Phase::Nfa => "NFA construction",
+            Phase::Dfa => "DFA construction",
+            Phase::Minimization => "minimization",
+            Phase::Masks => "token masks",
+            Phase::Finishing => "staged finishing",
+        })
+    }
+}
+
+/// Why a budgeted compile stopped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BudgetError {
+    /// The work passed the budget. Deterministic: the same input under the same limit
+    /// is refused again.
+    #[error("the compile's work budget ran out in {phase}: {spent} work units spent, limit {limit}")]
+    Exceeded {
+        /// Where the work passed the limit.
+        phase: Phase,
+        /// Units spent when it was noticed.
+        spent: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// The caller cancelled the compile ([`CancelHandle::cancel`]).
+    #[error("the compile was cancelled during {phase}")]
+    Cancelled {
+        /// The phase it was in.
+        phase: Phase,
+    },
+    /// The compile's deadline passed.
+    #[error("the compile ran past its deadline during {phase}")]
+    DeadlinePassed {
+        /// The phase it was in.
+        phase: Phase,
+    },
+}
+
+impl BudgetError {
+    /// Whether the refusal belongs to the input (the work budget) rather than to this
+    /// attempt (a cancellation or a deadline): only such a verdict may be remembered.
+    pub fn is_deterministic(&self) -> bool {
+        matches!(self, BudgetError::Exceeded { .. })
+    }
+}
+
+/// Raises a compile's cancellation flag from any thread. Clones share the flag.
+///
+/// ```
+/// use grammask::budget::CancelHandle;
+/// let h = CancelHandle::new();
+/// let other = h.clone();
+/// std::thread::spawn(move || other.cancel()).join().unwrap();
+/// assert!(h.is_cancelled());
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct CancelHandle(Arc<AtomicBool>);
+
+impl CancelHandle {
+    /// A handle whose flag is down.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Asks every compile that holds this handle to stop at its next check.
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    /// Whether [`Self::cancel`] was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// How often (in units) a meter looks at the clock and the cancellation flag: a few
+/// hundred microseconds of work at most, so a stop is prompt and a check costs nothing
+/// measurable.
+pub const CHECK_EVERY: u64 = 1 << 14;
+
+/// One compile's count of work, shared by every thread that works for it.
+#[derive(Debug)]
+pub struct Meter {
+    spent: AtomicU64,
+    /// The next count at which cancellation and the deadline are looked at.
+    next_check: AtomicU64,
+    limit: Option<u64>,
+    cancel: Option<CancelHandle>,
+    deadline: Option<Instant>,
+    /// The first stop, kept so that every later charge (other threads, later phases)
+    /// reports the same error.
+    stopped: std::sync::OnceLock<BudgetError>,
+}
+
+impl Meter {
+    /// A meter with a work limit (`None`: count only), a cancellation handle and a deadline.
+    pub fn new(limit: Option<u64>, cancel: Option<CancelHandle>, deadline: Option<Instant>) -> Arc<Meter> {
+        Arc::new(Meter {
+            spent: AtomicU64::new(0),
+            next_check: AtomicU64::new(CHECK_EVERY),
+            limit,
+            cancel,
+            deadline,
+            stopped: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// Units charged so far.
+    pub fn spent(&self) -> u64 {
+        self.spent.load(Ordering::Relaxed)
+    }
+
+    /// The error that stopped the work, if it was stopped.
+    pub fn stopped(&self) -> Option<BudgetError> {
+        self.stopped.get().cloned()
+    }
+
+    /// Adds `units` of `phase`'s work; the error once the limit is passed, the compile
+    /// cancelled or its deadline gone.
+    pub fn charge(&self, phase: Phase, units: u64) -> Result<(), BudgetError> {
+        if let Some(e) = self.stopped.get() {
+            return Err(e.clone());
+        }
+        let spent = self.spent.fetch_add(units, Ordering::Relaxed).saturating_add(units);
+        if let Some(limit) = self.limit {
+            if spent > limit {
+                return Err(self.stop(BudgetError::Exceeded { phase, spent, limit }));
+            }
+        }
+        if spent >= self.next_check.load(Ordering::Relaxed) {
+            self.next_check.store(spent.saturating_add(CHECK_EVERY), Ordering::Relaxed);
+            self.check(phase)?;
+        }
+        Ok(())
+    }
+
+    /// Looks at cancellation and the deadline now (a phase boundary, a long step).
+    pub fn check(&self, phase: Phase) -> Result<(), BudgetError> {
+        if let Some(e) = self.stopped.get() {
+            return Err(e.clone());
+        }
+        if self.cancel.as_ref().is_some_and(CancelHandle::is_cancelled) {
+            return Err(self.stop(BudgetError::Cancelled { phase }));
+        }
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(self.stop(BudgetError::DeadlinePassed { phase }));
+        }
+        Ok(())
+    }
+
+    fn stop(&self, e: BudgetError) -> BudgetError {
+        self.stopped.get_or_init(|| e).clone()
+    }
+}
+
+thread_local! {
+    static CURRENT: RefCell<Option<Arc<Meter>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with `meter` installed on this thread (restoring whatever was installed
+/// before, so that scopes nest and a helper thread can lend itself to several compiles).
+pub fn scope<R>(meter: Option<Arc<Meter>>, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Arc<Meter>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let prev = self.0.take();
+            CURRENT.with(|c| *c.borrow_mut() = prev);
+        }
+    }
+    let prev = CURRENT.with(|c| std::mem::replace(&mut *c.borrow_mut(), meter));
+    let _restore = Restore(prev);
+    f()
+}
+
+/// The meter installed on this thread, if any (for work handed to another thread).
+pub fn current() -> Option<Arc<Meter>> {
+    CURRENT.with(|c| c.borrow().clone())
+}
+
+/// Charges `units` of `phase`'s work to this thread's meter (nothing without one).
+#[inline]
+pub fn charge(phase: Phase, units: u64) -> Result<(), BudgetError> {
+    CURRENT.with(|c| match &*c.borrow() {
+        Some(m) => m.charge(phase, units),
+        None => Ok(()),
+    })
+}
+
+/// Looks at this thread's meter's cancellation and deadline now.
+pub fn check(phase: Phase) -> Result<(), BudgetError> {
+    CURRENT.with(|c| match &*c.borrow() {
+        Some(m) => m.check(phase),
+        None => Ok(()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_limit_stops_the_charge_that_passes_it_and_every_later_one() {
+        let m = Meter::new(Some(100), None, None);
+        assert_eq!(m.charge(Phase::Nfa, 60), Ok(()));
+        assert_eq!(m.charge(Phase::Nfa, 40), Ok(()));
+        let e = m.charge(Phase::Dfa, 1).unwrap_err();
+        assert_eq!(e, BudgetError::Exceeded { phase: Phase::Dfa, spent: 101, limit: 100 });
+        assert!(e.is_deterministic());
+        assert_eq!(m.charge(Phase::Masks, 0), Err(e));
+    }
+
+    #[test]
+    fn cancellation_and_deadline_are_seen_within_check_every_units() {
+        let h = CancelHandle::new();
+        let m = Meter::new(None, Some(h.clone()), None);
+        assert_eq!(m.charge(Phase::Nfa, 10), Ok(()));
+        h.cancel();
+        let mut n = 0;
+        while m.charge(Phase::Nfa, 1).is_ok() {
+            n += 1;
+        }
+        assert!(n <= CHECK_EVERY, "{n}");
+        assert!(!m.charge(Phase::Nfa, 1).unwrap_err().is_deterministic());
+        let m = Meter::new(None, None, Some(Instant::now()));
+        assert_eq!(m.check(Phase::Dfa), Err(BudgetError::DeadlinePassed { phase: Phase::Dfa }));
+    }
+
+    #[test]
+    fn scopes_nest_and_restore() {
+        let outer = Meter::new(None, None, None);
+        let inner = Meter::new(None, None, None);
+        scope(Some(outer.clone()), || {
+            charge(Phase::Nfa, 5).unwrap();
+            scope(Some(inner.clone()), || charge(Phase::Nfa, 7).unwrap());
+            charge(Phase::Nfa, 1).unwrap();
+        });
+        assert_eq!((outer.spent(), inner.spent()), (6, 7));
+        assert!(current().is_none());
+        assert_eq!(charge(Phase::Nfa, 1_000), Ok(()));
+    }
+}
