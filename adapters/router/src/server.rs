@@ -126,6 +126,9 @@ impl Router {
         let max_batch_size = config.engine.max_batch_size;
         let max_queue = config.engine.max_queue;
         let description = config.model.name();
+        let limits_total = config.limits.max_input_tokens + config.limits.max_new_tokens;
+        let max_total_tokens = config.model.max_context().map_or(limits_total, |c| c.min(limits_total));
+        let model_device_type = if config.model.device().is_some() { "cuda" } else { "cpu" };
         let engine =
             engine::start(config.model, config.tokenizer.info.clone(), config.engine, metrics.clone())
                 .map_err(|e| e.to_string())?;
@@ -153,6 +156,8 @@ impl Router {
             family,
             model_id: config.model_id,
             compile_slots,
+            max_total_tokens,
+            model_device_type,
             model_description: description,
             max_batch_size,
             max_queue,

@@ -115,6 +115,12 @@ pub struct Service {
     pub family: Option<Family>,
     /// The model's name (`/info`, OpenAI's `model`).
     pub model_id: String,
+    /// Most positions (prompt + `max_new_tokens`) a request may take: the model's context
+    /// ([`crate::model::Model::max_context`]) or, without one, the input and output
+    /// limits together.
+    pub max_total_tokens: usize,
+    /// `cpu`, or `cuda` for a model whose logits live on a GPU (`/info`).
+    pub model_device_type: &'static str,
     /// Compile slots ([`Limits::compile_threads`]).
     pub compile_slots: Arc<tokio::sync::Semaphore>,
     /// What the model is (`/info`).
@@ -141,8 +147,16 @@ pub struct Generation {
 }
 
 impl Service {
-    /// Tokenizes `text` (adding no special tokens: chat templates write their own).
+    /// Tokenizes `text` (adding no special tokens: chat templates write their own) and
+    /// checks it against the input limit ([`Self::check_input`]).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, ServiceError> {
+        let ids = self.tokenize(text)?;
+        self.check_input(&ids)?;
+        Ok(ids)
+    }
+
+    /// Tokenizes `text` without the input limit (TGI's `truncate` applies first).
+    pub fn tokenize(&self, text: &str) -> Result<Vec<u32>, ServiceError> {
         let ids = self
             .hf
             .encode(text, false)
@@ -152,14 +166,25 @@ impl Service {
         if ids.is_empty() {
             return Err(ServiceError::Validation("the input is empty".into()));
         }
-        if ids.len() > self.limits.max_input_tokens {
+        Ok(ids)
+    }
+
+    /// The most prompt tokens a request may have: the configured limit, and one less
+    /// than the model's whole context.
+    pub fn max_input_tokens(&self) -> usize {
+        self.limits.max_input_tokens.min(self.max_total_tokens.saturating_sub(1))
+    }
+
+    /// Refuses a prompt over [`Self::max_input_tokens`].
+    pub fn check_input(&self, ids: &[u32]) -> Result<(), ServiceError> {
+        if ids.len() > self.max_input_tokens() {
             return Err(ServiceError::Validation(format!(
                 "the input has {} tokens; the limit is {}",
                 ids.len(),
-                self.limits.max_input_tokens
+                self.max_input_tokens()
             )));
         }
-        Ok(ids)
+        Ok(())
     }
 
     /// Checks `max_new_tokens` against the limit; the default when `None`.
@@ -246,6 +271,18 @@ impl Service {
 
     /// Compiles the constraint and queues the generation; the events follow.
     pub async fn submit(&self, g: Generation) -> Result<UnboundedReceiver<Event>, ServiceError> {
+        // TGI's `max_total_tokens` check: a row must never outgrow the model's context in
+        // the middle of a batch (its forward would fail every row of it).
+        let total = g.job.prompt.len() + g.job.max_new_tokens;
+        if total > self.max_total_tokens {
+            return Err(ServiceError::Validation(format!(
+                "the input has {} tokens and `max_new_tokens` is {}: {total} tokens, over the model's \
+                 `max_total_tokens` of {}",
+                g.job.prompt.len(),
+                g.job.max_new_tokens,
+                self.max_total_tokens
+            )));
+        }
         if g.job.stop.len() > self.limits.max_stop_sequences {
             return Err(ServiceError::Validation(format!(
                 "{} stop sequences; the limit is {}",

@@ -641,3 +641,80 @@ async fn an_engine_that_dies_answers_every_waiting_request_with_503_and_health_s
     assert_eq!(r.status(), 503);
     router.engine.shutdown();
 }
+
+/// The simulated model with a context of `context` positions.
+struct ShortContext {
+    inner: SimulatedModel,
+    context: usize,
+}
+
+impl grammask_router::model::Model for ShortContext {
+    fn vocab_size(&self) -> usize {
+        grammask_router::model::Model::vocab_size(&self.inner)
+    }
+    fn forward(
+        &mut self,
+        rows: &[grammask_router::model::ForwardRow<'_>],
+    ) -> Result<grammask_router::model::StepLogits<'_>, grammask_router::model::ModelError> {
+        self.inner.forward(rows)
+    }
+    fn release(&mut self, id: grammask_router::step::SeqId) {
+        self.inner.release(id)
+    }
+    fn name(&self) -> String {
+        "short-context".into()
+    }
+    fn max_context(&self) -> Option<usize> {
+        Some(self.context)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_models_context_bounds_every_request_at_admission() {
+    let tok = tokenizer();
+    let inner = SimulatedModel::new(tok.info.vocab_size(), 11, ForwardTime::Sleep(Duration::from_millis(1)));
+    let config = RouterConfig {
+        tokenizer: tok,
+        model: Box::new(ShortContext { inner, context: 64 }),
+        engine: EngineOptions::default(),
+        limits: Limits::default(),
+        jump_forward: true,
+        model_id: "test".into(),
+        mask_precompute: grammask_router::server::DEFAULT_MASK_PRECOMPUTE,
+    };
+    let router = Router::start(config).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let app = router.app();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let c = reqwest::Client::new();
+    let info: Value = c.get(format!("{base}/info")).send().await.unwrap().json().await.unwrap();
+    assert_eq!((info["max_total_tokens"].as_u64(), info["max_input_tokens"].as_u64()), (Some(64), Some(63)));
+    let post = |body: Value| {
+        c.post(format!("{base}/generate"))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+    };
+    // One request that could overflow the context, beside ones that fit: the first is
+    // refused naming both numbers, the others finish.
+    let over = post(json!({"inputs": "hello there", "parameters": {"max_new_tokens": 100}}));
+    let fits = post(json!({"inputs": "hello there", "parameters": {"max_new_tokens": 20}}));
+    let fits2 = post(
+        json!({"inputs": "hi", "parameters": {"max_new_tokens": 30, "grammar": {"type": "regex", "value": "[a-z]{1,20}"}}}),
+    );
+    let (over, fits, fits2) = futures::join!(over, fits, fits2);
+    let over = over.unwrap();
+    assert_eq!(over.status(), 422);
+    let text = over.text().await.unwrap();
+    assert!(text.contains("`max_new_tokens` is 100") && text.contains("`max_total_tokens` of 64"), "{text}");
+    assert_eq!(fits.unwrap().status(), 200);
+    assert_eq!(fits2.unwrap().status(), 200);
+    // TGI's `truncate` applies before the input limit: a long prompt cut to 20 tokens runs.
+    let long = "word ".repeat(200);
+    let r = post(json!({"inputs": long, "parameters": {"max_new_tokens": 5}})).await.unwrap();
+    assert_eq!(r.status(), 422);
+    let r = post(json!({"inputs": long, "parameters": {"max_new_tokens": 5, "truncate": 20}})).await.unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    router.engine.shutdown();
+}

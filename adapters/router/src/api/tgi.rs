@@ -124,10 +124,12 @@ fn validate(s: &Service, inputs: &str, p: &Parameters) -> Result<Generation, Str
     if p.adapter_id.is_some() {
         return Err("`adapter_id`: this server has no adapters".into());
     }
-    let mut prompt = s.encode(inputs).map_err(|e| e.to_string())?;
+    // TGI truncates first, then checks the input against its limit.
+    let mut prompt = s.tokenize(inputs).map_err(|e| e.to_string())?;
     if let Some(t) = p.truncate.filter(|&t| t > 0 && t < prompt.len()) {
         prompt.drain(..prompt.len() - t);
     }
+    s.check_input(&prompt).map_err(|e| e.to_string())?;
     let max_new_tokens = s.max_new_tokens(p.max_new_tokens).map_err(|e| e.to_string())?;
     let temperature = p.temperature.unwrap_or(1.0);
     // TGI samples when asked to, or when any warper is set.
@@ -282,13 +284,13 @@ pub(super) async fn info(State(s): State<Arc<Service>>) -> Json<Value> {
         "model_id": s.model_id,
         "model_sha": null,
         "model_pipeline_tag": "text-generation",
-        "model_device_type": "cpu",
+        "model_device_type": s.model_device_type,
         "model_dtype": "float32",
         "max_concurrent_requests": s.max_queue,
         "max_best_of": 1,
         "max_stop_sequences": s.limits.max_stop_sequences,
-        "max_input_tokens": s.limits.max_input_tokens,
-        "max_total_tokens": s.limits.max_input_tokens + s.limits.max_new_tokens,
+        "max_input_tokens": s.max_input_tokens(),
+        "max_total_tokens": s.max_total_tokens,
         "max_batch_size": s.max_batch_size,
         "validation_workers": 1,
         "router": "grammask-router",

@@ -31,6 +31,8 @@ pub struct GgufModel {
     vocab: usize,
     logits: Vec<f32>,
     name: String,
+    /// Positions a sequence may hold ([`Model::max_context`]).
+    context: usize,
 }
 
 impl std::fmt::Debug for GgufModel {
@@ -58,6 +60,13 @@ impl GgufModel {
                 path.display()
             )));
         }
+        // The smaller of what the model was trained for and what the forward's cache holds.
+        let trained = content
+            .metadata
+            .get("llama.context_length")
+            .and_then(|v| v.to_u32().ok())
+            .map_or(MAX_SEQ_LEN, |n| n as usize);
+        let context = trained.min(MAX_SEQ_LEN);
         let name = content
             .metadata
             .get("general.name")
@@ -66,7 +75,7 @@ impl GgufModel {
             .unwrap_or_else(|| path.display().to_string());
         let base =
             ModelWeights::from_gguf(content, &mut file, &Device::Cpu).map_err(err("loading the weights"))?;
-        let mut model = Self { base, seqs: HashMap::new(), vocab: 0, logits: Vec::new(), name };
+        let mut model = Self { base, seqs: HashMap::new(), vocab: 0, logits: Vec::new(), name, context };
         // The output width, from a one-token forward on a scratch sequence.
         let probe = model.run_row(&ForwardRow { id: SeqId::MAX, tokens: &[0] })?;
         model.seqs.remove(&SeqId::MAX);
@@ -80,11 +89,12 @@ impl GgufModel {
         if row.tokens.is_empty() {
             return Err(ModelError(format!("sequence {}: a forward row without tokens", row.id)));
         }
-        if *pos + row.tokens.len() > MAX_SEQ_LEN {
+        if *pos + row.tokens.len() > self.context {
             return Err(ModelError(format!(
-                "sequence {}: {} tokens exceed the model's context of {MAX_SEQ_LEN}",
+                "sequence {}: {} tokens exceed the model's context of {}",
                 row.id,
-                *pos + row.tokens.len()
+                *pos + row.tokens.len(),
+                self.context
             )));
         }
         let x = Tensor::new(row.tokens, &Device::Cpu).and_then(|t| t.unsqueeze(0)).map_err(err("input"))?;
@@ -117,6 +127,10 @@ impl Model for GgufModel {
 
     fn release(&mut self, id: SeqId) {
         self.seqs.remove(&id);
+    }
+
+    fn max_context(&self) -> Option<usize> {
+        Some(self.context)
     }
 
     fn name(&self) -> String {

@@ -75,6 +75,14 @@ pub trait Model: Send + 'static {
     /// A name for `/info`.
     fn name(&self) -> String;
 
+    /// The most positions (prompt and generated tokens) one sequence may hold, if the
+    /// model has a limit: the router refuses a request whose prompt and `max_new_tokens`
+    /// could pass it at admission (a 422 naming both), so that no row overflows its cache
+    /// in the middle of a batch.
+    fn max_context(&self) -> Option<usize> {
+        None
+    }
+
     /// Where masks are applied to this model's logits: `None` for host logits (the
     /// router's CPU path), the CUDA device and stream of [`StepLogits::Cuda`] for a
     /// model on a GPU.
