@@ -7,13 +7,16 @@
 /// else `.test-data/` in it (what `scripts/fetch-test-data.sh` assembles). Without any of
 /// them, the error says how to get the data: tests must fail, never skip.
 pub fn test_data_dir() -> Result<std::path::PathBuf, String> {
-    use std::path::{Path, PathBuf};
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     // The checkout's root: the folder that holds the fetch script, whatever the crate's depth.
     let root = manifest.ancestors().find(|d| d.join("scripts/fetch-test-data.sh").is_file()).unwrap_or(manifest);
+    find_test_data(std::env::var_os("GRAMMASK_TEST_DATA").map(std::path::PathBuf::from), root)
+}
+
+/// [`test_data_dir`]'s rule for a checkout at `root` and the value of `GRAMMASK_TEST_DATA`.
+pub fn find_test_data(env: Option<std::path::PathBuf>, root: &std::path::Path) -> Result<std::path::PathBuf, String> {
     let mut tried = Vec::new();
-    if let Some(d) = std::env::var_os("GRAMMASK_TEST_DATA") {
-        let d = PathBuf::from(d);
+    if let Some(d) = env {
         if d.is_dir() {
             return Ok(d);
         }

@@ -172,6 +172,15 @@ impl Default for EngineOptions {
     }
 }
 
+/// What a panic said (its `&str` or `String` payload), for a log line or an answer.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
 /// Why the engine did not take a request.
 #[derive(Debug, thiserror::Error)]
 pub enum SubmitError {
@@ -360,11 +369,7 @@ impl Loop {
         let why = match r {
             Ok(()) => "the server is shutting down".to_string(),
             Err(p) => {
-                let what = p
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| p.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a panic".into());
+                let what = panic_message(p.as_ref());
                 tracing::error!(panic = %what, "the engine loop failed");
                 format!("the engine failed ({what})")
             }

@@ -5,7 +5,7 @@
 
 use futures::StreamExt;
 use grammask_router::engine::EngineOptions;
-use grammask_router::model::{ForwardTime, SimulatedModel};
+use grammask_router::model::{ForwardRow, ForwardTime, Model, ModelError, SimulatedModel, StepLogits};
 use grammask_router::server::{LoadedTokenizer, Router, RouterConfig};
 use grammask_router::service::Limits;
 use serde_json::{json, Value};
@@ -22,6 +22,45 @@ struct Server {
     router: Router,
 }
 
+/// The simulated model (random logits over the embedded tokenizer), optionally with a
+/// context limit, or panicking in its `fail_at`-th forward (a bug in a model
+/// implementation, a device fault surfacing as a panic).
+struct TestModel {
+    inner: SimulatedModel,
+    forwards: usize,
+    fail_at: Option<usize>,
+    context: Option<usize>,
+}
+
+impl TestModel {
+    fn new(time: ForwardTime) -> Self {
+        let inner = SimulatedModel::new(tokenizer().info.vocab_size(), 11, time);
+        Self { inner, forwards: 0, fail_at: None, context: None }
+    }
+}
+
+impl Model for TestModel {
+    fn vocab_size(&self) -> usize {
+        self.inner.vocab_size()
+    }
+    fn forward(&mut self, rows: &[ForwardRow<'_>]) -> Result<StepLogits<'_>, ModelError> {
+        self.forwards += 1;
+        if self.fail_at.is_some_and(|n| self.forwards >= n) {
+            panic!("the test model fails in forward {}", self.forwards);
+        }
+        self.inner.forward(rows)
+    }
+    fn release(&mut self, id: grammask_router::step::SeqId) {
+        self.inner.release(id)
+    }
+    fn name(&self) -> String {
+        "test".into()
+    }
+    fn max_context(&self) -> Option<usize> {
+        self.context
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         self.router.engine.shutdown();
@@ -29,10 +68,13 @@ impl Drop for Server {
 }
 
 async fn serve(engine: EngineOptions, forward: Duration, limits: Limits) -> Server {
-    let tok = tokenizer();
-    let model = Box::new(SimulatedModel::new(tok.info.vocab_size(), 11, ForwardTime::Sleep(forward)));
+    let model = TestModel::new(ForwardTime::Sleep(forward));
+    serve_model(Box::new(model), engine, limits).await
+}
+
+async fn serve_model(model: Box<dyn Model>, engine: EngineOptions, limits: Limits) -> Server {
     let config = RouterConfig {
-        tokenizer: tok,
+        tokenizer: tokenizer(),
         model,
         engine,
         limits,
@@ -559,55 +601,13 @@ async fn costly_compiles_are_refused_by_the_budget_and_cancelled_with_their_clie
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
 }
 
-/// The simulated model, until its `fail_at`-th forward, which panics (a bug in a model
-/// implementation, a CUDA fault surfacing as a panic).
-struct PanicsInForward {
-    inner: SimulatedModel,
-    forwards: usize,
-    fail_at: usize,
-}
-
-impl grammask_router::model::Model for PanicsInForward {
-    fn vocab_size(&self) -> usize {
-        grammask_router::model::Model::vocab_size(&self.inner)
-    }
-    fn forward(
-        &mut self,
-        rows: &[grammask_router::model::ForwardRow<'_>],
-    ) -> Result<grammask_router::model::StepLogits<'_>, grammask_router::model::ModelError> {
-        self.forwards += 1;
-        if self.forwards >= self.fail_at {
-            panic!("the test model fails in forward {}", self.forwards);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-        self.inner.forward(rows)
-    }
-    fn release(&mut self, id: grammask_router::step::SeqId) {
-        self.inner.release(id)
-    }
-    fn name(&self) -> String {
-        "panics-in-forward".into()
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_engine_that_dies_answers_every_waiting_request_with_503_and_health_says_so() {
-    let tok = tokenizer();
-    let inner = SimulatedModel::new(tok.info.vocab_size(), 11, ForwardTime::Sleep(Duration::ZERO));
-    let config = RouterConfig {
-        tokenizer: tok,
-        model: Box::new(PanicsInForward { inner, forwards: 0, fail_at: 3 }),
-        engine: EngineOptions { max_batch_size: 2, ..EngineOptions::default() },
-        limits: Limits::default(),
-        jump_forward: true,
-        model_id: "test".into(),
-        mask_precompute: grammask_router::server::DEFAULT_MASK_PRECOMPUTE,
-    };
-    let router = Router::start(config).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let app = router.app();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let model =
+        TestModel { fail_at: Some(3), ..TestModel::new(ForwardTime::Sleep(Duration::from_millis(20))) };
+    let engine = EngineOptions { max_batch_size: 2, ..EngineOptions::default() };
+    let server = serve_model(Box::new(model), engine, Limits::default()).await;
+    let base = server.base.clone();
     let c = reqwest::Client::new();
     assert_eq!(c.get(format!("{base}/health")).send().await.unwrap().status(), 200);
     // Two running (the batch holds two) and two queued when the forward panics: all four
@@ -639,54 +639,14 @@ async fn an_engine_that_dies_answers_every_waiting_request_with_503_and_health_s
         .await
         .unwrap();
     assert_eq!(r.status(), 503);
-    router.engine.shutdown();
-}
-
-/// The simulated model with a context of `context` positions.
-struct ShortContext {
-    inner: SimulatedModel,
-    context: usize,
-}
-
-impl grammask_router::model::Model for ShortContext {
-    fn vocab_size(&self) -> usize {
-        grammask_router::model::Model::vocab_size(&self.inner)
-    }
-    fn forward(
-        &mut self,
-        rows: &[grammask_router::model::ForwardRow<'_>],
-    ) -> Result<grammask_router::model::StepLogits<'_>, grammask_router::model::ModelError> {
-        self.inner.forward(rows)
-    }
-    fn release(&mut self, id: grammask_router::step::SeqId) {
-        self.inner.release(id)
-    }
-    fn name(&self) -> String {
-        "short-context".into()
-    }
-    fn max_context(&self) -> Option<usize> {
-        Some(self.context)
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_models_context_bounds_every_request_at_admission() {
-    let tok = tokenizer();
-    let inner = SimulatedModel::new(tok.info.vocab_size(), 11, ForwardTime::Sleep(Duration::from_millis(1)));
-    let config = RouterConfig {
-        tokenizer: tok,
-        model: Box::new(ShortContext { inner, context: 64 }),
-        engine: EngineOptions::default(),
-        limits: Limits::default(),
-        jump_forward: true,
-        model_id: "test".into(),
-        mask_precompute: grammask_router::server::DEFAULT_MASK_PRECOMPUTE,
-    };
-    let router = Router::start(config).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let app = router.app();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let model =
+        TestModel { context: Some(64), ..TestModel::new(ForwardTime::Sleep(Duration::from_millis(1))) };
+    let server = serve_model(Box::new(model), EngineOptions::default(), Limits::default()).await;
+    let base = server.base.clone();
     let c = reqwest::Client::new();
     let info: Value = c.get(format!("{base}/info")).send().await.unwrap().json().await.unwrap();
     assert_eq!((info["max_total_tokens"].as_u64(), info["max_input_tokens"].as_u64()), (Some(64), Some(63)));
@@ -716,5 +676,4 @@ async fn the_models_context_bounds_every_request_at_admission() {
     assert_eq!(r.status(), 422);
     let r = post(json!({"inputs": long, "parameters": {"max_new_tokens": 5, "truncate": 20}})).await.unwrap();
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
-    router.engine.shutdown();
 }

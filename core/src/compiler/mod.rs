@@ -665,13 +665,17 @@ impl CompiledGrammar {
     }
 
     /// Computes the masks of the states live at the start (the first fill's), charging
-    /// their walks to the compile's budget (a stop is reported by the compile).
+    /// the compile's budget a vocabulary's worth for each (a walk visits at most about
+    /// that many trie nodes; the nodes it does visit depend on which masks helpers or an
+    /// earlier grammar computed first, and the count must not). A stop is reported by the
+    /// compile.
     fn start_masks(&self) {
+        let per_state = 1 + self.tokenizer.vocab_size() as u64;
         for s in self.start_states() {
-            let steps = self.mask(s).walk_steps;
-            if budget::charge(Phase::Masks, 1 + u64::from(steps)).is_err() {
+            if budget::charge(Phase::Masks, per_state).is_err() {
                 return;
             }
+            self.mask(s);
         }
     }
 

@@ -40,3 +40,25 @@ fn to_regex(e: &Expr) -> String {
         Expr::And(_) => panic!("intersections below the top cannot be matched by a regex"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::find_test_data;
+
+    /// Without data, tests fail with one message naming the fetch script; each place is
+    /// found in its order.
+    #[test]
+    fn test_data_is_found_in_order_or_the_message_names_the_script() {
+        let base = std::env::temp_dir().join(format!("grammask-test-data-{}", std::process::id()));
+        let root = base.join("checkout");
+        std::fs::create_dir_all(&root).unwrap();
+        let e = find_test_data(Some(base.join("nowhere")), &root).unwrap_err();
+        assert!(e.contains("scripts/fetch-test-data.sh") && e.contains("nowhere"), "{e}");
+        std::fs::create_dir_all(root.join(".test-data")).unwrap();
+        assert_eq!(find_test_data(None, &root).unwrap(), root.join(".test-data"));
+        std::fs::create_dir_all(base.join("shared/data")).unwrap();
+        assert_eq!(find_test_data(None, &root).unwrap(), root.join("../shared/data"));
+        assert_eq!(find_test_data(Some(root.clone()), &root).unwrap(), root);
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+}

@@ -369,7 +369,7 @@ fn required_and_named_never_end_without_a_call() {
 
 /// The first `n` Glaive function-calling schemas with distinct names, as tools (the
 /// tools of the structural-tag benchmark).
-fn glaive_tools(n: usize) -> Vec<Tool> {
+pub(crate) fn glaive_tools(n: usize) -> Vec<Tool> {
     let dir = common::data_dir().join("jsonschemabench/dev/Glaiveai2K");
     let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();

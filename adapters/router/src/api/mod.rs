@@ -41,11 +41,7 @@ pub fn app(service: Arc<Service>) -> axum::Router {
 /// The answer to a request whose handler panicked (a bug): a JSON 500 in both APIs'
 /// shapes (TGI's `error`/`error_type`, OpenAI's `error.message`), and a log line.
 fn panic_response(payload: Box<dyn std::any::Any + Send + 'static>) -> Response {
-    let what = payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into());
+    let what = crate::engine::panic_message(payload.as_ref());
     tracing::error!(panic = %what, "a request handler panicked");
     let message = "internal error: the request's handler failed; the server goes on";
     let body =
