@@ -9,8 +9,8 @@
 //! load: the same compile under the same budget is refused on every machine or on none.
 //!
 //! A compile installs its [`Meter`] on its thread ([`scope`]); the crew's helpers install
-//! the same meter while they work for it, and the staged finishing job carries it to its
-//! thread. Code deep in a phase calls [`charge`], which is free when no meter is installed
+//! the same meter while they work for it, and the staged finishing job takes what is left
+//! of its limit to its own thread ([`Meter::detached`]). Code deep in a phase calls [`charge`], which is free when no meter is installed
 //! (a compile without a budget, a unit test) and otherwise adds to one shared counter.
 //! Cancellation and the deadline are looked at every [`CHECK_EVERY`] units, so a stop
 //! comes within a few milliseconds of being asked for.
@@ -156,6 +156,14 @@ impl Meter {
     /// Units charged so far.
     pub fn spent(&self) -> u64 {
         self.spent.load(Ordering::Relaxed)
+    }
+
+    /// A meter for work that outlives its caller's wait (a staged compile's finishing job):
+    /// what is left of this one's limit, and neither its cancellation nor its deadline,
+    /// which belong to the call that has returned. (Its verdict is then the input's alone,
+    /// so a grammar that carries it may be cached.)
+    pub fn detached(&self) -> Arc<Meter> {
+        Meter::new(self.limit.map(|l| l.saturating_sub(self.spent())), None, None)
     }
 
     /// The error that stopped the work, if it was stopped.

@@ -419,8 +419,10 @@ impl GrammarCompiler {
         compiled.start_masks();
         let (tokenizer, options) = (self.tokenizer.clone(), self.options.clone());
         // The finishing job is the same compile's work: it spends what is left of its
-        // budget (and stops with its cancellation or deadline).
-        let meter = budget::current();
+        // budget. Not the call's cancellation or deadline: the shell is returned (and
+        // cached) before the job ends, and a stop belonging to that call must not become
+        // the cached grammar's verdict.
+        let meter = budget::current().map(|m| m.detached());
         let finishing = Finishing::new(Box::new(move |shell: Option<Arc<CompiledGrammar>>| {
             budget::scope(meter.clone(), || {
                 let r = Self::finish_staged(shell, rest, leaf, tokenizer, &options);

@@ -215,3 +215,26 @@ fn a_compile_shared_with_helpers_spends_what_it_spends_alone() {
         assert_eq!(compile_on(2), alone, "round {round}");
     }
 }
+
+#[test]
+fn a_staged_compiles_finishing_job_outlives_the_calls_cancellation() {
+    // The shell returns (and is cached) before its finished grammar is built: cancelling
+    // the call then, as a server does once its request is answered, must not become the
+    // cached grammar's verdict.
+    let tools = crate::tool_calling::glaive_tools(20);
+    let options = grammask::tool_calling::PresetOptions::default();
+    let preset =
+        grammask::tool_calling::model_structural_tag(grammask::tool_calling::Family::Qwen3, &tools, &options)
+            .unwrap();
+    let spec = GrammarSpec::StructuralTag(preset.structural_tag.to_string());
+    for _ in 0..5 {
+        let compiler = GrammarCompiler::new(tokenizer("qwen3"));
+        let cancel = CancelHandle::new();
+        let control = CompileControl { cancel: Some(cancel.clone()), ..Default::default() };
+        let shell = compiler.compile_with(&spec, &control).unwrap();
+        cancel.cancel();
+        assert!(shell.is_staged());
+        let finished = shell.finished();
+        assert!(finished.is_ok(), "{:?}", finished.map(|_| ()));
+    }
+}
