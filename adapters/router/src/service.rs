@@ -56,8 +56,10 @@ impl Default for Limits {
 
 /// The router's default [`Limits::compile_work_limit`]: what the library allows
 /// ([`grammask::compiler::DEFAULT_WORK_LIMIT`]) is sized for every schema of the test
-/// corpora; a server facing untrusted clients allows a sixteenth of that, about a
-/// second of one core's work, which the largest corpus schema still fits in.
+/// corpora; a server facing untrusted clients allows a sixteenth of that: 4.4× what the
+/// largest dev MaskBench schema spends, and a tenth of what the tests' costly schema would
+/// (refused ~0.4 s in; BENCHMARKS). A unit's time varies by phase: the deadline
+/// ([`Limits::compile_timeout`]) is what bounds time.
 pub const DEFAULT_COMPILE_WORK_LIMIT: u64 = grammask::compiler::DEFAULT_WORK_LIMIT / 16;
 
 /// Half the machine's cores (at least one): compiles never take every core from the
@@ -67,14 +69,13 @@ pub fn default_compile_threads() -> usize {
 }
 
 /// Cancels a compile when its request stops waiting for it (the client went away, the
-/// deadline passed), unless the compile finished first.
-struct CancelOnDrop(Option<CancelHandle>);
+/// deadline passed). Once the compile has returned, cancelling changes nothing: a staged
+/// compile's finishing job does not take the call's handle.
+struct CancelOnDrop(CancelHandle);
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
-        if let Some(h) = self.0.take() {
-            h.cancel();
-        }
+        self.0.cancel();
     }
 }
 
@@ -232,7 +233,7 @@ impl Service {
         };
         let cancel = CancelHandle::new();
         // Dropped with this future: a client that goes away cancels its compile.
-        let mut guard = CancelOnDrop(Some(cancel.clone()));
+        let _guard = CancelOnDrop(cancel.clone());
         let control = CompileControl { cancel: Some(cancel), deadline: Some(deadline) };
         let span = tracing::debug_span!("compile", bytes = size);
         let metrics = self.metrics.clone();
@@ -258,8 +259,6 @@ impl Service {
             }
             Ok(Ok(Ok(c))) => c,
         };
-        // Finished: a staged compile's finishing job carries the same handle on.
-        guard.0 = None;
         let (_, hits_after, _) = self.compiler.cache_stats();
         if hits_after > hits_before {
             self.metrics.cache_hits.inc();

@@ -90,6 +90,9 @@ impl Nfa {
         let mut b = Builder::default();
         let start = b.state(max_states)?;
         let end = b.expr(body, start, max_states)?;
+        // Charged once per rule, not per state: the size limit already bounds one build,
+        // and a state is built in a few instructions (a charge per state was the hot path).
+        budget::charge(Phase::Nfa, b.len as u64)?;
         Ok(b.finish(end))
     }
 
@@ -397,7 +400,6 @@ impl Builder {
                 limit: max,
             });
         }
-        budget::charge(Phase::Nfa, nfa.len as u64)?;
         self.len += nfa.len;
         self.dead_ends |= !nfa.all_live;
         self.eps.push((from, base));
@@ -417,7 +419,6 @@ impl Builder {
                 limit: max,
             });
         }
-        budget::charge(Phase::Nfa, 1)?;
         self.len += 1;
         Ok(self.len as u32 - 1)
     }

@@ -105,9 +105,9 @@ fn every_phase_stops_at_a_budget_passed_inside_it_and_reports_it_promptly() {
     let mut phases = HashSet::new();
     for (name, spec) in specs() {
         let w = compile(&spec, None).unwrap().work_spent();
-        // Budgets at 40 points of the compile: each stops in the phase running there.
+        // Budgets at 120 points of the compile: each stops in the phase running there.
         // (The last, one unit short, stops in the last phase: the start states' masks.)
-        for limit in (0..40u64).map(|k| w * k / 40).chain([w - 1]) {
+        for limit in (0..120u64).map(|k| w * k / 120).chain([w - 1]) {
             match compile(&spec, Some(limit)) {
                 Err(Error::Budget(BudgetError::Exceeded { phase, spent, limit: l })) => {
                     assert_eq!(l, limit);
@@ -191,18 +191,23 @@ fn the_default_budget_refuses_no_corpus_schema() {
     assert!(checked > 50, "{checked}");
 }
 
+/// Qwen 3's tool-calling tag with 20 Glaive tools: phases of many items, and staged.
+fn qwen_tag_with_20_tools() -> GrammarSpec {
+    let tools = crate::tool_calling::glaive_tools(20);
+    let options = grammask::tool_calling::PresetOptions::default();
+    let preset =
+        grammask::tool_calling::model_structural_tag(grammask::tool_calling::Family::Qwen3, &tools, &options)
+            .unwrap();
+    GrammarSpec::StructuralTag(preset.structural_tag.to_string())
+}
+
 #[test]
 #[allow(clippy::result_large_err)] // grammask's own error, as `compile` returns it
 fn a_compile_shared_with_helpers_spends_what_it_spends_alone() {
     // A 20-tool tag (unstaged: the whole grammar in the compile) has phases of many items,
     // which the crew's helpers share on a two-thread pool: every item's work is counted
     // whoever computes it.
-    let tools = crate::tool_calling::glaive_tools(20);
-    let options = grammask::tool_calling::PresetOptions::default();
-    let preset =
-        grammask::tool_calling::model_structural_tag(grammask::tool_calling::Family::Qwen3, &tools, &options)
-            .unwrap();
-    let spec = GrammarSpec::StructuralTag(preset.structural_tag.to_string());
+    let spec = qwen_tag_with_20_tools();
     let compile_on = |threads: usize| {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
         let options = CompileOptions { staged: false, leaf_cache_bytes: 0, ..CompileOptions::default() };
@@ -221,12 +226,7 @@ fn a_staged_compiles_finishing_job_outlives_the_calls_cancellation() {
     // The shell returns (and is cached) before its finished grammar is built: cancelling
     // the call then, as a server does once its request is answered, must not become the
     // cached grammar's verdict.
-    let tools = crate::tool_calling::glaive_tools(20);
-    let options = grammask::tool_calling::PresetOptions::default();
-    let preset =
-        grammask::tool_calling::model_structural_tag(grammask::tool_calling::Family::Qwen3, &tools, &options)
-            .unwrap();
-    let spec = GrammarSpec::StructuralTag(preset.structural_tag.to_string());
+    let spec = qwen_tag_with_20_tools();
     for _ in 0..5 {
         let compiler = GrammarCompiler::new(tokenizer("qwen3"));
         let cancel = CancelHandle::new();
