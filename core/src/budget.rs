@@ -39,6 +39,11 @@ pub enum Phase {
     Masks,
     /// The finishing job of a staged compile (its own conversions, automata and masks).
     Finishing,
+    /// A matcher's fill: the masks it computes lazily and the tokens it runs through the
+    /// parse ([`GrammarMatcher::set_fill_work_limit`](crate::GrammarMatcher::set_fill_work_limit)).
+    Fill,
+    /// Waiting for the same compile, made for another caller (single flight).
+    Joined,
 }
 
 impl fmt::Display for Phase {
@@ -51,6 +56,8 @@ impl fmt::Display for Phase {
             Phase::Minimization => "minimization",
             Phase::Masks => "token masks",
             Phase::Finishing => "staged finishing",
+            Phase::Fill => "a mask fill",
+            Phase::Joined => "the same compile for another caller",
         })
     }
 }
@@ -61,7 +68,7 @@ impl fmt::Display for Phase {
 pub enum BudgetError {
     /// The work passed the budget. Deterministic: the same input under the same limit
     /// is refused again.
-    #[error("the compile's work budget ran out in {phase}: {spent} work units spent, limit {limit}")]
+    #[error("the work budget ran out in {phase}: {spent} work units spent, limit {limit}")]
     Exceeded {
         /// Where the work passed the limit.
         phase: Phase,
@@ -82,6 +89,16 @@ pub enum BudgetError {
         /// The phase it was in.
         phase: Phase,
     },
+    /// The grammar's lazily computed masks reached their memory cap
+    /// ([`CompileOptions::mask_memory_limit`](crate::CompileOptions::mask_memory_limit)):
+    /// a fill that needs one more mask is refused. The masks already computed stay.
+    #[error("the grammar's token masks hold {bytes} bytes, at their limit of {limit}: no more are computed")]
+    MaskMemory {
+        /// Bytes held by the grammar's masks.
+        bytes: usize,
+        /// The cap.
+        limit: usize,
+    },
 }
 
 impl BudgetError {
@@ -89,6 +106,16 @@ impl BudgetError {
     /// attempt (a cancellation or a deadline): only such a verdict may be remembered.
     pub fn is_deterministic(&self) -> bool {
         matches!(self, BudgetError::Exceeded { .. })
+    }
+
+    /// Where the work stopped (`None` for the mask memory cap, which is no phase's).
+    pub fn phase(&self) -> Option<Phase> {
+        match self {
+            BudgetError::Exceeded { phase, .. }
+            | BudgetError::Cancelled { phase }
+            | BudgetError::DeadlinePassed { phase } => Some(*phase),
+            BudgetError::MaskMemory { .. } => None,
+        }
     }
 }
 
@@ -127,7 +154,6 @@ impl CancelHandle {
 pub const CHECK_EVERY: u64 = 1 << 14;
 
 /// One compile's count of work, shared by every thread that works for it.
-#[derive(Debug)]
 pub struct Meter {
     spent: AtomicU64,
     /// The next count at which cancellation and the deadline are looked at.
@@ -138,6 +164,23 @@ pub struct Meter {
     /// The first stop, kept so that every later charge (other threads, later phases)
     /// reports the same error.
     stopped: std::sync::OnceLock<BudgetError>,
+    /// A fill's meter: mask walks charge it node by node ([`charge_walk`]). A compile's
+    /// does not count walks (it charges each start mask a vocabulary's worth up front:
+    /// the nodes a walk visits depend on which masks other threads computed first).
+    walks: bool,
+    /// Asked at every check whether anyone still wants the work (a compile shared by
+    /// several callers: cancelled only when the last one is gone).
+    wanted: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
+}
+
+impl fmt::Debug for Meter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Meter")
+            .field("spent", &self.spent())
+            .field("limit", &self.limit)
+            .field("stopped", &self.stopped.get())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Meter {
@@ -150,7 +193,29 @@ impl Meter {
             cancel,
             deadline,
             stopped: std::sync::OnceLock::new(),
+            walks: false,
+            wanted: None,
         })
+    }
+
+    /// A meter with a work limit that stops, as cancelled, once `wanted` says no one
+    /// waits for the work any more (looked at every [`CHECK_EVERY`] units).
+    pub(crate) fn shared(limit: Option<u64>, wanted: Arc<dyn Fn() -> bool + Send + Sync>) -> Arc<Meter> {
+        let mut m = Meter::new(limit, None, None);
+        if let Some(m) = Arc::get_mut(&mut m) {
+            m.wanted = Some(wanted);
+        }
+        m
+    }
+
+    /// A matcher fill's meter: `limit` units, counting the trie nodes its mask walks
+    /// visit ([`charge_walk`]) and the bytes it runs through the parse.
+    pub fn for_fill(limit: u64) -> Arc<Meter> {
+        let mut m = Meter::new(Some(limit), None, None);
+        if let Some(m) = Arc::get_mut(&mut m) {
+            m.walks = true;
+        }
+        m
     }
 
     /// Units charged so far.
@@ -195,7 +260,9 @@ impl Meter {
         if let Some(e) = self.stopped.get() {
             return Err(e.clone());
         }
-        if self.cancel.as_ref().is_some_and(CancelHandle::is_cancelled) {
+        if self.cancel.as_ref().is_some_and(CancelHandle::is_cancelled)
+            || self.wanted.as_ref().is_some_and(|w| !w())
+        {
             return Err(self.stop(BudgetError::Cancelled { phase }));
         }
         if self.deadline.is_some_and(|d| Instant::now() >= d) {
@@ -240,6 +307,22 @@ pub fn charge(phase: Phase, units: u64) -> Result<(), BudgetError> {
         Some(m) => m.charge(phase, units),
         None => Ok(()),
     })
+}
+
+/// Charges `units` of a mask walk (trie nodes visited) to this thread's meter if it is a
+/// fill's ([`Meter::for_fill`]); nothing otherwise.
+#[inline]
+pub fn charge_walk(units: u64) -> Result<(), BudgetError> {
+    CURRENT.with(|c| match &*c.borrow() {
+        Some(m) if m.walks => m.charge(Phase::Fill, units),
+        _ => Ok(()),
+    })
+}
+
+/// Whether this thread's meter is a fill's: a mask computed now may be abandoned
+/// ([`charge_walk`]).
+pub(crate) fn in_fill() -> bool {
+    CURRENT.with(|c| c.borrow().as_ref().is_some_and(|m| m.walks))
 }
 
 /// Looks at this thread's meter's cancellation and deadline now.

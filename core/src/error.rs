@@ -101,6 +101,11 @@ pub enum Error {
     /// matcher of the compile reports it once it needs that grammar.
     #[error("building the grammar of the tool arguments failed: {0}")]
     Staged(std::sync::Arc<Error>),
+    /// The error of a compile made once for several callers at the same time (single
+    /// flight: see [`GrammarCompiler::compile_with`](crate::GrammarCompiler::compile_with)),
+    /// as each of them gets it. [`Error::root`] looks through it.
+    #[error("{0}")]
+    Shared(std::sync::Arc<Error>),
     /// A bitmask row passed to a matcher has the wrong length.
     #[error("shape mismatch: {0}")]
     Shape(String),
@@ -141,6 +146,24 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 // Conversions upward: each layer below keeps its own error type, and a fault reaches the
 // caller as the same `Error` variant (and message) it always had.
+
+impl Error {
+    /// The error itself, looking through [`Error::Shared`] (a compile made once for
+    /// several callers): what to match on.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use grammask::{budget::{BudgetError, Phase}, Error};
+    /// let e = Error::Shared(Arc::new(Error::Budget(BudgetError::Cancelled { phase: Phase::Nfa })));
+    /// assert!(matches!(e.root(), Error::Budget(BudgetError::Cancelled { .. })));
+    /// ```
+    pub fn root(&self) -> &Error {
+        match self {
+            Error::Shared(e) => e.root(),
+            e => e,
+        }
+    }
+}
 
 impl From<AutomataError> for Error {
     fn from(e: AutomataError) -> Self {

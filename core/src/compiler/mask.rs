@@ -319,7 +319,12 @@ impl StateMask {
         let mut steps = 0u32;
         'walk: while k < nodes.len() {
             steps = steps.wrapping_add(1);
-            if steps % 4096 == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
+            // (A fill's meter counts the nodes: past its limit the mask is abandoned and
+            // the fill refused; a compile's ignores them.)
+            if steps % 4096 == 0
+                && (deadline.is_some_and(|d| Instant::now() >= d)
+                    || crate::budget::charge_walk(4096).is_err())
+            {
                 return None;
             }
             let node = nodes[k];
@@ -520,6 +525,7 @@ impl StateMask {
             excluded_ranks.push((node.tokens.0, last));
             k = next;
         }
+        crate::budget::charge_walk(u64::from(steps % 4096)).ok()?;
         Some(Classes { accepted, excluded: excluded_ranks, uncertain, steps, stand_in: false })
     }
 }

@@ -23,6 +23,7 @@ mod cache;
 mod disk;
 mod diverge;
 mod error;
+mod flight;
 mod leaf;
 pub(crate) mod mask;
 mod serialize;
@@ -30,7 +31,7 @@ mod staged;
 mod store;
 
 use crate::automata::{Automata, AutomataLimits, DEAD};
-use crate::budget::{self, Meter, Phase};
+use crate::budget::{self, BudgetError, Meter, Phase};
 use crate::error::Result;
 use crate::grammar::{parse_ebnf, Grammar, ParseLimits};
 use crate::json_schema::{json_schema_str_to_grammar, json_schema_to_grammar, parse_text, JsonSchemaOptions};
@@ -181,7 +182,18 @@ pub struct CompileOptions {
     /// default, [`DEFAULT_WORK_LIMIT`], is over every schema, grammar and tool list of the
     /// test corpora; [`CompiledGrammar::work_spent`] tells what a compile took.
     pub work_limit: Option<u64>,
+    /// Bytes the grammar's token masks may hold ([`CompiledGrammar::memory_bytes`]'s
+    /// masks: computed by the compile, lazily by fills, or in the background); once they
+    /// hold this much, a fill that needs one more mask is refused with
+    /// [`BudgetError::MaskMemory`](crate::budget::BudgetError::MaskMemory) and background
+    /// precompute stops. The masks already computed stay usable. `None`: unbounded.
+    /// Default [`DEFAULT_MASK_MEMORY_LIMIT`]: over 30× the largest grammar of the test
+    /// corpora with every mask computed.
+    pub mask_memory_limit: Option<usize>,
 }
+
+/// [`CompileOptions::mask_memory_limit`]'s default: 1 GiB.
+pub const DEFAULT_MASK_MEMORY_LIMIT: usize = 1 << 30;
 
 /// [`CompileOptions::work_limit`]'s default (work units).
 pub const DEFAULT_WORK_LIMIT: u64 = 1 << 30;
@@ -229,6 +241,7 @@ impl Default for CompileOptions {
             background_precompute: false,
             staged: true,
             work_limit: Some(DEFAULT_WORK_LIMIT),
+            mask_memory_limit: Some(DEFAULT_MASK_MEMORY_LIMIT),
         }
     }
 }
@@ -253,6 +266,69 @@ pub struct GrammarCompiler {
     cache: CompileCache,
     leaf_masks: Arc<LeafMasks>,
     disk: Option<DiskCache>,
+    /// Compiles under way, by cache key (single flight).
+    flights: flight::Flights,
+    /// Where compiles, their helpers and their background jobs run.
+    workers: Workers,
+}
+
+/// Where a compiler's work runs: by default the caller's thread, rayon's global pool for
+/// a compile's helpers, and a thread per background job (a staged compile's finishing,
+/// background precompute); with [`GrammarCompiler::with_pool`], a pool the caller sized,
+/// with a bounded queue of background jobs.
+#[derive(Clone, Default)]
+struct Workers {
+    pool: Option<Arc<rayon::ThreadPool>>,
+    /// Background jobs queued or running on `pool`.
+    queued: Arc<std::sync::atomic::AtomicUsize>,
+    max_queued: usize,
+}
+
+impl std::fmt::Debug for Workers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Workers")
+            .field("threads", &self.pool.as_ref().map(|p| p.current_num_threads()))
+            .field("max_queued", &self.max_queued)
+            .finish()
+    }
+}
+
+impl Workers {
+    /// Runs `f` on the pool (blocking this thread until it is done), or here.
+    fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        match &self.pool {
+            Some(p) => p.install(f),
+            None => f(),
+        }
+    }
+
+    /// Starts `job` in the background: on the pool while its queue has room, or on a
+    /// thread of its own without a pool. `false`: refused (the queue is full, or the
+    /// system refused a thread), and the caller does the work itself.
+    fn spawn(&self, name: &str, job: impl FnOnce() + Send + 'static) -> bool {
+        use std::sync::atomic::Ordering;
+        let Some(pool) = &self.pool else {
+            return std::thread::Builder::new().name(name.into()).spawn(job).is_ok();
+        };
+        if self.queued.fetch_add(1, Ordering::AcqRel) >= self.max_queued {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            return false;
+        }
+        let queued = self.queued.clone();
+        pool.spawn(move || {
+            struct Done(Arc<std::sync::atomic::AtomicUsize>);
+            impl Drop for Done {
+                fn drop(&mut self) {
+                    self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+                }
+            }
+            let _done = Done(queued);
+            // A panicking job must not take the pool's thread (rayon aborts the process
+            // on a panic in a spawned job): it is reported where its result is awaited.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+        });
+        true
+    }
 }
 
 /// Default compile-cache budget: 512 MiB.
@@ -267,7 +343,39 @@ impl GrammarCompiler {
     /// A compiler with explicit options and cache budget (0 disables the cache).
     pub fn with_options(tokenizer: Arc<TokenizerInfo>, options: CompileOptions, cache_bytes: usize) -> Self {
         let leaf_masks = Arc::new(LeafMasks::new(options.leaf_cache_bytes));
-        Self { tokenizer, options, cache: CompileCache::new(cache_bytes), leaf_masks, disk: None }
+        Self {
+            tokenizer,
+            options,
+            cache: CompileCache::new(cache_bytes),
+            leaf_masks,
+            disk: None,
+            flights: Default::default(),
+            workers: Workers::default(),
+        }
+    }
+
+    /// Runs every compile on `pool` (the caller's thread waits for it), with the
+    /// compile's helpers taken from the same pool, and the background jobs of its
+    /// compiles — a staged compile's finishing job, background precompute — queued on it,
+    /// at most `max_queued` at once: past that a staged compile finishes inside the call
+    /// (its shell is returned with the finished grammar ready) and background precompute
+    /// is skipped (masks stay lazy). So the threads a compiler uses are the pool's, however
+    /// many requests compile at once.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use grammask::{GrammarCompiler, TokenizerInfo, TokenizerOptions};
+    /// let vocab: Vec<Vec<u8>> = ["a", "b", "<eos>"].iter().map(|s| s.as_bytes().to_vec()).collect();
+    /// let opts = TokenizerOptions { stop_tokens: Some(vec![2]), ..Default::default() };
+    /// let pool = Arc::new(rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap());
+    /// let compiler = GrammarCompiler::new(Arc::new(TokenizerInfo::from_byte_tokens(vocab, &opts)?))
+    ///     .with_pool(pool, 4);
+    /// compiler.compile_ebnf(r#"root ::= "a"+ "b""#)?;
+    /// # Ok::<(), grammask::Error>(())
+    /// ```
+    pub fn with_pool(mut self, pool: Arc<rayon::ThreadPool>, max_queued: usize) -> Self {
+        self.workers = Workers { pool: Some(pool), queued: Default::default(), max_queued };
+        self
     }
 
     /// Also keeps compiled grammars as files in `dir` (created if missing), keyed as the
@@ -341,38 +449,66 @@ impl GrammarCompiler {
             return Ok(hit.finishing.as_ref().and_then(|f| f.get()?.ok()).unwrap_or(hit));
         }
         if let (Some(disk), Some(key)) = (&self.disk, &key) {
-            if let Some(loaded) = disk.load(key, &self.tokenizer, &self.options.automata) {
+            if let Some(mut loaded) = disk.load(key, &self.tokenizer, &self.options.automata) {
+                loaded.tie(self.options.mask_memory_limit, self.cache.account());
                 let loaded = Arc::new(loaded);
                 if self.options.background_precompute {
-                    loaded.precompute_in_background();
+                    self.workers.spawn("grammask-precompute", loaded.precompute_job());
                 }
                 self.cache.insert(key.clone(), loaded.clone());
                 return Ok(loaded);
             }
         }
+        let Some(key) = key else {
+            let meter = Meter::new(self.options.work_limit, control.cancel.clone(), control.deadline);
+            return self.compile_fresh(spec, parsed, meter, None);
+        };
+        // One compile for every caller asking for this key meanwhile, cancelled only when
+        // none of them waits any more.
+        self.flights.run(&key, control, |flight| {
+            // (A compile of the same key may have landed between the lookup and here.)
+            if let Some(hit) = self.cache.get_again(&key) {
+                return Ok(hit);
+            }
+            let flight = flight.clone();
+            let meter = Meter::shared(self.options.work_limit, Arc::new(move || flight.wanted()));
+            self.compile_fresh(spec, parsed, meter, Some(&key))
+        })
+    }
+
+    /// A compile past the caches under `meter`, on the compiler's workers; cached under
+    /// `key`.
+    fn compile_fresh(
+        &self,
+        spec: &GrammarSpec,
+        parsed: Option<std::result::Result<serde_json::Value, crate::json_schema::SchemaError>>,
+        meter: Arc<Meter>,
+        key: Option<&str>,
+    ) -> Result<Arc<CompiledGrammar>> {
         // Its independent pieces (a tag's schemas, the rules' automata) shared with the
         // pool's other threads where they are worth it (`crew`).
         let leaf = (self.options.leaf_cache_bytes > 0).then(|| self.leaf_masks.clone());
-        let meter = Meter::new(self.options.work_limit, control.cancel.clone(), control.deadline);
-        let compiled = budget::scope(Some(meter.clone()), || {
-            let r = crate::crew::scope(|| self.compile_uncached(spec, parsed, leaf));
-            // A phase that met the budget's stop may have turned it into its own error
-            // (a schema's, with its pointer) or an approximation: the stop is the answer.
-            match meter.stopped() {
-                Some(e) => Err(Error::Budget(e)),
-                None => r,
-            }
+        let compiled = self.workers.install(|| {
+            budget::scope(Some(meter.clone()), || {
+                let r = crate::crew::scope(|| self.compile_uncached(spec, parsed, leaf));
+                // A phase that met the budget's stop may have turned it into its own error
+                // (a schema's, with its pointer) or an approximation: the stop is the answer.
+                match meter.stopped() {
+                    Some(e) => Err(Error::Budget(e)),
+                    None => r,
+                }
+            })
         })?;
         let _ = compiled.work.set(meter.spent());
         if self.options.background_precompute && compiled.finishing.is_none() {
-            compiled.precompute_in_background();
+            self.workers.spawn("grammask-precompute", compiled.precompute_job());
         }
         if let Some(key) = key {
             // A cache that cannot be written is no reason to fail the compile.
             if let Some(disk) = &self.disk {
-                let _ = disk.store(&key, &compiled);
+                let _ = disk.store(key, &compiled);
             }
-            self.cache.insert(key, compiled.clone());
+            self.cache.insert(key.to_string(), compiled.clone());
         }
         Ok(compiled)
     }
@@ -398,7 +534,8 @@ impl GrammarCompiler {
             }
             _ => spec.to_grammar(&self.options.parse)?,
         };
-        Ok(Arc::new(CompiledGrammar::build(grammar, self.tokenizer.clone(), &self.options, leaf)?))
+        let account = self.cache.account();
+        Ok(Arc::new(CompiledGrammar::build(grammar, self.tokenizer.clone(), &self.options, leaf, account)?))
     }
 
     /// A staged compile's shell (its start states' masks computed), with the thread that
@@ -416,8 +553,11 @@ impl GrammarCompiler {
             self.tokenizer.clone(),
             leaf.clone(),
         );
+        compiled.tie(self.options.mask_memory_limit, self.cache.account());
         compiled.start_masks();
-        let (tokenizer, options) = (self.tokenizer.clone(), self.options.clone());
+        let (tokenizer, options, workers) =
+            (self.tokenizer.clone(), self.options.clone(), self.workers.clone());
+        let account = self.cache.account();
         // The finishing job is the same compile's work: it spends what is left of its
         // budget. Not the call's cancellation or deadline: the shell is returned (and
         // cached) before the job ends, and a stop belonging to that call must not become
@@ -425,7 +565,7 @@ impl GrammarCompiler {
         let meter = budget::current().map(|m| m.detached());
         let finishing = Finishing::new(Box::new(move |shell: Option<Arc<CompiledGrammar>>| {
             budget::scope(meter.clone(), || {
-                let r = Self::finish_staged(shell, rest, leaf, tokenizer, &options);
+                let r = Self::finish_staged(shell, rest, leaf, tokenizer, &options, &workers, account);
                 match meter.as_ref().and_then(|m| m.stopped()) {
                     Some(e) => Err(Error::Budget(e)),
                     None => r,
@@ -434,7 +574,7 @@ impl GrammarCompiler {
         }));
         compiled.finishing = Some(finishing.clone());
         let compiled = Arc::new(compiled);
-        finishing.start(&compiled, start);
+        finishing.start(&compiled, start.then_some(&self.workers));
         Ok(compiled)
     }
 
@@ -445,6 +585,8 @@ impl GrammarCompiler {
         leaf: Option<Arc<LeafMasks>>,
         tokenizer: Arc<TokenizerInfo>,
         options: &CompileOptions,
+        workers: &Workers,
+        account: Option<Arc<cache::Account>>,
     ) -> Result<Arc<CompiledGrammar>> {
         // With masks computed in the background, the shell's free text first: the
         // matchers write it while the finished grammar is built, and it takes them.
@@ -454,7 +596,8 @@ impl GrammarCompiler {
         let full = crate::crew::scope(|| -> Result<_> {
             let grammar = rest.finish(&options.parse)?;
             let automata = Automata::build_owned(grammar, &options.automata)?;
-            let full = CompiledGrammar::from_automata(automata, tokenizer, leaf);
+            let mut full = CompiledGrammar::from_automata(automata, tokenizer, leaf);
+            full.tie(options.mask_memory_limit, account);
             // Before its own first masks (the start states' are among the shell's),
             // and again last, for the masks the shell computed meanwhile.
             if let Some(shell) = &shell {
@@ -467,7 +610,7 @@ impl GrammarCompiler {
             Ok(Arc::new(full))
         })?;
         if options.background_precompute {
-            full.precompute_in_background();
+            workers.spawn("grammask-precompute", full.precompute_job());
         }
         Ok(full)
     }
@@ -499,6 +642,14 @@ impl GrammarCompiler {
     /// `(entries, hits, misses)` of the compile cache.
     pub fn cache_stats(&self) -> (usize, u64, u64) {
         self.cache.stats()
+    }
+
+    /// Bytes the cached grammars hold now, counted afresh ([`CompiledGrammar::memory_bytes`]
+    /// of each): at most the cache's budget after each count, which comes at every
+    /// insertion and whenever the cached grammars' masks grew by a sixty-fourth of the
+    /// budget (at least 64 KiB) since the last.
+    pub fn cache_bytes(&self) -> usize {
+        self.cache.entries().iter().map(|(_, g)| g.memory_bytes()).sum()
     }
 
     /// `(entries, bytes, hits)` of the leaf-rule masks shared between this compiler's
@@ -539,6 +690,8 @@ pub struct CompiledGrammar {
     finishing: Option<Arc<Finishing>>,
     /// Work units its compile spent ([`Self::work_spent`]).
     work: OnceLock<u64>,
+    /// [`CompileOptions::mask_memory_limit`].
+    mask_limit: Option<usize>,
 }
 
 /// A state's mask, and the state it behaves like for every token.
@@ -563,7 +716,7 @@ const MAX_PRED_ENTRIES: usize = 1 << 15;
 impl CompiledGrammar {
     /// Builds the automata for `grammar`; masks are computed on first use.
     pub fn new(grammar: &Grammar, tokenizer: Arc<TokenizerInfo>, options: &CompileOptions) -> Result<Self> {
-        Self::build(grammar.clone(), tokenizer, options, None)
+        Self::build(grammar.clone(), tokenizer, options, None, None)
     }
 
     fn build(
@@ -571,11 +724,22 @@ impl CompiledGrammar {
         tokenizer: Arc<TokenizerInfo>,
         options: &CompileOptions,
         leaf: Option<Arc<LeafMasks>>,
+        account: Option<Arc<cache::Account>>,
     ) -> Result<Self> {
         let automata = Automata::build_owned(grammar, &options.automata)?;
-        let compiled = Self::from_automata(automata, tokenizer, leaf);
+        let mut compiled = Self::from_automata(automata, tokenizer, leaf);
+        compiled.tie(options.mask_memory_limit, account);
         compiled.first_masks(options);
         Ok(compiled)
+    }
+
+    /// Holds the grammar's masks to `limit` bytes and reports their growth to `account`
+    /// (its compiler's cache).
+    fn tie(&mut self, limit: Option<usize>, account: Option<Arc<cache::Account>>) {
+        self.mask_limit = limit;
+        if let Some(a) = account {
+            let _ = self.store.account.set(a);
+        }
     }
 
     /// The masks a compile computes before it returns.
@@ -613,6 +777,7 @@ impl CompiledGrammar {
             marker_tokens,
             finishing: None,
             work: OnceLock::new(),
+            mask_limit: None,
         }
     }
 
@@ -776,19 +941,58 @@ impl CompiledGrammar {
         &self.slot(state).mask
     }
 
-    /// The state `state` behaves like for every token (see [`Slot::alike`]), computing its
-    /// mask if needed.
-    #[inline]
-    pub(crate) fn alike(&self, state: u32) -> u32 {
-        self.slot(state).alike
-    }
-
     #[inline]
     fn slot(&self, state: u32) -> &Slot {
         self.masks[state as usize].get_or_init(|| match self.compute_mask(state, None) {
             Some(m) => m,
             None => unreachable!("a walk without a deadline always finishes"),
         })
+    }
+
+    /// [`Self::mask`] for a fill, which may be refused: past its meter's limit
+    /// ([`crate::budget::Meter::for_fill`]) or the grammar's mask memory cap, with no
+    /// mask stored.
+    #[inline]
+    pub(crate) fn try_mask(&self, state: u32) -> std::result::Result<&StateMask, BudgetError> {
+        Ok(&self.try_slot(state)?.mask)
+    }
+
+    /// The state `state` behaves like for every token (see [`Slot::alike`]), computing its
+    /// mask if needed (and allowed: see [`Self::try_mask`]).
+    #[inline]
+    pub(crate) fn try_alike(&self, state: u32) -> std::result::Result<u32, BudgetError> {
+        Ok(self.try_slot(state)?.alike)
+    }
+
+    fn try_slot(&self, state: u32) -> std::result::Result<&Slot, BudgetError> {
+        let cell = &self.masks[state as usize];
+        if let Some(s) = cell.get() {
+            return Ok(s);
+        }
+        if let Some(limit) = self.mask_limit {
+            let bytes = self.mask_bytes();
+            if bytes >= limit {
+                return Err(BudgetError::MaskMemory { bytes, limit });
+            }
+        }
+        if !budget::in_fill() {
+            return Ok(self.slot(state));
+        }
+        // Computed outside the cell, so that a walk past the fill's limit stores nothing
+        // (two fills meeting the same new state at once may then both compute it).
+        match self.compute_mask(state, None) {
+            Some(m) => Ok(cell.get_or_init(|| m)),
+            None => Err(budget::current().and_then(|m| m.stopped()).unwrap_or(BudgetError::Exceeded {
+                phase: Phase::Fill,
+                spent: 0,
+                limit: 0,
+            })),
+        }
+    }
+
+    /// Bytes held by the masks (own and shared), without the automata.
+    fn mask_bytes(&self) -> usize {
+        self.store.bytes() + self.shared_bytes.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The mask of `state`: shared with the rule's last walked state when the two agree
@@ -993,17 +1197,22 @@ impl CompiledGrammar {
     /// # Ok::<(), grammask::Error>(())
     /// ```
     pub fn precompute_in_background(self: &Arc<Self>) -> Option<std::thread::JoinHandle<()>> {
+        std::thread::Builder::new().name("grammask-precompute".into()).spawn(self.precompute_job()).ok()
+    }
+
+    /// What [`Self::precompute_in_background`] runs: every mask not computed yet, nearest
+    /// states first, while the grammar has other handles and its mask memory cap room.
+    fn precompute_job(self: &Arc<Self>) -> Box<dyn FnOnce() + Send> {
         if let Some(f) = &self.finishing {
             let f = f.clone();
-            let work = move || {
+            return Box::new(move || {
                 if let Ok(full) = f.wait() {
-                    full.precompute_in_background().map(|t| t.join());
+                    full.precompute_job()();
                 }
-            };
-            return std::thread::Builder::new().name("grammask-precompute".into()).spawn(work).ok();
+            });
         }
         let weak = Arc::downgrade(self);
-        let work = move || {
+        Box::new(move || {
             let Some(me) = weak.upgrade() else { return };
             // The states live at the start are the first fill's: a compile computes them
             // before this spawn; after a load from disk, the caller's first fill does,
@@ -1021,10 +1230,11 @@ impl CompiledGrammar {
             drop(me);
             for s in order {
                 let Some(me) = weak.upgrade() else { return };
-                me.mask(s);
+                if me.try_mask(s).is_err() {
+                    return;
+                }
             }
-        };
-        std::thread::Builder::new().name("grammask-precompute".into()).spawn(work).ok()
+        })
     }
 
     /// `(computed, total)` scannable states with a mask.
@@ -1039,8 +1249,7 @@ impl CompiledGrammar {
         let finished = self.finishing.as_ref().and_then(|f| f.get()?.ok()).map_or(0, |g| g.memory_bytes());
         finished
             + self.automata.memory_bytes()
-            + self.store.memory_bytes()
-            + self.shared_bytes.load(std::sync::atomic::Ordering::Relaxed)
+            + self.mask_bytes()
             + self.masks.len() * std::mem::size_of::<OnceLock<Slot>>()
     }
 }

@@ -60,13 +60,16 @@ impl Finishing {
         })
     }
 
-    /// Ties the job to its shell and (`thread`) builds the grammar on a new thread; else
-    /// (or if the system refuses a thread) the first matcher that needs it builds it.
-    pub fn start(self: &Arc<Self>, shell: &Arc<CompiledGrammar>, thread: bool) {
+    /// Ties the job to its shell and (`workers`) builds the grammar in the background;
+    /// if they refuse the job (their queue is full), here and now. Without workers the
+    /// first matcher that needs the grammar builds it.
+    pub(super) fn start(self: &Arc<Self>, shell: &Arc<CompiledGrammar>, workers: Option<&super::Workers>) {
         let _ = self.shell.set(Arc::downgrade(shell));
-        if thread {
+        if let Some(w) = workers {
             let me = self.clone();
-            let _ = std::thread::Builder::new().name("grammask-finish".into()).spawn(move || me.run());
+            if !w.spawn("grammask-finish", move || me.run()) {
+                self.run();
+            }
         }
     }
 

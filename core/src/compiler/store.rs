@@ -108,6 +108,11 @@ pub(crate) struct MaskStore {
     interned: Mutex<FxHashSet<Arc<[u32]>>>,
     /// Bitsets stored in full, with their population counts.
     bases: Mutex<Vec<(u32, Arc<[u32]>)>>,
+    /// Heap bytes of `interned` ([`Self::bytes`]): kept as they grow, so that a fill can
+    /// hold a grammar to its mask memory cap without walking the set.
+    bytes: std::sync::atomic::AtomicUsize,
+    /// Where new masks are reported (the compiler's cache, which counts them).
+    pub(super) account: std::sync::OnceLock<Arc<super::cache::Account>>,
 }
 
 /// A bitset is stored as a delta when it differs from a base in at most `words / 32` ids
@@ -126,7 +131,13 @@ impl MaskStore {
             return existing.clone();
         }
         let shared: Arc<[u32]> = list.into();
+        let added = list_bytes(&shared);
+        self.bytes.fetch_add(added, std::sync::atomic::Ordering::Relaxed);
         set.insert(shared.clone());
+        drop(set);
+        if let Some(a) = self.account.get() {
+            a.grew(added);
+        }
         shared
     }
 
@@ -176,12 +187,16 @@ impl MaskStore {
         Accepted::Bitset(shared)
     }
 
-    /// Heap bytes of the stored lists and bitsets.
-    pub fn memory_bytes(&self) -> usize {
-        let set = self.interned.lock().unwrap_or_else(|p| p.into_inner());
-        let bases = self.bases.lock().unwrap_or_else(|p| p.into_inner());
-        set.iter().map(|l| l.len() * 4 + 16).sum::<usize>() + bases.capacity() * 20
+    /// Heap bytes of the stored lists and bitsets (kept as they are stored: no lock).
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(std::sync::atomic::Ordering::Relaxed)
     }
+}
+
+/// Heap bytes of one stored list (its words and the `Arc`'s counts), and its slot among
+/// the bases if it becomes one.
+fn list_bytes(list: &[u32]) -> usize {
+    list.len() * 4 + 16 + 20
 }
 
 /// Number of differing bits, or anything above `limit` once it is exceeded.

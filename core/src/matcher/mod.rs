@@ -29,6 +29,7 @@ pub use jump::{JumpForward, TextEncoder, MAX_RETOKENIZED};
 
 use crate::automata::ByteSet;
 use crate::bitmask::{set_bit, TokenBitmask};
+use crate::budget::BudgetError;
 use crate::compiler::{Accepted, CompiledGrammar};
 use crate::error::{Error, Result};
 use crate::tokenizer::TokenizerInfo;
@@ -94,7 +95,17 @@ pub struct GrammarMatcher {
     /// so far (one per Earley set), replayed on the finished grammar when the matcher
     /// moves to it. `None` once it has, or for a grammar that is not staged.
     shell_bytes: Option<Vec<u8>>,
+    /// Work units one fill may spend ([`Self::set_fill_work_limit`]).
+    fill_limit: Option<u64>,
+    /// Work units the last fill spent ([`Self::last_fill_work`]).
+    last_fill_work: u64,
 }
+
+/// [`GrammarMatcher::set_fill_work_limit`]'s default (work units: trie nodes a mask walk
+/// visits, bytes run through the parse): 72× the costliest fill of the dev MaskBench
+/// corpus with every mask left lazy (931,989 units, Llama 3.1; `grammask maskbench`'s
+/// `fill_units_max`), so only a fill that would take seconds is refused.
+pub const DEFAULT_FILL_WORK_LIMIT: u64 = 1 << 26;
 
 impl GrammarMatcher {
     /// A matcher at the start of the grammar.
@@ -111,7 +122,46 @@ impl GrammarMatcher {
             memo: MaskMemo::default(),
             shell_bytes: compiled.is_staged().then(Vec::new),
             compiled,
+            fill_limit: Some(DEFAULT_FILL_WORK_LIMIT),
+            last_fill_work: 0,
         }
+    }
+
+    /// Bounds the work of each later fill ([`Self::fill_next_token_bitmask`]): the masks
+    /// it computes lazily (trie nodes walked) and the tokens it runs through the parse
+    /// (bytes pushed). A fill past it fails with [`Error::Budget`] (phase
+    /// [`Phase::Fill`](crate::budget::Phase::Fill)), storing no partial mask, and the
+    /// matcher is unchanged: fill again (with a larger limit), roll back, reset. `None`:
+    /// unbounded. Default [`DEFAULT_FILL_WORK_LIMIT`]. A mask computed once is stored in
+    /// the grammar, so later fills reaching the same state cost nothing of it.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use grammask::{GrammarCompiler, GrammarMatcher, GrammarSpec, TokenizerInfo, TokenizerOptions};
+    /// use grammask::{bitmask::{is_allowed, TokenBitmask}, CompileOptions};
+    /// let vocab: Vec<Vec<u8>> = (b'a'..=b'z').map(|b| vec![b]).chain([b"</s>".to_vec()]).collect();
+    /// let opts = TokenizerOptions { stop_tokens: Some(vec![26]), ..Default::default() };
+    /// let tok = Arc::new(TokenizerInfo::from_byte_tokens(vocab, &opts)?);
+    /// // Fully lazy: every mask past the start is computed by a fill.
+    /// let lazy = CompileOptions { eager_budget: std::time::Duration::ZERO, ..Default::default() };
+    /// let compiler = GrammarCompiler::with_options(tok, lazy, 0);
+    /// let mut m = GrammarMatcher::new(compiler.compile(&GrammarSpec::ebnf(r#"root ::= "a" [a-z]+"#))?);
+    /// m.accept_string("a")?;
+    /// let mut mask = TokenBitmask::new(1, 27);
+    /// m.set_fill_work_limit(Some(1));
+    /// assert!(matches!(m.fill_next_token_bitmask(mask.row_mut(0)), Err(grammask::Error::Budget(_))));
+    /// m.set_fill_work_limit(None);
+    /// m.fill_next_token_bitmask(mask.row_mut(0))?; // the same matcher, unchanged
+    /// assert!(is_allowed(mask.row(0), 1) && !is_allowed(mask.row(0), 26));
+    /// # Ok::<(), grammask::Error>(())
+    /// ```
+    pub fn set_fill_work_limit(&mut self, limit: Option<u64>) {
+        self.fill_limit = limit;
+    }
+
+    /// The limit [`Self::set_fill_work_limit`] set.
+    pub fn fill_work_limit(&self) -> Option<u64> {
+        self.fill_limit
     }
 
     /// On a staged compile's shell, moves to the finished grammar if it is ready, or
@@ -296,12 +346,32 @@ impl GrammarMatcher {
             return Ok(false);
         }
         self.finish(false)?;
-        match self.fill_here(row, &tok) {
+        let meter = self.fill_limit.map(crate::budget::Meter::for_fill);
+        match meter {
+            Some(m) => {
+                let r = crate::budget::scope(Some(m.clone()), || self.fill_finishing(row, &tok));
+                self.last_fill_work = m.spent();
+                r
+            }
+            None => self.fill_finishing(row, &tok),
+        }
+    }
+
+    /// Work units the last fill under a limit spent ([`Self::set_fill_work_limit`]), to
+    /// size the limit: 0 when it computed no mask and checked no token.
+    pub fn last_fill_work(&self) -> u64 {
+        self.last_fill_work
+    }
+
+    /// The fill on this grammar, or (on a shell that cannot answer alone) on the
+    /// finished one.
+    fn fill_finishing(&mut self, row: &mut [u32], tok: &TokenizerInfo) -> Result<bool> {
+        match self.fill_here(row, tok)? {
             Some(all) => Ok(all),
             None => {
                 self.finish(true)?;
                 // (On the finished grammar a fill always answers.)
-                Ok(self.fill_here(row, &tok).unwrap_or(false))
+                Ok(self.fill_here(row, tok)?.unwrap_or(false))
             }
         }
     }
@@ -309,7 +379,11 @@ impl GrammarMatcher {
     /// [`Self::fill_next_token_bitmask`] on this matcher's grammar; `None` on a shell
     /// whose answer could differ from the finished grammar's (a mask or a check that
     /// predicted a stand-in).
-    fn fill_here(&mut self, row: &mut [u32], tok: &TokenizerInfo) -> Option<bool> {
+    fn fill_here(
+        &mut self,
+        row: &mut [u32],
+        tok: &TokenizerInfo,
+    ) -> std::result::Result<Option<bool>, BudgetError> {
         let compiled = self.compiled.clone();
         let a = compiled.automata();
         // A scannable state is named by the state it behaves like for every token (the
@@ -317,12 +391,12 @@ impl GrammarMatcher {
         // next position.
         self.scratch_key.clear();
         for it in self.parser.last_set() {
-            let state = if a.scans(it.state) { compiled.alike(it.state) } else { it.state };
+            let state = if a.scans(it.state) { compiled.try_alike(it.state)? } else { it.state };
             self.scratch_key.push((state, self.parser.uid_at(it.origin)));
         }
         if self.memo.key == self.scratch_key && self.memo.row.len() == row.len() {
             row.copy_from_slice(&self.memo.row);
-            return Some(self.memo.all);
+            return Ok(Some(self.memo.all));
         }
         self.scratch_states.clear();
         for it in self.parser.last_set() {
@@ -331,11 +405,13 @@ impl GrammarMatcher {
             }
         }
         self.scratch_ranks.clear();
-        if self.shell_bytes.is_some() && self.scratch_states.iter().any(|&s| compiled.mask(s).stand_in) {
-            return None;
+        for &s in &self.scratch_states {
+            if compiled.try_mask(s)?.stand_in && self.shell_bytes.is_some() {
+                return Ok(None);
+            }
         }
         for i in 0..self.scratch_states.len() {
-            let m = compiled.mask(self.scratch_states[i]);
+            let m = compiled.try_mask(self.scratch_states[i])?;
             // The first state's mask overwrites the row; later ones are OR-ed in.
             let first = i == 0;
             match &m.accepted {
@@ -381,10 +457,10 @@ impl GrammarMatcher {
             self.scratch_ranks.dedup();
         }
         let checked = !self.scratch_ranks.is_empty() || !compiled.marker_tokens().is_empty();
-        self.check_uncertain(row);
+        self.check_uncertain(row)?;
         self.check_markers(row);
         if self.shell_touched() {
-            return None;
+            return Ok(None);
         }
         if self.parser.can_end() {
             for &s in tok.stop_tokens() {
@@ -403,7 +479,7 @@ impl GrammarMatcher {
             self.memo.row.extend_from_slice(row);
             self.memo.all = all;
         }
-        Some(all)
+        Ok(Some(all))
     }
 
     /// Runs the grammar's marker tokens (special tokens its markers contain) through the
@@ -424,10 +500,11 @@ impl GrammarMatcher {
         }
     }
 
-    /// Runs each uncertain token (not yet allowed) through the live parse state.
-    fn check_uncertain(&mut self, row: &mut [u32]) {
+    /// Runs each uncertain token (not yet allowed) through the live parse state; a fill's
+    /// budget is charged a unit per byte pushed.
+    fn check_uncertain(&mut self, row: &mut [u32]) -> std::result::Result<(), BudgetError> {
         if self.scratch_ranks.is_empty() {
-            return;
+            return Ok(());
         }
         let compiled = self.compiled.clone();
         let tok = compiled.tokenizer();
@@ -440,6 +517,7 @@ impl GrammarMatcher {
         // `prev[..dead]` cannot be parsed (0: no such prefix): a token starting with it
         // fails without a push (sorted order puts the tokens sharing it next).
         let mut dead = 0usize;
+        let mut pushes = 0u64;
         for &rank in &self.scratch_ranks {
             let id = trie.token_ids[rank as usize];
             if row[id as usize / 32] >> (id % 32) & 1 == 1 {
@@ -456,6 +534,13 @@ impl GrammarMatcher {
             dead = 0;
             let mut ok = true;
             for &b in &bytes[keep..] {
+                pushes += 1;
+                if pushes % 4096 == 0 {
+                    if let Err(e) = crate::budget::charge_walk(4096) {
+                        self.parser.truncate(base);
+                        return Err(e);
+                    }
+                }
                 if !self.parser.push(a, b) {
                     ok = false;
                     dead = pushed + 1;
@@ -469,6 +554,7 @@ impl GrammarMatcher {
             prev = bytes;
         }
         self.parser.truncate(base);
+        crate::budget::charge_walk(pushes % 4096)
     }
 
     /// How many leading ids of `ids` the grammar accepts from here, one after the other

@@ -238,3 +238,219 @@ fn a_staged_compiles_finishing_job_outlives_the_calls_cancellation() {
         assert!(finished.is_ok(), "{:?}", finished.map(|_| ()));
     }
 }
+
+/// A lazy compile (no eager masks, no shared ones) of `spec` under a mask memory cap.
+fn lazy(spec: &GrammarSpec, mask_memory_limit: Option<usize>) -> Arc<CompiledGrammar> {
+    let options = CompileOptions {
+        eager_budget: Duration::ZERO,
+        leaf_cache_bytes: 0,
+        mask_memory_limit,
+        ..CompileOptions::default()
+    };
+    GrammarCompiler::with_options(tokenizer("llama3_1"), options, 0).compile(spec).expect("compiles")
+}
+
+#[test]
+fn a_fill_past_its_budget_is_refused_stores_nothing_and_leaves_the_matcher_usable() {
+    let spec = specs().swap_remove(2).1;
+    let reference = walk(&lazy(&spec, None), 7, 40);
+    let compiled = lazy(&spec, None);
+    let mut m = GrammarMatcher::new(compiled.clone());
+    let mut mask = TokenBitmask::new(1, m.vocab_size());
+    let mut rng = Rng(7);
+    let (mut refused, mut spent_max) = (0, 0u64);
+    for (step, want) in reference.iter().enumerate() {
+        // A budget too small for any new mask's walk: refused with nothing stored, then the
+        // same fill unbounded gives the reference mask.
+        let before = compiled.mask_stats().0;
+        m.set_fill_work_limit(Some(64));
+        match m.fill_next_token_bitmask(mask.row_mut(0)) {
+            Err(Error::Budget(BudgetError::Exceeded { phase: Phase::Fill, spent, limit: 64 })) => {
+                refused += 1;
+                spent_max = spent_max.max(spent);
+                assert_eq!(compiled.mask_stats().0, before, "step {step}: a refused fill stored a mask");
+                m.set_fill_work_limit(None);
+                m.fill_next_token_bitmask(mask.row_mut(0)).expect("unbounded fill");
+            }
+            Ok(_) => {}
+            Err(e) => panic!("step {step}: {e}"),
+        }
+        assert_eq!(&allowed(mask.row(0)), want, "step {step}");
+        let ids = allowed(mask.row(0));
+        let Some(&id) = ids.get(rng.below(ids.len().max(1))) else { break };
+        if m.accept_token(id).is_err() || m.is_terminated() {
+            break;
+        }
+    }
+    assert!(refused >= 3, "only {refused} fills met a new state");
+    // Noticed at the first check past the limit (a walk charges every 4096 nodes).
+    assert!(spent_max <= 64 + 4096, "{spent_max}");
+    // The default limit refuses none of these fills.
+    assert_eq!(walk(&lazy(&spec, None), 7, 40), reference);
+}
+
+#[test]
+fn a_grammar_at_its_mask_memory_cap_refuses_fills_that_need_a_new_mask() {
+    let spec = specs().swap_remove(2).1;
+    let reference = walk(&lazy(&spec, None), 11, 30);
+    // The start masks (computed by the compile) fit; the next new mask does not.
+    let capped = lazy(&spec, Some(1));
+    let mut m = GrammarMatcher::new(capped.clone());
+    let mut mask = TokenBitmask::new(1, m.vocab_size());
+    let mut rng = Rng(11);
+    let mut refusal = None;
+    for (step, want) in reference.iter().enumerate() {
+        match m.fill_next_token_bitmask(mask.row_mut(0)) {
+            Ok(_) => assert_eq!(&allowed(mask.row(0)), want, "step {step}"),
+            Err(e) => {
+                refusal = Some((step, e));
+                break;
+            }
+        }
+        let ids = allowed(mask.row(0));
+        let Some(&id) = ids.get(rng.below(ids.len().max(1))) else { break };
+        if m.accept_token(id).is_err() || m.is_terminated() {
+            break;
+        }
+    }
+    match refusal {
+        Some((step, Error::Budget(BudgetError::MaskMemory { bytes, limit: 1 }))) => {
+            assert!(step > 0 && bytes > 0, "step {step}, {bytes} bytes");
+        }
+        other => panic!("expected a mask memory refusal, got {other:?}"),
+    }
+    // Background precompute stops at the cap too: it computes nothing more.
+    let before = capped.mask_stats().0;
+    if let Some(t) = capped.precompute_in_background() {
+        t.join().expect("precompute thread");
+    }
+    assert_eq!(capped.mask_stats().0, before);
+}
+
+/// Compiles `spec` on `n` threads at once (released together), each with its own control.
+#[allow(clippy::result_large_err)] // grammask's own error, as `compile` returns it
+fn compile_together(
+    compiler: &GrammarCompiler,
+    spec: &GrammarSpec,
+    controls: Vec<CompileControl>,
+) -> Vec<Result<Arc<CompiledGrammar>, Error>> {
+    let barrier = std::sync::Barrier::new(controls.len());
+    std::thread::scope(|s| {
+        let handles: Vec<_> = controls
+            .into_iter()
+            .map(|c| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    compiler.compile_with(spec, &c)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("compile thread")).collect()
+    })
+}
+
+#[test]
+fn concurrent_compiles_of_one_key_are_one_compile_cancelled_only_when_no_caller_waits() {
+    // (A compile long enough for the callers to arrive while it runs.)
+    // Five of the costly schema's patterns: ~70 ms.
+    let spec = schema(
+        r#"{"type": "object", "properties": {"s": {"type": "string", "oneOf": [{"pattern": "ALPHA"},
+        {"pattern": "BRAVO_ONE"}, {"pattern": "CHARLIE"}, {"pattern": "DELTA"}, {"pattern": "ECHO_FOUR"}]}}}"#,
+    );
+    let _ = tokenizer("llama3_1");
+    let t0 = Instant::now();
+    compile(&spec, None).expect("compiles");
+    let alone = t0.elapsed();
+    assert!(alone > Duration::from_millis(20), "too quick for callers to meet: {alone:?}");
+    let new = || GrammarCompiler::with_options(tokenizer("llama3_1"), CompileOptions::default(), 64 << 20);
+    // Four callers, one compile: every one gets the very same grammar.
+    let compiler = new();
+    let got = compile_together(&compiler, &spec, vec![CompileControl::default(); 4]);
+    let first = got[0].as_ref().expect("compiles").clone();
+    assert!(got.iter().all(|r| r.as_ref().is_ok_and(|g| Arc::ptr_eq(g, &first))));
+    // The first caller gone, the others still waiting: the compile goes on for them.
+    let compiler = new();
+    let gone = CancelHandle::new();
+    let mut controls = vec![CompileControl::default(); 3];
+    controls[0].cancel = Some(gone.clone());
+    let canceller = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(5));
+        gone.cancel();
+    });
+    let got = compile_together(&compiler, &spec, controls);
+    canceller.join().unwrap();
+    assert!(matches!(got[0], Err(Error::Budget(BudgetError::Cancelled { .. })) | Ok(_)), "{:?}", got[0]);
+    assert!(got[1..].iter().all(Result::is_ok));
+    // Every caller gone: the compile stops, and nothing is cached.
+    let compiler = new();
+    let all = CancelHandle::new();
+    let controls = vec![CompileControl { cancel: Some(all.clone()), ..Default::default() }; 3];
+    let canceller = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(5));
+        all.cancel();
+    });
+    let t0 = Instant::now();
+    let got = compile_together(&compiler, &spec, controls);
+    canceller.join().unwrap();
+    for r in &got {
+        match r.as_ref().map_err(Error::root) {
+            Err(Error::Budget(BudgetError::Cancelled { .. })) => {}
+            other => panic!(
+                "expected a cancellation, got {:?} after {:?} (alone {alone:?})",
+                other.map(|_| ()),
+                t0.elapsed()
+            ),
+        }
+    }
+    assert!(t0.elapsed() < alone / 2 + Duration::from_millis(10), "{:?} against {alone:?}", t0.elapsed());
+    assert_eq!(compiler.cache_stats().0, 0);
+}
+
+#[test]
+fn the_cache_holds_its_byte_budget_while_fills_grow_its_grammars() {
+    // Distinct schemas compiled fully lazy, each walked for its masks (which grow the
+    // grammars after they were cached): the cache counts them and evicts.
+    let budget = 8 << 20;
+    let options = CompileOptions { eager_budget: Duration::ZERO, ..CompileOptions::default() };
+    let compiler = GrammarCompiler::with_options(tokenizer("llama3_1"), options, budget);
+    let mut peak = 0;
+    for i in 0..60 {
+        let text = format!(
+            r#"{{"type": "object", "properties": {{"k{i}": {{"type": "string", "maxLength": {}}},
+            "n{i}": {{"type": "integer"}}, "t": {{"enum": ["a{i}", "b", "c"]}}}}, "required": ["k{i}"]}}"#,
+            10 + i
+        );
+        let compiled = compiler.compile(&schema(&text)).expect("compiles");
+        walk(&compiled, i, 30);
+        peak = peak.max(compiler.cache_bytes());
+        // Within the budget, give or take the growth between two counts.
+        assert!(
+            compiler.cache_bytes() <= budget + budget / 64,
+            "schema {i}: {} bytes",
+            compiler.cache_bytes()
+        );
+    }
+    assert!(compiler.cache_stats().0 < 60, "nothing was evicted");
+    assert!(peak > budget / 2, "the test does not fill the cache: {peak}");
+}
+
+#[test]
+fn a_compiler_on_its_own_pool_gives_the_same_grammars() {
+    // A one-thread pool with no room for background jobs: a staged compile then finishes
+    // inside the call, on the pool.
+    let spec = qwen_tag_with_20_tools();
+    let pool = Arc::new(rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap());
+    let pooled = GrammarCompiler::new(tokenizer("qwen3")).with_pool(pool, 0);
+    let on_pool = pooled.compile(&spec).expect("compiles");
+    let reference = GrammarCompiler::new(tokenizer("qwen3")).compile(&spec).expect("compiles");
+    let text = "Let me check.</think>\n\n<tool_call>\n{\"name\": ";
+    let masks = |g: &Arc<CompiledGrammar>| {
+        let mut m = GrammarMatcher::new(g.clone());
+        m.accept_string(text).expect("accepted");
+        let mut mask = TokenBitmask::new(1, m.vocab_size());
+        m.fill_next_token_bitmask(mask.row_mut(0)).expect("fills");
+        allowed(mask.row(0))
+    };
+    assert_eq!(masks(&on_pool), masks(&reference));
+}

@@ -54,7 +54,8 @@ pub struct MaskbenchArgs {
     #[arg(long)]
     eager_budget_us: Option<u64>,
     /// Work units a compile may spend (`CompileOptions::work_limit`; default: the
-    /// library's; 0: unbounded). The totals line gives the most any file spent.
+    /// library's; 0: unbounded). The totals line gives the most any file spent, and the
+    /// most any fill spent (under the library's default fill limit).
     #[arg(long)]
     work_limit: Option<u64>,
     /// MaskBench JSON files or folders of them.
@@ -72,6 +73,8 @@ struct FileResult {
     ttfm_us: Option<f64>,
     /// Work units the compile spent.
     work: u64,
+    /// Most work units one fill spent (`GrammarMatcher::last_fill_work`).
+    fill_work: u64,
     report: Value,
     /// Valid instances rejected that strict mode off accepts (with `--per-file`).
     strict_only: usize,
@@ -166,6 +169,7 @@ pub fn run(a: &MaskbenchArgs) -> Result<(), String> {
             "tokens": tokens, "mask_us": summary(&mask_us), "ttfm_us": summary(&ttfm_us),
             "work_units_max": most_work.map(|(r, _)| r.work),
             "work_units_max_file": most_work.map(|(_, f)| f.display().to_string()),
+            "fill_units_max": results.iter().map(|r| r.fill_work).max(),
         })
     );
     Ok(())
@@ -245,6 +249,7 @@ fn run_file(
         for (k, &id) in ids.iter().enumerate() {
             let t = Instant::now();
             let filled = m.fill_next_token_bitmask(mask.row_mut(0));
+            r.fill_work = r.fill_work.max(m.last_fill_work());
             let ok = filled.is_ok()
                 && grammask::bitmask::is_allowed(mask.row(0), id)
                 && m.accept_token(id).is_ok();
