@@ -183,12 +183,18 @@ impl BatchFiller {
                     // SAFETY: `r < rows` and the indices are distinct (checked above),
                     // so this task alone touches these `words` words of the mask.
                     let row = unsafe { base.row(r, words) };
-                    match c.borrow_mut().fill_next_token_bitmask(row) {
-                        Ok(a) => {
+                    // A constraint that panics fails its own row (a panic on the pool
+                    // would otherwise reach every row's caller, or abort a spawned job).
+                    let filled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        c.borrow_mut().fill_next_token_bitmask(row)
+                    }));
+                    match filled {
+                        Ok(Ok(a)) => {
                             *all = a;
                             None
                         }
-                        Err(e) => Some((i, e)),
+                        Ok(Err(e)) => Some((i, e)),
+                        Err(p) => Some((i, Error::Panicked(panic_message(p.as_ref())))),
                     }
                 })
                 .collect()
@@ -199,6 +205,21 @@ impl BatchFiller {
         };
         Ok(Filled { allows_all: &self.all, failed })
     }
+}
+
+/// What a caught panic said (its `&str` or `String` payload), for a row's error or a
+/// log line.
+///
+/// ```
+/// let caught = std::panic::catch_unwind(|| panic!("row {}", 3)).unwrap_err();
+/// assert_eq!(grammask::batch::panic_message(caught.as_ref()), "row 3");
+/// ```
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
 }
 
 /// What [`BatchFiller::fill_each`] did.
@@ -221,11 +242,13 @@ mod tests {
     struct Flaky {
         m: GrammarMatcher,
         fail: bool,
+        /// Panics in its fill instead (a bug in a constraint).
+        panics: bool,
     }
 
     impl LogitsConstraint for Flaky {
         fn compile(c: &GrammarCompiler, s: &GrammarSpec) -> Result<Self> {
-            Ok(Self { m: GrammarMatcher::compile(c, s)?, fail: false })
+            Ok(Self { m: GrammarMatcher::compile(c, s)?, fail: false, panics: false })
         }
         fn vocab_size(&self) -> usize {
             self.m.vocab_size()
@@ -233,6 +256,9 @@ mod tests {
         fn fill_next_token_bitmask(&mut self, row: &mut [u32]) -> Result<bool> {
             if self.fail {
                 return Err(Error::Shape("flaky row".into()));
+            }
+            if self.panics {
+                panic!("a constraint's bug");
             }
             self.m.fill_next_token_bitmask(row)
         }
@@ -246,7 +272,7 @@ mod tests {
             self.m.rollback(n)
         }
         fn fork(&self) -> Self {
-            Self { m: self.m.fork(), fail: self.fail }
+            Self { m: self.m.fork(), fail: self.fail, panics: self.panics }
         }
         fn find_jump_forward_string(&mut self) -> Vec<u8> {
             self.m.find_jump_forward_string()
@@ -286,5 +312,23 @@ mod tests {
         // `fill` gives the first failure in row order.
         let e = filler.fill::<Flaky, _>(&mut rows, &mut mask, &[0, 1, 2, 3]).unwrap_err();
         assert!(e.to_string().contains("flaky row"), "{e}");
+    }
+
+    #[test]
+    fn a_row_whose_fill_panics_fails_alone() {
+        let vocab: Vec<Vec<u8>> = ["a", "b", "<eos>"].iter().map(|s| s.as_bytes().to_vec()).collect();
+        let opts = TokenizerOptions { stop_tokens: Some(vec![2]), ..Default::default() };
+        let c = GrammarCompiler::new(Arc::new(TokenizerInfo::from_byte_tokens(vocab, &opts).unwrap()));
+        let spec = GrammarSpec::ebnf(r#"root ::= "b""#);
+        let mut rows: Vec<Flaky> = (0..3).map(|_| Flaky::compile(&c, &spec).unwrap()).collect();
+        rows[1].panics = true;
+        let mut mask = TokenBitmask::new(3, 3);
+        let mut filler = BatchFiller::with_threads(2).unwrap();
+        let filled = filler.fill_each::<Flaky, _>(&mut rows, &mut mask, &[0, 1, 2]).unwrap();
+        match &filled.failed[..] {
+            [(1, Error::Panicked(why))] => assert_eq!(why, "a constraint's bug"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!((mask.allowed_ids(0), mask.allowed_ids(2)), (vec![1], vec![1]));
     }
 }

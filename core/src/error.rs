@@ -106,6 +106,10 @@ pub enum Error {
     /// as each of them gets it. [`Error::root`] looks through it.
     #[error("{0}")]
     Shared(std::sync::Arc<Error>),
+    /// A call panicked (a bug) and the panic was caught where one row's work could be
+    /// failed alone ([`BatchFiller`](crate::batch::BatchFiller)): that row's result.
+    #[error("internal error (a panic, caught): {0}")]
+    Panicked(String),
     /// A bitmask row passed to a matcher has the wrong length.
     #[error("shape mismatch: {0}")]
     Shape(String),

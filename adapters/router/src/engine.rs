@@ -172,14 +172,7 @@ impl Default for EngineOptions {
     }
 }
 
-/// What a panic said (its `&str` or `String` payload), for a log line or an answer.
-pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".into())
-}
+pub(crate) use grammask::batch::panic_message;
 
 /// Why the engine did not take a request.
 #[derive(Debug, thiserror::Error)]

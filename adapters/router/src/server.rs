@@ -75,9 +75,14 @@ impl LoadedTokenizer {
 pub const DEFAULT_MASK_PRECOMPUTE: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The compile options of a router whose compiles precompute masks for `mask_precompute`
-/// and spend at most `work_limit` units ([`Limits::compile_work_limit`](crate::service::Limits::compile_work_limit)).
-pub fn compile_options(mask_precompute: std::time::Duration, work_limit: Option<u64>) -> CompileOptions {
-    CompileOptions { eager_budget: mask_precompute, work_limit, ..CompileOptions::default() }
+/// under `limits` ([`Limits::compile_work_limit`], [`Limits::mask_memory_limit`]).
+pub fn compile_options(mask_precompute: std::time::Duration, limits: &Limits) -> CompileOptions {
+    CompileOptions {
+        eager_budget: mask_precompute,
+        work_limit: limits.compile_work_limit,
+        mask_memory_limit: limits.mask_memory_limit,
+        ..CompileOptions::default()
+    }
 }
 
 /// Everything a router is started from.
@@ -132,11 +137,21 @@ impl Router {
         let engine =
             engine::start(config.model, config.tokenizer.info.clone(), config.engine, metrics.clone())
                 .map_err(|e| e.to_string())?;
+        // Compiles, their helpers and their staged finishing jobs on a pool of
+        // `compile_threads` (never a thread per request), at most four jobs queued per
+        // thread (past that a staged compile finishes inside its request's compile).
+        let threads = config.limits.compile_threads.max(1);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("grammask-compile-{i}"))
+            .build()
+            .map_err(|e| format!("cannot start the compile pool: {e}"))?;
         let compiler = GrammarCompiler::with_options(
             config.tokenizer.info.clone(),
-            compile_options(config.mask_precompute, config.limits.compile_work_limit),
+            compile_options(config.mask_precompute, &config.limits),
             256 << 20,
-        );
+        )
+        .with_pool(Arc::new(pool), 4 * threads);
         let (chat, family) = match &config.tokenizer.config {
             None => (None, None),
             Some(c) => (
@@ -145,6 +160,9 @@ impl Router {
             ),
         };
         let compile_slots = Arc::new(tokio::sync::Semaphore::new(config.limits.compile_threads.max(1)));
+        let request_slots =
+            Arc::new(tokio::sync::Semaphore::new(config.limits.max_concurrent_requests.max(1)));
+        let validation_slots = Arc::new(tokio::sync::Semaphore::new(config.limits.validation_threads.max(1)));
         let service = Arc::new(Service {
             hf: config.tokenizer.hf.clone(),
             info: config.tokenizer.info.clone(),
@@ -156,6 +174,8 @@ impl Router {
             family,
             model_id: config.model_id,
             compile_slots,
+            request_slots,
+            validation_slots,
             max_total_tokens,
             model_device_type,
             model_description: description,

@@ -37,6 +37,18 @@ pub struct Limits {
     pub compile_threads: usize,
     /// Most stop sequences.
     pub max_stop_sequences: usize,
+    /// Requests in flight at once, from arrival to the end of the answer (compiles and
+    /// queueing included); more get a 429 at once (TGI's `--max-concurrent-requests`).
+    pub max_concurrent_requests: usize,
+    /// Work units one mask fill may spend on a row
+    /// ([`GrammarMatcher::set_fill_work_limit`]): past it that request ends with an error
+    /// and the batch goes on.
+    pub fill_work_limit: Option<u64>,
+    /// Bytes a grammar's token masks may hold (`CompileOptions::mask_memory_limit`).
+    pub mask_memory_limit: Option<usize>,
+    /// Requests parsed, templated and tokenized at once, on blocking threads (never on
+    /// the async workers that carry every open stream).
+    pub validation_threads: usize,
 }
 
 impl Default for Limits {
@@ -50,6 +62,10 @@ impl Default for Limits {
             compile_work_limit: Some(DEFAULT_COMPILE_WORK_LIMIT),
             compile_threads: default_compile_threads(),
             max_stop_sequences: 4,
+            max_concurrent_requests: 128,
+            fill_work_limit: Some(grammask::matcher::DEFAULT_FILL_WORK_LIMIT),
+            mask_memory_limit: Some(DEFAULT_MASK_MEMORY_LIMIT),
+            validation_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
     }
 }
@@ -61,6 +77,10 @@ impl Default for Limits {
 /// (refused ~0.4 s in; BENCHMARKS). A unit's time varies by phase: the deadline
 /// ([`Limits::compile_timeout`]) is what bounds time.
 pub const DEFAULT_COMPILE_WORK_LIMIT: u64 = grammask::compiler::DEFAULT_WORK_LIMIT / 16;
+
+/// The router's default [`Limits::mask_memory_limit`]: 64 MiB per grammar, a quarter
+/// of the compile cache (the library's default is 1 GiB).
+pub const DEFAULT_MASK_MEMORY_LIMIT: usize = 64 << 20;
 
 /// Half the machine's cores (at least one): compiles never take every core from the
 /// step's mask fills.
@@ -124,6 +144,10 @@ pub struct Service {
     pub model_device_type: &'static str,
     /// Compile slots ([`Limits::compile_threads`]).
     pub compile_slots: Arc<tokio::sync::Semaphore>,
+    /// Requests in flight ([`Limits::max_concurrent_requests`]).
+    pub request_slots: Arc<tokio::sync::Semaphore>,
+    /// Requests being validated ([`Limits::validation_threads`]).
+    pub validation_slots: Arc<tokio::sync::Semaphore>,
     /// What the model is (`/info`).
     pub model_description: String,
     /// Most sequences in a step (`/info`).
@@ -201,6 +225,28 @@ impl Service {
         Ok(n as usize)
     }
 
+    /// Runs `f` — parsing a body, templating, tokenizing: CPU work that grows with the
+    /// request — on tokio's blocking pool, at most [`Limits::validation_threads`] at once,
+    /// so that large requests never stall the async workers every open stream shares.
+    pub async fn off_workers<R: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&Service) -> R + Send + 'static,
+    ) -> Result<R, ServiceError> {
+        let slot = self
+            .validation_slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| ServiceError::Unavailable("the server is shutting down".into()))?;
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            f(&me)
+        })
+        .await
+        .map_err(|e| ServiceError::Generation(format!("validating the request failed: {e}")))
+    }
+
     /// Compiles `spec` off the async threads, within the size and time limits.
     pub async fn compile(&self, spec: GrammarSpec) -> Result<GrammarMatcher, ServiceError> {
         let size = spec_len(&spec);
@@ -210,6 +256,12 @@ impl Service {
                 "the grammar has {size} bytes; the limit is {}",
                 self.limits.max_grammar_bytes
             )));
+        }
+        // A grammar seen before is answered from the cache at once, without waiting for
+        // a compile slot behind other requests' compiles.
+        if let Some(hit) = self.compiler.cached(&spec) {
+            self.metrics.cache_hits.inc();
+            return Ok(self.matcher(hit));
         }
         let compiler = self.compiler.clone();
         let (_, hits_before, _) = compiler.cache_stats();
@@ -240,17 +292,23 @@ impl Service {
         let job = tokio::task::spawn_blocking(move || {
             let _slot = slot;
             let r = span.in_scope(|| compiler.compile_with(&spec, &control));
-            if let Err(grammask::Error::Budget(BudgetError::Cancelled { .. })) = &r {
-                metrics.compiles_cancelled.inc();
+            if let Err(e) = &r {
+                if let grammask::Error::Budget(BudgetError::Cancelled { .. }) = e.root() {
+                    metrics.compiles_cancelled.inc();
+                }
             }
             r
         });
-        // The compile stops itself at the deadline; the timeout here is a backstop.
-        let joined = tokio::time::timeout(self.limits.compile_timeout + Duration::from_secs(1), job).await;
+        // The compile stops itself at the deadline (or, shared with other requests for
+        // the same grammar, goes on for them): the timeout here answers this one.
+        let joined =
+            tokio::time::timeout(self.limits.compile_timeout + Duration::from_millis(100), job).await;
         let compiled = match joined {
             Err(_) => return Err(timed_out()),
             Ok(Err(e)) => return Err(ServiceError::Generation(format!("the compile task failed: {e}"))),
-            Ok(Ok(Err(grammask::Error::Budget(BudgetError::DeadlinePassed { .. })))) => {
+            Ok(Ok(Err(e)))
+                if matches!(e.root(), grammask::Error::Budget(BudgetError::DeadlinePassed { .. })) =>
+            {
                 return Err(timed_out())
             }
             Ok(Ok(Err(e))) => {
@@ -265,7 +323,14 @@ impl Service {
         } else {
             self.metrics.compile_seconds.observe(t0.elapsed().as_secs_f64());
         }
-        Ok(GrammarMatcher::new(compiled))
+        Ok(self.matcher(compiled))
+    }
+
+    /// A matcher at the start of `compiled`, under the fill limit.
+    fn matcher(&self, compiled: Arc<grammask::CompiledGrammar>) -> GrammarMatcher {
+        let mut matcher = GrammarMatcher::new(compiled);
+        matcher.set_fill_work_limit(self.limits.fill_work_limit);
+        matcher
     }
 
     /// Compiles the constraint and queues the generation; the events follow.

@@ -259,6 +259,14 @@ struct Work {
 }
 
 impl Work {
+    /// Fails every row of the step being filled (the fill itself panicked).
+    fn fail_step(&mut self, why: &str) {
+        self.members = (0..self.rows.len()).filter(|&p| self.rows[p].step_row.is_some()).collect();
+        self.allows_all = vec![false; self.members.len()];
+        self.failed =
+            (0..self.members.len()).map(|i| (i, grammask::Error::Panicked(why.to_string()))).collect();
+    }
+
     fn fill(&mut self) {
         let _span = tracing::debug_span!("fill", rows = self.step_rows).entered();
         let t0 = Instant::now();
@@ -496,7 +504,11 @@ impl StructuredBatch {
         };
         let (tx, rx) = mpsc::sync_channel(1);
         self.pool.spawn(move || {
-            work.fill();
+            // A panic outside a row's own fill (which fails that row alone) fails the
+            // step's rows, not the pool (rayon aborts the process on a panicking job).
+            if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work.fill())) {
+                work.fail_step(&grammask::batch::panic_message(p.as_ref()));
+            }
             // The receiver is gone only if the batch was dropped mid-step.
             let _ = tx.send(work);
         });
@@ -667,8 +679,14 @@ impl StructuredBatch {
                 out.push(Ok(Accepted::Continue { forced: JumpForward::default() }));
                 continue;
             }
-            let r = advance(&mut row.matcher, token, encoder.as_deref(), max_rollback);
-            if matches!(r, Ok(Accepted::Finished)) {
+            // A grammar that panics fails this row alone (it leaves the batch).
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                advance(&mut row.matcher, token, encoder.as_deref(), max_rollback)
+            }))
+            .unwrap_or_else(|p| {
+                Err(grammask::Error::Panicked(grammask::batch::panic_message(p.as_ref())).into())
+            });
+            if matches!(r, Ok(Accepted::Finished) | Err(RowError::Grammar(grammask::Error::Panicked(_)))) {
                 // A row that ended cannot fail to leave (between steps: not busy).
                 let _ = self.remove(id);
             }

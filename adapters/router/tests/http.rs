@@ -73,6 +73,15 @@ async fn serve(engine: EngineOptions, forward: Duration, limits: Limits) -> Serv
 }
 
 async fn serve_model(model: Box<dyn Model>, engine: EngineOptions, limits: Limits) -> Server {
+    serve_precomputing(model, engine, limits, grammask_router::server::DEFAULT_MASK_PRECOMPUTE).await
+}
+
+async fn serve_precomputing(
+    model: Box<dyn Model>,
+    engine: EngineOptions,
+    limits: Limits,
+    mask_precompute: Duration,
+) -> Server {
     let config = RouterConfig {
         tokenizer: tokenizer(),
         model,
@@ -80,7 +89,7 @@ async fn serve_model(model: Box<dyn Model>, engine: EngineOptions, limits: Limit
         limits,
         jump_forward: true,
         model_id: "test".into(),
-        mask_precompute: grammask_router::server::DEFAULT_MASK_PRECOMPUTE,
+        mask_precompute,
     };
     let router = Router::start(config).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -676,4 +685,234 @@ async fn the_models_context_bounds_every_request_at_admission() {
     assert_eq!(r.status(), 422);
     let r = post(json!({"inputs": long, "parameters": {"max_new_tokens": 5, "truncate": 20}})).await.unwrap();
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_past_max_concurrent_requests_get_429_from_arrival() {
+    // Two slots, taken by two long streams: a third request is refused at once, in its
+    // API's error shape, before anything of it is parsed; once the streams end, it runs.
+    let limits = Limits { max_concurrent_requests: 2, ..Limits::default() };
+    let server = serve(EngineOptions::default(), Duration::from_millis(20), limits).await;
+    let c = reqwest::Client::new();
+    let long = json!({"inputs": "x", "parameters": {"max_new_tokens": 25, "seed": 1}});
+    let mut streams = Vec::new();
+    for _ in 0..2 {
+        let r = c.post(format!("{}/generate_stream", server.base)).json(&long).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        streams.push(r);
+    }
+    let r = c.post(format!("{}/generate", server.base)).body("not even json").send().await.unwrap();
+    assert_eq!(r.status(), 429);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error_type"], "overloaded", "{v}");
+    assert!(v["error"].as_str().unwrap().contains("in flight"), "{v}");
+    let body = json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 2});
+    let r = c.post(format!("{}/v1/chat/completions", server.base)).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 429);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["type"], "overloaded", "{v}");
+    // Reading a stream to its end frees its slot.
+    for r in streams {
+        let text = r.text().await.unwrap();
+        assert!(text.contains("generated_text"), "{text}");
+    }
+    let r = c.post(format!("{}/v1/chat/completions", server.base)).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_whose_fill_passes_its_budget_ends_alone_and_the_batch_goes_on() {
+    // Masks left lazy and a fill budget of one unit: the first fill that walks for a new
+    // mask is refused; that request ends with an error, the unconstrained one beside it
+    // finishes.
+    let limits = Limits { fill_work_limit: Some(1), ..Limits::default() };
+    let model = TestModel::new(ForwardTime::Sleep(Duration::from_millis(2)));
+    let server = serve_precomputing(Box::new(model), EngineOptions::default(), limits, Duration::ZERO).await;
+    let c = reqwest::Client::new();
+    let constrained = json!({"inputs": "x", "parameters": {"max_new_tokens": 40, "seed": 3,
+        "grammar": {"type": "json", "value": serde_json::from_str::<Value>(PERSON).unwrap()}}});
+    let plain = json!({"inputs": "x", "parameters": {"max_new_tokens": 40, "seed": 4}});
+    let (a, b) = tokio::join!(
+        c.post(format!("{}/generate", server.base)).json(&constrained).send(),
+        c.post(format!("{}/generate", server.base)).json(&plain).send()
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a.status(), 424);
+    let v: Value = a.json().await.unwrap();
+    assert!(v["error"].as_str().unwrap().contains("mask fill"), "{v}");
+    assert_eq!(b.status(), 200);
+    let v: Value = b.json().await.unwrap();
+    assert!(v["generated_text"].is_string(), "{v}");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(metric(&c, &server.base, "grammask_running").await, 0.0);
+}
+
+/// `n` tools with distinct names and argument schemas, as OpenAI's `tools`.
+fn many_tools(n: usize, salt: usize) -> Value {
+    let tools: Vec<Value> = (0..n)
+        .map(|i| {
+            json!({"type": "function", "function": {"name": format!("tool_{salt}_{i}"),
+                "description": "a tool", "parameters": {"type": "object",
+                "properties": {"a": {"type": "integer"}, format!("b{i}"): {"type": "string", "maxLength": 20}},
+                "required": ["a"]}}})
+        })
+        .collect();
+    Value::Array(tools)
+}
+
+/// What the hostile mix sends: `(path, body, what it must get)`.
+enum Expect {
+    /// Any HTTP answer (the attack's own requests: refused or served, never dropped).
+    Answer,
+    /// A 4xx.
+    Refused,
+}
+
+fn hostile_requests() -> Vec<(&'static str, String, Expect)> {
+    let mut out = Vec::new();
+    for i in 0..16 {
+        // Eight distinct costly schemas, each sent twice (the second joins the first's
+        // compile).
+        let schema = COSTLY.replacen("\"s\"", &format!("\"s{}\"", i % 8), 1);
+        let body = json!({"inputs": "x", "parameters": {"max_new_tokens": 5, "grammar": {"type": "json",
+            "value": serde_json::from_str::<Value>(&schema).unwrap()}}});
+        out.push(("/generate", body.to_string(), Expect::Answer));
+    }
+    for i in 0..4 {
+        let body = json!({"messages": [{"role": "user", "content": "call something"}],
+            "tools": many_tools(300, i), "max_tokens": 20});
+        out.push(("/v1/chat/completions", body.to_string(), Expect::Answer));
+    }
+    for bad in [
+        "{\"inputs\": ".to_string(),
+        json!({"inputs": 5}).to_string(),
+        json!({"model": "m", "messages": ["hi"]}).to_string(),
+        json!({"inputs": "x", "parameters": {"max_new_tokens": 1_000_000_000u64}}).to_string(),
+        json!({"inputs": "word ".repeat(100_000)}).to_string(),
+    ] {
+        let path = if bad.contains("messages") { "/v1/chat/completions" } else { "/generate" };
+        out.push((path, bad, Expect::Refused));
+    }
+    out
+}
+
+/// One small constrained request, streamed; its latency, or why it failed.
+async fn small_request(c: &reqwest::Client, base: &str, seed: u64) -> Result<Duration, String> {
+    let t = std::time::Instant::now();
+    let body = json!({"inputs": "x", "parameters": {"max_new_tokens": 24, "seed": seed,
+        "grammar": {"type": "json", "value": serde_json::from_str::<Value>(FLAGS).unwrap()}}});
+    let r = c.post(format!("{base}/generate_stream")).json(&body).send().await.map_err(|e| e.to_string())?;
+    if r.status() != 200 {
+        return Err(format!("status {}", r.status()));
+    }
+    let text = r.text().await.map_err(|e| e.to_string())?;
+    if !text.contains("generated_text") || text.contains("\"error\"") {
+        return Err(text);
+    }
+    Ok(t.elapsed())
+}
+
+/// Runs the hostile mix against `base` while small constrained requests stream, one after
+/// another on each of `lanes` clients; returns the small requests' latencies.
+async fn hostile_mix(base: &str, lanes: usize, per_lane: usize) -> Vec<Duration> {
+    let c = reqwest::Client::new();
+    let attack = hostile_requests().into_iter().map(|(path, body, expect)| {
+        let (c, url) = (c.clone(), format!("{base}{path}"));
+        tokio::spawn(async move {
+            let r = c.post(&url).header("content-type", "application/json").body(body).send().await;
+            let r = r.unwrap_or_else(|e| panic!("{url}: no answer: {e}"));
+            let status = r.status().as_u16();
+            let text = r.text().await.unwrap_or_else(|e| panic!("{url}: body cut: {e}"));
+            assert!(serde_json::from_str::<Value>(&text).is_ok(), "{url}: {status} {text}");
+            if let Expect::Refused = expect {
+                assert!((400..500).contains(&status), "{url}: {status} {text}");
+            }
+            status
+        })
+    });
+    let small = (0..lanes).map(|lane| {
+        let (c, base) = (c.clone(), base.to_string());
+        tokio::spawn(async move {
+            let mut out = Vec::new();
+            for k in 0..per_lane {
+                out.push(
+                    small_request(&c, &base, (lane * 100 + k) as u64).await.expect("a small request failed"),
+                );
+            }
+            out
+        })
+    });
+    let (attack, small) = tokio::join!(futures::future::join_all(attack), futures::future::join_all(small));
+    for a in attack {
+        a.expect("an attack request's task");
+    }
+    small.into_iter().flat_map(|r| r.expect("a small lane")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_mix_gets_answers_and_small_requests_keep_streaming() {
+    let engine = EngineOptions { max_batch_size: 16, ..EngineOptions::default() };
+    let server = serve(engine, Duration::from_millis(2), Limits::default()).await;
+    let latencies = hostile_mix(&server.base, 2, 3).await;
+    assert_eq!(latencies.len(), 6);
+    // Nothing left running once every request has its answer.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let c = reqwest::Client::new();
+    assert_eq!(metric(&c, &server.base, "grammask_running").await, 0.0);
+    assert_eq!(c.get(format!("{}/health", server.base)).send().await.unwrap().status(), 200);
+}
+
+/// Process CPU seconds (user + system) so far.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
+    let rest = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
+    let ticks = 100.0; // USER_HZ on Linux
+    (field(11) + field(12)) / ticks
+}
+
+/// Peak resident memory of the process (`VmHWM`), MiB.
+fn peak_rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+fn percentiles(mut d: Vec<Duration>) -> Value {
+    d.sort();
+    let at = |q: f64| d[((d.len() - 1) as f64 * q).round() as usize].as_secs_f64() * 1e3;
+    json!({"n": d.len(), "p50_ms": at(0.5), "p90_ms": at(0.9), "p99_ms": at(0.99)})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark (docs/benchmarks/bounded-work.md): cargo test --release -p grammask-router --test http hostile_mix_benchmark -- --ignored --nocapture"]
+async fn hostile_mix_benchmark() {
+    let engine = EngineOptions { max_batch_size: 16, ..EngineOptions::default() };
+    let server = serve(engine, Duration::from_millis(5), Limits::default()).await;
+    let c = reqwest::Client::new();
+    // Warm: the small schema compiled and cached, as on a server that has seen it.
+    small_request(&c, &server.base, 0).await.expect("warm-up");
+    let mut idle = Vec::new();
+    for lane in 0..4u64 {
+        for k in 0..10 {
+            idle.push(small_request(&c, &server.base, lane * 100 + k).await.expect("idle request"));
+        }
+    }
+    let t0 = std::time::Instant::now();
+    let attack = hostile_mix(&server.base, 4, 10).await;
+    let answered = t0.elapsed();
+    let cpu0 = cpu_seconds();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = cpu_seconds() - cpu0;
+    println!(
+        "{}",
+        json!({"idle": percentiles(idle), "under_attack": percentiles(attack),
+            "mix_answered_s": answered.as_secs_f64(), "cpu_s_in_5s_after": after,
+            "peak_rss_mib": peak_rss_mib()})
+    );
 }

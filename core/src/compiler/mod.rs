@@ -440,13 +440,10 @@ impl GrammarCompiler {
             GrammarSpec::JsonSchema { schema, .. } => Some(parse_text(schema)),
             _ => None,
         };
-        let key = (self.cache.enabled() || self.disk.is_some()).then(|| {
-            let value = parsed.as_ref().and_then(|p| p.as_ref().ok());
-            format!("{}\0{:?}\0{}", spec.cache_key(value), self.options, self.tokenizer.fingerprint())
-        });
+        let key = (self.cache.enabled() || self.disk.is_some())
+            .then(|| self.key(spec, parsed.as_ref().and_then(|p| p.as_ref().ok())));
         if let Some(hit) = key.as_deref().and_then(|k| self.cache.get(k)) {
-            // A staged grammar whose finished grammar is ready: that one.
-            return Ok(hit.finishing.as_ref().and_then(|f| f.get()?.ok()).unwrap_or(hit));
+            return Ok(Self::latest(hit));
         }
         if let (Some(disk), Some(key)) = (&self.disk, &key) {
             if let Some(mut loaded) = disk.load(key, &self.tokenizer, &self.options.automata) {
@@ -474,6 +471,43 @@ impl GrammarCompiler {
             let meter = Meter::shared(self.options.work_limit, Arc::new(move || flight.wanted()));
             self.compile_fresh(spec, parsed, meter, Some(&key))
         })
+    }
+
+    /// The cache key of `spec` (`value`: a JSON Schema's parsed text).
+    fn key(&self, spec: &GrammarSpec, value: Option<&serde_json::Value>) -> String {
+        format!("{}\0{:?}\0{}", spec.cache_key(value), self.options, self.tokenizer.fingerprint())
+    }
+
+    /// A cached staged grammar whose finished grammar is ready: that one.
+    fn latest(hit: Arc<CompiledGrammar>) -> Arc<CompiledGrammar> {
+        hit.finishing.as_ref().and_then(|f| f.get()?.ok()).unwrap_or(hit)
+    }
+
+    /// The compiled grammar of `spec` if the memory cache holds it (counted as a hit),
+    /// without compiling: a server can answer a request whose grammar it has seen before
+    /// without waiting for a compile slot.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use grammask::{GrammarCompiler, GrammarSpec, TokenizerInfo, TokenizerOptions};
+    /// let vocab: Vec<Vec<u8>> = ["a", "b", "<eos>"].iter().map(|s| s.as_bytes().to_vec()).collect();
+    /// let opts = TokenizerOptions { stop_tokens: Some(vec![2]), ..Default::default() };
+    /// let compiler = GrammarCompiler::new(Arc::new(TokenizerInfo::from_byte_tokens(vocab, &opts)?));
+    /// let spec = GrammarSpec::ebnf(r#"root ::= "a"+"#);
+    /// assert!(compiler.cached(&spec).is_none());
+    /// let compiled = compiler.compile(&spec)?;
+    /// assert!(Arc::ptr_eq(&compiler.cached(&spec).unwrap(), &compiled));
+    /// # Ok::<(), grammask::Error>(())
+    /// ```
+    pub fn cached(&self, spec: &GrammarSpec) -> Option<Arc<CompiledGrammar>> {
+        if !self.cache.enabled() {
+            return None;
+        }
+        let parsed = match spec {
+            GrammarSpec::JsonSchema { schema, .. } => Some(parse_text(schema).ok()?),
+            _ => None,
+        };
+        self.cache.get_again(&self.key(spec, parsed.as_ref())).map(Self::latest)
     }
 
     /// A compile past the caches under `meter`, on the compiler's workers; cached under

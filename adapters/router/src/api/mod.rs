@@ -20,15 +20,20 @@ pub const MAX_BODY_BYTES: usize = 2 << 20;
 
 /// The router's HTTP application over `service`.
 pub fn app(service: Arc<Service>) -> axum::Router {
-    axum::Router::new()
+    // The generation routes count against `max_concurrent_requests` from arrival to the
+    // end of their answer.
+    let generation = axum::Router::new()
         .route("/generate", post(tgi::generate))
         .route("/generate_stream", post(tgi::generate_stream))
         .route("/", post(tgi::compat))
+        .route("/v1/chat/completions", post(openai::chat))
+        .route("/v1/completions", post(openai::completions))
+        .layer(axum::middleware::from_fn_with_state(service.clone(), admit));
+    axum::Router::new()
+        .merge(generation)
         .route("/info", get(tgi::info))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
-        .route("/v1/chat/completions", post(openai::chat))
-        .route("/v1/completions", post(openai::completions))
         .route("/v1/models", get(openai::models))
         .layer(tower_http::limit::RequestBodyLimitLayer::new(MAX_BODY_BYTES))
         // A handler that panics answers a JSON 500 instead of dropping the connection.
@@ -36,6 +41,30 @@ pub fn app(service: Arc<Service>) -> axum::Router {
         // A span per request (method, path), the parent of its compile span.
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(service)
+}
+
+/// Admits a generation request if fewer than `max_concurrent_requests` are in flight
+/// (429 otherwise, at once: TGI's semaphore); the slot is held until the answer's body
+/// is done or dropped (a stream's last event, or its client gone).
+async fn admit(
+    axum::extract::State(s): axum::extract::State<Arc<Service>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let flavor = if request.uri().path().starts_with("/v1/") { Flavor::OpenAi } else { Flavor::Tgi };
+    let Ok(slot) = s.request_slots.clone().try_acquire_owned() else {
+        s.metrics.errors.with_label_values(&["overloaded"]).inc();
+        let message =
+            format!("{} requests are in flight, the limit; retry later", s.limits.max_concurrent_requests);
+        return ApiError { status: StatusCode::TOO_MANY_REQUESTS, kind: "overloaded", message, flavor }
+            .into_response();
+    };
+    let (parts, body) = next.run(request).await.into_parts();
+    let body = futures::StreamExt::map(body.into_data_stream(), move |chunk| {
+        let _held = &slot;
+        chunk
+    });
+    Response::from_parts(parts, axum::body::Body::from_stream(body))
 }
 
 /// The answer to a request whose handler panicked (a bug): a JSON 500 in both APIs'

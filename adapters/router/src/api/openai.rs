@@ -257,18 +257,25 @@ fn tool_calls_json(calls: &[grammask::tool_calling::ToolCall]) -> Value {
 
 pub(super) async fn chat(State(s): State<Arc<Service>>, body: Bytes) -> Response {
     s.metrics.requests.with_label_values(&["chat_completions"]).inc();
-    match run_chat(s, &body).await {
+    match run_chat(s, body).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
 }
 
-async fn run_chat(s: Arc<Service>, body: &[u8]) -> Result<Response, ApiError> {
-    let req: ChatRequest = parse_body(Flavor::OpenAi, body)?;
-    let (generation, parser) = prepare_chat(&s, &req).map_err(|e| {
-        s.metrics.errors.with_label_values(&["validation"]).inc();
-        ApiError::validation(Flavor::OpenAi, e)
-    })?;
+async fn run_chat(s: Arc<Service>, body: Bytes) -> Result<Response, ApiError> {
+    // Parsing, templating and tokenizing off the async workers.
+    let (req, generation, parser) = s
+        .off_workers(move |s| {
+            let req: ChatRequest = parse_body(Flavor::OpenAi, &body)?;
+            let (generation, parser) = prepare_chat(s, &req).map_err(|e| {
+                s.metrics.errors.with_label_values(&["validation"]).inc();
+                ApiError::validation(Flavor::OpenAi, e)
+            })?;
+            Ok::<_, ApiError>((req, generation, parser))
+        })
+        .await
+        .map_err(|e| ApiError::from_service(Flavor::OpenAi, e))??;
     let prompt_tokens = generation.job.prompt.len();
     let rx = s.submit(generation).await.map_err(|e| ApiError::from_service(Flavor::OpenAi, e))?;
     let id = new_id("chatcmpl");
@@ -416,26 +423,35 @@ fn tokio_stream_from(rx: tokio::sync::mpsc::UnboundedReceiver<Value>) -> impl fu
 
 pub(super) async fn completions(State(s): State<Arc<Service>>, body: Bytes) -> Response {
     s.metrics.requests.with_label_values(&["completions"]).inc();
-    match run_completions(s, &body).await {
+    match run_completions(s, body).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
 }
 
-async fn run_completions(s: Arc<Service>, body: &[u8]) -> Result<Response, ApiError> {
-    let req: CompletionRequest = parse_body(Flavor::OpenAi, body)?;
-    let prepared = (|| -> Result<Generation, String> {
-        let sampling = req.common.check()?;
-        let spec = match &req.response_format {
-            None | Some(Value::Null) => None,
-            Some(v) => ResponseFormat::from_json(v).map_err(|e| format!("response_format: {e}"))?.to_spec(),
-        };
-        let prompt = s.encode(&req.prompt).map_err(|e| e.to_string())?;
-        let max_new_tokens = s.max_new_tokens(req.common.max_tokens).map_err(|e| e.to_string())?;
-        let stop = stops(&req.common.stop);
-        Ok(Generation { job: Job { prompt, sampling, max_new_tokens, stop }, spec })
-    })()
-    .map_err(|e| ApiError::validation(Flavor::OpenAi, e))?;
+async fn run_completions(s: Arc<Service>, body: Bytes) -> Result<Response, ApiError> {
+    // Parsing and tokenizing off the async workers.
+    let (req, prepared) = s
+        .off_workers(move |s| {
+            let req: CompletionRequest = parse_body(Flavor::OpenAi, &body)?;
+            let prepared = (|| -> Result<Generation, String> {
+                let sampling = req.common.check()?;
+                let spec = match &req.response_format {
+                    None | Some(Value::Null) => None,
+                    Some(v) => {
+                        ResponseFormat::from_json(v).map_err(|e| format!("response_format: {e}"))?.to_spec()
+                    }
+                };
+                let prompt = s.encode(&req.prompt).map_err(|e| e.to_string())?;
+                let max_new_tokens = s.max_new_tokens(req.common.max_tokens).map_err(|e| e.to_string())?;
+                let stop = stops(&req.common.stop);
+                Ok(Generation { job: Job { prompt, sampling, max_new_tokens, stop }, spec })
+            })()
+            .map_err(|e| ApiError::validation(Flavor::OpenAi, e))?;
+            Ok::<_, ApiError>((req, prepared))
+        })
+        .await
+        .map_err(|e| ApiError::from_service(Flavor::OpenAi, e))??;
     let prompt_tokens = prepared.job.prompt.len();
     let mut rx = s.submit(prepared).await.map_err(|e| ApiError::from_service(Flavor::OpenAi, e))?;
     let id = new_id("cmpl");

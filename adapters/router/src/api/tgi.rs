@@ -165,18 +165,14 @@ fn finish_json(r: FinishReason) -> Value {
 
 pub(super) async fn generate(State(s): State<Arc<Service>>, body: Bytes) -> Response {
     s.metrics.requests.with_label_values(&["generate"]).inc();
-    match run_generate(&s, &body).await {
-        Ok(r) => r,
+    match run_generate(s, body).await {
+        Ok(r) => Json(r).into_response(),
         Err(e) => e.into_response(),
     }
 }
 
-async fn run_generate(s: &Service, body: &[u8]) -> Result<Response, ApiError> {
-    let req: GenerateRequest = parse_body(Flavor::Tgi, body)?;
-    let generation = validate(s, &req.inputs, &req.parameters).map_err(|e| {
-        s.metrics.errors.with_label_values(&["validation"]).inc();
-        ApiError::validation(Flavor::Tgi, e)
-    })?;
+async fn run_generate(s: Arc<Service>, body: Bytes) -> Result<Value, ApiError> {
+    let (req, generation) = prepare(&s, body).await?;
     let rx = s.submit(generation).await.map_err(|e| ApiError::from_service(Flavor::Tgi, e))?;
     let c = collect(rx).await.map_err(|e| ApiError::from_service(Flavor::Tgi, e))?;
     let Some(end) = c.end else {
@@ -196,12 +192,12 @@ async fn run_generate(s: &Service, body: &[u8]) -> Result<Response, ApiError> {
             "tokens": c.tokens.iter().map(token_json).collect::<Vec<_>>(),
         });
     }
-    Ok(Json(out).into_response())
+    Ok(out)
 }
 
 pub(super) async fn generate_stream(State(s): State<Arc<Service>>, body: Bytes) -> Response {
     s.metrics.requests.with_label_values(&["generate_stream"]).inc();
-    match start_stream(&s, &body).await {
+    match start_stream(s, body).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
@@ -212,16 +208,34 @@ pub(super) async fn compat(state: State<Arc<Service>>, body: Bytes) -> Response 
     let stream =
         serde_json::from_slice::<Value>(&body).ok().and_then(|v| v.get("stream").and_then(Value::as_bool));
     if stream == Some(true) {
-        generate_stream(state, body).await
-    } else {
-        generate(state, body).await
+        return generate_stream(state, body).await;
+    }
+    // Not streamed, TGI's `POST /` answers a list of one (what `text_generation`'s
+    // client reads).
+    let State(s) = state;
+    s.metrics.requests.with_label_values(&["generate"]).inc();
+    match run_generate(s, body).await {
+        Ok(r) => Json(Value::Array(vec![r])).into_response(),
+        Err(e) => e.into_response(),
     }
 }
 
-async fn start_stream(s: &Service, body: &[u8]) -> Result<Response, ApiError> {
-    let req: GenerateRequest = parse_body(Flavor::Tgi, body)?;
-    let generation =
-        validate(s, &req.inputs, &req.parameters).map_err(|e| ApiError::validation(Flavor::Tgi, e))?;
+/// The request and its generation, parsed, tokenized and checked off the async workers.
+async fn prepare(s: &Arc<Service>, body: Bytes) -> Result<(GenerateRequest, Generation), ApiError> {
+    s.off_workers(move |s| {
+        let req: GenerateRequest = parse_body(Flavor::Tgi, &body)?;
+        let generation = validate(s, &req.inputs, &req.parameters).map_err(|e| {
+            s.metrics.errors.with_label_values(&["validation"]).inc();
+            ApiError::validation(Flavor::Tgi, e)
+        })?;
+        Ok((req, generation))
+    })
+    .await
+    .map_err(|e| ApiError::from_service(Flavor::Tgi, e))?
+}
+
+async fn start_stream(s: Arc<Service>, body: Bytes) -> Result<Response, ApiError> {
+    let (req, generation) = prepare(&s, body).await?;
     let rx = s.submit(generation).await.map_err(|e| ApiError::from_service(Flavor::Tgi, e))?;
     let full = (req.parameters.return_full_text == Some(true)).then(|| req.inputs.clone());
     // A token is sent when the next event shows whether it was the last (the last one

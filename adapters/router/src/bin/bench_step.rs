@@ -217,7 +217,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             // these schemas for the first time (those the precompute budget reached).
             let compile_options = grammask_router::server::compile_options(
                 Duration::from_secs_f64(a.mask_precompute_ms.max(0.0) / 1e3),
-                grammask_router::service::Limits::default().compile_work_limit,
+                &grammask_router::service::Limits::default(),
             );
             let compiler =
                 grammask::GrammarCompiler::with_options(tok.info.clone(), compile_options, 256 << 20);

@@ -45,9 +45,14 @@ struct Args {
     /// Most prompt tokens prefilled per step.
     #[arg(long, default_value_t = 4096)]
     max_batch_prefill_tokens: usize,
-    /// Most requests waiting; more get 429.
+    /// Most requests in flight, from arrival to the end of the answer (compiling,
+    /// queued or generating); more get 429 at once (TGI's flag).
     #[arg(long, default_value_t = 128)]
     max_concurrent_requests: usize,
+    /// Work units one mask fill may spend on a row (0: unbounded); past it that request
+    /// ends with an error and the batch goes on.
+    #[arg(long, default_value_t = grammask::matcher::DEFAULT_FILL_WORK_LIMIT)]
+    fill_work_limit: u64,
     /// Most prompt tokens.
     #[arg(long, default_value_t = 4096)]
     max_input_tokens: usize,
@@ -156,6 +161,8 @@ async fn serve(a: Args) -> Result<(), Box<dyn std::error::Error>> {
             compile_threads: a
                 .compile_threads
                 .unwrap_or_else(grammask_router::service::default_compile_threads),
+            max_concurrent_requests: a.max_concurrent_requests.max(1),
+            fill_work_limit: (a.fill_work_limit > 0).then_some(a.fill_work_limit),
             ..Limits::default()
         },
         jump_forward: !a.no_jump_forward,
