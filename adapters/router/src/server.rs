@@ -101,6 +101,52 @@ pub struct RouterConfig {
     pub model_id: String,
     /// Mask precompute per compile ([`DEFAULT_MASK_PRECOMPUTE`]).
     pub mask_precompute: std::time::Duration,
+    /// The bearer key every route but `/health` requires (`--api-key`); `None`: open.
+    pub api_key: Option<String>,
+    /// The tool-calling format, whatever the chat template says (`--tool-call-format`);
+    /// `None`: detected from the template ([`tool_calling_family`]).
+    pub tool_call_format: Option<Family>,
+}
+
+/// Where the router's tool-calling format came from (`/info`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FamilySource {
+    /// `--tool-call-format`.
+    Configured,
+    /// Recognised in the chat template.
+    Detected,
+    /// Not recognised: the ChatML default, Hermes-style `<tool_call>` JSON.
+    Default,
+}
+
+impl FamilySource {
+    /// Its name in `/info`.
+    pub fn name(self) -> &'static str {
+        match self {
+            FamilySource::Configured => "configured",
+            FamilySource::Detected => "detected",
+            FamilySource::Default => "default (ChatML template)",
+        }
+    }
+}
+
+/// The tool-calling format of a router: `configured` if given; else the family the chat
+/// template (`tokenizer_config.json`) shows; else, for a ChatML template (`<|im_start|>`,
+/// as SmolLM2's and most instruction-tuned models' are), Hermes-style `<tool_call>` JSON,
+/// the format such models are trained on when they call tools at all; else none (requests
+/// with `tools` are refused, naming the flag).
+pub fn tool_calling_family(
+    configured: Option<Family>,
+    tokenizer_config: Option<&str>,
+) -> Option<(Family, FamilySource)> {
+    if let Some(f) = configured {
+        return Some((f, FamilySource::Configured));
+    }
+    let config = tokenizer_config?;
+    if let Some(f) = Family::detect_from_tokenizer_config(config).ok().flatten() {
+        return Some((f, FamilySource::Detected));
+    }
+    config.contains("<|im_start|>").then_some((Family::Hermes, FamilySource::Default))
 }
 
 /// A running router: its shared state (for the HTTP app) and the engine (to shut down).
@@ -152,13 +198,11 @@ impl Router {
             256 << 20,
         )
         .with_pool(Arc::new(pool), 4 * threads);
-        let (chat, family) = match &config.tokenizer.config {
-            None => (None, None),
-            Some(c) => (
-                ChatTemplate::from_tokenizer_config(c).map_err(|e| e.to_string())?,
-                Family::detect_from_tokenizer_config(c).ok().flatten(),
-            ),
+        let chat = match &config.tokenizer.config {
+            None => None,
+            Some(c) => ChatTemplate::from_tokenizer_config(c).map_err(|e| e.to_string())?,
         };
+        let family = tool_calling_family(config.tool_call_format, config.tokenizer.config.as_deref());
         let compile_slots = Arc::new(tokio::sync::Semaphore::new(config.limits.compile_threads.max(1)));
         let request_slots =
             Arc::new(tokio::sync::Semaphore::new(config.limits.max_concurrent_requests.max(1)));
@@ -171,7 +215,9 @@ impl Router {
             limits: config.limits,
             metrics,
             chat,
-            family,
+            family: family.map(|f| f.0),
+            family_source: family.map(|f| f.1),
+            api_key: config.api_key,
             model_id: config.model_id,
             compile_slots,
             request_slots,

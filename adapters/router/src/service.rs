@@ -132,8 +132,12 @@ pub struct Service {
     pub metrics: Arc<Metrics>,
     /// The chat template and its special tokens.
     pub chat: Option<crate::chat::ChatTemplate>,
-    /// The tool-calling family of the model's chat template, when detected.
+    /// The tool-calling family ([`crate::server::tool_calling_family`]).
     pub family: Option<Family>,
+    /// Where it came from.
+    pub family_source: Option<crate::server::FamilySource>,
+    /// The bearer key every route but `/health` requires; `None`: open.
+    pub api_key: Option<String>,
     /// The model's name (`/info`, OpenAI's `model`).
     pub model_id: String,
     /// Most positions (prompt + `max_new_tokens`) a request may take: the model's context

@@ -90,7 +90,13 @@ async fn serve_precomputing(
         jump_forward: true,
         model_id: "test".into(),
         mask_precompute,
+        api_key: None,
+        tool_call_format: None,
     };
+    serve_config(config).await
+}
+
+async fn serve_config(config: RouterConfig) -> Server {
     let router = Router::start(config).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
@@ -525,6 +531,8 @@ async fn compiles_compute_masks_before_the_request_joins_the_batch() {
             jump_forward: true,
             model_id: "test".into(),
             mask_precompute: budget,
+            api_key: None,
+            tool_call_format: None,
         })
         .unwrap();
         let spec = grammask::GrammarSpec::JsonSchema { schema: schema.into(), options: Default::default() };
@@ -915,4 +923,113 @@ async fn hostile_mix_benchmark() {
             "mix_answered_s": answered.as_secs_f64(), "cpu_s_in_5s_after": after,
             "peak_rss_mib": peak_rss_mib()})
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_key_guards_every_route_but_health() {
+    let model = TestModel::new(ForwardTime::Sleep(Duration::ZERO));
+    let config = RouterConfig {
+        tokenizer: tokenizer(),
+        model: Box::new(model),
+        engine: EngineOptions::default(),
+        limits: Limits::default(),
+        jump_forward: true,
+        model_id: "test".into(),
+        mask_precompute: grammask_router::server::DEFAULT_MASK_PRECOMPUTE,
+        api_key: Some("sesame".into()),
+        tool_call_format: None,
+    };
+    let server = serve_config(config).await;
+    let c = reqwest::Client::new();
+    let generate = json!({"inputs": "x", "parameters": {"max_new_tokens": 2}});
+    let chat = json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 2});
+    for key in [None, Some("Bearer wrong"), Some("sesame"), Some("Basic sesame")] {
+        let with = |r: reqwest::RequestBuilder| match key {
+            Some(k) => r.header("authorization", k),
+            None => r,
+        };
+        let r = with(c.post(format!("{}/generate", server.base)).json(&generate)).send().await.unwrap();
+        assert_eq!(r.status(), 401, "{key:?}");
+        assert_eq!(r.headers()["www-authenticate"], "Bearer");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error_type"], "authentication_error", "{v}");
+        let r =
+            with(c.post(format!("{}/v1/chat/completions", server.base)).json(&chat)).send().await.unwrap();
+        assert_eq!(r.status(), 401);
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["type"], "authentication_error", "{v}");
+        for path in ["/info", "/metrics", "/v1/models"] {
+            let r = with(c.get(format!("{}{path}", server.base))).send().await.unwrap();
+            assert_eq!(r.status(), 401, "{path}");
+        }
+    }
+    let auth = |r: reqwest::RequestBuilder| r.bearer_auth("sesame");
+    let r = auth(c.post(format!("{}/generate", server.base)).json(&generate)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let r = auth(c.post(format!("{}/v1/chat/completions", server.base)).json(&chat)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    for path in ["/info", "/metrics", "/v1/models"] {
+        assert_eq!(auth(c.get(format!("{}{path}", server.base))).send().await.unwrap().status(), 200);
+    }
+    assert_eq!(c.get(format!("{}/health", server.base)).send().await.unwrap().status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_are_served_on_a_chatml_template_and_the_format_flag_overrides_detection() {
+    // A ChatML template that shows no tool-calling family: Hermes-style calls by default.
+    let (json, config) = grammask_router::server::embedded_qwen3().unwrap();
+    let mut config: Value = serde_json::from_slice(&config).unwrap();
+    config["chat_template"] = json!(
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
+         {% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    );
+    let plain = LoadedTokenizer::from_bytes(&json, Some(config.to_string().as_bytes())).unwrap();
+    let cases = [
+        (plain, None, "hermes", "default (ChatML template)"),
+        (tokenizer(), None, "qwen_3", "detected"),
+        (tokenizer(), Some(grammask::tool_calling::Family::Hermes), "hermes", "configured"),
+    ];
+    for (tok, flag, family, source) in cases {
+        let model = SimulatedModel::new(tok.info.vocab_size(), 11, ForwardTime::Sleep(Duration::ZERO));
+        let config = RouterConfig {
+            tokenizer: tok,
+            model: Box::new(model),
+            engine: EngineOptions::default(),
+            limits: Limits::default(),
+            jump_forward: true,
+            model_id: "test".into(),
+            mask_precompute: grammask_router::server::DEFAULT_MASK_PRECOMPUTE,
+            api_key: None,
+            tool_call_format: flag,
+        };
+        let server = serve_config(config).await;
+        let c = reqwest::Client::new();
+        let info: Value = c.get(format!("{}/info", server.base)).send().await.unwrap().json().await.unwrap();
+        assert_eq!(
+            (info["tool_calling_family"].as_str(), info["tool_calling_family_source"].as_str()),
+            (Some(family), Some(source))
+        );
+        if family != "hermes" {
+            // (Qwen 3's calls come after a think block a random model rarely closes; its
+            // calls are checked by `concurrent_mixed_requests_…`.)
+            continue;
+        }
+        let body = json!({"model": "test", "seed": 5, "max_tokens": 200,
+            "messages": [{"role": "user", "content": "Flags?"}],
+            "tools": [{"type": "function", "function": {"name": "set_flags",
+                "parameters": serde_json::from_str::<Value>(FLAGS).unwrap()}}],
+            "tool_choice": {"type": "function", "function": {"name": "set_flags"}}});
+        let r = c.post(format!("{}/v1/chat/completions", server.base)).json(&body).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{family}");
+        let v: Value = r.json().await.unwrap();
+        let call = &v["choices"][0]["message"]["tool_calls"][0]["function"];
+        assert_eq!(call["name"], "set_flags", "{family}: {v}");
+        // (The random model may fill the arguments' whitespace until `max_tokens`: a
+        // complete call is checked against its schema.)
+        match v["choices"][0]["finish_reason"].as_str() {
+            Some("tool_calls") => check_schema(FLAGS, call["arguments"].as_str().unwrap()),
+            Some("length") => assert!(call["arguments"].as_str().unwrap().starts_with('{'), "{v}"),
+            other => panic!("{family}: finish {other:?}: {v}"),
+        }
+    }
 }

@@ -57,6 +57,8 @@ fn spans_are_exported_to_the_configured_collector() {
         jump_forward: true,
         model_id: "test".into(),
         mask_precompute: grammask_router::server::DEFAULT_MASK_PRECOMPUTE,
+        api_key: None,
+        tool_call_format: None,
     };
     let router = Router::start(config).unwrap();
     let app = router.app();

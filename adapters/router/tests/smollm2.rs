@@ -74,6 +74,8 @@ async fn smollm2_served_answers_are_valid() {
         jump_forward: true,
         model_id: "smollm2".into(),
         mask_precompute: grammask_router::server::DEFAULT_MASK_PRECOMPUTE,
+        api_key: None,
+        tool_call_format: None,
     };
     let router = Router::start(config).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

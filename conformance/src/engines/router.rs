@@ -113,6 +113,8 @@ impl RouterEngine {
             jump_forward: true,
             model_id: "conformance".into(),
             mask_precompute: grammask_router::server::DEFAULT_MASK_PRECOMPUTE,
+            api_key: None,
+            tool_call_format: None,
         };
         let router = Router::start(config).map_err(|e| err(&e))?;
         let app = router.app();

@@ -32,15 +32,49 @@ pub fn app(service: Arc<Service>) -> axum::Router {
     axum::Router::new()
         .merge(generation)
         .route("/info", get(tgi::info))
-        .route("/health", get(health))
         .route("/metrics", get(metrics))
         .route("/v1/models", get(openai::models))
+        // Every route above needs the key, when one is set (before admission: a request
+        // without it takes no slot); `/health` stays open for load balancers.
+        .layer(axum::middleware::from_fn_with_state(service.clone(), authorize))
+        .route("/health", get(health))
         .layer(tower_http::limit::RequestBodyLimitLayer::new(MAX_BODY_BYTES))
         // A handler that panics answers a JSON 500 instead of dropping the connection.
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(panic_response))
         // A span per request (method, path), the parent of its compile span.
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(service)
+}
+
+/// Lets a request through if the server has no key or the request carries it
+/// (`Authorization: Bearer KEY`, as TGI's and vLLM's `--api-key`); 401 otherwise.
+async fn authorize(
+    axum::extract::State(s): axum::extract::State<Arc<Service>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some(key) = &s.api_key else { return next.run(request).await };
+    let given = request
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if given.is_some_and(|g| same_secret(g.trim().as_bytes(), key.as_bytes())) {
+        return next.run(request).await;
+    }
+    s.metrics.errors.with_label_values(&["unauthorized"]).inc();
+    let flavor = if request.uri().path().starts_with("/v1/") { Flavor::OpenAi } else { Flavor::Tgi };
+    let message = "a valid API key is required (`Authorization: Bearer KEY`)".to_string();
+    let mut r = ApiError { status: StatusCode::UNAUTHORIZED, kind: "authentication_error", message, flavor }
+        .into_response();
+    r.headers_mut()
+        .insert(axum::http::header::WWW_AUTHENTICATE, axum::http::HeaderValue::from_static("Bearer"));
+    r
+}
+
+/// Whether two secrets are equal, in time that depends on their lengths only.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Admits a generation request if fewer than `max_concurrent_requests` are in flight

@@ -158,8 +158,13 @@ fn prepare_chat(s: &Service, req: &ChatRequest) -> Result<(Generation, Option<Ou
         parallel_tool_calls: req.parallel_tool_calls.unwrap_or(true),
         ..PresetOptions::default()
     };
-    let constraint =
-        chat_constraint(s.family, &tools, &options, response_format.as_ref()).map_err(|e| e.to_string())?;
+    let constraint = chat_constraint(s.family, &tools, &options, response_format.as_ref()).map_err(|e| {
+        match s.family {
+            // (The router's way to configure it.)
+            None => format!("{e}: start the router with `--tool-call-format FAMILY`"),
+            Some(_) => e.to_string(),
+        }
+    })?;
     let (spec, parser) = match constraint {
         ChatConstraint::None => (None, None),
         ChatConstraint::Spec(spec) => (Some(spec), None),

@@ -314,5 +314,6 @@ pub(super) async fn info(State(s): State<Arc<Service>>) -> Json<Value> {
         "grammar_backend": "grammask",
         "model": s.model_description,
         "tool_calling_family": s.family.map(|f| f.name()),
+        "tool_calling_family_source": s.family_source.map(|f| f.name()),
     }))
 }

@@ -49,6 +49,14 @@ struct Args {
     /// queued or generating); more get 429 at once (TGI's flag).
     #[arg(long, default_value_t = 128)]
     max_concurrent_requests: usize,
+    /// Require `Authorization: Bearer KEY` on every route but `/health` (401 otherwise);
+    /// also read from the `API_KEY` environment variable.
+    #[arg(long)]
+    api_key: Option<String>,
+    /// The tool-calling format (a preset family: `hermes`, `llama`, `qwen_3`, …), whatever
+    /// the chat template says; default: detected, or Hermes-style for a ChatML template.
+    #[arg(long, value_name = "FAMILY")]
+    tool_call_format: Option<String>,
     /// Work units one mask fill may spend on a row (0: unbounded); past it that request
     /// ends with an error and the batch goes on.
     #[arg(long, default_value_t = grammask::matcher::DEFAULT_FILL_WORK_LIMIT)]
@@ -171,6 +179,11 @@ async fn serve(a: Args) -> Result<(), Box<dyn std::error::Error>> {
             None => "grammask/simulated".into(),
         }),
         mask_precompute: Duration::from_secs_f64(a.mask_precompute_ms.max(0.0) / 1e3),
+        api_key: a.api_key.clone().or_else(|| std::env::var("API_KEY").ok()).filter(|k| !k.is_empty()),
+        tool_call_format: match &a.tool_call_format {
+            None => None,
+            Some(name) => Some(grammask::tool_calling::Family::from_name(name).map_err(|e| e.to_string())?),
+        },
     };
     let router = Router::start(config)?;
     let addr = format!("{}:{}", a.hostname, a.port);
