@@ -82,18 +82,24 @@ async fn serve_precomputing(
     limits: Limits,
     mask_precompute: Duration,
 ) -> Server {
-    let config = RouterConfig {
-        tokenizer: tokenizer(),
+    let config = RouterConfig { engine, limits, mask_precompute, ..test_config(tokenizer(), model) };
+    serve_config(config).await
+}
+
+/// A router's configuration with the defaults of these tests: `tok`, `model`, the
+/// default engine, limits and precompute, jump-forward, no key, the detected tool format.
+fn test_config(tok: LoadedTokenizer, model: Box<dyn Model>) -> RouterConfig {
+    RouterConfig {
+        tokenizer: tok,
         model,
-        engine,
-        limits,
+        engine: EngineOptions::default(),
+        limits: Limits::default(),
         jump_forward: true,
         model_id: "test".into(),
-        mask_precompute,
+        mask_precompute: grammask_router::server::DEFAULT_MASK_PRECOMPUTE,
         api_key: None,
         tool_call_format: None,
-    };
-    serve_config(config).await
+    }
 }
 
 async fn serve_config(config: RouterConfig) -> Server {
@@ -928,17 +934,7 @@ async fn hostile_mix_benchmark() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_key_guards_every_route_but_health() {
     let model = TestModel::new(ForwardTime::Sleep(Duration::ZERO));
-    let config = RouterConfig {
-        tokenizer: tokenizer(),
-        model: Box::new(model),
-        engine: EngineOptions::default(),
-        limits: Limits::default(),
-        jump_forward: true,
-        model_id: "test".into(),
-        mask_precompute: grammask_router::server::DEFAULT_MASK_PRECOMPUTE,
-        api_key: Some("sesame".into()),
-        tool_call_format: None,
-    };
+    let config = RouterConfig { api_key: Some("sesame".into()), ..test_config(tokenizer(), Box::new(model)) };
     let server = serve_config(config).await;
     let c = reqwest::Client::new();
     let generate = json!({"inputs": "x", "parameters": {"max_new_tokens": 2}});
@@ -991,17 +987,7 @@ async fn tools_are_served_on_a_chatml_template_and_the_format_flag_overrides_det
     ];
     for (tok, flag, family, source) in cases {
         let model = SimulatedModel::new(tok.info.vocab_size(), 11, ForwardTime::Sleep(Duration::ZERO));
-        let config = RouterConfig {
-            tokenizer: tok,
-            model: Box::new(model),
-            engine: EngineOptions::default(),
-            limits: Limits::default(),
-            jump_forward: true,
-            model_id: "test".into(),
-            mask_precompute: grammask_router::server::DEFAULT_MASK_PRECOMPUTE,
-            api_key: None,
-            tool_call_format: flag,
-        };
+        let config = RouterConfig { tool_call_format: flag, ..test_config(tok, Box::new(model)) };
         let server = serve_config(config).await;
         let c = reqwest::Client::new();
         let info: Value = c.get(format!("{}/info", server.base)).send().await.unwrap().json().await.unwrap();
