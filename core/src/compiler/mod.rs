@@ -185,10 +185,10 @@ pub struct CompileOptions {
     /// Bytes the grammar's token masks may hold ([`CompiledGrammar::memory_bytes`]'s
     /// masks: computed by the compile, lazily by fills, or in the background); once they
     /// hold this much, a fill that needs one more mask is refused with
-    /// [`BudgetError::MaskMemory`](crate::budget::BudgetError::MaskMemory) and background
-    /// precompute stops. The masks already computed stay usable. `None`: unbounded.
-    /// Default [`DEFAULT_MASK_MEMORY_LIMIT`]: over 30× the largest grammar of the test
-    /// corpora with every mask computed.
+    /// [`BudgetError::MaskMemory`] and background precompute stops. The masks already
+    /// computed stay usable. `None`: unbounded. Default [`DEFAULT_MASK_MEMORY_LIMIT`]
+    /// (1 GiB): a bound for a hostile grammar, far above what real ones hold (the builtin
+    /// JSON grammar with every mask computed holds 171 KiB, BENCHMARKS.md).
     pub mask_memory_limit: Option<usize>,
 }
 
