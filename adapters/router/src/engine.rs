@@ -90,8 +90,12 @@ pub struct Job {
     pub sampling: SamplingParams,
     /// Most tokens to generate.
     pub max_new_tokens: usize,
-    /// Stop sequences.
+    /// Stop sequences: the generation ends where one appears in its text, even inside a
+    /// token.
     pub stop: Vec<String>,
+    /// Leave the stop sequence out of the text (OpenAI's and vLLM's contract; TGI keeps
+    /// it): text that could begin one is held back until it cannot.
+    pub strip_stop: bool,
 }
 
 /// A request ready to run.
@@ -294,6 +298,7 @@ struct Seq {
     sampler: Sampler,
     max_new_tokens: usize,
     stop: Vec<String>,
+    strip_stop: bool,
     events: UnboundedSender<Event>,
 }
 
@@ -440,6 +445,7 @@ impl Loop {
                 sampler: Sampler::new(r.job.sampling),
                 max_new_tokens: r.job.max_new_tokens,
                 stop: r.job.stop,
+                strip_stop: r.job.strip_stop,
                 events: r.events,
             });
         }
@@ -717,15 +723,33 @@ fn emit(
 ) -> Option<FinishReason> {
     s.generated += 1;
     let special = tok.is_special(token);
+    let before = s.bytes.len();
     if !special {
         s.bytes.extend_from_slice(tok.token_bytes(token));
     }
-    // Text goes out at character boundaries: a token may end inside a character.
-    let ready = match std::str::from_utf8(&s.bytes[s.sent..]) {
+    let hit = stop_hit(&s.stop, &s.bytes, before);
+    let reason = if ended {
+        Some(FinishReason::EosToken)
+    } else if hit.is_some() {
+        Some(FinishReason::StopSequence)
+    } else {
+        (s.generated >= s.max_new_tokens).then_some(FinishReason::Length)
+    };
+    // Where the text may go out to: everything at the end (the stop left out when
+    // stripped); before it, not what could still begin a stop sequence when stripping.
+    let end = match (hit, s.strip_stop) {
+        (Some(p), true) => p.max(s.sent),
+        _ if reason.is_some() || !s.strip_stop => s.bytes.len(),
+        _ => s.bytes.len() - held_for_stop(&s.stop, &s.bytes[s.sent..]),
+    };
+    // Text goes out at character boundaries: a token may end inside a character (at the
+    // end, whatever is left goes out, replaced if it must be).
+    let ready = match std::str::from_utf8(&s.bytes[s.sent..end]) {
         Ok(t) => t.len(),
+        Err(_) if reason.is_some() => end - s.sent,
         Err(e) if e.error_len().is_none() => e.valid_up_to(),
         // Bytes that can never be UTF-8 go out replaced rather than holding text back.
-        Err(_) => s.bytes.len() - s.sent,
+        Err(_) => end - s.sent,
     };
     let mut text = String::from_utf8_lossy(&s.bytes[s.sent..s.sent + ready]).into_owned();
     s.sent += ready;
@@ -733,12 +757,35 @@ fn emit(
         // The token's own text, as TGI shows it (the generated text skips it).
         text.push_str(&String::from_utf8_lossy(tok.token_bytes(token)));
     }
+    if let (Some(p), true) = (hit, s.strip_stop) {
+        s.bytes.truncate(p);
+    }
     let _ = s.events.send(Event::Token(TokenEvent { id: token, text, logprob, special }));
-    if ended {
-        return Some(FinishReason::EosToken);
-    }
-    if s.stop.iter().any(|st| !st.is_empty() && s.bytes.ends_with(st.as_bytes())) {
-        return Some(FinishReason::StopSequence);
-    }
-    (s.generated >= s.max_new_tokens).then_some(FinishReason::Length)
+    reason
+}
+
+/// Where the earliest stop sequence that ends in `bytes[new..]` (the last token's bytes)
+/// begins: a stop may end inside a token, or straddle tokens.
+fn stop_hit(stops: &[String], bytes: &[u8], new: usize) -> Option<usize> {
+    stops
+        .iter()
+        .map(String::as_bytes)
+        .filter(|st| !st.is_empty())
+        .filter_map(|st| {
+            let from = new.saturating_sub(st.len() - 1);
+            let at = bytes[from..].windows(st.len()).position(|w| w == st)?;
+            Some(from + at)
+        })
+        .min()
+}
+
+/// How many bytes at the end of `tail` could begin a stop sequence (held back until the
+/// next token tells).
+fn held_for_stop(stops: &[String], tail: &[u8]) -> usize {
+    stops
+        .iter()
+        .map(String::as_bytes)
+        .filter_map(|st| (1..st.len()).rev().find(|&k| tail.ends_with(&st[..k])))
+        .max()
+        .unwrap_or(0)
 }

@@ -24,8 +24,10 @@ pub struct Limits {
     pub max_input_tokens: usize,
     /// Most tokens a request may generate (`max_new_tokens` above it is refused).
     pub max_new_tokens: usize,
-    /// Default `max_new_tokens` when a request gives none.
-    pub default_max_new_tokens: usize,
+    /// `max_new_tokens` when a request gives none; `None` (the default): the rest of the
+    /// context, `max_total_tokens` less the prompt (TGI's and vLLM's default), within
+    /// [`Self::max_new_tokens`].
+    pub default_max_new_tokens: Option<usize>,
     /// Most bytes of a grammar, schema, regex or structural tag.
     pub max_grammar_bytes: usize,
     /// Longest a compile may take for its request (waiting for a compile thread included).
@@ -56,7 +58,7 @@ impl Default for Limits {
         Self {
             max_input_tokens: 4096,
             max_new_tokens: 4096,
-            default_max_new_tokens: 100,
+            default_max_new_tokens: None,
             max_grammar_bytes: 1 << 20,
             compile_timeout: Duration::from_secs(10),
             compile_work_limit: Some(DEFAULT_COMPILE_WORK_LIMIT),
@@ -166,6 +168,16 @@ impl std::fmt::Debug for Service {
     }
 }
 
+/// What a prompt's text is, for tokenizing ([`Service::tokenize`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prompt {
+    /// A raw prompt (`/generate`'s `inputs`, `/v1/completions`' `prompt`): the tokenizer's
+    /// special tokens are added (a BOS token where its post-processor says).
+    Raw,
+    /// A rendered chat template, which writes its own special tokens.
+    Templated,
+}
+
 /// A validated generation, ready to submit.
 #[derive(Debug)]
 pub struct Generation {
@@ -176,19 +188,25 @@ pub struct Generation {
 }
 
 impl Service {
-    /// Tokenizes `text` (adding no special tokens: chat templates write their own) and
-    /// checks it against the input limit ([`Self::check_input`]).
-    pub fn encode(&self, text: &str) -> Result<Vec<u32>, ServiceError> {
-        let ids = self.tokenize(text)?;
+    /// Tokenizes `text` ([`Self::tokenize`]) and checks it against the input limit
+    /// ([`Self::check_input`]).
+    pub fn encode(&self, text: &str, prompt: Prompt) -> Result<Vec<u32>, ServiceError> {
+        let ids = self.tokenize(text, prompt)?;
         self.check_input(&ids)?;
         Ok(ids)
     }
 
-    /// Tokenizes `text` without the input limit (TGI's `truncate` applies first).
-    pub fn tokenize(&self, text: &str) -> Result<Vec<u32>, ServiceError> {
+    /// Tokenizes `text` without the input limit (TGI's `truncate` applies first): a raw
+    /// prompt with the special tokens the tokenizer's post-processor adds (a BOS token for
+    /// Llama-family tokenizers, as TGI and vLLM do), a rendered chat template without
+    /// (the template writes its own).
+    pub fn tokenize(&self, text: &str, prompt: Prompt) -> Result<Vec<u32>, ServiceError> {
+        if text.is_empty() {
+            return Err(ServiceError::Validation("the input is empty".into()));
+        }
         let ids = self
             .hf
-            .encode(text, false)
+            .encode(text, prompt == Prompt::Raw)
             .map_err(|e| ServiceError::Validation(format!("cannot tokenize the input: {e}")))?
             .get_ids()
             .to_vec();
@@ -216,9 +234,18 @@ impl Service {
         Ok(())
     }
 
-    /// Checks `max_new_tokens` against the limit; the default when `None`.
-    pub fn max_new_tokens(&self, asked: Option<u64>) -> Result<usize, ServiceError> {
-        let default = self.limits.default_max_new_tokens.min(self.limits.max_new_tokens);
+    /// Checks `max_new_tokens` against the limit; when `None`, the default
+    /// ([`Limits::default_max_new_tokens`]: the rest of the context after `prompt_len`).
+    pub fn max_new_tokens(&self, asked: Option<u64>, prompt_len: usize) -> Result<usize, ServiceError> {
+        let rest = self.max_total_tokens.saturating_sub(prompt_len);
+        let default = self.limits.default_max_new_tokens.unwrap_or(rest).min(self.limits.max_new_tokens);
+        if asked.is_none() && default == 0 {
+            return Err(ServiceError::Validation(format!(
+                "the input has {prompt_len} tokens: no room is left to generate within `max_total_tokens` \
+                 of {}",
+                self.max_total_tokens
+            )));
+        }
         let n = asked.unwrap_or(default as u64);
         if n == 0 || n > self.limits.max_new_tokens as u64 {
             return Err(ServiceError::Validation(format!(

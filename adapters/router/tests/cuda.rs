@@ -142,6 +142,7 @@ fn run(
             sampling: SamplingParams { seed: i as u64, ..SamplingParams::default() },
             max_new_tokens: 160,
             stop: Vec::new(),
+            strip_stop: false,
         };
         engine.submit(Request { job, constraint, events: tx }).unwrap();
     }

@@ -12,6 +12,8 @@ use serde_json::{json, Value};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+include!("../../../scripts/test_data_dir.rs");
+
 fn tokenizer() -> LoadedTokenizer {
     static T: OnceLock<LoadedTokenizer> = OnceLock::new();
     T.get_or_init(|| LoadedTokenizer::embedded().unwrap()).clone()
@@ -1018,4 +1020,166 @@ async fn tools_are_served_on_a_chatml_template_and_the_format_flag_overrides_det
             other => panic!("{family}: finish {other:?}: {v}"),
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_sequences_are_found_inside_tokens_and_left_out_of_openai_text() {
+    let server = serve(EngineOptions::default(), Duration::ZERO, Limits::default()).await;
+    let c = reqwest::Client::new();
+    let schema = json!({"enum": ["alpha beta gamma"]});
+    // " beta" ends at a token's end; "bet" inside the token " beta".
+    for stop in [" beta", "bet"] {
+        // TGI keeps the stop sequence (and the rest of the token it ends in).
+        let body = json!({"inputs": "x", "parameters": {"max_new_tokens": 20, "stop": [stop],
+            "grammar": {"type": "json", "value": schema}, "details": true}});
+        let v: Value = c
+            .post(format!("{}/generate", server.base))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(v["details"]["finish_reason"], "stop_sequence", "{stop:?}: {v}");
+        let text = v["generated_text"].as_str().unwrap();
+        assert!(text.starts_with("\"alpha bet") && !text.contains("gamma"), "{stop:?}: {text:?}");
+        // OpenAI leaves it out, streamed or not.
+        let want = if stop == "bet" { "\"alpha " } else { "\"alpha" };
+        let body = json!({"model": "test", "prompt": "x", "max_tokens": 20, "stop": stop,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}});
+        let v: Value = c
+            .post(format!("{}/v1/completions", server.base))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(v["choices"][0]["text"], want, "{stop:?}: {v}");
+        assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+        let mut body = body;
+        body["stream"] = json!(true);
+        let sse = c.post(format!("{}/v1/completions", server.base)).json(&body).send().await.unwrap();
+        let sse = sse.text().await.unwrap();
+        let streamed: String = sse
+            .split("\n\n")
+            .filter_map(|e| e.strip_prefix("data:"))
+            .map(str::trim)
+            .filter(|d| *d != "[DONE]")
+            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+            .filter_map(|v| v["choices"][0]["text"].as_str().map(String::from))
+            .collect();
+        assert_eq!(streamed, want, "{stop:?}: {sse}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_max_tokens_a_request_may_use_the_rest_of_the_context() {
+    // A 64-position model: a request without a length limit is served (the default is
+    // what the context leaves), and stays within it.
+    let mut model = TestModel::new(ForwardTime::Sleep(Duration::ZERO));
+    model.context = Some(64);
+    let server = serve_model(Box::new(model), EngineOptions::default(), Limits::default()).await;
+    let c = reqwest::Client::new();
+    let body = json!({"model": "test", "prompt": "Hello there", "seed": 1});
+    let r = c.post(format!("{}/v1/completions", server.base)).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    let usage = &v["usage"];
+    assert!(usage["total_tokens"].as_u64().unwrap() <= 64, "{v}");
+    if v["choices"][0]["finish_reason"] == "length" {
+        assert_eq!(usage["total_tokens"], 64, "{v}");
+    }
+    let body = json!({"inputs": "Hello there", "parameters": {"seed": 1, "details": true}});
+    let v: Value =
+        c.post(format!("{}/generate", server.base)).json(&body).send().await.unwrap().json().await.unwrap();
+    let generated = v["details"]["generated_tokens"].as_u64().unwrap();
+    assert!(generated + 2 <= 64 && generated > 0, "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_prompts_get_the_tokenizers_bos_and_chat_templates_their_own() {
+    // Llama 3.1's tokenizer adds `<|begin_of_text|>` to a raw prompt (its post-processor);
+    // the embedded Qwen3 tokenizer adds nothing.
+    let data = test_data_dir().unwrap_or_else(|e| panic!("{e}"));
+    let llama = LoadedTokenizer::from_path(&data.join("tokenizers/llama3_1")).unwrap();
+    for (tok, want) in [(llama, 2), (tokenizer(), 1)] {
+        let model = SimulatedModel::new(tok.info.vocab_size(), 11, ForwardTime::Sleep(Duration::ZERO));
+        let server = serve_config(test_config(tok, Box::new(model))).await;
+        let c = reqwest::Client::new();
+        let body = json!({"model": "test", "prompt": "Hello", "max_tokens": 1});
+        let v: Value = c
+            .post(format!("{}/v1/completions", server.base))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(v["usage"]["prompt_tokens"], want, "{v}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_fields_are_honored_or_refused_by_name() {
+    let server = serve(EngineOptions::default(), Duration::ZERO, Limits::default()).await;
+    let c = reqwest::Client::new();
+    let post = |body: Value| {
+        let (c, url) = (c.clone(), format!("{}/v1/completions", server.base));
+        async move { c.post(url).json(&body).send().await.unwrap() }
+    };
+    let base = json!({"model": "test", "prompt": "x", "max_tokens": 4, "seed": 2});
+    let with = |k: &str, v: Value| {
+        let mut b = base.clone();
+        b[k] = v;
+        b
+    };
+    for (field, value) in [
+        ("logit_bias", json!({"5": 10})),
+        ("echo", json!(true)),
+        ("best_of", json!(2)),
+        ("top_logprobs", json!(2)),
+        ("min_p", json!(0.1)),
+        ("repetition_penalty", json!(1.2)),
+        ("suffix", json!("x")),
+        ("mystery", json!(1)),
+    ] {
+        let r = post(with(field, value)).await;
+        assert_eq!(r.status(), 422, "{field}");
+        let v: Value = r.json().await.unwrap();
+        assert!(v["error"]["message"].as_str().unwrap().contains(&format!("`{field}`")), "{v}");
+    }
+    // The values that ask for nothing are accepted.
+    for (field, value) in [
+        ("logit_bias", json!({})),
+        ("echo", json!(false)),
+        ("best_of", json!(1)),
+        ("top_logprobs", json!(0)),
+        ("min_p", json!(0)),
+        ("repetition_penalty", json!(1.0)),
+        ("suffix", Value::Null),
+    ] {
+        assert_eq!(post(with(field, value)).await.status(), 200, "{field}");
+    }
+    // vLLM's `top_k`: one candidate is greedy decoding.
+    let text = |v: Value| v["choices"][0]["text"].as_str().unwrap().to_string();
+    let greedy = text(post(with("temperature", json!(0))).await.json().await.unwrap());
+    let top1 = text(post(with("top_k", json!(1))).await.json().await.unwrap());
+    assert_eq!(top1, greedy);
+    // Completions stream their usage when asked.
+    let mut body = with("stream", json!(true));
+    body["stream_options"] = json!({"include_usage": true});
+    let sse = post(body).await.text().await.unwrap();
+    let last = sse
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data:"))
+        .map(str::trim)
+        .filter(|d| *d != "[DONE]")
+        .last()
+        .unwrap();
+    let v: Value = serde_json::from_str(last).unwrap();
+    assert_eq!(v["usage"]["completion_tokens"], 4, "{sse}");
 }

@@ -5,7 +5,7 @@
 use super::{collect, parse_body, sse, unix_now, ApiError, Flavor};
 use crate::engine::{Event, FinishReason, Job};
 use crate::sampling::SamplingParams;
-use crate::service::{Generation, Service};
+use crate::service::{Generation, Prompt, Service};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::sse::Sse;
@@ -63,11 +63,76 @@ struct Common {
     logprobs: Option<Value>,
     #[allow(dead_code)]
     user: Option<String>,
-    #[allow(dead_code)]
     stream_options: Option<Value>,
+    /// vLLM's extra: the `k` most likely tokens only (`-1` or `0`: all).
+    top_k: Option<i64>,
+}
+
+/// The fields OpenAI's chat and completions requests may carry that this server honors
+/// (with vLLM's `top_k`), by endpoint; [`check_fields`] refuses the others by name.
+const COMMON_FIELDS: &[&str] = &[
+    "model",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "n",
+    "stream",
+    "stop",
+    "seed",
+    "frequency_penalty",
+    "presence_penalty",
+    "logprobs",
+    "user",
+    "stream_options",
+    "response_format",
+    "top_k",
+];
+const CHAT_FIELDS: &[&str] =
+    &["messages", "max_completion_tokens", "tools", "tool_choice", "parallel_tool_calls"];
+const COMPLETION_FIELDS: &[&str] = &["prompt"];
+
+/// Refuses, by name, every top-level field of `body` this server does not honor — unless
+/// it holds the value that asks for nothing (`logit_bias: {}`, `echo: false`, `best_of: 1`,
+/// `min_p: 0`, `repetition_penalty: 1`, null …), so that a client sending defaults works
+/// and none is ever silently ignored.
+fn check_fields(body: &[u8], endpoint: &[&str]) -> Result<(), ApiError> {
+    let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(body) else {
+        return Ok(()); // (the typed parse names what is wrong)
+    };
+    for (name, value) in &fields {
+        if COMMON_FIELDS.contains(&name.as_str()) || endpoint.contains(&name.as_str()) {
+            continue;
+        }
+        let neutral = match (name.as_str(), value) {
+            (_, Value::Null) => true,
+            ("logit_bias" | "metadata", Value::Object(o)) => o.is_empty(),
+            ("echo" | "store", Value::Bool(b)) => !b,
+            ("best_of", v) | ("top_logprobs", v) => v.as_u64() == Some(u64::from(name == "best_of")),
+            ("min_p", v) => v.as_f64() == Some(0.0),
+            ("repetition_penalty", v) => v.as_f64() == Some(1.0),
+            ("suffix", Value::String(t)) => t.is_empty(),
+            _ => false,
+        };
+        if !neutral {
+            return Err(ApiError::validation(
+                Flavor::OpenAi,
+                format!("`{name}` is not supported by this server (only its default is accepted)"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 impl Common {
+    /// `stream_options.include_usage`: a last chunk with the usage.
+    fn include_usage(&self) -> bool {
+        self.stream_options
+            .as_ref()
+            .and_then(|o| o.get("include_usage"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    }
+
     fn check(&self) -> Result<SamplingParams, String> {
         if self.n.is_some_and(|n| n != 1) {
             return Err("`n` must be 1 on this server".into());
@@ -89,10 +154,13 @@ impl Common {
             return Err("`frequency_penalty` must be between -2 and 2".into());
         }
         // OpenAI samples at temperature 1 by default; 0 is greedy.
+        if self.top_k.is_some_and(|k| k < -1) {
+            return Err("`top_k` must be -1 (all), 0 (all) or a positive count".into());
+        }
         Ok(SamplingParams {
             do_sample: t > 0.0,
             temperature: if t > 0.0 { t } else { 1.0 },
-            top_k: None,
+            top_k: self.top_k.filter(|&k| k > 0).map(|k| k as usize),
             top_p: self.top_p.filter(|&p| p < 1.0),
             repetition_penalty: None,
             frequency_penalty: self.frequency_penalty.filter(|&f| f != 0.0),
@@ -179,12 +247,12 @@ fn prepare_chat(s: &Service, req: &ChatRequest) -> Result<(Generation, Option<Ou
         _ => None,
     };
     let prompt = chat.render(&req.messages, tool_values.as_deref()).map_err(|e| e.to_string())?;
-    let prompt = s.encode(&prompt).map_err(|e| e.to_string())?;
+    let prompt = s.encode(&prompt, Prompt::Templated).map_err(|e| e.to_string())?;
     let max_new_tokens = s
-        .max_new_tokens(req.common.max_completion_tokens.or(req.common.max_tokens))
+        .max_new_tokens(req.common.max_completion_tokens.or(req.common.max_tokens), prompt.len())
         .map_err(|e| e.to_string())?;
     let stop = stops(&req.common.stop);
-    Ok((Generation { job: Job { prompt, sampling, max_new_tokens, stop }, spec }, parser))
+    Ok((Generation { job: Job { prompt, sampling, max_new_tokens, stop, strip_stop: true }, spec }, parser))
 }
 
 /// The message shapes OpenAI's chat schema allows, each fault named by its place
@@ -272,6 +340,7 @@ async fn run_chat(s: Arc<Service>, body: Bytes) -> Result<Response, ApiError> {
     // Parsing, templating and tokenizing off the async workers.
     let (req, generation, parser) = s
         .off_workers(move |s| {
+            check_fields(&body, CHAT_FIELDS)?;
             let req: ChatRequest = parse_body(Flavor::OpenAi, &body)?;
             let (generation, parser) = prepare_chat(s, &req).map_err(|e| {
                 s.metrics.errors.with_label_values(&["validation"]).inc();
@@ -287,13 +356,7 @@ async fn run_chat(s: Arc<Service>, body: Bytes) -> Result<Response, ApiError> {
     let created = unix_now();
     let model = s.model_id.clone();
     if req.common.stream {
-        let include_usage = req
-            .common
-            .stream_options
-            .as_ref()
-            .and_then(|o| o.get("include_usage"))
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
+        let include_usage = req.common.include_usage();
         return Ok(chat_stream(rx, parser, id, created, model, prompt_tokens, include_usage));
     }
     let c = collect(rx).await.map_err(|e| ApiError::from_service(Flavor::OpenAi, e))?;
@@ -388,10 +451,21 @@ fn chat_stream(
                 }
                 Event::End(end) => {
                     if let Some(r) = reader.take() {
-                        if let Ok((_, rest)) = r.finish() {
-                            for d in rest {
-                                calls |= matches!(d, Delta::ToolCallStart { .. });
-                                let _ = tx.send(chunk(&id, created, &model, delta_json(d), None));
+                        match r.finish() {
+                            Ok((_, rest)) => {
+                                for d in rest {
+                                    calls |= matches!(d, Delta::ToolCallStart { .. });
+                                    let _ = tx.send(chunk(&id, created, &model, delta_json(d), None));
+                                }
+                            }
+                            // Cut off by the length limit: `finish_reason: "length"` says so.
+                            Err(_) if end.reason == FinishReason::Length => {}
+                            // Otherwise a call that does not read back is reported, never
+                            // dropped without a word.
+                            Err(e) => {
+                                let message = format!("tool calls: the output does not read back: {e}");
+                                let _ = tx.send(json!({"error": {"message": message, "type": "generation"}}));
+                                return;
                             }
                         }
                     }
@@ -438,6 +512,7 @@ async fn run_completions(s: Arc<Service>, body: Bytes) -> Result<Response, ApiEr
     // Parsing and tokenizing off the async workers.
     let (req, prepared) = s
         .off_workers(move |s| {
+            check_fields(&body, COMPLETION_FIELDS)?;
             let req: CompletionRequest = parse_body(Flavor::OpenAi, &body)?;
             let prepared = (|| -> Result<Generation, String> {
                 let sampling = req.common.check()?;
@@ -447,10 +522,11 @@ async fn run_completions(s: Arc<Service>, body: Bytes) -> Result<Response, ApiEr
                         ResponseFormat::from_json(v).map_err(|e| format!("response_format: {e}"))?.to_spec()
                     }
                 };
-                let prompt = s.encode(&req.prompt).map_err(|e| e.to_string())?;
-                let max_new_tokens = s.max_new_tokens(req.common.max_tokens).map_err(|e| e.to_string())?;
+                let prompt = s.encode(&req.prompt, Prompt::Raw).map_err(|e| e.to_string())?;
+                let max_new_tokens =
+                    s.max_new_tokens(req.common.max_tokens, prompt.len()).map_err(|e| e.to_string())?;
                 let stop = stops(&req.common.stop);
-                Ok(Generation { job: Job { prompt, sampling, max_new_tokens, stop }, spec })
+                Ok(Generation { job: Job { prompt, sampling, max_new_tokens, stop, strip_stop: true }, spec })
             })()
             .map_err(|e| ApiError::validation(Flavor::OpenAi, e))?;
             Ok::<_, ApiError>((req, prepared))
@@ -463,6 +539,7 @@ async fn run_completions(s: Arc<Service>, body: Bytes) -> Result<Response, ApiEr
     let created = unix_now();
     let model = s.model_id.clone();
     if req.common.stream {
+        let include_usage = req.common.include_usage();
         let (tx, out) = tokio::sync::mpsc::unbounded_channel::<Value>();
         tokio::spawn(async move {
             let piece = |text: &str, finish: Option<&str>| {
@@ -475,6 +552,12 @@ async fn run_completions(s: Arc<Service>, body: Bytes) -> Result<Response, ApiEr
                     Event::Token(_) => Ok(()),
                     Event::End(end) => {
                         let _ = tx.send(piece("", Some(finish_name(end.reason, false))));
+                        if include_usage {
+                            let _ =
+                                tx.send(json!({"id": id, "object": "text_completion", "created": created,
+                                "model": model, "choices": [],
+                                "usage": usage(prompt_tokens, end.generated_tokens)}));
+                        }
                         return;
                     }
                     Event::Error(e) => {

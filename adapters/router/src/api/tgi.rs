@@ -4,7 +4,7 @@
 use super::{collect, parse_body, sse, ApiError, Flavor};
 use crate::engine::{EndEvent, Event, FinishReason, Job, TokenEvent};
 use crate::sampling::SamplingParams;
-use crate::service::{Generation, Service};
+use crate::service::{Generation, Prompt, Service};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::sse::Sse;
@@ -16,8 +16,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
-/// `POST /generate`'s body.
+/// `POST /generate`'s body; unknown fields are refused.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct GenerateRequest {
     inputs: String,
     #[serde(default)]
@@ -125,12 +126,12 @@ fn validate(s: &Service, inputs: &str, p: &Parameters) -> Result<Generation, Str
         return Err("`adapter_id`: this server has no adapters".into());
     }
     // TGI truncates first, then checks the input against its limit.
-    let mut prompt = s.tokenize(inputs).map_err(|e| e.to_string())?;
+    let mut prompt = s.tokenize(inputs, Prompt::Raw).map_err(|e| e.to_string())?;
     if let Some(t) = p.truncate.filter(|&t| t > 0 && t < prompt.len()) {
         prompt.drain(..prompt.len() - t);
     }
     s.check_input(&prompt).map_err(|e| e.to_string())?;
-    let max_new_tokens = s.max_new_tokens(p.max_new_tokens).map_err(|e| e.to_string())?;
+    let max_new_tokens = s.max_new_tokens(p.max_new_tokens, prompt.len()).map_err(|e| e.to_string())?;
     let temperature = p.temperature.unwrap_or(1.0);
     // TGI samples when asked to, or when any warper is set.
     let do_sample =
@@ -152,7 +153,7 @@ fn validate(s: &Service, inputs: &str, p: &Parameters) -> Result<Generation, Str
         Some(Grammar::Regex(r)) => Some(GrammarSpec::Regex(r.clone())),
     };
     let stop = p.stop.clone().unwrap_or_default();
-    Ok(Generation { job: Job { prompt, sampling, max_new_tokens, stop }, spec })
+    Ok(Generation { job: Job { prompt, sampling, max_new_tokens, stop, strip_stop: false }, spec })
 }
 
 fn token_json(t: &TokenEvent) -> Value {

@@ -253,6 +253,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     sampling,
                     max_new_tokens: a.max_new_tokens,
                     stop: Vec::new(),
+                    strip_stop: false,
                 };
                 requests.push(Request { job, constraint, events: tx });
             }

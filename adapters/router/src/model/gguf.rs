@@ -194,9 +194,21 @@ pub fn hf_tokenizer_from_gguf(path: &Path) -> Result<(Vec<u8>, Vec<u8>), String>
             {"type": "Digits", "individual_digits": true}, byte_level(true)]}),
         _ => byte_level(true),
     };
+    // A BOS token before a raw prompt where the file says so (`tokenizer.ggml.add_bos_token`,
+    // as llama.cpp reads it); none when it says nothing.
+    let add_bos = md.get("tokenizer.ggml.add_bos_token").and_then(|v| v.to_bool().ok()).unwrap_or(false);
+    let bos = id("tokenizer.ggml.bos_token_id").and_then(|i| Some((i, tokens.get(i as usize)?.clone())));
+    let post_processor = match (add_bos, bos) {
+        (true, Some((i, t))) => json!({"type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": t, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"SpecialToken": {"id": t, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                     {"SpecialToken": {"id": t, "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {t.clone(): {"id": t, "ids": [i], "tokens": [t]}}}),
+        _ => Value::Null,
+    };
     let tokenizer = json!({
         "version": "1.0", "truncation": null, "padding": null, "added_tokens": added,
-        "normalizer": null, "pre_tokenizer": pre_tokenizer, "post_processor": null,
+        "normalizer": null, "pre_tokenizer": pre_tokenizer, "post_processor": post_processor,
         "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
         "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
             "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
