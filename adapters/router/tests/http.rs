@@ -1183,3 +1183,46 @@ async fn openai_fields_are_honored_or_refused_by_name() {
     let v: Value = serde_json::from_str(last).unwrap();
     assert_eq!(v["usage"]["completion_tokens"], 4, "{sse}");
 }
+
+/// The pinned clients' python (`adapters/router/scripts/client-venv.sh`), if installed;
+/// with `GRAMMASK_REQUIRE_CLIENTS` set (`.ci/run`) its absence fails the test.
+fn clients_python() -> Option<std::path::PathBuf> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let python = root.join(".venv-clients/bin/python");
+    if python.exists() {
+        return Some(python);
+    }
+    assert!(
+        std::env::var_os("GRAMMASK_REQUIRE_CLIENTS").is_none(),
+        "{} is missing: run adapters/router/scripts/client-venv.sh",
+        python.display()
+    );
+    eprintln!("skipped: the official clients are not installed (adapters/router/scripts/client-venv.sh)");
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_clients_work_unchanged() {
+    // Hugging Face's `text_generation` and OpenAI's `openai`, pinned, driving the router
+    // as their users do (`tests/clients/contract.py` says what is checked).
+    let Some(python) = clients_python() else { return };
+    // (Hermes-style calls: Qwen 3's come after a think block a random model rarely closes.)
+    let model = TestModel::new(ForwardTime::Sleep(Duration::ZERO));
+    let config = RouterConfig {
+        engine: EngineOptions { max_batch_size: 8, ..EngineOptions::default() },
+        tool_call_format: Some(grammask::tool_calling::Family::Hermes),
+        ..test_config(tokenizer(), Box::new(model))
+    };
+    let server = serve_config(config).await;
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/contract.py");
+    let base = server.base.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python).arg(script).arg(base).output()
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.starts_with("ok: "), "{stdout}");
+}

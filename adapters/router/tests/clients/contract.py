@@ -1,0 +1,125 @@
+"""The official clients, unchanged, against a running grammask-router.
+
+    python contract.py BASE_URL
+
+Drives Hugging Face's `text_generation` (TGI's client) and OpenAI's `openai` client the way
+their users do, and checks what comes back field by field: plain and constrained
+generations, streams, details, usage, tool calls, and the refusals of what the server does
+not support (a 422 the client raises, naming the field). Run by `official_clients_work_unchanged`
+in `adapters/router/tests/http.rs` against the simulated model (random logits: only the
+grammar keeps structured answers valid; Hermes-style tool calls), with the pinned clients of
+`adapters/router/scripts/client-venv.sh`. Exits non-zero on the first failure.
+"""
+
+import json
+import sys
+
+import openai
+import text_generation
+from text_generation.types import Grammar, GrammarType
+
+BASE = sys.argv[1]
+FLAGS = {
+    "type": "object",
+    "properties": {"on": {"type": "boolean"}, "level": {"type": "integer", "minimum": 0, "maximum": 9}},
+    "required": ["on", "level"],
+    "additionalProperties": False,
+}
+checks = 0
+
+
+def check(cond, what):
+    global checks
+    if not cond:
+        raise SystemExit(f"FAILED: {what}")
+    checks += 1
+
+
+def flags_ok(text, what):
+    value = json.loads(text)
+    check(set(value) == {"on", "level"}, f"{what}: keys of {text!r}")
+    check(isinstance(value["on"], bool) and value["level"] in range(10), f"{what}: values of {text!r}")
+
+
+def refused(call, field, what):
+    try:
+        call()
+    except Exception as e:  # each client raises its own 422 type
+        check(field in str(e), f"{what}: the refusal names `{field}`: {e}")
+        return
+    check(False, f"{what}: `{field}` was not refused")
+
+
+# --- TGI's client -----------------------------------------------------------------------
+tgi = text_generation.Client(BASE, timeout=60)
+r = tgi.generate("Hello", max_new_tokens=6, seed=1)
+check(isinstance(r.generated_text, str), "tgi generate: text")
+check(r.details.generated_tokens == len(r.details.tokens) <= 6, "tgi generate: details.tokens")
+check(r.details.finish_reason.value in ("length", "eos_token", "stop_sequence"), "tgi generate: finish_reason")
+check(r.details.seed == 1, "tgi generate: seed")
+again = tgi.generate("Hello", max_new_tokens=6, seed=1)
+check(again.generated_text == r.generated_text, "tgi generate: the same seed, the same text")
+
+r = tgi.generate("Flags:", max_new_tokens=40, seed=2,
+                 grammar=Grammar(type=GrammarType.Json, value=FLAGS))
+if r.details.finish_reason.value == "eos_token":
+    flags_ok(r.generated_text, "tgi generate with a grammar")
+check(r.generated_text.startswith("{"), "tgi generate with a grammar: JSON")
+
+r = tgi.generate("Code:", max_new_tokens=8, seed=3, grammar=Grammar(type=GrammarType.Regex, value="[0-9]{3}-[a-z]{2}"))
+check(len(r.generated_text) <= 6 and r.generated_text[:3].isdigit(), f"tgi regex: {r.generated_text!r}")
+
+tokens = list(tgi.generate_stream("Hello", max_new_tokens=5, seed=1))
+check(len(tokens) == 5 and tokens[-1].generated_text is not None, "tgi generate_stream: the last carries the text")
+check("".join(t.token.text for t in tokens) == tokens[-1].generated_text, "tgi generate_stream: tokens make the text")
+
+r = tgi.generate("Hello", max_new_tokens=8, seed=4, stop_sequences=["e"])
+if r.details.finish_reason.value == "stop_sequence":
+    check("e" in r.generated_text, "tgi stop_sequences: kept in the text")
+
+refused(lambda: tgi.generate("Hello", max_new_tokens=2, top_n_tokens=2), "top_n_tokens", "tgi top_n_tokens")
+refused(lambda: tgi.generate("Hello", max_new_tokens=2, decoder_input_details=True),
+        "decoder_input_details", "tgi decoder_input_details")
+refused(lambda: tgi.generate("Hello", max_new_tokens=2, typical_p=0.5), "typical_p", "tgi typical_p")
+
+# --- OpenAI's client ----------------------------------------------------------------------
+oai = openai.OpenAI(base_url=f"{BASE}/v1", api_key="unused", max_retries=0)
+r = oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=6, seed=5)
+check(isinstance(r.choices[0].message.content, str), "openai chat: content")
+check(r.choices[0].finish_reason in ("length", "stop"), "openai chat: finish_reason")
+check(r.usage.completion_tokens <= 6 and r.usage.prompt_tokens > 0, "openai chat: usage")
+
+r = oai.chat.completions.create(
+    model="m", messages=[{"role": "user", "content": "Flags?"}], max_tokens=60, seed=6,
+    response_format={"type": "json_schema", "json_schema": {"name": "flags", "schema": FLAGS}})
+if r.choices[0].finish_reason == "stop":
+    flags_ok(r.choices[0].message.content, "openai chat json_schema")
+
+chunks = list(oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=5,
+                                          seed=7, stream=True, stream_options={"include_usage": True}))
+check(chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 5, "openai chat stream: usage last")
+check(any(c.choices and c.choices[0].finish_reason for c in chunks), "openai chat stream: a finish_reason")
+
+tool = {"type": "function", "function": {"name": "set_flags", "parameters": FLAGS}}
+r = oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "Flags?"}], max_tokens=200, seed=8,
+                                tools=[tool], tool_choice={"type": "function", "function": {"name": "set_flags"}})
+calls = r.choices[0].message.tool_calls or []
+check(len(calls) >= 1 and calls[0].function.name == "set_flags", f"openai tools: a call: {r}")
+if r.choices[0].finish_reason == "tool_calls":
+    flags_ok(calls[0].function.arguments, "openai tools: arguments")
+
+r = oai.completions.create(model="m", prompt="Hello", max_tokens=4, seed=9)
+check(isinstance(r.choices[0].text, str) and r.usage.completion_tokens <= 4, "openai completions")
+chunks = list(oai.completions.create(model="m", prompt="Hello", max_tokens=4, seed=9, stream=True,
+                                     stream_options={"include_usage": True}))
+check("".join(c.choices[0].text for c in chunks if c.choices) == r.choices[0].text,
+      "openai completions stream: the same text as not streamed")
+check(chunks[-1].usage is not None, "openai completions stream: usage")
+
+refused(lambda: oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=2, n=2),
+        "`n`", "openai n")
+refused(lambda: oai.completions.create(model="m", prompt="hi", max_tokens=2, logit_bias={"5": 10}),
+        "logit_bias", "openai logit_bias")
+refused(lambda: oai.completions.create(model="m", prompt="hi", max_tokens=2, echo=True), "echo", "openai echo")
+
+print(f"ok: {checks} checks")
