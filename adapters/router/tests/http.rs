@@ -113,6 +113,11 @@ async fn serve_config(config: RouterConfig) -> Server {
     Server { base, router }
 }
 
+/// POSTs `body` as JSON and reads the answer as JSON.
+async fn post_json(c: &reqwest::Client, url: &str, body: &Value) -> Value {
+    c.post(url).json(body).send().await.unwrap().json().await.unwrap()
+}
+
 async fn metric(c: &reqwest::Client, base: &str, name: &str) -> f64 {
     let text = c.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
     text.lines()
@@ -1032,15 +1037,7 @@ async fn stop_sequences_are_found_inside_tokens_and_left_out_of_openai_text() {
         // TGI keeps the stop sequence (and the rest of the token it ends in).
         let body = json!({"inputs": "x", "parameters": {"max_new_tokens": 20, "stop": [stop],
             "grammar": {"type": "json", "value": schema}, "details": true}});
-        let v: Value = c
-            .post(format!("{}/generate", server.base))
-            .json(&body)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v = post_json(&c, &format!("{}/generate", server.base), &body).await;
         assert_eq!(v["details"]["finish_reason"], "stop_sequence", "{stop:?}: {v}");
         let text = v["generated_text"].as_str().unwrap();
         assert!(text.starts_with("\"alpha bet") && !text.contains("gamma"), "{stop:?}: {text:?}");
@@ -1048,15 +1045,7 @@ async fn stop_sequences_are_found_inside_tokens_and_left_out_of_openai_text() {
         let want = if stop == "bet" { "\"alpha " } else { "\"alpha" };
         let body = json!({"model": "test", "prompt": "x", "max_tokens": 20, "stop": stop,
             "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}});
-        let v: Value = c
-            .post(format!("{}/v1/completions", server.base))
-            .json(&body)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v = post_json(&c, &format!("{}/v1/completions", server.base), &body).await;
         assert_eq!(v["choices"][0]["text"], want, "{stop:?}: {v}");
         assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
         let mut body = body;
@@ -1110,15 +1099,7 @@ async fn raw_prompts_get_the_tokenizers_bos_and_chat_templates_their_own() {
         let server = serve_config(test_config(tok, Box::new(model))).await;
         let c = reqwest::Client::new();
         let body = json!({"model": "test", "prompt": "Hello", "max_tokens": 1});
-        let v: Value = c
-            .post(format!("{}/v1/completions", server.base))
-            .json(&body)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v = post_json(&c, &format!("{}/v1/completions", server.base), &body).await;
         assert_eq!(v["usage"]["prompt_tokens"], want, "{v}");
     }
 }
@@ -1138,7 +1119,9 @@ async fn openai_fields_are_honored_or_refused_by_name() {
         b
     };
     for (field, value) in [
-        ("logit_bias", json!({"5": 10})),
+        ("logit_bias", json!({"999999999": 10})),
+        ("logit_bias", json!({"5": 101})),
+        ("presence_penalty", json!(3)),
         ("echo", json!(true)),
         ("best_of", json!(2)),
         ("top_logprobs", json!(2)),
@@ -1164,6 +1147,14 @@ async fn openai_fields_are_honored_or_refused_by_name() {
     ] {
         assert_eq!(post(with(field, value)).await.status(), 200, "{field}");
     }
+    // `logit_bias` before the choice: +100 on one token makes greedy decoding repeat it;
+    // `presence_penalty` is accepted in its range.
+    let mut body = with("logit_bias", json!({"15": 100}));
+    body["temperature"] = json!(0);
+    let v: Value = post(body).await.json().await.unwrap();
+    let zero = tokenizer().hf.decode(&[15], false).unwrap();
+    assert_eq!(v["choices"][0]["text"], zero.repeat(4), "{v}");
+    assert_eq!(post(with("presence_penalty", json!(1.5))).await.status(), 200);
     // vLLM's `top_k`: one candidate is greedy decoding.
     let text = |v: Value| v["choices"][0]["text"].as_str().unwrap().to_string();
     let greedy = text(post(with("temperature", json!(0))).await.json().await.unwrap());

@@ -726,6 +726,12 @@ pub struct CompiledGrammar {
     work: OnceLock<u64>,
     /// [`CompileOptions::mask_memory_limit`].
     mask_limit: Option<usize>,
+    /// Serializes the fills that compute the same state's mask outside its cell
+    /// ([`Self::try_mask`]), by state modulo their number: as the cell's own
+    /// initialization does, a state being computed by one fill is waited for by another,
+    /// never computed twice (with two at once, mistral.rs's parallel sequences met wrong
+    /// masks: `tiny_model.rs` failed in 2 of 4 runs).
+    computing: [Mutex<()>; 16],
 }
 
 /// A state's mask, and the state it behaves like for every token.
@@ -812,6 +818,7 @@ impl CompiledGrammar {
             finishing: None,
             work: OnceLock::new(),
             mask_limit: None,
+            computing: Default::default(),
         }
     }
 
@@ -1012,8 +1019,13 @@ impl CompiledGrammar {
         if !budget::in_fill() {
             return Ok(self.slot(state));
         }
-        // Computed outside the cell, so that a walk past the fill's limit stores nothing
-        // (two fills meeting the same new state at once may then both compute it).
+        // Computed outside the cell, so that a walk past the fill's limit stores nothing;
+        // one fill at a time per state.
+        let _one =
+            self.computing[state as usize % self.computing.len()].lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = cell.get() {
+            return Ok(s);
+        }
         match self.compute_mask(state, None) {
             Some(m) => Ok(cell.get_or_init(|| m)),
             None => Err(budget::current().and_then(|m| m.stopped()).unwrap_or(BudgetError::Exceeded {

@@ -66,6 +66,8 @@ struct Common {
     stream_options: Option<Value>,
     /// vLLM's extra: the `k` most likely tokens only (`-1` or `0`: all).
     top_k: Option<i64>,
+    /// Token id (as a string) → bias in [−100, 100].
+    logit_bias: Option<std::collections::HashMap<String, f32>>,
 }
 
 /// The fields OpenAI's chat and completions requests may carry that this server honors
@@ -86,6 +88,7 @@ const COMMON_FIELDS: &[&str] = &[
     "stream_options",
     "response_format",
     "top_k",
+    "logit_bias",
 ];
 const CHAT_FIELDS: &[&str] =
     &["messages", "max_completion_tokens", "tools", "tool_choice", "parallel_tool_calls"];
@@ -105,7 +108,7 @@ fn check_fields(body: &[u8], endpoint: &[&str]) -> Result<(), ApiError> {
         }
         let neutral = match (name.as_str(), value) {
             (_, Value::Null) => true,
-            ("logit_bias" | "metadata", Value::Object(o)) => o.is_empty(),
+            ("metadata", Value::Object(o)) => o.is_empty(),
             ("echo" | "store", Value::Bool(b)) => !b,
             ("best_of", v) | ("top_logprobs", v) => v.as_u64() == Some(u64::from(name == "best_of")),
             ("min_p", v) => v.as_f64() == Some(0.0),
@@ -133,12 +136,11 @@ impl Common {
             .unwrap_or(false)
     }
 
-    fn check(&self) -> Result<SamplingParams, String> {
+    /// The sampling parameters, checked (`vocab`: the model's vocabulary size, which
+    /// `logit_bias`'s ids must be under).
+    fn check(&self, vocab: usize) -> Result<SamplingParams, String> {
         if self.n.is_some_and(|n| n != 1) {
             return Err("`n` must be 1 on this server".into());
-        }
-        if self.presence_penalty.is_some_and(|p| p != 0.0) {
-            return Err("`presence_penalty` is not supported by this server".into());
         }
         if self.logprobs.as_ref().is_some_and(|l| l != &Value::Bool(false) && !l.is_null()) {
             return Err("`logprobs` is not supported by this server".into());
@@ -153,6 +155,23 @@ impl Common {
         if self.frequency_penalty.is_some_and(|x| !(-2.0..=2.0).contains(&x)) {
             return Err("`frequency_penalty` must be between -2 and 2".into());
         }
+        if self.presence_penalty.is_some_and(|x| !(-2.0..=2.0).contains(&x)) {
+            return Err("`presence_penalty` must be between -2 and 2".into());
+        }
+        let mut logit_bias = Vec::new();
+        for (k, &v) in self.logit_bias.iter().flatten() {
+            let id = k.parse::<u32>().ok().filter(|&id| (id as usize) < vocab).ok_or_else(|| {
+                format!(
+                    "`logit_bias`: `{k}` is not a token id of this model (0 to {})",
+                    vocab.saturating_sub(1)
+                )
+            })?;
+            if !(-100.0..=100.0).contains(&v) {
+                return Err(format!("`logit_bias`: the bias of token {id} must be between -100 and 100"));
+            }
+            logit_bias.push((id, v));
+        }
+        logit_bias.sort_unstable_by_key(|b| b.0);
         // OpenAI samples at temperature 1 by default; 0 is greedy.
         if self.top_k.is_some_and(|k| k < -1) {
             return Err("`top_k` must be -1 (all), 0 (all) or a positive count".into());
@@ -164,6 +183,8 @@ impl Common {
             top_p: self.top_p.filter(|&p| p < 1.0),
             repetition_penalty: None,
             frequency_penalty: self.frequency_penalty.filter(|&f| f != 0.0),
+            presence_penalty: self.presence_penalty.filter(|&f| f != 0.0),
+            logit_bias,
             seed: self.seed.unwrap_or_else(rand::random),
             // OpenAI answers carry no log-probabilities here (`logprobs` is refused).
             logprobs: false,
@@ -204,7 +225,7 @@ fn usage(prompt: usize, completion: usize) -> Value {
 
 /// A chat request made ready: the generation and, for tools, the output reader.
 fn prepare_chat(s: &Service, req: &ChatRequest) -> Result<(Generation, Option<OutputParser>), String> {
-    let sampling = req.common.check()?;
+    let sampling = req.common.check(s.info.vocab_size())?;
     if req.messages.is_empty() {
         return Err("`messages` must not be empty".into());
     }
@@ -515,7 +536,7 @@ async fn run_completions(s: Arc<Service>, body: Bytes) -> Result<Response, ApiEr
             check_fields(&body, COMPLETION_FIELDS)?;
             let req: CompletionRequest = parse_body(Flavor::OpenAi, &body)?;
             let prepared = (|| -> Result<Generation, String> {
-                let sampling = req.common.check()?;
+                let sampling = req.common.check(s.info.vocab_size())?;
                 let spec = match &req.response_format {
                     None | Some(Value::Null) => None,
                     Some(v) => {

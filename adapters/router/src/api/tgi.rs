@@ -143,6 +143,8 @@ fn validate(s: &Service, inputs: &str, p: &Parameters) -> Result<Generation, Str
         top_p: p.top_p,
         repetition_penalty: p.repetition_penalty,
         frequency_penalty: p.frequency_penalty,
+        presence_penalty: None,
+        logit_bias: Vec::new(),
         seed: p.seed.unwrap_or_else(rand::random),
         logprobs: true,
     };

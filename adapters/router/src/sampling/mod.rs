@@ -35,6 +35,11 @@ pub struct SamplingParams {
     pub repetition_penalty: Option<f32>,
     /// OpenAI's frequency penalty: minus `penalty × count` for each generated token.
     pub frequency_penalty: Option<f32>,
+    /// OpenAI's presence penalty: minus `penalty` for each token generated at least once.
+    pub presence_penalty: Option<f32>,
+    /// OpenAI's `logit_bias`: added to these tokens' logits at every step, before the
+    /// choice (a grammar's mask still decides which tokens may be chosen at all).
+    pub logit_bias: Vec<(u32, f32)>,
     /// Seed of the random stream.
     pub seed: u64,
     /// Report each token's log-probability (a pass over the whole row: skipped
@@ -51,6 +56,8 @@ impl Default for SamplingParams {
             top_p: None,
             repetition_penalty: None,
             frequency_penalty: None,
+            presence_penalty: None,
+            logit_bias: Vec::new(),
             seed: 0,
             logprobs: true,
         }
@@ -274,7 +281,9 @@ impl Sampler {
         let host_only = p.top_k.is_some_and(|k| k > 0)
             || p.top_p.is_some_and(|q| q > 0.0 && q < 1.0)
             || p.repetition_penalty.is_some()
-            || p.frequency_penalty.is_some();
+            || p.frequency_penalty.is_some()
+            || p.presence_penalty.is_some()
+            || !p.logit_bias.is_empty();
         if host_only {
             return None;
         }
@@ -296,8 +305,14 @@ impl Sampler {
     }
 
     fn penalize(&self, logits: &mut [f32]) {
-        let (rep, freq) = (self.params.repetition_penalty, self.params.frequency_penalty);
-        if rep.is_none() && freq.is_none() {
+        for &(id, bias) in &self.params.logit_bias {
+            if let Some(x) = logits.get_mut(id as usize) {
+                *x += bias;
+            }
+        }
+        let p = &self.params;
+        let (rep, freq, pres) = (p.repetition_penalty, p.frequency_penalty, p.presence_penalty);
+        if !self.counts_tokens() {
             return;
         }
         for (&id, &n) in &self.counts {
@@ -308,12 +323,21 @@ impl Sampler {
             if let Some(f) = freq {
                 *x -= f * n as f32;
             }
+            if let Some(q) = pres {
+                *x -= q;
+            }
         }
+    }
+
+    /// Whether a penalty reads the counts of generated tokens.
+    fn counts_tokens(&self) -> bool {
+        let p = &self.params;
+        p.repetition_penalty.is_some() || p.frequency_penalty.is_some() || p.presence_penalty.is_some()
     }
 
     fn note(&mut self, id: u32) -> u32 {
         // Counts feed the penalties only.
-        if self.params.repetition_penalty.is_some() || self.params.frequency_penalty.is_some() {
+        if self.counts_tokens() {
             *self.counts.entry(id).or_default() += 1;
         }
         id
@@ -330,6 +354,24 @@ impl Sampler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn logit_bias_moves_the_choice_but_never_past_the_mask_and_presence_penalizes_once() {
+        let raw = [2.0, 1.0, 0.0, 0.5];
+        let params = SamplingParams { logit_bias: vec![(2, 5.0), (3, 100.0)], ..Default::default() };
+        // Token 3 is biased most but masked out: token 2, biased, wins among 0–2.
+        let mask = [0b0111u32];
+        let mut s = Sampler::new(params.clone());
+        assert_eq!(s.sample_masked(&mut raw.clone(), &mask).unwrap().0, 2);
+        assert_eq!(Sampler::new(params).sample(&mut raw.clone()).unwrap().0, 3);
+        // A presence penalty of 1.5 on token 0 once it was generated, however often.
+        let params = SamplingParams { presence_penalty: Some(1.5), ..Default::default() };
+        let mut s = Sampler::new(params);
+        s.record(&[0, 0, 0]);
+        let mut l = raw;
+        assert_eq!(s.sample(&mut l).unwrap().0, 1);
+        assert_eq!(l[0], 0.5);
+    }
 
     #[test]
     fn greedy_takes_the_largest_finite_logit() {

@@ -118,8 +118,12 @@ check(chunks[-1].usage is not None, "openai completions stream: usage")
 
 refused(lambda: oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=2, n=2),
         "`n`", "openai n")
-refused(lambda: oai.completions.create(model="m", prompt="hi", max_tokens=2, logit_bias={"5": 10}),
-        "logit_bias", "openai logit_bias")
+r = oai.completions.create(model="m", prompt="hi", max_tokens=3, temperature=0, logit_bias={"15": 100})
+check(r.choices[0].text == "000", f"openai logit_bias: +100 on Qwen3's token 15, '0': {r.choices[0].text!r}")
+r = oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=3,
+                                presence_penalty=1.0, frequency_penalty=0.5, seed=10)
+check(r.usage.completion_tokens <= 3, "openai penalties")
+refused(lambda: oai.completions.create(model="m", prompt="hi", max_tokens=2, best_of=2), "best_of", "openai best_of")
 refused(lambda: oai.completions.create(model="m", prompt="hi", max_tokens=2, echo=True), "echo", "openai echo")
 
 print(f"ok: {checks} checks")
