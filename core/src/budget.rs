@@ -319,12 +319,6 @@ pub fn charge_walk(units: u64) -> Result<(), BudgetError> {
     })
 }
 
-/// Whether this thread's meter is a fill's: a mask computed now may be abandoned
-/// ([`charge_walk`]).
-pub(crate) fn in_fill() -> bool {
-    CURRENT.with(|c| c.borrow().as_ref().is_some_and(|m| m.walks))
-}
-
 /// Looks at this thread's meter's cancellation and deadline now.
 pub fn check(phase: Phase) -> Result<(), BudgetError> {
     CURRENT.with(|c| match &*c.borrow() {

@@ -726,11 +726,8 @@ pub struct CompiledGrammar {
     work: OnceLock<u64>,
     /// [`CompileOptions::mask_memory_limit`].
     mask_limit: Option<usize>,
-    /// Serializes the fills that compute the same state's mask outside its cell
-    /// ([`Self::try_mask`]), by state modulo their number: as the cell's own
-    /// initialization does, a state being computed by one fill is waited for by another,
-    /// never computed twice (with two at once, mistral.rs's parallel sequences met wrong
-    /// masks: `tiny_model.rs` failed in 2 of 4 runs).
+    /// One computation of a state's mask at a time, by state modulo their number
+    /// ([`Self::computed`]).
     computing: [Mutex<()>; 16],
 }
 
@@ -984,10 +981,33 @@ impl CompiledGrammar {
 
     #[inline]
     fn slot(&self, state: u32) -> &Slot {
-        self.masks[state as usize].get_or_init(|| match self.compute_mask(state, None) {
-            Some(m) => m,
-            None => unreachable!("a walk without a deadline always finishes"),
-        })
+        if let Some(s) = self.computed(state) {
+            return s;
+        }
+        // (Only a fill's meter stops a walk: this caller asked for no limit.)
+        match budget::scope(None, || self.computed(state)) {
+            Some(s) => s,
+            None => unreachable!("a walk without a deadline or a fill's limit always finishes"),
+        }
+    }
+
+    /// The slot of `state`, computed here unless it is stored — one computation per state
+    /// at a time: a state another thread is computing is waited for, never computed twice
+    /// (with two at once, mistral.rs's parallel sequences met wrong masks in
+    /// `tiny_model.rs`; the cause inside `compute_mask` is not identified). `None`: a
+    /// fill's limit stopped the walk, and nothing was stored.
+    fn computed(&self, state: u32) -> Option<&Slot> {
+        let cell = &self.masks[state as usize];
+        if let Some(s) = cell.get() {
+            return Some(s);
+        }
+        let _one =
+            self.computing[state as usize % self.computing.len()].lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = cell.get() {
+            return Some(s);
+        }
+        let m = self.compute_mask(state, None)?;
+        Some(cell.get_or_init(|| m))
     }
 
     /// [`Self::mask`] for a fill, which may be refused: past its meter's limit
@@ -1006,8 +1026,7 @@ impl CompiledGrammar {
     }
 
     fn try_slot(&self, state: u32) -> std::result::Result<&Slot, BudgetError> {
-        let cell = &self.masks[state as usize];
-        if let Some(s) = cell.get() {
+        if let Some(s) = self.masks[state as usize].get() {
             return Ok(s);
         }
         if let Some(limit) = self.mask_limit {
@@ -1016,24 +1035,13 @@ impl CompiledGrammar {
                 return Err(BudgetError::MaskMemory { bytes, limit });
             }
         }
-        if !budget::in_fill() {
-            return Ok(self.slot(state));
-        }
-        // Computed outside the cell, so that a walk past the fill's limit stores nothing;
-        // one fill at a time per state.
-        let _one =
-            self.computing[state as usize % self.computing.len()].lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(s) = cell.get() {
-            return Ok(s);
-        }
-        match self.compute_mask(state, None) {
-            Some(m) => Ok(cell.get_or_init(|| m)),
-            None => Err(budget::current().and_then(|m| m.stopped()).unwrap_or(BudgetError::Exceeded {
+        self.computed(state).ok_or_else(|| {
+            budget::current().and_then(|m| m.stopped()).unwrap_or(BudgetError::Exceeded {
                 phase: Phase::Fill,
                 spent: 0,
                 limit: 0,
-            })),
-        }
+            })
+        })
     }
 
     /// Bytes held by the masks (own and shared), without the automata.
