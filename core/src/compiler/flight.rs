@@ -110,16 +110,18 @@ impl Flight {
     }
 
     /// Hands `r` to the callers waiting and returns the leader's copy: an error is
-    /// shared ([`Error::Shared`], displayed as is) only when someone joined.
+    /// shared ([`Error::Shared`], displayed as is) only when someone joined. (Called once
+    /// the flight left the map: no caller joins after.)
     fn land(&self, r: Result<Arc<CompiledGrammar>>) -> Result<Arc<CompiledGrammar>> {
         let joined = self.joined.load(std::sync::atomic::Ordering::Acquire);
         let (shared, mine) = match r {
             Ok(c) => (Ok(c.clone()), Ok(c)),
-            Err(e) if joined => {
+            // No one waits for it.
+            Err(e) if !joined => return Err(e),
+            Err(e) => {
                 let e = Arc::new(e);
                 (Err(e.clone()), Err(Error::Shared(e)))
             }
-            Err(e) => (Err(Arc::new(Error::Budget(BudgetError::Cancelled { phase: Phase::Joined }))), Err(e)),
         };
         let _ = self.result.set(shared);
         let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
