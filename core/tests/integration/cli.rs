@@ -208,3 +208,63 @@ fn masks_prints_one_line_per_draft_tree_node() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `--token-ids`: the ids are walked as given — the same lines as the text they spell,
+/// and a special token (the end of turn) accepted where the grammar may end.
+#[test]
+fn masks_walks_token_ids_as_given() {
+    let dir = std::env::temp_dir().join(format!("grammask-cli-ids-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tok = common::data_dir().join("tokenizers/llama3_1");
+    let run = |extra: &[&str]| {
+        let out = grammask()
+            .args(["masks", "--tokenizer"])
+            .arg(&tok)
+            .arg("--builtin-json")
+            .args(extra)
+            .output()
+            .unwrap();
+        (out.status.success(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+    };
+    let (ok, by_text, err) = run(&["--text", "{\"a\": 1}"]);
+    assert!(ok, "{err}");
+    let ids: Vec<u64> = by_text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["token"].as_u64())
+        .collect();
+    let strip = |s: &str| -> Vec<serde_json::Value> {
+        s.lines()
+            .map(|l| {
+                let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+                v.as_object_mut().unwrap().remove("fill_us");
+                v
+            })
+            .collect()
+    };
+    let file = dir.join("ids.json");
+    std::fs::write(&file, serde_json::to_string(&ids).unwrap()).unwrap();
+    let (ok, by_ids, err) = run(&["--token-ids", file.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert_eq!(strip(&by_ids), strip(&by_text));
+
+    // <|eot_id|> (128009), a special token the text path never produces, ends the output.
+    let mut with_eot = ids.clone();
+    with_eot.push(128009);
+    std::fs::write(&file, serde_json::to_string(&with_eot).unwrap()).unwrap();
+    let (ok, out, err) = run(&["--token-ids", file.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(last["accepted"], true, "{out}");
+    // ... but not before the JSON is complete.
+    std::fs::write(&file, serde_json::to_string(&[ids[0], 128009]).unwrap()).unwrap();
+    let (ok, out, _) = run(&["--token-ids", file.to_str().unwrap()]);
+    assert!(ok);
+    assert_eq!(out.lines().last().unwrap(), r#"{"accepted":false,"can_terminate":false}"#);
+
+    // A malformed list is an error naming the entry.
+    std::fs::write(&file, "[1, -2]").unwrap();
+    let (ok, _, err) = run(&["--token-ids", file.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("/1: a token id"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

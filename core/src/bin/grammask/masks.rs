@@ -18,11 +18,15 @@ pub struct MasksArgs {
     #[command(flatten)]
     grammar: GrammarArgs,
     /// The text to walk (tokenized without special tokens).
-    #[arg(long, conflicts_with = "text_file")]
+    #[arg(long, conflicts_with_all = ["text_file", "token_ids"])]
     text: Option<String>,
     /// A file holding the text.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "token_ids")]
     text_file: Option<PathBuf>,
+    /// A file holding a JSON array of token ids to walk, accepted as given (special
+    /// tokens included) instead of a text: the output of a model, exactly.
+    #[arg(long)]
+    token_ids: Option<PathBuf>,
     /// Also print the allowed token ids.
     #[arg(long)]
     ids: bool,
@@ -66,23 +70,42 @@ fn with_row(mut line: serde_json::Value, mask: &TokenBitmask, r: usize, ids: boo
     line
 }
 
+/// The ids in `path`: a JSON array of non-negative integers.
+fn read_ids(path: &PathBuf) -> Result<Vec<u32>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bad = |i: usize| format!("{}: /{i}: a token id must be an integer in 0..2^32", path.display());
+    v.as_array()
+        .ok_or_else(|| format!("{}: must be a JSON array of token ids", path.display()))?
+        .iter()
+        .enumerate()
+        .map(|(i, x)| x.as_u64().and_then(|x| u32::try_from(x).ok()).ok_or_else(|| bad(i)))
+        .collect()
+}
+
 pub fn run(a: &MasksArgs) -> Result<(), String> {
     let text = match (&a.text, &a.text_file) {
-        (Some(t), _) => t.clone(),
-        (None, Some(f)) => std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?,
-        (None, None) if a.draft_tree.is_some() => String::new(),
-        (None, None) => return Err("give --text or --text-file".into()),
+        (Some(t), _) => Some(t.clone()),
+        (None, Some(f)) => Some(std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?),
+        (None, None) if a.draft_tree.is_some() || a.token_ids.is_some() => None,
+        (None, None) => return Err("give --text, --text-file or --token-ids".into()),
     };
     let tree = a.draft_tree.as_ref().map(read_tree).transpose()?;
     let (tok, info) = load_tokenizer(&a.tokenizer)?;
-    let enc = tok.encode(text.as_str(), false).map_err(|e| format!("tokenize: {e}"))?;
+    let ids = match (&a.token_ids, text) {
+        (Some(f), _) => read_ids(f)?,
+        (None, Some(t)) => {
+            tok.encode(t.as_str(), false).map_err(|e| format!("tokenize: {e}"))?.get_ids().to_vec()
+        }
+        (None, None) => Vec::new(),
+    };
     let compiler = GrammarCompiler::new(Arc::new(info));
     let compiled = compiler.compile(&a.grammar.spec()?).map_err(|e| e.to_string())?;
     let vocab = compiled.tokenizer().vocab_size();
     let mut m = GrammarMatcher::new(compiled);
     let mut mask = TokenBitmask::new(1, vocab);
     let mut accepted = true;
-    for (i, &id) in enc.get_ids().iter().enumerate() {
+    for (i, &id) in ids.iter().enumerate() {
         let t0 = Instant::now();
         m.fill_next_token_bitmask(mask.row_mut(0)).map_err(|e| e.to_string())?;
         let fill_us = t0.elapsed().as_secs_f64() * 1e6;
