@@ -28,7 +28,6 @@ mod members;
 mod nfa;
 mod tail;
 pub use error::AutomataError;
-pub(crate) use nfa::{intersection_is_empty, intersection_size};
 pub mod optimize;
 
 use crate::crew::{self, Share};

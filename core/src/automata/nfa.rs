@@ -105,26 +105,6 @@ impl Nfa {
         self.all_live
     }
 
-    /// Whether some path of epsilon and byte edges leads from the start to the end: the
-    /// NFA matches some string (it has no rule edges: see [`operands`]).
-    fn reaches_end(&self) -> bool {
-        let mut seen = vec![false; self.len];
-        let mut todo = vec![0u32];
-        seen[0] = true;
-        while let Some(s) = todo.pop() {
-            if s == self.end {
-                return true;
-            }
-            let next = self.eps.of(s).iter().copied().chain(self.bytes.of(s).iter().map(|e| e.2));
-            for t in next {
-                if !std::mem::replace(&mut seen[t as usize], true) {
-                    todo.push(t);
-                }
-            }
-        }
-        false
-    }
-
     /// No edge enters `path` (states along a path from the start) except from `path`
     /// itself: nothing else can lead back into it. `seen` is all false, and left so.
     pub fn entered_only_along(&self, path: &[u32], seen: &mut [bool]) -> bool {
@@ -207,77 +187,6 @@ fn operands(parts: &[Expr], max: usize) -> Result<Vec<Nfa>, AutomataError> {
         nfas.push(nfa);
     }
     Ok(nfas)
-}
-
-/// Whether the intersection of the rule-free expressions `parts` matches no string at
-/// all. The compiler finds out too (an empty product automaton), but a front-end that
-/// asks first can report the constraint that cannot be met where it was written, and
-/// prune it like any other empty alternative. All operands but the last are intersected
-/// as the compiler does; the last product is searched depth-first and only until a pair
-/// of final states turns up, so a non-empty intersection usually costs a short path.
-/// Fails like [`Nfa::build`] past `max` states in all.
-pub(crate) fn intersection_is_empty(parts: &[Expr], max: usize) -> Result<bool, AutomataError> {
-    let mut nfas = operands(parts, max)?;
-    let Some(last) = nfas.pop() else { return Ok(false) };
-    let mut rest = nfas.into_iter();
-    // One operand: its product with itself is the same language.
-    let a = match rest.next() {
-        Some(first) => rest.try_fold(first, |acc, p| intersect(&acc, &p, max))?,
-        None => Nfa::build(&parts[0], max)?,
-    };
-    let (mut sa, mut sb) = (Side::new(&a), Side::new(&last));
-    let mut seen: rustc_hash::FxHashSet<(u32, u32)> = Default::default();
-    let mut todo = Vec::new();
-    let push =
-        |x: &[u32], y: &[u32], seen: &mut rustc_hash::FxHashSet<(u32, u32)>, todo: &mut Vec<(u32, u32)>| {
-            for &i in x {
-                for &j in y {
-                    if seen.insert((i, j)) {
-                        todo.push((i, j));
-                    }
-                }
-            }
-        };
-    let (xs, ys) = (sa.closure(0).to_vec(), sb.closure(0).to_vec());
-    push(&xs, &ys, &mut seen, &mut todo);
-    while let Some((x, y)) = todo.pop() {
-        if x == a.end && y == last.end {
-            return Ok(false);
-        }
-        budget::charge(Phase::Intersection, 1 + (a.bytes.of(x).len() * last.bytes.of(y).len()) as u64)?;
-        if seen.len() > max {
-            return Err(AutomataError::Limit {
-                what: "intersection (NFA states)",
-                given: seen.len(),
-                limit: max,
-            });
-        }
-        for &(lo, hi, tx) in a.bytes.of(x) {
-            for &(lo2, hi2, ty) in last.bytes.of(y) {
-                if lo.max(lo2) <= hi.min(hi2) {
-                    let (xs, ys) = (sa.closure(tx).to_vec(), sb.closure(ty).to_vec());
-                    push(&xs, &ys, &mut seen, &mut todo);
-                }
-            }
-        }
-    }
-    Ok(true)
-}
-
-/// The size (NFA states) of the intersection of the rule-free expressions `parts` as the
-/// compiler builds it, or `None` when it matches no string at all. A front-end asks
-/// before it writes an intersection: to keep its cost bounded by the product actually
-/// built (an estimate from the operands' sizes is off by orders of magnitude: most pairs
-/// of states are never reached together), and to report a constraint no string meets
-/// where it was written, pruning it like any other empty alternative. Fails like
-/// [`Nfa::build`] when the product passes `max` states.
-pub(crate) fn intersection_size(parts: &[Expr], max: usize) -> Result<Option<usize>, AutomataError> {
-    // (The operands are bounded like any rule's NFA: a counted repetition can be large
-    // where the product stays small.)
-    let mut nfas = operands(parts, super::AutomataLimits::default().max_nfa_states)?.into_iter();
-    let Some(first) = nfas.next() else { return Ok(None) };
-    let product = nfas.try_fold(first, |acc, p| intersect(&acc, &p, max))?;
-    Ok(product.reaches_end().then_some(product.len))
 }
 
 /// The intersection of two rule-free NFAs: the product construction over pairs of
@@ -630,34 +539,5 @@ mod tests {
             }
             assert!(!accepts(&format!("{word}x")));
         }
-    }
-
-    #[test]
-    fn intersection_emptiness() {
-        let empty = |ps: &[&str]| {
-            let parts: Vec<Expr> = ps.iter().map(|p| re(p)).collect();
-            let lazy = intersection_is_empty(&parts, 100_000).unwrap();
-            assert_eq!(intersection_size(&parts, 100_000).unwrap().is_none(), lazy, "{ps:?}");
-            lazy
-        };
-        assert!(empty(&["(a|aa)a", ".?"]));
-        assert!(!empty(&["(a|aa)a", ".{2}"]));
-        assert!(!empty(&["(a|aa)a", ".{3}"]));
-        assert!(empty(&["(a|aa)a", ".{4,}"]));
-        assert!(empty(&["a*", "b+"]));
-        assert!(!empty(&["a*", "b*"]), "both match the empty string");
-        // Three operands: each pair meets, all three do not.
-        assert!(!empty(&["[ab]c", "[bc]c"]));
-        assert!(!empty(&["[ab]c", "[ac]c"]));
-        assert!(empty(&["[ab]c", "[bc]c", "[ac]c"]));
-        assert!(!empty(&["[ab]c", "[bc]c", "[bd]c"]));
-        // One operand: its own emptiness.
-        assert!(!empty(&["x"]));
-        assert!(empty(&["x[^\\s\\S]"]));
-        // Past the state limit: the typed error, not an answer.
-        let parts = [re("[ab]{0,200}c"), re("[bc]{0,200}d")];
-        assert!(matches!(intersection_is_empty(&parts, 300), Err(AutomataError::Limit { .. })));
-        assert!(matches!(intersection_size(&parts, 300), Err(AutomataError::Limit { .. })));
-        assert!(matches!(intersection_size(&[re("ab"), re("a.")], 300), Ok(Some(n)) if n > 2 && n < 50));
     }
 }

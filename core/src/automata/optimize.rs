@@ -36,15 +36,15 @@ pub const INLINE_GROWTH_MAX: usize = 10_000;
 pub const UNROLL_MAX_SIZE: usize = 2_000;
 
 /// The same bound for small bodies that reference no rule (at most [`CHAR_MAX_SIZE`]
-/// nodes: `maxLength: 1024` of a JSON string character): their copies stay one DFA, built
+/// nodes: `maxLength: 1024` of a JSON string character, 34 nodes with every spelling): their copies stay one DFA, built
 /// by splicing copies of the body's (`chain`), whose positions share one mask. Outlined,
 /// every character was a rule call: each token longer than one character straddled the
 /// call's end, so a fill inside such a string ran ~120,000 uncertain tokens through the
 /// parser (0.7 ms at every position of a `maxLength: 1024` string).
-pub const UNROLL_MAX_SIZE_REGULAR: usize = 16_384;
+pub const UNROLL_MAX_SIZE_REGULAR: usize = 1024 * CHAR_MAX_SIZE;
 
 /// Largest rule-free body that [`UNROLL_MAX_SIZE_REGULAR`] applies to.
-pub const CHAR_MAX_SIZE: usize = 16;
+pub const CHAR_MAX_SIZE: usize = 40;
 
 /// Runs all IR passes in order on a copy of `g` (see [`optimize_owned`]).
 pub fn optimize(g: &Grammar) -> Result<Grammar, GrammarError> {
@@ -561,11 +561,11 @@ mod tests {
         let chars = Grammar::from_ebnf("root ::= ([a-z] | \"\\\\\" [nrt]){0,254}").unwrap();
         assert_eq!(optimize(&chars).unwrap().rules.len(), 1);
         // A larger rule-free body repeated many times is outlined.
-        let big = Grammar::from_ebnf("root ::= (\"\\\"\" [0-9a-f]{24} \"\\\"\" \", \"){1000}").unwrap();
+        let big = Grammar::from_ebnf("root ::= (\"\\\"\" [0-9a-f]{48} \"\\\"\" \", \"){1000}").unwrap();
         assert_eq!(optimize(&big).unwrap().rules.len(), 2);
         // Equal bodies, wherever they repeat, become one rule.
         let twice = Grammar::from_ebnf(
-            "root ::= a \"|\" b \"|\" ([0-9a-f]{24} \",\"){300}\na ::= \"x\" ([0-9a-f]{24} \",\"){500}\nb ::= \"y\" ([0-9a-f]{24} \",\"){200,900}",
+            "root ::= a \"|\" b \"|\" ([0-9a-f]{48} \",\"){300}\na ::= \"x\" ([0-9a-f]{48} \",\"){500}\nb ::= \"y\" ([0-9a-f]{48} \",\"){200,900}",
         )
         .unwrap();
         let o = optimize(&twice).unwrap();
@@ -576,7 +576,7 @@ mod tests {
         // copies then pass the limit (3 do not, 5 do).
         for (outer, rules) in [(3, 3), (5, 4)] {
             let nested = Grammar::from_ebnf(&format!(
-                "root ::= ((\"\\\"\" [0-9a-f]{{24}} \"\\\"\" \",\"){{500}} \";\" v){{{outer}}}\nv ::= \"[\" v? \"]\""
+                "root ::= ((\"\\\"\" [0-9a-f]{{48}} \"\\\"\" \",\"){{500}} \";\" v){{{outer}}}\nv ::= \"[\" v? \"]\""
             ))
             .unwrap();
             let o = optimize(&nested).unwrap();

@@ -4,9 +4,6 @@
 use super::error::{GrammarError, GrammarErrorKind};
 use super::{Expr, Rule, RuleId};
 
-/// Most members one [`MemberSet`] tracks (the parser keeps the written set in a `u64`).
-pub const MAX_SET_MEMBERS: usize = 64;
-
 /// The id a dropped member keeps (see [`MemberSet::map_rules`]).
 const DROPPED: RuleId = RuleId(u32::MAX);
 
@@ -73,7 +70,7 @@ const DROPPED: RuleId = RuleId(u32::MAX);
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct MemberSet {
     /// Per member: the rule that writes it (key and value, no separator) and whether it is
-    /// required. Member `i` is bit `i` of the written set.
+    /// required. Member `i` is bit `i` of the written set (any number of members).
     pub members: Vec<(RuleId, bool)>,
     /// The rule writing one extra member (any number of them, not tracked one by one).
     pub extra: Option<RuleId>,
@@ -106,11 +103,6 @@ impl MemberSet {
             self.members.iter().filter(|m| m.0 != DROPPED).map(|m| Expr::Rule(m.0)).collect();
         any.extend(self.extra.map(Expr::Rule));
         Expr::Alt(any)
-    }
-
-    /// The members that must be written, as a bit set.
-    pub fn required_bits(&self) -> u64 {
-        self.members.iter().enumerate().filter(|(_, m)| m.1).fold(0, |acc, (i, _)| acc | 1 << i)
     }
 
     /// Calls `f` on every rule the set names (not the members dropped by
@@ -158,9 +150,6 @@ impl MemberSet {
         let bad = |why: String| {
             Err(GrammarError::global(GrammarErrorKind::BadMemberSet { rule: rule.name.clone(), why }))
         };
-        if self.members.len() > MAX_SET_MEMBERS {
-            return bad(format!("more than {MAX_SET_MEMBERS} members"));
-        }
         let shape = || "the body is not `open (m | x) (sep (m | x))* close` over its own rules".to_string();
         let v = match &rule.body {
             Expr::Seq(v) if v.len() >= 4 => v,

@@ -27,7 +27,7 @@ pub use ebnf::{parse_ebnf, parse_ebnf_bytes, ParseLimits};
 pub(crate) use error::write_located;
 pub use error::{GrammarError, GrammarErrorKind};
 pub(crate) use members::can_finish;
-pub use members::{MemberSet, MAX_SET_MEMBERS};
+pub use members::MemberSet;
 
 /// Index of a rule in [`Grammar::rules`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

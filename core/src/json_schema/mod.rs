@@ -64,8 +64,6 @@
 //! XGrammar and llguidance do.
 //!
 //! Known deliberate differences from a validator:
-//! - an object with more than [`MAX_SET_MEMBERS`](crate::grammar::MAX_SET_MEMBERS) (64)
-//!   declared members takes them in schema order (with a [`SchemaWarning`]);
 //! - a repeated member is never accepted (a parser would keep one of the values) — except
 //!   when a `propertyNames` too general for the key automaton stands for the extra keys,
 //!   which are then not told apart from the declared names;
@@ -156,9 +154,7 @@ pub enum Whitespace {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PropertyOrder {
     /// Any order, as JSON Schema means it: each declared member at most once, extra
-    /// members anywhere among them (objects with more than
-    /// [`MAX_SET_MEMBERS`](crate::grammar::MAX_SET_MEMBERS) declared members take
-    /// [`PropertyOrder::Schema`], with a [`SchemaWarning`]).
+    /// members anywhere among them, for any number of declared members.
     #[default]
     Any,
     /// The order of `properties` (then `required` names not declared, then extra

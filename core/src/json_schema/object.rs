@@ -7,8 +7,8 @@
 //! any order, each declared one at most once, every required one present, the count
 //! within `minProperties`/`maxProperties` — the parser tracks what an object has written
 //! (see [`crate::grammar::MemberSet`]), so this costs one rule, not one per subset of
-//! members. With [`PropertyOrder::Schema`] (and for objects with more than
-//! [`MAX_SET_MEMBERS`] members) the members come in schema order, then the extra ones;
+//! members, whatever their number. With [`PropertyOrder::Schema`] the members come in
+//! schema order, then the extra ones;
 //! commas are placed exactly by building the list back to front with two families of
 //! rules:
 //! - `first(i)`: members `i..` when nothing has been written yet (no leading comma);
@@ -28,7 +28,7 @@ use super::types::Builder;
 use super::whitespace::{alt, is_nothing, lit, nothing, seq};
 use super::PropertyOrder;
 use super::SchemaError;
-use crate::grammar::{Expr, MemberSet, RuleId, MAX_SET_MEMBERS};
+use crate::grammar::{Expr, MemberSet, RuleId};
 use crate::regex::keyset::{Component, KeySet};
 use rustc_hash::FxHashMap;
 use serde_json::{json, Map, Value};
@@ -266,19 +266,9 @@ pub(crate) fn build(
     }
     let nullable = nreq == 0 && min == 0;
     let any_order = b.opts.property_order == PropertyOrder::Any && !members.is_empty();
-    if any_order && members.len() <= MAX_SET_MEMBERS {
+    if any_order {
         let set = member_set(b, member_rules, extra, (min, max), level, ptr)?;
         return Ok(if nullable { alt(vec![l.empty('{', '}'), set]) } else { set });
-    }
-    if any_order {
-        b.warnings.push(super::SchemaWarning {
-            keyword: "properties".into(),
-            pointer: ptr.to_string(),
-            approximation: format!(
-                "{} declared members, more than the {MAX_SET_MEMBERS} tracked in any order: schema order",
-                members.len()
-            ),
-        });
     }
     let counting = min > 0 || max.is_some();
     let extra = extra.map(Expr::Rule);

@@ -19,48 +19,7 @@ const ANY_CHAR: &[(u32, u32)] = &[(0, 0x10FFFF)];
 /// followed by the second. The JSON grammar admits lone surrogate escapes, but no string
 /// holds them: `serde_json` rejects such a document, and the output must parse.
 pub(crate) fn any_string() -> Expr {
-    let hex = || Expr::Class(vec![(0x30, 0x39), (0x41, 0x46), (0x61, 0x66)]);
-    let hex2 = || Expr::Repeat { expr: Box::new(hex()), min: 2, max: Some(2) };
-    let d = || Expr::Class(vec![(0x44, 0x44), (0x64, 0x64)]);
-    let code_unit = Expr::Alt(vec![
-        // Not starting with `D`: never a surrogate.
-        seq(vec![
-            Expr::Class(vec![(0x30, 0x39), (0x41, 0x43), (0x45, 0x46), (0x61, 0x63), (0x65, 0x66)]),
-            hex(),
-            hex2(),
-        ]),
-        // D000–D7FF.
-        seq(vec![d(), Expr::Class(vec![(0x30, 0x37)]), hex2()]),
-        // A high surrogate D800–DBFF, then a low one DC00–DFFF.
-        seq(vec![
-            d(),
-            Expr::Class(vec![(0x38, 0x39), (0x41, 0x42), (0x61, 0x62)]),
-            hex2(),
-            lit("\\u"),
-            d(),
-            Expr::Class(vec![(0x43, 0x46), (0x63, 0x66)]),
-            hex2(),
-        ]),
-    ]);
-    let ch = Expr::Alt(vec![
-        Expr::Class(vec![(0x20, 0x21), (0x23, 0x5B), (0x5D, 0xD7FF), (0xE000, 0x10FFFF)]),
-        seq(vec![
-            lit("\\"),
-            Expr::Alt(vec![
-                Expr::Class(vec![
-                    (0x22, 0x22),
-                    (0x2F, 0x2F),
-                    (0x5C, 0x5C),
-                    (0x62, 0x62),
-                    (0x66, 0x66),
-                    (0x6E, 0x6E),
-                    (0x72, 0x72),
-                    (0x74, 0x74),
-                ]),
-                seq(vec![lit("u"), code_unit]),
-            ]),
-        ]),
-    ]);
+    let ch = json_string_char(ANY_CHAR);
     seq(vec![lit("\""), Expr::Repeat { expr: Box::new(ch), min: 0, max: None }, lit("\"")])
 }
 
@@ -276,37 +235,44 @@ fn constrained_body(
     if parts.len() <= 1 {
         return Ok(parts.pop().map_or_else(nothing, |p| p.0));
     }
-    let exprs: Vec<Expr> = parts.iter().map(|p| p.0.clone()).collect();
+    // The intersection is built on characters (the joint automaton of every operand,
+    // as for object keys), then spelled: on JSON bytes every escape spelling of every
+    // character would multiply the product's states.
+    use crate::regex::keyset::{Component, KeySet};
     let limit = b.opts.limits.max_intersection_size;
-    // The product of the operands' sizes bounds the product automaton from above, but
-    // loosely (most pairs of states are never reached together): below the limit the
-    // compiler builds it, and only a cheap search for one common string runs here;
-    // above, it is built here, up to the limit, to see whether it fits.
-    let estimate = exprs.iter().map(Expr::expanded_size).fold(1u64, u64::saturating_mul);
-    let fits = if estimate <= limit {
-        let max = crate::automata::AutomataLimits::default().max_nfa_states;
-        // (Past the automaton limits the compiler decides, with its own typed error.)
-        match crate::automata::intersection_is_empty(&exprs, max) {
-            Err(crate::automata::AutomataError::Budget(e)) => Err(crate::automata::AutomataError::Budget(e)),
-            r => Ok(!r.unwrap_or(false)),
-        }
+    let mut comps: Vec<Component> = regexes.iter().map(|(p, _)| Component::Pattern(p)).collect();
+    if min > 0 || max.is_some() {
+        comps.push(Component::Length { min, max });
+    }
+    let all_mine = low_bits(comps.len());
+    let words_bit = if not_in.is_empty() {
+        0
     } else {
-        crate::automata::intersection_size(&exprs, usize::try_from(limit).unwrap_or(usize::MAX))
-            .map(|size| size.is_some())
+        comps.push(Component::Names(not_in));
+        1u64 << (comps.len() - 1)
     };
-    let why = match fits {
-        Ok(true) => return Ok(Expr::And(exprs)),
-        // No string meets them all (`(a|aa)a` under `maxLength: 1`): the empty set, so
-        // that an `anyOf` branch is pruned and a required value makes the schema
-        // unsatisfiable here rather than an empty automaton at compile time.
-        Ok(false) => return Ok(nothing()),
-        Err(crate::automata::AutomataError::Limit { .. }) => {
+    let limits = RegexLimits {
+        max_size: b.opts.limits.regex.max_size.min(usize::try_from(limit).unwrap_or(usize::MAX)),
+        ..b.opts.limits.regex.clone()
+    };
+    let why = match KeySet::build(&comps, &limits) {
+        Ok(set) => {
+            let first = b.rules.len() as u32;
+            let accept = |label: u64| label & all_mine == all_mine && label & words_bit == 0;
+            // No string meets them all (`(a|aa)a` under `maxLength: 1`): the empty set,
+            // so that an `anyOf` branch is pruned and a required value makes the schema
+            // unsatisfiable here rather than an empty automaton at compile time.
+            let Some((start, bodies)) = set.class_rules(accept, first) else { return Ok(nothing()) };
+            for body in bodies {
+                let id = b.new_rule("str", ptr)?;
+                b.rules[id.index()].body = body;
+            }
+            return Ok(start);
+        }
+        Err(e) if matches!(e.kind, RegexErrorKind::TooLarge { .. }) => {
             format!("the intersection has over {limit} states")
         }
-        Err(crate::automata::AutomataError::Budget(e)) => {
-            return Err(b.err(SchemaErrorKind::Budget(Box::new(e)), ptr))
-        }
-        Err(e) => e.to_string(),
+        Err(e) => return Err(b.err(SchemaErrorKind::Regex(e), ptr)),
     };
     // Too large to intersect: keep the first operand (the pattern), drop the rest.
     let first = parts.swap_remove(0).0;

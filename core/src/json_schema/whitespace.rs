@@ -137,6 +137,7 @@ impl Layout {
                 }
                 _ => lit(&write_value(v, self.0, level)),
             },
+            Value::String(s) => crate::regex::json_string_literal(s),
             _ => lit(&write_value(v, self.0, level)),
         }
     }

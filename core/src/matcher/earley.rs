@@ -43,6 +43,8 @@ pub(crate) struct Item {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Progress {
     base: u32,
+    /// The written set itself for a set of up to 64 members; for a wider set, the index
+    /// of the written set in [`Earley::wide`] (0: nothing written).
     written: u64,
     extra: u32,
 }
@@ -174,6 +176,12 @@ pub(crate) struct Earley {
     /// unused, and forks copy the table, so ids in shared segments stay valid).
     progress: Vec<Progress>,
     progress_ids: rustc_hash::FxHashMap<Progress, u32>,
+    /// Written sets of member sets wider than one word, interned like `progress` (index 0,
+    /// the empty set, is implicit).
+    wide: Vec<Arc<[u64]>>,
+    wide_ids: rustc_hash::FxHashMap<Arc<[u64]>, u64>,
+    /// Scratch written sets for [`Earley::gated_edges`].
+    bits: (Vec<u64>, Vec<u64>),
     /// Set when a closure predicted a stand-in rule ([`Automata::predicts_stand_in`]);
     /// cleared only by [`Earley::take_stand_in`]. A staged compile's first grammar
     /// answers like the finished one until this happens.
@@ -251,6 +259,9 @@ impl Earley {
             n_static: n as u32,
             progress: Vec::new(),
             progress_ids: Default::default(),
+            wide: Vec::new(),
+            wide_ids: Default::default(),
+            bits: Default::default(),
             stand_in: false,
         };
         let start = e.tail.items.len();
@@ -555,8 +566,17 @@ impl Earley {
     #[cold]
     fn gated_edges(&mut self, a: &Automata, origin: u32, p: Progress, start: usize, pos: u32) {
         let set = a.set_info(a.nodes[p.base as usize].rule);
+        let words = set.words();
+        let (mut cur, mut after) = std::mem::take(&mut self.bits);
+        cur.clear();
+        match (words, p.written) {
+            (1, w) => cur.push(w),
+            (_, 0) => cur.resize(words, 0),
+            (_, id) => cur.extend_from_slice(&self.wide[id as usize - 1]),
+        }
         for &(r, t) in a.edges(p.base) {
-            let Some((w, x)) = set.gate(r, p.written, p.extra) else { continue };
+            let Some(x) = set.gate(r, &cur, p.extra, &mut after) else { continue };
+            let w = if words == 1 { after[0] } else { self.intern_wide(&after) };
             let target = self.progress_state(t, w, x);
             self.tail.waits.push(Wait { rule: r, target, origin });
             self.predict(a, r, pos);
@@ -564,6 +584,22 @@ impl Earley {
                 self.add(start, Item { state: target, origin });
             }
         }
+        self.bits = (cur, after);
+    }
+
+    /// The id of a written set wider than one word (0 when empty).
+    fn intern_wide(&mut self, bits: &[u64]) -> u64 {
+        if bits.iter().all(|&w| w == 0) {
+            return 0;
+        }
+        if let Some(&id) = self.wide_ids.get(bits) {
+            return id;
+        }
+        let bits: Arc<[u64]> = bits.into();
+        self.wide.push(bits.clone());
+        let id = self.wide.len() as u64;
+        self.wide_ids.insert(bits, id);
+        id
     }
 
     /// Predicts `rule` at `pos`: adds its precomputed prediction closure, with the waits
@@ -697,6 +733,8 @@ impl Earley {
             + self.stamp.capacity() * 4
             + self.progress.capacity() * std::mem::size_of::<Progress>()
             + self.progress_ids.capacity() * (std::mem::size_of::<Progress>() + 4)
+            + self.wide.iter().map(|w| 2 * (std::mem::size_of_val(&**w) + 16)).sum::<usize>()
+            + self.wide_ids.capacity() * 24
     }
 }
 

@@ -19,6 +19,7 @@
 mod draft;
 pub(crate) mod earley;
 mod jump;
+mod spelling;
 
 pub(crate) use draft::{
     accept_tokens as draft_accept, fill_draft_chain as draft_chain, fill_draft_tree as draft_tree,
@@ -27,7 +28,6 @@ pub(crate) use draft::{
 pub use draft::{ChainFill, DraftTree, TreeFill, MAX_DRAFT_TREE_NODES};
 pub use jump::{JumpForward, TextEncoder, MAX_RETOKENIZED};
 
-use crate::automata::ByteSet;
 use crate::bitmask::{set_bit, TokenBitmask};
 use crate::budget::BudgetError;
 use crate::compiler::{Accepted, CompiledGrammar};
@@ -649,7 +649,9 @@ impl GrammarMatcher {
     }
 
     /// Bytes the grammar forces next (empty if there is a choice, including the choice to
-    /// stop). The state is unchanged.
+    /// stop). A character whose only alternatives are its own JSON escape spellings
+    /// (`n` beside `\u006e` in a key) counts as forced and is written plainly. The state
+    /// is unchanged.
     pub fn find_jump_forward_string(&mut self) -> Vec<u8> {
         let mut out = Vec::new();
         if self.terminated {
@@ -664,20 +666,23 @@ impl GrammarMatcher {
         let a = compiled.automata();
         let base = self.parser.depth();
         while out.len() < MAX_JUMP_FORWARD_BYTES && !self.parser.can_end() {
-            let mut next = ByteSet::default();
-            for it in self.parser.last_set() {
-                if a.scans(it.state) {
-                    next.union(&a.out_bytes(it.state));
+            let next = spelling::next_bytes(&self.parser, a);
+            let mut bytes = (0..=255u8).filter(|&b| next.contains(b));
+            let forced = match (next.len(), bytes.next(), bytes.next()) {
+                (1, Some(b), _) => vec![b],
+                // A character or its escape spellings (JSON strings): the character.
+                (2, Some(b'\\'), Some(b)) | (2, Some(b), Some(b'\\')) => {
+                    match spelling::forced_char(&mut self.parser, a, b) {
+                        Some(c) => c,
+                        None => break,
+                    }
                 }
-            }
-            if next.len() != 1 {
+                _ => break,
+            };
+            if !forced.iter().all(|&b| self.parser.push(a, b)) {
                 break;
             }
-            let Some(b) = (0..=255u8).find(|&b| next.contains(b)) else { break };
-            if !self.parser.push(a, b) {
-                break;
-            }
-            out.push(b);
+            out.extend(forced);
         }
         self.parser.truncate(base);
         if self.shell_touched() {

@@ -22,8 +22,8 @@ use crate::grammar::Expr;
 pub(crate) enum Encoding {
     /// As themselves.
     Raw,
-    /// As they appear inside a JSON string literal (without the quotes): `"` → `\"`,
-    /// `\` → `\\`, controls → `\n`, `\t`, … or `\u00XX`.
+    /// As they appear inside a JSON string literal (without the quotes), in every
+    /// spelling JSON has for them ([`json_class`]).
     JsonString,
 }
 
@@ -388,65 +388,203 @@ pub(crate) fn restrict_branch_len(b: Branch, lo: u64, hi: Option<u64>, any: &Nod
 /// Characters a JSON string writes as-is: everything but `"`, `\` and C0 controls.
 const JSON_PLAIN: &[(u32, u32)] = &[(0x20, 0x21), (0x23, 0x5B), (0x5D, 0xD7FF), (0xE000, 0x10FFFF)];
 
-/// The JSON-encoded forms of one character from `ranges`: the plain ones as a class, then
-/// `\"`, `\\`, and each control character as its short escape or `\u00XX` (hex digits in
-/// either case).
+/// Every JSON spelling of one character from `ranges` (RFC 8259 §7): the character
+/// itself where JSON lets it stand (not `"`, `\\` or a C0 control), its short escape
+/// (`\"`, `\\`, `\/`, `\b`, `\f`, `\n`, `\r`, `\t`), and `\uXXXX` (hex digits in either
+/// case) — a character past the Basic Multilingual Plane as its UTF-16 surrogate pair,
+/// a surrogate code point never (no string holds one). A decoder reads each spelling
+/// back as exactly one character, so a set of strings spelled this way is spelled
+/// exactly: the intersection of two such encodings is the encoding of the intersection,
+/// and a length counts characters, however each is written.
 pub(crate) fn json_class(ranges: &[(u32, u32)]) -> Expr {
     let plain = intersect_class(ranges, JSON_PLAIN);
     let mut alts = Vec::new();
     if !plain.is_empty() {
         alts.push(Expr::Class(plain));
     }
-    if class_contains(ranges, '"' as u32) {
-        alts.push(Expr::Literal("\\\"".into()));
+    let mut escaped = Vec::new();
+    let shorts: Vec<(u32, u32)> = [
+        ('"', '"'),
+        ('\\', '\\'),
+        ('/', '/'),
+        ('\u{8}', 'b'),
+        ('\u{c}', 'f'),
+        ('\n', 'n'),
+        ('\r', 'r'),
+        ('\t', 't'),
+    ]
+    .iter()
+    .filter(|(c, _)| class_contains(ranges, *c as u32))
+    .map(|&(_, e)| (e as u32, e as u32))
+    .collect();
+    if !shorts.is_empty() {
+        escaped.push(Expr::Class(crate::grammar::class::normalize_class(shorts)));
     }
-    if class_contains(ranges, '\\' as u32) {
-        alts.push(Expr::Literal("\\\\".into()));
+    let mut units = Vec::new();
+    let bmp = intersect_class(ranges, &[(0, 0xD7FF), (0xE000, 0xFFFF)]);
+    if !bmp.is_empty() {
+        units.push(hex_digits(&bmp, 4));
     }
-    let ctrl = intersect_class(ranges, &[(0, 0x1F)]);
-    if !ctrl.is_empty() {
-        let mut shorts = String::new();
-        for (c, e) in [(8u32, 'b'), (9, 't'), (10, 'n'), (12, 'f'), (13, 'r')] {
-            if class_contains(&ctrl, c) {
-                shorts.push(e);
-            }
+    if let Some(pairs) = surrogate_pairs(&intersect_class(ranges, &[(0x10000, 0x10FFFF)])) {
+        units.push(pairs);
+    }
+    if !units.is_empty() {
+        escaped.push(cat(Expr::Literal("u".into()), one(units)));
+    }
+    if !escaped.is_empty() {
+        alts.push(cat(Expr::Literal("\\".into()), one(escaped)));
+    }
+    if alts.is_empty() {
+        return Expr::Class(Vec::new());
+    }
+    one(alts)
+}
+
+/// `a` then `b`, adjacent literals merged (`"\\u00" [Ee]` rather than nested sequences).
+fn cat(a: Expr, b: Expr) -> Expr {
+    let mut v = match a {
+        Expr::Seq(v) => v,
+        a => vec![a],
+    };
+    let tail = match b {
+        Expr::Seq(w) => w,
+        b => vec![b],
+    };
+    for e in tail {
+        match (v.last_mut(), e) {
+            (Some(Expr::Literal(l)), Expr::Literal(m)) => l.push_str(&m),
+            (_, e) => v.push(e),
         }
-        if !shorts.is_empty() {
-            let set: Vec<(u32, u32)> = shorts.chars().map(|c| (c as u32, c as u32)).collect();
-            alts.push(Expr::Seq(vec![
-                Expr::Literal("\\".into()),
-                Expr::Class(crate::grammar::class::normalize_class(set)),
-            ]));
-        }
-        let long = subtract_class(&ctrl, &[(8, 10), (12, 13)]);
-        for hi_digit in 0..2u32 {
-            let mut lows = Vec::new();
-            for &(a, b) in &long {
-                for c in a..=b {
-                    if c >> 4 == hi_digit {
-                        let d = c & 15;
-                        if d < 10 {
-                            lows.push(('0' as u32 + d, '0' as u32 + d));
-                        } else {
-                            lows.push(('a' as u32 + d - 10, 'a' as u32 + d - 10));
-                            lows.push(('A' as u32 + d - 10, 'A' as u32 + d - 10));
-                        }
-                    }
-                }
-            }
-            if !lows.is_empty() {
-                alts.push(Expr::Seq(vec![
-                    Expr::Literal(format!("\\u00{hi_digit}")),
-                    Expr::Class(crate::grammar::class::normalize_class(lows)),
-                ]));
-            }
+    }
+    if v.len() == 1 {
+        v.pop().unwrap_or(Expr::Empty)
+    } else {
+        Expr::Seq(v)
+    }
+}
+
+/// Integer ranges sorted and merged where they touch.
+fn merge(mut v: Vec<(u32, u32)>) -> Vec<(u32, u32)> {
+    v.sort_unstable();
+    let mut out: Vec<(u32, u32)> = Vec::with_capacity(v.len());
+    for (lo, hi) in v {
+        match out.last_mut() {
+            Some(last) if lo <= last.1 + 1 => last.1 = last.1.max(hi),
+            _ => out.push((lo, hi)),
         }
     }
-    match alts.len() {
-        0 => Expr::Class(Vec::new()),
-        1 => alts.pop().unwrap_or(Expr::Empty),
-        _ => Expr::Alt(alts),
+    out
+}
+
+/// `v` as one expression: its only element, or their alternation.
+fn one(mut v: Vec<Expr>) -> Expr {
+    if v.len() == 1 {
+        v.pop().unwrap_or(Expr::Empty)
+    } else {
+        Expr::Alt(v)
     }
+}
+
+/// The hex digits (either case) whose value is in `digits`; one decimal digit is a
+/// literal.
+fn hex_digit_class(digits: &[u32]) -> Expr {
+    if let [d @ 0..=9] = digits {
+        return Expr::Literal(char::from(b'0' + *d as u8).to_string());
+    }
+    let mut set = Vec::new();
+    for &d in digits {
+        if d < 10 {
+            set.push(('0' as u32 + d, '0' as u32 + d));
+        } else {
+            set.push(('a' as u32 + d - 10, 'a' as u32 + d - 10));
+            set.push(('A' as u32 + d - 10, 'A' as u32 + d - 10));
+        }
+    }
+    Expr::Class(crate::grammar::class::normalize_class(set))
+}
+
+/// The `n`-digit hex numerals (either case) of the values in `ranges` (all below
+/// `16^n`): split by leading digit, leading digits whose remainders are the same set
+/// sharing one branch, so a full range is one class per digit.
+fn hex_digits(ranges: &[(u32, u32)], n: u32) -> Expr {
+    if n == 0 {
+        return Expr::Empty;
+    }
+    let span = 16u32.pow(n - 1);
+    // (remainder set, leading digits) in order of first appearance.
+    let mut groups: Vec<(Vec<(u32, u32)>, Vec<u32>)> = Vec::new();
+    for d in 0..16u32 {
+        let lo = d * span;
+        // (Plain integer ranges: the class functions drop surrogate code points, which
+        // are values here.)
+        let rest: Vec<(u32, u32)> = ranges
+            .iter()
+            .filter(|&&(a, b)| a < lo + span && b >= lo)
+            .map(|&(a, b)| (a.max(lo) - lo, b.min(lo + span - 1) - lo))
+            .collect();
+        if rest.is_empty() {
+            continue;
+        }
+        match groups.iter_mut().find(|g| g.0 == rest) {
+            Some(g) => g.1.push(d),
+            None => groups.push((rest, vec![d])),
+        }
+    }
+    one(groups
+        .into_iter()
+        .map(|(rest, digits)| {
+            let head = hex_digit_class(&digits);
+            if n == 1 {
+                head
+            } else if rest == [(0, span - 1)] {
+                Expr::Seq(vec![
+                    head,
+                    Expr::Repeat {
+                        expr: Box::new(hex_digit_class(&(0..16).collect::<Vec<_>>())),
+                        min: n - 1,
+                        max: Some(n - 1),
+                    },
+                ])
+            } else {
+                cat(head, hex_digits(&rest, n - 1))
+            }
+        })
+        .collect())
+}
+
+/// The surrogate-pair escapes (`XXXX\uXXXX`, after the first `\u`) of the supplementary
+/// characters in `ranges`; `None` when there are none. Each high surrogate's lows are a
+/// range; high surrogates with the same lows share one branch.
+fn surrogate_pairs(ranges: &[(u32, u32)]) -> Option<Expr> {
+    // (lows, highs) in order of first appearance.
+    let mut groups: Vec<((u32, u32), Vec<(u32, u32)>)> = Vec::new();
+    let mut add = |hi: (u32, u32), lo: (u32, u32)| match groups.iter_mut().find(|g| g.0 == lo) {
+        Some(g) => g.1.push(hi),
+        None => groups.push((lo, vec![hi])),
+    };
+    for &(a, b) in ranges {
+        let (a, b) = (a - 0x10000, b - 0x10000);
+        let (ha, hb) = (0xD800 + (a >> 10), 0xD800 + (b >> 10));
+        let (la, lb) = (0xDC00 + (a & 0x3FF), 0xDC00 + (b & 0x3FF));
+        if ha == hb {
+            add((ha, ha), (la, lb));
+            continue;
+        }
+        add((ha, ha), (la, 0xDFFF));
+        if hb > ha + 1 {
+            add((ha + 1, hb - 1), (0xDC00, 0xDFFF));
+        }
+        add((hb, hb), (0xDC00, lb));
+    }
+    if groups.is_empty() {
+        return None;
+    }
+    Some(one(groups
+        .into_iter()
+        .map(|(lo, highs)| {
+            cat(cat(hex_digits(&merge(highs), 4), Expr::Literal("\\u".into())), hex_digits(&[lo], 4))
+        })
+        .collect()))
 }
 
 /// Lowers a node, merging runs of single plain characters into literals.
@@ -455,7 +593,8 @@ pub(crate) fn node_to_expr(n: &Node, enc: Encoding) -> Expr {
         match n {
             Node::Class(r) if r.len() == 1 && r[0].0 == r[0].1 => {
                 let c = char::from_u32(r[0].0)?;
-                (enc == Encoding::Raw || class_contains(JSON_PLAIN, r[0].0)).then_some(c)
+                // In a JSON string every character has other spellings (`\\u0061`).
+                (enc == Encoding::Raw).then_some(c)
             }
             _ => None,
         }

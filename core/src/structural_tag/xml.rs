@@ -61,7 +61,7 @@
 use super::error::{child, StructuralTagError as Error, StructuralTagErrorKind as Kind};
 use super::lower::{alt_all as alt, lit, strip_outer_whitespace, Lower};
 use super::text::{free_text, nothing, seq2};
-use crate::grammar::{Expr, MemberSet, RuleId, MAX_SET_MEMBERS};
+use crate::grammar::{Expr, MemberSet, RuleId};
 use crate::json_schema::resolve::percent_decode;
 use crate::json_schema::{json_schema_to_grammar, JsonSchemaOptions, PropertyOrder, Whitespace};
 use crate::regex::{regex_to_expr, RegexLimits};
@@ -684,7 +684,7 @@ impl Writer<'_, '_> {
         // begin with text and its separator and end must differ, so the style's opening
         // marker, common to all arguments, is taken out of the members into the set's
         // opening and separator.
-        let any_order = self.any_order && !plan.members.is_empty() && plan.members.len() <= MAX_SET_MEMBERS;
+        let any_order = self.any_order && !plan.members.is_empty();
         let open = if any_order { Expr::Empty } else { lit(self.markers.open) };
         let mut items = Vec::with_capacity(plan.members.len());
         for (name, schema, required) in &plan.members {

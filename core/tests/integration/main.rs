@@ -9,6 +9,7 @@ mod common;
 mod bad_input;
 mod budget;
 mod cli;
+mod json_exactness;
 mod json_schema_bad_input;
 mod json_schema_fuzz;
 mod json_schema_semantics;

@@ -279,11 +279,16 @@ fn class_runs_count_to_their_end() {
     let schema = r#"{"type":"object","patternProperties":{"^[a-z_-]{1,70}$":{"type":"string",
         "not":{"pattern":"[^a-z .-]"},"maxLength":80}},"additionalProperties":false}"#;
     let g = json_schema_str_to_grammar(schema, &JsonSchemaOptions::default()).unwrap();
-    // The oracle reads the same language written by hand.
+    // The oracle reads the same language written by hand, every JSON spelling of each
+    // character included (`\u0061`, either case of the hex digits).
     let slow = Grammar::from_ebnf(concat!(
         r#"root ::= "{}" | "{" pair (", " pair)* "}""#,
         "\n",
-        r#"pair ::= "\"" [a-z_\-]{1,70} "\": \"" [a-z .\-]{0,80} "\"""#
+        r#"pair ::= "\"" k{1,70} "\": \"" v{0,80} "\"""#,
+        "\n",
+        r#"k ::= [a-z_\-] | "\\u00" ("6" [1-9a-fA-F] | "7" [0-9aA] | "5" [fF] | "2" [dD])"#,
+        "\n",
+        r#"v ::= [a-z .\-] | "\\u00" ("6" [1-9a-fA-F] | "7" [0-9aA] | "2" [0dDeE])"#
     ))
     .unwrap();
     let key = "the_quick-brown_fox".repeat(4)[..70].to_string();
@@ -447,7 +452,8 @@ fn written_out(g: &Grammar) -> String {
         let n = set.members.len();
         let max = set.max.unwrap_or(u32::MAX);
         let cap = if set.extra.is_some() { set.min.max(max.min(n as u32 + 4)) + 1 } else { 1 };
-        let required = set.required_bits();
+        let required =
+            set.members.iter().enumerate().filter(|(_, m)| m.1).fold(0u64, |acc, (i, _)| acc | 1 << i);
         let lat = |w: u64, x: u32, part: &str| format!("{}__{part}_{w}_{x}", rule.name);
         let mut out = String::new();
         // The body's `open` is the text before the first member.

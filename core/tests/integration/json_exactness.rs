@@ -1,0 +1,294 @@
+//! Exactness where JSON Schema front-ends commonly narrow (issue 48): member orders of
+//! objects of any size, and every JSON spelling of the characters of strings and keys.
+//!
+//! Each verdict is checked against the `jsonschema` crate (the instance is valid) and
+//! against `serde_json` (the re-spelled text is the same document); the metamorphic
+//! tests take real instances — the JSONSchemaBench dev splits' and the official suite's
+//! valid ones — that grammask accepts as `json.dumps` writes them, and require the same
+//! verdict with members shuffled and characters re-spelled.
+
+use crate::common::{self, Rng};
+use grammask::json_schema::{to_python_json, JsonSchemaOptions, Whitespace};
+use grammask::{GrammarMatcher, GrammarSpec};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// Whether the compiled grammar accepts `text` in full and may end there.
+fn accepts(g: &Arc<grammask::CompiledGrammar>, text: &str) -> bool {
+    let mut m = GrammarMatcher::new(g.clone());
+    m.accept_string(text).is_ok() && m.can_terminate()
+}
+
+fn compile(schema: &Value, opts: &JsonSchemaOptions) -> Option<Arc<grammask::CompiledGrammar>> {
+    let spec = GrammarSpec::JsonSchema { schema: schema.to_string(), options: opts.clone() };
+    common::byte_compiler().compile(&spec).ok()
+}
+
+/// One character in a JSON spelling picked at random: itself where JSON allows it, its
+/// short escape, or `\u` escapes (a surrogate pair past the BMP) in either case.
+fn spell_char(c: char, rng: &mut Rng, out: &mut String) {
+    let short = match c {
+        '"' => Some("\\\""),
+        '\\' => Some("\\\\"),
+        '/' => Some("\\/"),
+        '\u{8}' => Some("\\b"),
+        '\u{c}' => Some("\\f"),
+        '\n' => Some("\\n"),
+        '\r' => Some("\\r"),
+        '\t' => Some("\\t"),
+        _ => None,
+    };
+    let plain_ok = !matches!(c, '"' | '\\') && c as u32 >= 0x20;
+    let pick = rng.below(3);
+    if pick == 0 && plain_ok {
+        out.push(c);
+    } else if pick == 1 && short.is_some() {
+        out.push_str(short.unwrap_or_default());
+    } else {
+        let upper = rng.below(2) == 0;
+        let mut units = [0u16; 2];
+        for u in c.encode_utf16(&mut units) {
+            let hex = format!("{u:04x}");
+            out.push_str("\\u");
+            out.push_str(&if upper { hex.to_uppercase() } else { hex });
+        }
+    }
+}
+
+/// `v` in `json.dumps` layout (`", "`, `": "`), with each string's characters spelled at
+/// random (`respell`) and each object's members in a random order (`shuffle`).
+fn write(v: &Value, rng: &mut Rng, respell: bool, shuffle: bool, out: &mut String) {
+    let string = |s: &str, rng: &mut Rng, out: &mut String| {
+        if respell {
+            out.push('"');
+            s.chars().for_each(|c| spell_char(c, rng, out));
+            out.push('"');
+        } else {
+            out.push_str(&to_python_json(&Value::String(s.into()), Whitespace::Compact));
+        }
+    };
+    match v {
+        Value::String(s) => string(s, rng, out),
+        Value::Array(a) => {
+            out.push('[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write(x, rng, respell, shuffle, out);
+            }
+            out.push(']');
+        }
+        Value::Object(m) => {
+            let mut members: Vec<(&String, &Value)> = m.iter().collect();
+            if shuffle {
+                for i in (1..members.len()).rev() {
+                    members.swap(i, rng.below(i + 1));
+                }
+            }
+            out.push('{');
+            for (i, (k, x)) in members.into_iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                string(k, rng, out);
+                out.push_str(": ");
+                write(x, rng, respell, shuffle, out);
+            }
+            out.push('}');
+        }
+        scalar => out.push_str(&to_python_json(scalar, Whitespace::Compact)),
+    }
+}
+
+fn written(v: &Value, seed: u64, respell: bool, shuffle: bool) -> String {
+    let mut out = String::new();
+    write(v, &mut Rng(seed), respell, shuffle, &mut out);
+    // The test's own writer must write the same document.
+    assert_eq!(&serde_json::from_str::<Value>(&out).unwrap(), v, "{out}");
+    out
+}
+
+/// Objects of 64 to 1,000 declared members, every seventh required: any order of any
+/// subset holding the required ones is accepted; a repeated, missing or unknown member is
+/// not. (Up to 64 members the parser tracks one word; beyond, a wider set.)
+#[test]
+fn objects_of_any_size_take_their_members_in_any_order() {
+    for n in [64usize, 65, 70, 130, 1000] {
+        let props: serde_json::Map<String, Value> =
+            (0..n).map(|i| (format!("p{i}"), json!({"type": "integer"}))).collect();
+        let required: Vec<String> = (0..n).step_by(7).map(|i| format!("p{i}")).collect();
+        let schema = json!({"type": "object", "properties": props, "required": required,
+            "additionalProperties": false});
+        let validator = jsonschema::validator_for(&schema).unwrap();
+        let g = compile(&schema, &JsonSchemaOptions::default()).unwrap_or_else(|| panic!("{n} members"));
+        let mut rng = Rng(n as u64 + 1);
+        for trial in 0..6 {
+            // The required members and a random subset of the others, in random order.
+            let mut keys: Vec<usize> = (0..n).filter(|i| i % 7 == 0 || rng.below(3) == 0).collect();
+            for i in (1..keys.len()).rev() {
+                keys.swap(i, rng.below(i + 1));
+            }
+            let body: Vec<String> = keys.iter().map(|&i| format!("\"p{i}\": {i}")).collect();
+            let text = format!("{{{}}}", body.join(", "));
+            let doc: Value = serde_json::from_str(&text).unwrap();
+            assert!(validator.is_valid(&doc));
+            assert!(accepts(&g, &text), "{n} members, trial {trial}: {text}");
+            // The issue's orders: a member past the 64th before one below it.
+            if n > 65 {
+                let text = format!("{{\"p{}\": 1, \"p0\": 2, \"p62\": 3, {}}}", n - 1, required_rest(n));
+                assert!(accepts(&g, &text), "{n} members: {text}");
+            }
+            // A member twice, a required one missing, an undeclared one: rejected (and
+            // invalid, or not a document the parser would keep both values of).
+            let twice = format!("{{{}, \"p{}\": 0}}", body.join(", "), keys[keys.len() - 1]);
+            assert!(!accepts(&g, &twice), "{n}: repeated member accepted");
+            let missing: Vec<&String> =
+                body.iter().zip(&keys).filter(|(_, &k)| k != 0).map(|(b, _)| b).collect();
+            let missing =
+                format!("{{{}}}", missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "));
+            assert!(!validator.is_valid(&serde_json::from_str(&missing).unwrap()));
+            assert!(!accepts(&g, &missing), "{n}: missing p0 accepted");
+            let unknown = format!("{{\"q\": 1, {}}}", body.join(", "));
+            assert!(!accepts(&g, &unknown), "{n}: undeclared member accepted");
+        }
+    }
+}
+
+/// The required members of an `n`-member object but `p0` (`p7`, `p14`, …), written out.
+fn required_rest(n: usize) -> String {
+    (7..n).step_by(7).map(|i| format!("\"p{i}\": {i}")).collect::<Vec<_>>().join(", ")
+}
+
+/// Strings with a `pattern`, a `format`, lengths, enumerations and declared keys accept
+/// every spelling of the characters they allow, count characters however written, and
+/// still refuse the characters they do not allow, however written.
+#[test]
+fn constrained_strings_and_keys_accept_every_spelling() {
+    let schema = json!({"type": "object", "properties": {
+        "a/b": {"type": "string", "pattern": "^[a-z/\\t]+$", "maxLength": 5},
+        "date": {"type": "string", "format": "date"},
+        "e": {"enum": ["x\ty", "é", "😀"]},
+        "n": {"type": "string", "minLength": 2, "maxLength": 2}
+    }, "additionalProperties": false});
+    let validator = jsonschema::options().should_validate_formats(true).build(&schema).unwrap();
+    let g = compile(&schema, &JsonSchemaOptions::default()).unwrap();
+    let cases = [
+        (r#"{"a/b": "ab/c"}"#, true),
+        (r#"{"a\/b": "a\u0062\/c"}"#, true),
+        (r#"{"\u0061\u002F\u0062": "\t\u0009"}"#, true),
+        (r#"{"a/b": "a\u0062\u0062\u0062b"}"#, true),
+        (r#"{"a/b": "a\u0062\u0062\u0062bb"}"#, false),
+        (r#"{"a/b": "\u0041"}"#, false),
+        (r#"{"date": "2020-\u00301-31"}"#, true),
+        (r#"{"date": "2020\u002d01-31"}"#, true),
+        (r#"{"date": "2020-01-3\u0032"}"#, false),
+        (r#"{"e": "x\u0009y"}"#, true),
+        (r#"{"e": "\u00E9"}"#, true),
+        (r#"{"e": "\ud83d\ude00"}"#, true),
+        (r#"{"e": "\uD83D\uDE00"}"#, true),
+        (r#"{"e": "\u00e8"}"#, false),
+        (r#"{"n": "\ud83d\ude00\u00e9"}"#, true),
+        (r#"{"n": "\ud83d\ude00"}"#, false),
+        (r#"{"n": "ab\u0063"}"#, false),
+        // Lone surrogates are no character (the documented narrowing).
+        (r#"{"n": "\ud83dx"}"#, false),
+    ];
+    for (text, want) in cases {
+        let doc: Value = serde_json::from_str(text).unwrap_or(Value::Null);
+        if doc != Value::Null {
+            assert_eq!(validator.is_valid(&doc), want, "the oracle disagrees with the case {text}");
+        }
+        assert_eq!(accepts(&g, text), want, "{text}");
+    }
+}
+
+/// Valid instances as grammask accepts them `json.dumps`-written, with every string
+/// re-spelled and every object's members shuffled: accepted alike. `all`: every file.
+fn metamorphic(docs: &[(Value, Vec<Value>)], label: &str) -> (usize, usize) {
+    let (mut checked, mut failures) = (0, Vec::new());
+    for (i, (schema, instances)) in docs.iter().enumerate() {
+        let Some(g) = compile(schema, &JsonSchemaOptions::default()) else { continue };
+        for (j, v) in instances.iter().enumerate() {
+            let plain = written(v, 0, false, false);
+            if !accepts(&g, &plain) {
+                continue;
+            }
+            checked += 1;
+            for seed in 1..=2u64 {
+                let seed = seed + (i * 1000 + j) as u64 * 7;
+                let text = written(v, seed, true, true);
+                if !accepts(&g, &text) {
+                    failures.push(format!("{label} #{i}/{j}: {plain}\n  re-spelled: {text}"));
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} re-spelled instances rejected:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    (docs.len(), checked)
+}
+
+#[test]
+fn dev_split_instances_re_spelled_and_shuffled_are_accepted() {
+    let all = std::env::var_os("GRAMMASK_EXACT_ALL").is_some();
+    for split in ["Github_easy", "Github_medium", "Glaiveai2K", "Kubernetes"] {
+        let dir = common::data_dir().join("jsonschemabench/dev").join(split);
+        let mut files: Vec<_> =
+            std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok().map(|e| e.path())).collect();
+        files.sort();
+        if !all {
+            files.truncate(60);
+        }
+        let docs: Vec<(Value, Vec<Value>)> = files
+            .iter()
+            .filter_map(|f| {
+                let doc: Value = serde_json::from_str(&std::fs::read_to_string(f).ok()?).ok()?;
+                let valid = doc["tests"]
+                    .as_array()?
+                    .iter()
+                    .filter(|t| t["valid"] == true)
+                    .map(|t| t["data"].clone())
+                    .collect();
+                Some((doc["schema"].clone(), valid))
+            })
+            .collect();
+        let (files, checked) = metamorphic(&docs, split);
+        eprintln!("{split}: {files} files, {checked} instances re-spelled and shuffled");
+        assert!(checked > 20, "{split}: only {checked} instances checked");
+    }
+}
+
+#[test]
+fn suite_instances_re_spelled_and_shuffled_are_accepted() {
+    let mut total = 0;
+    for draft in ["draft2020-12", "draft7"] {
+        let dir = common::data_dir().join("json-schema-test-suite/tests").join(draft);
+        let mut files: Vec<_> =
+            std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok().map(|e| e.path())).collect();
+        files.sort();
+        let mut docs = Vec::new();
+        for f in files.iter().filter(|f| f.extension().is_some_and(|e| e == "json")) {
+            let groups: Value = serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
+            for group in groups.as_array().into_iter().flatten() {
+                let valid = group["tests"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|t| t["valid"] == true)
+                    .map(|t| t["data"].clone());
+                let mut schema = group["schema"].clone();
+                if let (Value::Object(m), "draft7") = (&mut schema, draft) {
+                    m.entry("$schema").or_insert_with(|| "http://json-schema.org/draft-07/schema#".into());
+                }
+                docs.push((schema, valid.collect()));
+            }
+        }
+        total += metamorphic(&docs, draft).1;
+    }
+    assert!(total > 500, "only {total} instances checked");
+}
