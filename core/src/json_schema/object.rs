@@ -219,7 +219,7 @@ pub(crate) fn build(
             }
             continue;
         }
-        members.push((seq(vec![Builder::key_literal(name), l.colon(), v]), req));
+        members.push((seq(vec![b.spelled(name)?, l.colon(), v]), req));
         member_names.push(name);
     }
     // Each member is one rule, not copies: in schema order a member is written after each

@@ -137,7 +137,6 @@ impl Layout {
                 }
                 _ => lit(&write_value(v, self.0, level)),
             },
-            Value::String(s) => crate::regex::json_string_literal(s),
             _ => lit(&write_value(v, self.0, level)),
         }
     }

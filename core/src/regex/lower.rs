@@ -402,6 +402,16 @@ pub(crate) fn json_class(ranges: &[(u32, u32)]) -> Expr {
     if !plain.is_empty() {
         alts.push(Expr::Class(plain));
     }
+    alts.extend(json_escapes(ranges));
+    if alts.is_empty() {
+        return Expr::Class(Vec::new());
+    }
+    one(alts)
+}
+
+/// The escape spellings (`\…`) of the characters of `ranges`, if they have any (every
+/// character has: `\uXXXX`).
+pub(crate) fn json_escapes(ranges: &[(u32, u32)]) -> Option<Expr> {
     let mut escaped = Vec::new();
     let shorts: Vec<(u32, u32)> = [
         ('"', '"'),
@@ -431,13 +441,7 @@ pub(crate) fn json_class(ranges: &[(u32, u32)]) -> Expr {
     if !units.is_empty() {
         escaped.push(cat(Expr::Literal("u".into()), one(units)));
     }
-    if !escaped.is_empty() {
-        alts.push(cat(Expr::Literal("\\".into()), one(escaped)));
-    }
-    if alts.is_empty() {
-        return Expr::Class(Vec::new());
-    }
-    one(alts)
+    (!escaped.is_empty()).then(|| cat(Expr::Literal("\\".into()), one(escaped)))
 }
 
 /// `a` then `b`, adjacent literals merged (`"\\u00" [Ee]` rather than nested sequences).

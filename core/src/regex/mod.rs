@@ -243,13 +243,10 @@ pub fn json_string_char(ranges: &[(u32, u32)]) -> Expr {
     lower::json_class(&crate::grammar::class::normalize_class(ranges.to_vec()))
 }
 
-/// Every JSON spelling of the string `s`, quotes included: each character as
-/// [`json_string_char`] spells it, so `"a/b"` is also `"a\/b"` and `"\u0061/b"`.
-pub fn json_string_literal(s: &str) -> Expr {
-    let mut v = vec![Expr::Literal("\"".into())];
-    v.extend(s.chars().map(|c| json_string_char(&[(c as u32, c as u32)])));
-    v.push(Expr::Literal("\"".into()));
-    Expr::Seq(v)
+/// The escape spellings (`\/`, `\u00e9`, …) of the characters of `ranges`, without their
+/// plain form: [`json_string_char`] is the class of the plain ones or these.
+pub fn json_string_escapes(ranges: &[(u32, u32)]) -> Option<Expr> {
+    lower::json_escapes(&crate::grammar::class::normalize_class(ranges.to_vec()))
 }
 
 fn alt(mut v: Vec<Expr>) -> Expr {
