@@ -502,11 +502,6 @@ impl Builder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::regex::{regex_to_expr, RegexLimits};
-
-    fn re(p: &str) -> Expr {
-        regex_to_expr(&format!("^(?:{p})$"), &RegexLimits::default()).unwrap()
-    }
 
     #[test]
     fn one_or_more_is_one_copy_of_its_body() {

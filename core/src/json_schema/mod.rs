@@ -102,6 +102,7 @@ mod array;
 mod combine;
 mod finite;
 pub mod format;
+mod guidance;
 mod not;
 mod number;
 mod object;
@@ -227,6 +228,8 @@ pub struct JsonSchemaOptions {
     pub property_order: PropertyOrder,
     /// Size limits.
     pub limits: SchemaLimits,
+    /// How long a number may be written (default: 20 integer digits, 2 exponent digits).
+    pub numbers: NumberSyntax,
 }
 
 impl Default for JsonSchemaOptions {
@@ -237,7 +240,39 @@ impl Default for JsonSchemaOptions {
             lenient: false,
             property_order: PropertyOrder::Any,
             limits: SchemaLimits::default(),
+            numbers: NumberSyntax::default(),
         }
+    }
+}
+
+/// How long a number may be written where a schema does not bound it. JSON itself has no
+/// limit; these are choices for generation: a model does not write a 30-digit number on
+/// purpose (a runaway digit loop ends here instead), and every number within them is a
+/// finite `f64` that `serde_json` and most validators read back. Integers a schema leaves
+/// unbounded stay within `i64` whatever these say.
+///
+/// ```
+/// use grammask::json_schema::{json_schema_str_to_grammar, JsonSchemaOptions, NumberSyntax};
+/// let opts = JsonSchemaOptions {
+///     numbers: NumberSyntax { max_int_digits: 30, max_exponent_digits: 3 },
+///     ..Default::default()
+/// };
+/// assert!(json_schema_str_to_grammar(r#"{"type": "number"}"#, &opts).is_ok());
+/// // Outside 1..=38 integer digits and 0..=9 exponent digits: a typed error.
+/// let bad = JsonSchemaOptions { numbers: NumberSyntax { max_int_digits: 0, ..Default::default() }, ..Default::default() };
+/// assert!(json_schema_str_to_grammar(r#"{"type": "number"}"#, &bad).is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NumberSyntax {
+    /// Most digits before the decimal point (1..=38; default 20).
+    pub max_int_digits: u32,
+    /// Most digits of an exponent (0..=9, 0: no exponent; default 2).
+    pub max_exponent_digits: u32,
+}
+
+impl Default for NumberSyntax {
+    fn default() -> Self {
+        Self { max_int_digits: 20, max_exponent_digits: 2 }
     }
 }
 
@@ -347,7 +382,18 @@ pub fn json_schema_to_grammar_with_warnings(
     schema: &Value,
     options: &JsonSchemaOptions,
 ) -> Result<(Grammar, Vec<SchemaWarning>), SchemaError> {
-    types::Builder::convert(schema, options)
+    let options = guidance::apply(schema, options)?;
+    let n = options.numbers;
+    if !(1..=38).contains(&n.max_int_digits) || n.max_exponent_digits > 9 {
+        return Err(SchemaError {
+            kind: SchemaErrorKind::NotASchema(format!(
+                "number syntax: {} integer digits (1..=38) and {} exponent digits (0..=9)",
+                n.max_int_digits, n.max_exponent_digits
+            )),
+            pointer: String::new(),
+        });
+    }
+    types::Builder::convert(schema, &options)
 }
 
 /// Parses `text` as JSON (errors carry line and column) and converts it.

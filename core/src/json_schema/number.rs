@@ -15,6 +15,7 @@
 
 use super::types::Builder;
 use super::whitespace::{alt, lit, nothing, seq};
+use super::NumberSyntax;
 use super::SchemaError;
 use crate::grammar::Expr;
 use serde_json::{Map, Number, Value};
@@ -33,27 +34,27 @@ fn digits(min: u32, max: Option<u32>) -> Expr {
     Expr::Repeat { expr: Box::new(digit_class(0, 9)), min, max }
 }
 
-/// Most integer-part digits generated for numbers (and the default integer range is
-/// `i64`): larger values do not survive a round trip through `f64`/`i64` parsers
-/// (serde_json, most validators), so they are left out.
-pub(crate) const MAX_INT_DIGITS: u32 = 20;
-
-/// JSON numbers (ECMA-404) with at most [`MAX_INT_DIGITS`] integer digits and a one- or
-/// two-digit exponent (so every value is a finite `f64`).
-pub(crate) fn any_number() -> Expr {
-    seq(vec![
-        Expr::Repeat { expr: Box::new(lit("-")), min: 0, max: Some(1) },
-        alt(vec![lit("0"), seq(vec![digit_class(1, 9), digits(0, Some(MAX_INT_DIGITS - 1))])]),
-        Expr::Repeat { expr: Box::new(seq(vec![lit("."), digits(1, None)])), min: 0, max: Some(1) },
+/// JSON numbers (ECMA-404) with at most `syntax.max_int_digits` integer digits and an
+/// exponent of at most `syntax.max_exponent_digits` digits (none when 0).
+pub(crate) fn any_number(syntax: NumberSyntax) -> Expr {
+    let exponent = if syntax.max_exponent_digits == 0 {
+        Expr::Empty
+    } else {
         Expr::Repeat {
             expr: Box::new(seq(vec![
                 Expr::Class(vec![(69, 69), (101, 101)]),
                 Expr::Repeat { expr: Box::new(Expr::Class(vec![(43, 43), (45, 45)])), min: 0, max: Some(1) },
-                digits(1, Some(2)),
+                digits(1, Some(syntax.max_exponent_digits)),
             ])),
             min: 0,
             max: Some(1),
-        },
+        }
+    };
+    seq(vec![
+        Expr::Repeat { expr: Box::new(lit("-")), min: 0, max: Some(1) },
+        alt(vec![lit("0"), seq(vec![digit_class(1, 9), digits(0, Some(syntax.max_int_digits - 1))])]),
+        Expr::Repeat { expr: Box::new(seq(vec![lit("."), digits(1, None)])), min: 0, max: Some(1) },
+        exponent,
     ])
 }
 
@@ -294,14 +295,14 @@ fn frac_expr(lo: Option<(&[u8], bool)>, hi: Option<(&[u8], bool)>, budget: Optio
 }
 
 /// Non-negative decimals (no exponent) in `[lower, upper]`.
-fn nonneg_range(lower: Bound, upper: Option<Bound>, budget: Option<u32>) -> Expr {
+fn nonneg_range(lower: Bound, upper: Option<Bound>, budget: Option<u32>, int_digits: u32) -> Expr {
     let (l, ls) = lower;
     let lf = Some((l.frac.as_slice(), ls));
     let any_frac = frac_expr(None, None, budget);
     match upper {
         None => alt(vec![
             seq(vec![lit(&l.int.to_string()), frac_expr(lf, None, budget)]),
-            seq(vec![int_range(l.int + 1, Some(10u128.pow(MAX_INT_DIGITS) - 1)), any_frac]),
+            seq(vec![int_range(l.int + 1, Some(10u128.pow(int_digits) - 1)), any_frac]),
         ]),
         Some((h, hs)) => {
             let hf = Some((h.frac.as_slice(), hs));
@@ -322,7 +323,7 @@ fn nonneg_range(lower: Bound, upper: Option<Bound>, budget: Option<u32>) -> Expr
 }
 
 /// Decimals without exponent in `[lo, hi]` (signed; either side open).
-fn real_range(lo: Option<Bound>, hi: Option<Bound>, budget: Option<u32>) -> Expr {
+fn real_range(lo: Option<Bound>, hi: Option<Bound>, budget: Option<u32>, int_digits: u32) -> Expr {
     let zero = Dec { neg: false, int: 0, frac: vec![] };
     let mut alts = Vec::new();
     // x >= 0 part.
@@ -332,7 +333,7 @@ fn real_range(lo: Option<Bound>, hi: Option<Bound>, budget: Option<u32>) -> Expr
             Some((l, s)) if !l.neg => (l.clone(), *s),
             _ => (zero.clone(), false),
         };
-        alts.push(nonneg_range(lower, hi.clone().filter(|(h, _)| !h.neg), budget));
+        alts.push(nonneg_range(lower, hi.clone().filter(|(h, _)| !h.neg), budget, int_digits));
     }
     // x < 0 part: x = -y, y > 0.
     if lo.as_ref().map_or(true, |(l, _)| l.neg) {
@@ -342,7 +343,7 @@ fn real_range(lo: Option<Bound>, hi: Option<Bound>, budget: Option<u32>) -> Expr
         };
         let ylo = if ylo.0.is_zero() { (zero, true) } else { ylo };
         let yhi = lo.map(|(l, s)| (l.negated(), s));
-        alts.push(seq(vec![lit("-"), nonneg_range(ylo, yhi, budget)]));
+        alts.push(seq(vec![lit("-"), nonneg_range(ylo, yhi, budget, int_digits)]));
     }
     alt(alts)
 }
@@ -518,7 +519,7 @@ pub(crate) fn build(
     if lo.is_none() && hi.is_none() && budget.is_none() {
         return b.any_number();
     }
-    Ok(real_range(lo, hi, budget))
+    Ok(real_range(lo, hi, budget, b.opts.numbers.max_int_digits))
 }
 
 #[cfg(test)]
@@ -559,7 +560,7 @@ mod tests {
             ("1.05", false, "1.2", true),
         ];
         for (l, ls, h, hs) in cases {
-            let e = real_range(Some((d(l), ls)), Some((d(h), hs)), None);
+            let e = real_range(Some((d(l), ls)), Some((d(h), hs)), None, 20);
             let (lf, hf): (f64, f64) = (l.parse().unwrap(), h.parse().unwrap());
             for i in -300..300 {
                 for s in [format!("{}", i as f64 / 100.0), format!("{:.3}", i as f64 / 100.0 + 0.005)] {

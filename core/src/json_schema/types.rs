@@ -309,14 +309,14 @@ impl<'a> Builder<'a> {
     }
 
     /// Any JSON number, as one rule per grammar: its integer part is a counted
-    /// repetition ([`MAX_INT_DIGITS`](super::number::MAX_INT_DIGITS) states), which,
+    /// repetition ([`NumberSyntax::max_int_digits`](super::NumberSyntax) states), which,
     /// copied into every member that holds a number, made up most of an object's automaton.
     pub fn any_number(&mut self) -> Result<Expr, SchemaError> {
         if let Some(id) = self.number_rule {
             return Ok(Expr::Rule(id));
         }
         let id = self.new_rule("number", "")?;
-        self.rules[id.index()].body = super::number::any_number();
+        self.rules[id.index()].body = super::number::any_number(self.opts.numbers);
         self.rules[id.index()].keep = true;
         self.number_rule = Some(id);
         Ok(Expr::Rule(id))
@@ -514,6 +514,17 @@ impl<'a> Builder<'a> {
     }
 
     fn map_schema(&mut self, m: &Map<String, Value>, ptr: &str, level: u32) -> Result<Expr, SchemaError> {
+        // llguidance reads `x-guidance` at the root only (see `guidance`); elsewhere it
+        // would be silently ignored, and several of its options narrow.
+        if !ptr.is_empty() && m.contains_key("x-guidance") {
+            return Err(self.err(
+                SchemaErrorKind::Unsupported {
+                    keyword: "x-guidance".into(),
+                    detail: "options are read at the schema's root only".into(),
+                },
+                ptr,
+            ));
+        }
         // Finitely many values: every keyword is decided per value, before anything else
         // (a lone `$ref` is left to its target, which is converted once as a rule).
         let lone_ref = m.contains_key("$ref") && (self.ref_alone || m.len() == 1);

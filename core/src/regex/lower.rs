@@ -467,6 +467,9 @@ fn cat(a: Expr, b: Expr) -> Expr {
     }
 }
 
+/// Inclusive integer ranges.
+type Ranges = Vec<(u32, u32)>;
+
 /// Integer ranges sorted and merged where they touch.
 fn merge(mut v: Vec<(u32, u32)>) -> Vec<(u32, u32)> {
     v.sort_unstable();
@@ -516,7 +519,7 @@ fn hex_digits(ranges: &[(u32, u32)], n: u32) -> Expr {
     }
     let span = 16u32.pow(n - 1);
     // (remainder set, leading digits) in order of first appearance.
-    let mut groups: Vec<(Vec<(u32, u32)>, Vec<u32>)> = Vec::new();
+    let mut groups: Vec<(Ranges, Vec<u32>)> = Vec::new();
     for d in 0..16u32 {
         let lo = d * span;
         // (Plain integer ranges: the class functions drop surrogate code points, which
@@ -561,7 +564,7 @@ fn hex_digits(ranges: &[(u32, u32)], n: u32) -> Expr {
 /// range; high surrogates with the same lows share one branch.
 fn surrogate_pairs(ranges: &[(u32, u32)]) -> Option<Expr> {
     // (lows, highs) in order of first appearance.
-    let mut groups: Vec<((u32, u32), Vec<(u32, u32)>)> = Vec::new();
+    let mut groups: Vec<((u32, u32), Ranges)> = Vec::new();
     let mut add = |hi: (u32, u32), lo: (u32, u32)| match groups.iter_mut().find(|g| g.0 == lo) {
         Some(g) => g.1.push(hi),
         None => groups.push((lo, vec![hi])),

@@ -251,7 +251,7 @@ fn lazy(spec: &GrammarSpec, mask_memory_limit: Option<usize>) -> Arc<CompiledGra
 }
 
 #[test]
-fn a_fill_past_its_budget_is_refused_stores_nothing_and_leaves_the_matcher_usable() {
+fn a_fill_past_its_budget_is_refused_stores_no_partial_mask_and_leaves_the_matcher_usable() {
     let spec = specs().swap_remove(2).1;
     // Two random walks (one may spend its steps inside escape spellings, where few new
     // states are met).
@@ -265,13 +265,14 @@ fn a_fill_past_its_budget_is_refused_stores_nothing_and_leaves_the_matcher_usabl
         for (step, want) in reference.iter().enumerate() {
             // A budget too small for any new mask's walk: refused with nothing stored, then the
             // same fill unbounded gives the reference mask.
-            let before = compiled.mask_stats().0;
             m.set_fill_work_limit(Some(64));
             match m.fill_next_token_bitmask(mask.row_mut(0)) {
                 Err(Error::Budget(BudgetError::Exceeded { phase: Phase::Fill, spent, limit: 64 })) => {
                     refused += 1;
                     spent_max = spent_max.max(spent);
-                    assert_eq!(compiled.mask_stats().0, before, "step {step}: a refused fill stored a mask");
+                    // (Masks a refused fill finished before the budget ran out are kept:
+                    // each is whole; the one it was computing is not stored. The fill
+                    // below must then give the reference mask.)
                     m.set_fill_work_limit(None);
                     m.fill_next_token_bitmask(mask.row_mut(0)).expect("unbounded fill");
                 }

@@ -292,3 +292,35 @@ fn suite_instances_re_spelled_and_shuffled_are_accepted() {
     }
     assert!(total > 500, "only {total} instances checked");
 }
+
+/// The number limits are a setting: 20 integer digits and a 2-digit exponent by default,
+/// more (or none) when asked, bounded numbers' open sides included.
+#[test]
+fn number_limits_are_an_option() {
+    use grammask::json_schema::NumberSyntax;
+    let long = format!("{}.5", "9".repeat(25));
+    let wide = JsonSchemaOptions {
+        numbers: NumberSyntax { max_int_digits: 30, max_exponent_digits: 3 },
+        ..Default::default()
+    };
+    let none = JsonSchemaOptions {
+        numbers: NumberSyntax { max_int_digits: 20, max_exponent_digits: 0 },
+        ..Default::default()
+    };
+    let plain = json!({"type": "number"});
+    let open = json!({"type": "number", "minimum": 0.5});
+    for (schema, opts, text, want) in [
+        (&plain, JsonSchemaOptions::default(), long.as_str(), false),
+        (&plain, wide.clone(), long.as_str(), true),
+        (&open, JsonSchemaOptions::default(), long.as_str(), false),
+        (&open, wide.clone(), long.as_str(), true),
+        (&plain, JsonSchemaOptions::default(), "1e100", false),
+        (&plain, wide.clone(), "1e100", true),
+        (&plain, JsonSchemaOptions::default(), "1e10", true),
+        (&plain, none.clone(), "1e10", false),
+        (&plain, none, "12.5", true),
+    ] {
+        let g = compile(schema, &opts).unwrap();
+        assert_eq!(accepts(&g, text), want, "{schema} {:?} {text}", opts.numbers);
+    }
+}
