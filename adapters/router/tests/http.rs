@@ -1031,24 +1031,36 @@ async fn tools_are_served_on_a_chatml_template_and_the_format_flag_overrides_det
 async fn stop_sequences_are_found_inside_tokens_and_left_out_of_openai_text() {
     let server = serve(EngineOptions::default(), Duration::ZERO, Limits::default()).await;
     let c = reqwest::Client::new();
+    // A JSON string may spell each character as an escape (`\u0061`), which a random
+    // model picks as readily as the letter: TGI's side uses a regex, whose text is
+    // forced; OpenAI's (JSON only) tries seeds until the model writes the letters.
     let schema = json!({"enum": ["alpha beta gamma"]});
     // " beta" ends at a token's end; "bet" inside the token " beta".
     for stop in [" beta", "bet"] {
         // TGI keeps the stop sequence (and the rest of the token it ends in).
         let body = json!({"inputs": "x", "parameters": {"max_new_tokens": 20, "stop": [stop],
-            "grammar": {"type": "json", "value": schema}, "details": true}});
+            "grammar": {"type": "regex", "value": "\"alpha beta gamma\""}, "details": true}});
         let v = post_json(&c, &format!("{}/generate", server.base), &body).await;
         assert_eq!(v["details"]["finish_reason"], "stop_sequence", "{stop:?}: {v}");
         let text = v["generated_text"].as_str().unwrap();
         assert!(text.starts_with("\"alpha bet") && !text.contains("gamma"), "{stop:?}: {text:?}");
         // OpenAI leaves it out, streamed or not.
         let want = if stop == "bet" { "\"alpha " } else { "\"alpha" };
-        let body = json!({"model": "test", "prompt": "x", "max_tokens": 20, "stop": stop,
-            "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}});
-        let v = post_json(&c, &format!("{}/v1/completions", server.base), &body).await;
-        assert_eq!(v["choices"][0]["text"], want, "{stop:?}: {v}");
-        assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
-        let mut body = body;
+        let mut found = None;
+        for seed in 0..64 {
+            let body = json!({"model": "test", "prompt": "x", "max_tokens": 20, "stop": stop, "seed": seed,
+                "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}});
+            let v = post_json(&c, &format!("{}/v1/completions", server.base), &body).await;
+            if v["choices"][0]["text"] == want {
+                assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+                found = Some(body);
+                break;
+            }
+            // Spelled otherwise, the stop string is not in the text: it ends at its quote.
+            let text = v["choices"][0]["text"].as_str().unwrap();
+            assert!(!text.contains(stop) && text.ends_with('"'), "{stop:?}: {v}");
+        }
+        let mut body = found.unwrap_or_else(|| panic!("{stop:?}: no seed of 64 wrote the letters"));
         body["stream"] = json!(true);
         let sse = c.post(format!("{}/v1/completions", server.base)).json(&body).send().await.unwrap();
         let sse = sse.text().await.unwrap();
