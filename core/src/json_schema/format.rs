@@ -6,7 +6,7 @@
 //! | `time` | RFC 3339 `full-time`; second 60 only as `23:59:60` in UTC |
 //! | `date-time` | `date` `T` `time` (either case of `T`/`Z`) |
 //! | `duration` | ISO 8601 / RFC 3339 appendix A durations (`P1Y2M`, `PT5S`, `P3W`) |
-//! | `email` | `local@domain`: up to three dot-atoms of RFC 5322 `atext` (64 characters at most), hostname domain |
+//! | `email` | `local@domain`: up to three dot-atoms of RFC 5322 `atext` (64 characters at most) or a quoted string (RFC 5321 `qtext` and quoted pairs); a hostname domain or an address literal (`[127.0.0.1]`, `[IPv6:::1]`) |
 //! | `hostname` | 1–4 RFC 1123 labels of 1–63 letters, digits, hyphens, no hyphen at the ends |
 //! | `ipv4` | dotted quad, 0–255, no leading zeros |
 //! | `ipv6` | RFC 4291 text forms, including `::` compression and an IPv4 tail |
@@ -111,9 +111,15 @@ pub fn format_regex(name: &str) -> Option<String> {
             format!("P(?:\\d+W|{d}(?:{t})?|{t})")
         }
         "email" => {
-            // Local part at most 64 characters (RFC 5321), up to three dot-atoms.
+            // Local part at most 64 characters (RFC 5321), up to three dot-atoms, or a
+            // quoted string; the domain a hostname or an address literal (RFC 5321
+            // §4.1.3: `[127.0.0.1]`, `[IPv6:::1]`).
             let a = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]";
-            format!("(?:{a}{{1,64}}|{a}{{1,31}}\\.{a}{{1,32}}|{a}{{1,20}}\\.{a}{{1,20}}\\.{a}{{1,20}})@{LABEL}(?:\\.{LABEL}){{0,3}}")
+            let quoted = r#""(?:[\x20\x21\x23-\x5B\x5D-\x7E]|\\[\x20-\x7E]){0,62}""#;
+            let literal = format!("\\[(?:{OCTET}(?:\\.{OCTET}){{3}}|IPv6:{})\\]", ipv6());
+            format!(
+                "(?:{a}{{1,64}}|{a}{{1,31}}\\.{a}{{1,32}}|{a}{{1,20}}\\.{a}{{1,20}}\\.{a}{{1,20}}|{quoted})@(?:{LABEL}(?:\\.{LABEL}){{0,3}}|{literal})"
+            )
         }
         "hostname" => format!("{LABEL}(?:\\.{LABEL}){{0,3}}"),
         "ipv4" => format!("{OCTET}(?:\\.{OCTET}){{3}}"),

@@ -54,6 +54,12 @@
 //!   [`JsonSchemaOptions::lenient`], a [`SchemaWarning`] and the approximation documented
 //!   on the warning (usually: the keyword is ignored, so the grammar accepts a superset).
 //!
+//! Strings, keys and enumerated values accept every JSON spelling of their characters
+//! (`\u0061` for `a`, `\/`, surrogate pairs; lengths count characters), and an `enum` or
+//! `const` object is any document equal to it. llguidance's `x-guidance` options at the
+//! root are honoured where the language is the same and refused by name otherwise
+//! (`guidance`).
+//!
 //! A `format` this module does not know is an annotation (Draft 2020-12 §7.2.3: unknown
 //! formats must not fail validation): any string, exactly as a validator decides, with a
 //! [`SchemaWarning`] naming it so that a misspelt format (`url`) does not go unnoticed.
@@ -230,6 +236,12 @@ pub struct JsonSchemaOptions {
     pub limits: SchemaLimits,
     /// How long a number may be written (default: 20 integer digits, 2 exponent digits).
     pub numbers: NumberSyntax,
+    /// Where the type is `integer`, also accept integers written with a zero fraction
+    /// (`6000.0`: an integer since Draft 6). Default false: an integer is generated as
+    /// itself, which every JSON reader takes for an integer (Python's `json` reads
+    /// `6000.0` as a float, and a strict integer field refuses it). Exponent forms
+    /// (`6e3`) are not accepted either way.
+    pub integer_zero_fractions: bool,
 }
 
 impl Default for JsonSchemaOptions {
@@ -241,6 +253,7 @@ impl Default for JsonSchemaOptions {
             property_order: PropertyOrder::Any,
             limits: SchemaLimits::default(),
             numbers: NumberSyntax::default(),
+            integer_zero_fractions: false,
         }
     }
 }

@@ -392,6 +392,17 @@ impl<'a> Builder<'a> {
         Ok(Expr::Rule(id))
     }
 
+    /// Integers `n` as written where a schema's type is `integer`: as themselves, and with
+    /// [`JsonSchemaOptions::integer_zero_fractions`](super::JsonSchemaOptions) also
+    /// followed by a zero fraction (`6000.0`, `6000.00`).
+    pub fn integral(&self, n: Expr) -> Expr {
+        if !self.opts.integer_zero_fractions || is_nothing(&n) {
+            return n;
+        }
+        let zeros = seq(vec![lit("."), Expr::Repeat { expr: Box::new(lit("0")), min: 1, max: None }]);
+        seq(vec![n, Expr::Repeat { expr: Box::new(zeros), min: 0, max: Some(1) }])
+    }
+
     /// The integers in `lo..=hi`, placed as [`Builder::placed_number`] does. Built once per range: every plain `integer`
     /// is the same ~60-state i64 range, and building it, then hashing it to find its
     /// leaf rule, was a twentieth of a large Kubernetes schema's compile.
@@ -714,8 +725,10 @@ impl<'a> Builder<'a> {
             alts.push(alt(bools));
         }
         if types & (NUMBER | INTEGER) != 0 {
-            let n = super::number::build(self, m, types & NUMBER == 0, ptr)?;
-            alts.push(self.placed_number(n)?);
+            let integer = types & NUMBER == 0;
+            let n = super::number::build(self, m, integer, ptr)?;
+            let n = self.placed_number(n)?;
+            alts.push(if integer { self.integral(n) } else { n });
         }
         if types & STRING != 0 {
             let not_in: Vec<&str> = not.iter().filter_map(Value::as_str).collect();
@@ -880,6 +893,10 @@ impl<'a> Builder<'a> {
                     // the schema that admits exactly it.
                     Value::Object(_) | Value::Array(_) => self.schema(&exactly(v), ptr, level)?,
                     Value::String(s) => self.spelled(s)?,
+                    Value::Number(_) if types & NUMBER == 0 => {
+                        let n = self.layout.literal(v, level, true);
+                        self.integral(n)
+                    }
                     _ => self.layout.literal(v, level, types & NUMBER == 0),
                 });
             }

@@ -324,3 +324,32 @@ fn number_limits_are_an_option() {
         assert_eq!(accepts(&g, text), want, "{schema} {:?} {text}", opts.numbers);
     }
 }
+
+/// Integers with a zero fraction (`6000.0`, an integer since Draft 6): refused by default,
+/// accepted with `integer_zero_fractions`, bounds and enumerations included.
+#[test]
+fn integers_with_zero_fractions_are_an_option() {
+    let on = JsonSchemaOptions { integer_zero_fractions: true, ..Default::default() };
+    let cases = [
+        (json!({"type": "integer"}), "6000.0", true),
+        (json!({"type": "integer"}), "-12.000", true),
+        (json!({"type": "integer"}), "6000.5", false),
+        (json!({"type": "integer", "minimum": 1, "maximum": 5}), "3.0", true),
+        (json!({"type": "integer", "minimum": 1, "maximum": 5}), "6.0", false),
+        (json!({"type": "integer", "enum": [1, 2]}), "2.00", true),
+        (json!({"type": "integer", "multipleOf": 5, "minimum": 0, "maximum": 20}), "15.0", true),
+    ];
+    for (schema, text, valid) in cases {
+        let doc: Value = serde_json::from_str(text).unwrap();
+        assert_eq!(
+            jsonschema::validator_for(&schema).unwrap().is_valid(&doc),
+            valid,
+            "oracle: {schema} {text}"
+        );
+        assert_eq!(accepts(&compile(&schema, &on).unwrap(), text), valid, "on: {schema} {text}");
+        // By default only the plain integer spelling.
+        let plain = text.split('.').next().unwrap();
+        let g = compile(&schema, &JsonSchemaOptions::default()).unwrap();
+        assert!(!accepts(&g, text) && (accepts(&g, plain) || !valid), "default: {schema} {text}");
+    }
+}
