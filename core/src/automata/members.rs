@@ -44,7 +44,7 @@ pub(crate) struct SetInfo {
     cap: u32,
 }
 
-/// `(ones, required ones, optional ones)` of `writable & !written` — the members that
+/// `(required, optional)` counts of `writable & !written` — the members that
 /// could still be written, and which of them are required.
 #[inline]
 fn left(required: &[u64], writable: &[u64], written: &[u64]) -> (u32, u32) {
@@ -126,9 +126,12 @@ impl SetInfo {
     pub fn gate(&self, rule: u32, written: &[u64], extra: u32, after: &mut Vec<u64>) -> Option<u32> {
         after.clear();
         after.extend_from_slice(written);
-        let count = ones(written) + extra;
+        let n = ones(written);
+        let count = n + extra;
         let (req_left, opt_left) = left(&self.required, &self.writable, written);
         let missing = self.missing(written);
+        // Extra members counted after one more (saturating at `cap`).
+        let more_extra = (extra + 1).min(self.cap);
         match self.role(rule)? {
             Role::Member(i) => {
                 let (w, b) = (i as usize / 64, 1u64 << (i % 64));
@@ -140,10 +143,8 @@ impl SetInfo {
                 let available = req_left + opt_left - 1;
                 self.finishable(count + 1, missing, available).then_some(extra)
             }
-            Role::Extra => {
-                let x = (extra + 1).min(self.cap);
-                (self.extra && self.finishable(ones(written) + x, missing, req_left + opt_left)).then_some(x)
-            }
+            Role::Extra => (self.extra && self.finishable(n + more_extra, missing, req_left + opt_left))
+                .then_some(more_extra),
             Role::Sep => {
                 // Some member still writable (a required one takes one off the missing,
                 // an optional one does not), or an extra one, after which the object can
@@ -151,12 +152,7 @@ impl SetInfo {
                 let available = (req_left + opt_left).saturating_sub(1);
                 let more = req_left > 0 && self.finishable(count + 1, missing - 1, available)
                     || opt_left > 0 && self.finishable(count + 1, missing, available)
-                    || self.extra
-                        && self.finishable(
-                            ones(written) + (extra + 1).min(self.cap),
-                            missing,
-                            req_left + opt_left,
-                        );
+                    || self.extra && self.finishable(n + more_extra, missing, req_left + opt_left);
                 more.then_some(extra)
             }
             // The end carries no progress: nothing follows it in the rule.

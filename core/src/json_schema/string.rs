@@ -152,15 +152,6 @@ fn none_of(words: &[&str]) -> Option<Expr> {
     Some(alt(alts))
 }
 
-/// The characters of a string matching every regex of `regexes` (`pattern`, `format`),
-/// with `min..=max` of them, and none of the strings `not_in`. A regex carries the
-/// lengths itself when it can ([`regex_to_json_string_expr`]); what is left over is
-/// intersected ([`Expr::And`]): the lengths as a counted repetition of any character, a
-/// second regex as itself, the excluded strings as [`none_of`]. All operands spell
-/// characters the same (canonical) way, so the intersection of their encodings is the
-/// encoding of the intersection. An intersection larger than
-/// [`max_intersection_size`](super::SchemaLimits::max_intersection_size) keeps the first
-/// operand only, and the others are unsupported keywords.
 /// [`regex_to_json_string_expr`] of a `format`'s regex ([`super::format::format_regex`])
 /// under the default limits, converted once per process: the formats are the library's
 /// own constants, and a date-time's regex takes longer to convert than the rest of a
@@ -180,6 +171,41 @@ fn format_expr(pattern: &str) -> Result<Expr, crate::regex::RegexError> {
     Ok(e)
 }
 
+/// The regex limits of a joint automaton: at most
+/// [`max_intersection_size`](super::SchemaLimits::max_intersection_size) states.
+fn joint_limits(b: &Builder) -> RegexLimits {
+    let limit = usize::try_from(b.opts.limits.max_intersection_size).unwrap_or(usize::MAX);
+    RegexLimits { max_size: b.opts.limits.regex.max_size.min(limit), ..b.opts.limits.regex.clone() }
+}
+
+/// The strings of `set` whose label `accept`s, as rules of this grammar (JSON-spelled); the
+/// empty set when there are none (`(a|aa)a` under `maxLength: 1`), so that an `anyOf`
+/// branch is pruned and a required value makes the schema unsatisfiable here rather than
+/// an empty automaton at compile time.
+fn joint_body(
+    b: &mut Builder,
+    set: &crate::regex::keyset::KeySet,
+    accept: impl Fn(u64) -> bool,
+    ptr: &str,
+) -> Result<Expr, SchemaError> {
+    let first = b.rules.len() as u32;
+    let Some((start, bodies)) = set.class_rules(accept, first) else { return Ok(nothing()) };
+    for body in bodies {
+        let id = b.new_rule("str", ptr)?;
+        b.rules[id.index()].body = body;
+    }
+    Ok(start)
+}
+
+/// The characters of a string matching every regex of `regexes` (`pattern`, `format`),
+/// with `min..=max` of them, and none of the strings `not_in`. One constraint is written
+/// directly: a regex carrying the lengths itself when it can
+/// ([`regex_to_json_string_expr`]), the lengths alone, the excluded strings alone
+/// ([`none_of`]). More are intersected on characters — the joint automaton of every
+/// operand, as for object keys — and then spelled: on JSON bytes every escape spelling of
+/// every character would multiply the product's states. An intersection larger than
+/// [`max_intersection_size`](super::SchemaLimits::max_intersection_size) keeps the first
+/// operand only, and the others are unsupported keywords.
 fn constrained_body(
     b: &mut Builder,
     regexes: &[(String, &str)],
@@ -202,46 +228,36 @@ fn constrained_body(
         Err(e) if e.kind == RegexErrorKind::LengthBounds => Ok(None),
         Err(e) => Err(b.err(SchemaErrorKind::Regex(e), &format!("{ptr}/{kw}"))),
     };
-    let mut lengths_left = min > 0 || max.is_some();
-    // Each operand, with the keyword to name if it has to be dropped.
-    let mut parts: Vec<(Expr, &str)> = Vec::new();
-    for (p, kw) in regexes {
-        if lengths_left {
+    let lengths = min > 0 || max.is_some();
+    let any_chars = || Expr::Repeat { expr: Box::new(json_string_char(ANY_CHAR)), min, max };
+    match (regexes, lengths, not_in.is_empty()) {
+        ([(p, kw)], _, true) => {
             if let Some(e) = convert(b, p, kw, min, max)? {
-                lengths_left = false;
-                parts.push((e, kw));
-                continue;
+                return Ok(e);
             }
         }
-        parts.push((convert(b, p, kw, 0, None)?.unwrap_or_else(nothing), kw));
-    }
-    if lengths_left {
-        parts.push((
-            Expr::Repeat { expr: Box::new(json_string_char(ANY_CHAR)), min, max },
-            "minLength/maxLength",
-        ));
-    }
-    if !not_in.is_empty() {
-        match none_of(not_in) {
-            Some(e) => parts.push((e, "not")),
-            None => b.unsupported(
-                "not",
-                &format!("the excluded strings are over {MAX_NOT_CHARS} characters written out"),
-                "those strings are not excluded",
-                &format!("{ptr}/not"),
-            )?,
+        ([], true, true) => return Ok(any_chars()),
+        ([], false, false) => {
+            return match none_of(not_in) {
+                Some(e) => Ok(e),
+                None => {
+                    b.unsupported(
+                        "not",
+                        &format!("the excluded strings are over {MAX_NOT_CHARS} characters written out"),
+                        "those strings are not excluded",
+                        &format!("{ptr}/not"),
+                    )?;
+                    // (Lenient: any string, as the approximation says.)
+                    Ok(any_chars())
+                }
+            };
         }
+        ([], false, true) => return Ok(nothing()),
+        _ => {}
     }
-    if parts.len() <= 1 {
-        return Ok(parts.pop().map_or_else(nothing, |p| p.0));
-    }
-    // The intersection is built on characters (the joint automaton of every operand,
-    // as for object keys), then spelled: on JSON bytes every escape spelling of every
-    // character would multiply the product's states.
     use crate::regex::keyset::{Component, KeySet};
-    let limit = b.opts.limits.max_intersection_size;
     let mut comps: Vec<Component> = regexes.iter().map(|(p, _)| Component::Pattern(p)).collect();
-    if min > 0 || max.is_some() {
+    if lengths {
         comps.push(Component::Length { min, max });
     }
     let all_mine = low_bits(comps.len());
@@ -251,33 +267,36 @@ fn constrained_body(
         comps.push(Component::Names(not_in));
         1u64 << (comps.len() - 1)
     };
-    let limits = RegexLimits {
-        max_size: b.opts.limits.regex.max_size.min(usize::try_from(limit).unwrap_or(usize::MAX)),
-        ..b.opts.limits.regex.clone()
-    };
-    let why = match KeySet::build(&comps, &limits) {
+    let why = match KeySet::build(&comps, &joint_limits(b)) {
         Ok(set) => {
-            let first = b.rules.len() as u32;
-            let accept = |label: u64| label & all_mine == all_mine && label & words_bit == 0;
-            // No string meets them all (`(a|aa)a` under `maxLength: 1`): the empty set,
-            // so that an `anyOf` branch is pruned and a required value makes the schema
-            // unsatisfiable here rather than an empty automaton at compile time.
-            let Some((start, bodies)) = set.class_rules(accept, first) else { return Ok(nothing()) };
-            for body in bodies {
-                let id = b.new_rule("str", ptr)?;
-                b.rules[id.index()].body = body;
-            }
-            return Ok(start);
+            return joint_body(b, &set, |label| label & all_mine == all_mine && label & words_bit == 0, ptr)
         }
         Err(e) if matches!(e.kind, RegexErrorKind::TooLarge { .. }) => {
-            format!("the intersection has over {limit} states")
+            format!("the intersection has over {} states", b.opts.limits.max_intersection_size)
         }
         Err(e) => return Err(b.err(SchemaErrorKind::Regex(e), ptr)),
     };
-    // Too large to intersect: keep the first operand (the pattern), drop the rest.
-    let first = parts.swap_remove(0).0;
-    for (_, kw) in &parts {
-        let (detail, approximation, at) = match *kw {
+    // Too large to intersect: keep the first operand (the pattern, with the lengths if it
+    // carries them; else the lengths), drop the rest.
+    let mut dropped: Vec<&str> = Vec::new();
+    let first = match regexes.split_first() {
+        Some(((p, kw), rest)) => {
+            dropped.extend(rest.iter().map(|r| r.1));
+            match convert(b, p, kw, min, max)? {
+                Some(e) => e,
+                None => {
+                    dropped.push("minLength/maxLength");
+                    convert(b, p, kw, 0, None)?.unwrap_or_else(nothing)
+                }
+            }
+        }
+        None => any_chars(),
+    };
+    if !not_in.is_empty() {
+        dropped.push("not");
+    }
+    for kw in dropped {
+        let (detail, approximation, at) = match kw {
             "minLength/maxLength" => (
                 "cannot be combined with this pattern exactly",
                 "length bounds ignored; the pattern applies",
@@ -412,12 +431,8 @@ fn complement_body(
     if comps.len() > 64 {
         drop_groups(b, "over 64 string keywords in one complement".into(), &mut comps, &mut group_masks)?;
     }
-    let limit = usize::try_from(b.opts.limits.max_intersection_size).unwrap_or(usize::MAX);
-    let limits = crate::regex::RegexLimits {
-        max_size: b.opts.limits.regex.max_size.min(limit),
-        ..b.opts.limits.regex.clone()
-    };
-    let set = match KeySet::build(&comps, &limits) {
+    let limit = b.opts.limits.max_intersection_size;
+    let set = match KeySet::build(&comps, &joint_limits(b)) {
         Ok(set) => set,
         Err(e) if matches!(e.kind, RegexErrorKind::TooLarge { .. }) && comps.len() > without_groups => {
             drop_groups(
@@ -434,13 +449,7 @@ fn complement_body(
         // A group with no language (only an unknown format) matches every string.
         label & all_mine == all_mine && label & words_bit == 0 && group_masks.iter().all(|&g| label & g != g)
     };
-    let first = b.rules.len() as u32;
-    let Some((start, bodies)) = set.class_rules(accept, first) else { return Ok(nothing()) };
-    for body in bodies {
-        let id = b.new_rule("str", ptr)?;
-        b.rules[id.index()].body = body;
-    }
-    Ok(start)
+    joint_body(b, &set, accept, ptr)
 }
 
 /// The lowest `n` bits set (all 64 for `n` ≥ 64).

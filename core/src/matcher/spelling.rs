@@ -55,18 +55,18 @@ pub(super) fn forced_char(parser: &mut Earley, a: &Automata, plain: u8) -> Optio
     }
     parser.truncate(base);
     let c = std::str::from_utf8(&bytes).ok().filter(|_| ok)?.chars().next()?;
-    let escapes = parser.push(a, b'\\') && only_spells(parser, a, c, &mut Vec::new());
+    let escapes = parser.push(a, b'\\') && only_spells(parser, a, &Spellings::of(c), &mut Vec::new());
     parser.truncate(base);
     escapes.then_some(bytes)
 }
 
 /// Whether every continuation the parser allows after `\` and then `after` stays within
 /// the escape spellings of `c` until one is complete.
-fn only_spells(parser: &mut Earley, a: &Automata, c: char, after: &mut Vec<u8>) -> bool {
+fn only_spells(parser: &mut Earley, a: &Automata, c: &Spellings, after: &mut Vec<u8>) -> bool {
     let next = next_bytes(parser, a);
     for b in (0..=255u8).filter(|&b| next.contains(b)) {
         after.push(b);
-        let ok = match spelling(c, after) {
+        let ok = match c.spelling(after) {
             None => false,
             Some(true) => true,
             Some(false) => {
@@ -84,44 +84,64 @@ fn only_spells(parser: &mut Earley, a: &Automata, c: char, after: &mut Vec<u8>) 
     true
 }
 
-/// Whether `after` (the bytes after a `\`) begins an escape spelling of `c`: `None` if
-/// not, `Some(true)` once it is a whole one.
-fn spelling(c: char, after: &[u8]) -> Option<bool> {
-    let short = match c {
-        '/' => Some(b'/'),
-        '\u{8}' => Some(b'b'),
-        '\u{c}' => Some(b'f'),
-        '\n' => Some(b'n'),
-        '\r' => Some(b'r'),
-        '\t' => Some(b't'),
-        _ => None,
-    };
-    if let (Some(s), [b]) = (short, after) {
-        if *b == s {
-            return Some(true);
+/// The escape spellings of one character, after the `\`: its short escape, if any, and
+/// `u` + 4 hex digits per UTF-16 unit (units joined by `\u`), lowercase here (either case
+/// is read).
+struct Spellings {
+    short: Option<u8>,
+    unicode: Vec<u8>,
+}
+
+impl Spellings {
+    fn of(c: char) -> Spellings {
+        let short = match c {
+            '/' => Some(b'/'),
+            '\u{8}' => Some(b'b'),
+            '\u{c}' => Some(b'f'),
+            '\n' => Some(b'n'),
+            '\r' => Some(b'r'),
+            '\t' => Some(b't'),
+            _ => None,
+        };
+        let mut units = [0u16; 2];
+        let mut unicode = Vec::new();
+        for (i, u) in c.encode_utf16(&mut units).iter().enumerate() {
+            if i > 0 {
+                unicode.push(b'\\');
+            }
+            unicode.push(b'u');
+            unicode.extend(format!("{u:04x}").bytes());
         }
+        Spellings { short, unicode }
     }
-    let mut units = [0u16; 2];
-    let units = c.encode_utf16(&mut units);
-    // `u` + 4 hex digits per UTF-16 unit, units joined by `\u`.
-    let mut want = Vec::new();
-    for (i, u) in units.iter().enumerate() {
-        if i > 0 {
-            want.push(b'\\');
+
+    /// Whether `after` (the bytes after a `\`) begins one of these spellings: `None` if
+    /// not, `Some(true)` once it is a whole one.
+    fn spelling(&self, after: &[u8]) -> Option<bool> {
+        if let (Some(s), [b]) = (self.short, after) {
+            if *b == s {
+                return Some(true);
+            }
         }
-        want.push(b'u');
-        want.extend(format!("{u:04x}").bytes());
+        if after.len() > self.unicode.len() {
+            return None;
+        }
+        // Hex digits in either case; `\u` exactly.
+        let same = after
+            .iter()
+            .zip(&self.unicode)
+            .all(|(x, y)| x == y || y.is_ascii_hexdigit() && x.to_ascii_lowercase() == *y);
+        same.then_some(after.len() == self.unicode.len())
     }
-    if after.len() > want.len() {
-        return None;
-    }
-    let same = after.iter().zip(&want).all(|(x, y)| x.to_ascii_lowercase() == *y);
-    same.then_some(after.len() == want.len())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::spelling;
+    use super::Spellings;
+
+    fn spelling(c: char, after: &[u8]) -> Option<bool> {
+        Spellings::of(c).spelling(after)
+    }
 
     #[test]
     fn spellings_are_recognised_by_prefix() {
@@ -134,5 +154,6 @@ mod tests {
         assert_eq!(spelling('😀', b"ud83d\\uDE00"), Some(true));
         assert_eq!(spelling('😀', b"ud83d\\"), Some(false));
         assert_eq!(spelling('😀', b"ud83d\""), None);
+        assert_eq!(spelling('n', b"U006e"), None, "`\\U` is no escape");
     }
 }
