@@ -10,7 +10,7 @@
 //! gone client never holds up the loop.
 
 use crate::metrics::Metrics;
-use crate::model::{ForwardRow, Model, StepLogits};
+use crate::model::{Forward, ForwardRow, Model, StepLogits};
 #[cfg(feature = "cuda")]
 use crate::sampling::DeviceSampler;
 use crate::sampling::{Pick, Sampler, SamplingParams};
@@ -134,6 +134,11 @@ pub struct EngineOptions {
     pub batch: BatchOptions,
     /// Keep a [`StepRecord`] per step (benchmarks: [`EngineHandle::take_step_records`]).
     pub record_steps: bool,
+    /// Host logits, masks read by the sampler: how long past the forward the step waits
+    /// for the masks. A row whose mask is not ready by then sits the step out (its logits
+    /// kept until its mask is back) instead of stalling every row; `None`: wait for every
+    /// mask. Outputs are the same either way: only when a row gets its token changes.
+    pub late_mask_grace: Option<Duration>,
 }
 
 /// One step's timings.
@@ -158,6 +163,8 @@ pub struct StepRecord {
     pub apply: Duration,
     /// Sampling.
     pub sample: Duration,
+    /// Rows that sat the step out, their masks not ready.
+    pub late: usize,
     /// The whole step.
     pub step: Duration,
 }
@@ -172,9 +179,18 @@ impl Default for EngineOptions {
             sample_under_masks: true,
             batch: BatchOptions::default(),
             record_steps: false,
+            late_mask_grace: Some(DEFAULT_LATE_MASK_GRACE),
         }
     }
 }
+
+/// [`EngineOptions::late_mask_grace`]'s default: a fill a little slower than the forward
+/// is waited for (sitting out costs its row a whole step); a slow one is not.
+pub const DEFAULT_LATE_MASK_GRACE: Duration = Duration::from_millis(1);
+
+/// How long a loop whose every row sits out waits for a late mask before it looks at
+/// its queue again.
+const LATE_POLL: Duration = Duration::from_millis(20);
 
 pub(crate) use grammask::batch::panic_message;
 
@@ -300,6 +316,9 @@ struct Seq {
     stop: Vec<String>,
     strip_stop: bool,
     events: UnboundedSender<Event>,
+    /// The logits row of a step this sequence sat out (its mask was late), kept until
+    /// its mask is back; it takes no part in forwards meanwhile.
+    held: Option<Vec<f32>>,
 }
 
 /// Starts the loop on its own thread.
@@ -447,6 +466,7 @@ impl Loop {
                 stop: r.job.stop,
                 strip_stop: r.job.strip_stop,
                 events: r.events,
+                held: None,
             });
         }
         self.metrics.queue_length.set(q.len() as i64);
@@ -477,7 +497,19 @@ impl Loop {
     fn step(&mut self) {
         let _span = tracing::debug_span!("step", rows = self.running.len()).entered();
         let t0 = Instant::now();
-        let ids: Vec<SeqId> = self.running.iter().map(|s| s.id).collect();
+        // Rows sitting out (their masks late) keep their logits and wait; the rest forward.
+        let fwd: Vec<usize> = (0..self.running.len()).filter(|&i| self.running[i].held.is_none()).collect();
+        if fwd.is_empty() {
+            // Every row waits for a late mask: nothing to forward meanwhile.
+            let masks = match self.batch.collect_late(LATE_POLL) {
+                Ok(m) => m,
+                Err(e) => return self.fail_all(&format!("mask fill: {e}")),
+            };
+            let failed = masks.failed.into_iter().map(|(id, e)| (id, format!("grammar: {e}"))).collect();
+            let picks = self.sample_arrived(&masks.arrived);
+            return self.settle(picks, &failed);
+        }
+        let ids: Vec<SeqId> = fwd.iter().map(|&i| self.running[i].id).collect();
         self.metrics.batch_size.observe(ids.len() as f64);
         if self.options.overlap {
             if let Err(e) = self.batch.begin_step(&ids) {
@@ -485,8 +517,10 @@ impl Loop {
             }
         }
         let vocab = self.model.vocab_size();
-        let rows: Vec<ForwardRow<'_>> =
-            self.running.iter().map(|s| ForwardRow { id: s.id, tokens: &s.pending }).collect();
+        let rows: Vec<ForwardRow<'_>> = fwd
+            .iter()
+            .map(|&i| ForwardRow { id: self.running[i].id, tokens: &self.running[i].pending })
+            .collect();
         let forward_t = Instant::now();
         let forward = {
             let _f = tracing::debug_span!("forward").entered();
@@ -494,8 +528,8 @@ impl Loop {
         };
         let forward_t = forward_t.elapsed();
         drop(rows);
-        let logits = match forward {
-            Ok(l) => l,
+        let Forward { logits, failed: model_failed } = match forward {
+            Ok(f) => f,
             Err(e) => {
                 let _ = self.batch.abandon_step();
                 return self.fail_all(&e.to_string());
@@ -506,47 +540,70 @@ impl Loop {
                 return self.fail_all(&format!("mask fill: {e}"));
             }
         }
-        let prefill = self.running.iter().filter(|s| s.generated == 0).count();
+        let prefill = fwd.iter().filter(|&&i| self.running[i].generated == 0).count();
         let mut record = StepRecord { rows: ids.len(), prefill, forward: forward_t, ..StepRecord::default() };
-        // Rows whose fill failed were not masked: they end with the error, never with
-        // what is sampled from their rows.
-        let mut failed = HashMap::new();
+        // Rows the model or the fill failed end with the error, never with what is
+        // sampled from their rows.
+        let mut failed: HashMap<SeqId, String> =
+            model_failed.into_iter().filter_map(|(r, e)| Some((*ids.get(r)?, e.to_string()))).collect();
         let layout = LogitsLayout::contiguous(ids.len(), vocab);
         let sample_t;
-        let picks: Result<Vec<Pick>, String> = match logits {
+        let mut arrived = Vec::new();
+        let picks: Result<Vec<(usize, Pick)>, String> = match logits {
             StepLogits::Host(logits) => {
                 let masks = {
                     let _a = tracing::debug_span!("masks").entered();
                     if self.options.sample_under_masks {
-                        self.batch.finish_masks()
+                        let deadline = self.options.late_mask_grace.map(|g| Instant::now() + g);
+                        self.batch.finish_masks_by(deadline)
                     } else {
                         self.batch.apply_masks((&mut *logits).into(), layout)
                     }
                 };
-                match masks {
-                    Ok(m) => note_masks(&self.metrics, self.options.overlap, &mut record, m, &mut failed),
+                let late: std::collections::HashSet<SeqId> = match masks {
+                    Ok(mut m) => {
+                        arrived = std::mem::take(&mut m.arrived);
+                        let late = m.late.iter().copied().collect();
+                        note_masks(&self.metrics, self.options.overlap, &mut record, m, &mut failed);
+                        late
+                    }
                     Err(e) => return self.fail_all(&format!("mask apply: {e}")),
-                }
+                };
                 // Sampling is per row and independent: in parallel (the mask pool is
                 // idle now). A masked row is sampled among its allowed tokens only, its
-                // mask read beside its logits (nothing was written to them).
+                // mask read beside its logits (nothing was written to them). A late row
+                // keeps its logits row for when its mask is back.
                 sample_t = Instant::now();
                 let _s = tracing::debug_span!("sample").entered();
-                let masks: Vec<Option<&[u32]>> =
-                    (0..self.running.len()).map(|r| self.batch.step_mask(r)).collect();
-                Ok(self
-                    .running
-                    .par_iter_mut()
-                    .zip(logits.par_chunks_mut(vocab.max(1)))
-                    .zip(masks)
-                    .map(|((s, row), mask)| match mask {
-                        Some(m) => s.sampler.sample_masked(row, m),
-                        None => s.sampler.sample(row),
+                let mut rows = logits.chunks_mut(vocab.max(1));
+                let mut jobs = Vec::with_capacity(fwd.len());
+                let mut next = fwd.iter().copied().enumerate().peekable();
+                for (i, s) in self.running.iter_mut().enumerate() {
+                    let Some(&(r, _)) = next.peek().filter(|(_, f)| *f == i) else { continue };
+                    next.next();
+                    let Some(row) = rows.next() else { break };
+                    if late.contains(&s.id) {
+                        s.held = Some(row.to_vec());
+                        s.pending.clear();
+                    } else if !failed.contains_key(&s.id) {
+                        jobs.push((i, s, row, self.batch.step_mask(r)));
+                    }
+                }
+                Ok(jobs
+                    .into_par_iter()
+                    .map(|(i, s, row, mask)| {
+                        let pick = match mask {
+                            Some(m) => s.sampler.sample_masked(row, m),
+                            None => s.sampler.sample(row),
+                        };
+                        (i, pick)
                     })
                     .collect())
             }
             #[cfg(feature = "cuda")]
             StepLogits::Cuda(mut d) => {
+                // The device path waits for every mask (no row sits out): the masks are
+                // applied on the device in one call.
                 let masks = {
                     let _a = tracing::debug_span!("masks").entered();
                     self.batch.apply_masks(grammask_gpu::Logits::Cuda(d.logits.slice_mut(..)), layout)
@@ -565,43 +622,80 @@ impl Loop {
                 }
                 match self.device_sampler.as_mut() {
                     Some(ds) => {
-                        let mut samplers: Vec<&mut Sampler> =
-                            self.running.iter_mut().map(|s| &mut s.sampler).collect();
-                        ds.sample(&d.logits.slice(..), vocab, &mut samplers).map_err(|e| e.to_string())
+                        let mut samplers: Vec<&mut Sampler> = self
+                            .running
+                            .iter_mut()
+                            .filter(|s| s.held.is_none())
+                            .map(|s| &mut s.sampler)
+                            .collect();
+                        ds.sample(&d.logits.slice(..), vocab, &mut samplers)
+                            .map(|p| fwd.iter().copied().zip(p).collect())
+                            .map_err(|e| e.to_string())
                     }
                     None => Err("no device sampler".to_string()),
                 }
             }
         };
-        let picks = match picks {
+        let mut picks = match picks {
             Ok(p) => p,
             Err(e) => return self.fail_all(&e),
         };
+        picks.extend(self.sample_arrived(&arrived));
         record.sample = sample_t.elapsed();
+        record.late = self.running.iter().filter(|s| s.held.is_some()).count();
         self.metrics.sample_seconds.observe(record.sample.as_secs_f64());
-        // The constrained rows' tokens go to their grammars all at once (in parallel
-        // across rows on a large batch).
-        let mut accepts = Vec::new();
-        let mut accept_row = Vec::new();
-        for (i, (s, pick)) in self.running.iter().zip(&picks).enumerate() {
-            if let (true, Ok((token, _)), false) = (s.constrained, pick, failed.contains_key(&s.id)) {
-                accepts.push((s.id, *token));
-                accept_row.push(i);
-            }
+        self.settle(picks, &failed);
+        record.step = t0.elapsed();
+        self.metrics.step_seconds.observe(record.step.as_secs_f64());
+        self.metrics.running.set(self.running.len() as i64);
+        if self.options.record_steps {
+            self.shared.records.lock().unwrap_or_else(|p| p.into_inner()).push(record);
         }
-        let mut accepted: Vec<Option<Result<Accepted, crate::step::RowError>>> =
-            (0..self.running.len()).map(|_| None).collect();
-        for (i, r) in accept_row.into_iter().zip(self.batch.accept_all(&accepts)) {
-            accepted[i] = Some(r);
-        }
-        let mut done = Vec::new();
-        for (i, pick) in picks.into_iter().enumerate() {
+    }
+
+    /// Samples the rows whose late masks are back, from the logits kept for them.
+    fn sample_arrived(&mut self, arrived: &[SeqId]) -> Vec<(usize, Pick)> {
+        let mut picks = Vec::with_capacity(arrived.len());
+        for id in arrived {
+            let Some(i) = self.running.iter().position(|s| s.id == *id) else { continue };
             let s = &mut self.running[i];
-            s.pending.clear();
+            let Some(mut row) = s.held.take() else { continue };
+            let pick = match self.batch.late_mask(*id) {
+                Some(m) => s.sampler.sample_masked(&mut row, m),
+                None => s.sampler.sample(&mut row),
+            };
+            picks.push((i, pick));
+        }
+        picks
+    }
+
+    /// Ends the sequences in `failed` with their errors; gives the others their picks
+    /// (accepted by their grammars, jump-forward appended) and ends those that are done.
+    fn settle(&mut self, picks: Vec<(usize, Pick)>, failed: &HashMap<SeqId, String>) {
+        let mut done: Vec<(usize, Result<FinishReason, String>)> = Vec::new();
+        for (i, s) in self.running.iter().enumerate() {
             if let Some(msg) = failed.get(&s.id) {
                 done.push((i, Err(msg.clone())));
+            }
+        }
+        // The constrained rows' tokens go to their grammars all at once.
+        let mut accepts = Vec::new();
+        let mut accept_row = Vec::new();
+        for (i, pick) in &picks {
+            let s = &self.running[*i];
+            if let (true, Ok((token, _)), false) = (s.constrained, pick, failed.contains_key(&s.id)) {
+                accepts.push((s.id, *token));
+                accept_row.push(*i);
+            }
+        }
+        let mut accepted: HashMap<usize, Result<Accepted, crate::step::RowError>> =
+            accept_row.into_iter().zip(self.batch.accept_all(&accepts)).collect();
+        for (i, pick) in picks {
+            let s = &mut self.running[i];
+            if failed.contains_key(&s.id) {
                 continue;
             }
+            s.pending.clear();
             let (token, logprob) = match pick {
                 Ok(p) => p,
                 Err(e) => {
@@ -612,7 +706,7 @@ impl Loop {
             let mut forced = Vec::new();
             let mut ended = false;
             if s.constrained {
-                match accepted[i].take() {
+                match accepted.remove(&i) {
                     Some(Ok(Accepted::Continue { forced: jf })) => forced = jf.ids,
                     Some(Ok(Accepted::Finished)) => ended = true,
                     Some(Err(e)) => {
@@ -669,12 +763,6 @@ impl Loop {
                 }
             }
         }
-        record.step = t0.elapsed();
-        self.metrics.step_seconds.observe(record.step.as_secs_f64());
-        self.metrics.running.set(self.running.len() as i64);
-        if self.options.record_steps {
-            self.shared.records.lock().unwrap_or_else(|p| p.into_inner()).push(record);
-        }
     }
 
     fn fail_all(&mut self, msg: &str) {
@@ -702,6 +790,7 @@ fn note_masks(
     // Without the overlap the fill ran after the forward: all of it is waited.
     record.wait = if overlap { masks.wait } else { masks.wait.max(masks.fill) };
     record.apply = masks.apply;
+    metrics.rows_late.inc_by(masks.late.len() as u64);
     failed.extend(masks.failed.into_iter().map(|(id, e)| (id, format!("grammar: {e}"))));
 }
 

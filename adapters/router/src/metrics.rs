@@ -37,6 +37,8 @@ pub struct Metrics {
     pub cancelled: IntCounter,
     /// Compiles cancelled because their request stopped waiting (the client went away).
     pub compiles_cancelled: IntCounter,
+    /// Rows that sat a step out, their masks not ready when the forward ended.
+    pub rows_late: IntCounter,
 }
 
 fn histogram(name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
@@ -102,6 +104,11 @@ impl Metrics {
                 "Compiles cancelled: their client went away",
             )
             .unwrap_or_else(|e| panic!("{e}")),
+            rows_late: IntCounter::new(
+                "grammask_rows_late_total",
+                "Rows that sat a step out: their masks were not ready when the forward ended",
+            )
+            .unwrap_or_else(|e| panic!("{e}")),
         };
         let all: Vec<Box<dyn prometheus::core::Collector>> = vec![
             Box::new(m.queue_length.clone()),
@@ -119,6 +126,7 @@ impl Metrics {
             Box::new(m.errors.clone()),
             Box::new(m.cancelled.clone()),
             Box::new(m.compiles_cancelled.clone()),
+            Box::new(m.rows_late.clone()),
         ];
         for c in all {
             // Distinct names, registered once: cannot fail.

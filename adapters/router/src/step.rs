@@ -20,8 +20,14 @@
 //! batch is left alone, and so is a constrained row whose mask allows every token
 //! (both stay out of `indices`). The fill runs on a rayon pool of its own, so it
 //! overlaps the forward whatever thread runs the model (the XGrammar paper's §4).
+//!
+//! Each row fills on the pool on its own and comes back as soon as its mask is ready,
+//! so one slow mask (a state whose mask the grammar had not computed yet) need not
+//! hold up the batch: [`StructuredBatch::finish_masks_by`] waits until a deadline, and a
+//! row whose mask is not ready by then sits the step out ([`StepMasks::late`]) — the
+//! caller keeps its logits row and samples it once the mask is back
+//! ([`StepMasks::arrived`]), while the other rows go on.
 
-use grammask::batch::BatchFiller;
 use grammask::bitmask::words_per_row;
 use grammask::matcher::{JumpForward, TextEncoder};
 use grammask::{GrammarMatcher, TokenBitmask};
@@ -52,6 +58,9 @@ pub enum StepError {
     /// `apply_masks` without `begin_step`.
     #[error("no step was begun")]
     NoStep,
+    /// A step names a row still filling the mask of a step it sat out.
+    #[error("sequence {0} is still filling a late mask: it sits out until the mask is back")]
+    Late(SeqId),
     /// A matcher for another tokenizer.
     #[error("a matcher over {got} tokens cannot join a batch over {batch}")]
     Vocab {
@@ -78,6 +87,9 @@ pub enum RowError {
     /// removed, or dropped after a failed fill).
     #[error("sequence {0} is not in the batch")]
     Unknown(SeqId),
+    /// The row is still filling the mask of a step it sat out.
+    #[error("sequence {0} is still filling a late mask")]
+    Late(SeqId),
     /// The grammar failed on this row (fill or accept).
     #[error(transparent)]
     Grammar(#[from] grammask::Error),
@@ -126,15 +138,24 @@ pub struct StepMasks {
     pub constrained: usize,
     /// Rows masked (constrained rows whose mask allowed less than everything).
     pub masked: usize,
-    /// Wall time of the fill on the pool.
+    /// Wall time of the fill on the pool (from the first of the step's rows taken up to
+    /// the last one filled; the rows that were late not counted).
     pub fill: Duration,
-    /// Time `apply_masks` waited for the fill (zero when the forward took longer).
+    /// Time the step waited for the fill (zero when the forward took longer).
     pub wait: Duration,
     /// Time applying the masks took.
     pub apply: Duration,
-    /// Rows whose fill failed: they left the batch and were not masked; finish their
-    /// sequences with the error.
+    /// Rows whose fill failed (this step's, or a late row's that came back): they left
+    /// the batch and were not masked; finish their sequences with the error.
     pub failed: Vec<(SeqId, RowError)>,
+    /// Rows of this step whose mask was not ready by the deadline
+    /// ([`StructuredBatch::finish_masks_by`]): they sit the step out. Keep their logits
+    /// rows and leave them out of the next steps until they are back in
+    /// [`arrived`](Self::arrived).
+    pub late: Vec<SeqId>,
+    /// Late rows of earlier steps whose mask is now ready: sample the logits kept for
+    /// them under [`StructuredBatch::late_mask`], then accept as usual.
+    pub arrived: Vec<SeqId>,
 }
 
 /// Settings of a [`StructuredBatch`].
@@ -186,12 +207,15 @@ impl Default for BatchOptions {
 struct Row {
     id: SeqId,
     matcher: GrammarMatcher,
-    /// The step row this sequence has in the step being filled.
-    step_row: Option<usize>,
     /// A sampled token whose acceptance was deferred to the next fill.
     pending: Option<u32>,
     /// A deferred acceptance failed: the row fails at its next fill.
     error: Option<grammask::Error>,
+    /// The mask of its last fill. Each row has its own, so that a fill that finishes late
+    /// writes where no other step reads.
+    mask: Vec<u32>,
+    /// The outcome of its last fill: whether the mask allows every token, or why not.
+    filled: Option<grammask::Result<bool>>,
 }
 
 impl Row {
@@ -203,11 +227,49 @@ impl Row {
             }
         }
     }
+
+    /// Accepts the deferred token (it overlaps the forward too), then fills the mask. A
+    /// panicking grammar fails this row alone (on the pool, a panic would abort the
+    /// process).
+    fn fill(&mut self) {
+        self.flush();
+        let filled = match self.error.take() {
+            Some(e) => Err(e),
+            None => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.matcher.fill_next_token_bitmask(&mut self.mask)
+            }))
+            .unwrap_or_else(|p| Err(grammask::Error::Panicked(grammask::batch::panic_message(p.as_ref())))),
+        };
+        self.filled = Some(filled);
+    }
+
+    /// The mask to sample under: `None` when it allows everything (or was not filled).
+    fn needed_mask(&self) -> Option<&[u32]> {
+        matches!(self.filled, Some(Ok(false))).then_some(&self.mask[..])
+    }
 }
 
-/// The device copy of the masks, for logits on a CUDA device: the pool thread that
-/// filled the masks copies them on a stream of their own, so the upload overlaps the
-/// forward too and the apply reads them on the device.
+/// Where a constrained sequence is.
+enum Place {
+    /// In the batch, between fills.
+    Home(Box<Row>),
+    /// On the mask pool, filling its mask for step `step`; `removed` once the caller took
+    /// it out meanwhile (it is dropped when it comes back).
+    Away { step: u64, removed: bool },
+}
+
+/// A row back from the pool.
+struct Landed {
+    step: u64,
+    row: Box<Row>,
+    /// When its fill began and ended.
+    began: Instant,
+    done: Instant,
+}
+
+/// The device copy of the masks, for logits on a CUDA device: each row's fill copies its
+/// mask on a stream of its own, so the upload overlaps the forward too and the apply
+/// reads the masks on the device.
 #[cfg(feature = "cuda")]
 struct MaskUpload {
     stream: Arc<grammask_gpu::cudarc::driver::CudaStream>,
@@ -233,87 +295,17 @@ impl MaskUpload {
                 .alloc_zeros::<u32>(words.next_power_of_two())
                 .map_err(|e| StepError::Pool(format!("CUDA: {e}")))?;
         }
+        self.error = None;
         Ok(())
     }
 
-    fn upload(&mut self, words: &[u32]) {
-        let r = self.stream.memcpy_htod(words, &mut self.buf.slice_mut(..words.len()));
-        self.error = r.err().map(|e| format!("mask upload: {e}"));
-    }
-}
-
-/// What moves to the pool for a fill and comes back: the rows, the mask, the filler.
-struct Work {
-    rows: Vec<Row>,
-    mask: TokenBitmask,
-    filler: BatchFiller,
-    /// Positions in `rows` of the step's constrained rows, in row order.
-    members: Vec<usize>,
-    allows_all: Vec<bool>,
-    failed: Vec<(usize, grammask::Error)>,
-    fill: Duration,
-    /// Rows of the step being filled.
-    step_rows: usize,
-    #[cfg(feature = "cuda")]
-    upload: Option<MaskUpload>,
-}
-
-impl Work {
-    /// Fails every row of the step being filled (the fill itself panicked).
-    fn fail_step(&mut self, why: &str) {
-        self.members = (0..self.rows.len()).filter(|&p| self.rows[p].step_row.is_some()).collect();
-        self.allows_all = vec![false; self.members.len()];
-        self.failed =
-            (0..self.members.len()).map(|i| (i, grammask::Error::Panicked(why.to_string()))).collect();
-    }
-
-    fn fill(&mut self) {
-        let _span = tracing::debug_span!("fill", rows = self.step_rows).entered();
-        let t0 = Instant::now();
-        // Deferred acceptances first: they overlap the forward too.
-        for r in &mut self.rows {
-            r.flush();
+    /// Copies one row's mask to row `r` of the device buffer.
+    fn upload(&mut self, r: usize, mask: &[u32]) {
+        let n = mask.len();
+        let r = self.stream.memcpy_htod(mask, &mut self.buf.slice_mut(r * n..(r + 1) * n));
+        if let Err(e) = r {
+            self.error.get_or_insert(format!("mask upload: {e}"));
         }
-        self.members.clear();
-        let mut failed = Vec::new();
-        // Positions in `members` of the rows filled (those without a failed acceptance).
-        let mut filled_members = Vec::new();
-        let (mut matchers, mut targets) = (Vec::new(), Vec::new());
-        for (p, r) in self.rows.iter_mut().enumerate() {
-            if let Some(t) = r.step_row {
-                let i = self.members.len();
-                self.members.push(p);
-                if let Some(e) = r.error.take() {
-                    failed.push((i, e));
-                    continue;
-                }
-                filled_members.push(i);
-                matchers.push(&mut r.matcher);
-                targets.push(t);
-            }
-        }
-        self.allows_all.clear();
-        self.allows_all.resize(self.members.len(), false);
-        match self.filler.fill_each::<GrammarMatcher, _>(&mut matchers, &mut self.mask, &targets) {
-            Ok(filled) => {
-                for (k, &i) in filled_members.iter().enumerate() {
-                    self.allows_all[i] = filled.allows_all.get(k).copied().unwrap_or(false);
-                }
-                failed.extend(filled.failed.into_iter().map(|(k, e)| (filled_members[k], e)));
-            }
-            // Shape errors cannot happen (the engine sized the mask and checked the
-            // rows), but if one did, every row of the step fails rather than the loop.
-            Err(e) => {
-                failed.extend(filled_members.iter().map(|&i| (i, grammask::Error::Shape(e.to_string()))));
-            }
-        }
-        self.failed = failed;
-        #[cfg(feature = "cuda")]
-        if let Some(up) = &mut self.upload {
-            let n = self.step_rows * words_per_row(self.mask.vocab_size());
-            up.upload(&self.mask.as_words()[..n]);
-        }
-        self.fill = t0.elapsed();
     }
 }
 
@@ -346,23 +338,34 @@ pub struct StructuredBatch {
     vocab: usize,
     pool: Arc<rayon::ThreadPool>,
     options: BatchOptions,
-    /// Position in `work.rows` of each sequence.
-    index: HashMap<SeqId, usize>,
-    /// `None` while a fill holds it.
-    work: Option<Box<Work>>,
-    pending: Option<mpsc::Receiver<Box<Work>>>,
+    rows: HashMap<SeqId, Place>,
+    /// Rows come back from the pool here, each as soon as its own fill ends.
+    tx: mpsc::Sender<Landed>,
+    rx: mpsc::Receiver<Landed>,
+    /// The number of the step begun last.
+    step: u64,
     /// A step was begun and its masks not applied yet.
     begun: bool,
+    /// The constrained rows of the step begun: `(sequence, logits row)`.
+    current: Vec<(SeqId, usize)>,
+    step_rows: usize,
+    /// Late rows back since the last report: ready, or failed.
+    arrived: Vec<SeqId>,
+    arrived_failed: Vec<(SeqId, RowError)>,
     indices: Vec<i32>,
-    /// Per row of the last applied step: whether its mask was applied.
-    masked_rows: Vec<bool>,
+    /// Per row of the last finished step: the sequence whose mask applies to it.
+    masked_rows: Vec<Option<SeqId>>,
+    /// The step's masks side by side, for an apply on host logits.
+    host: TokenBitmask,
+    #[cfg(feature = "cuda")]
+    upload: Option<Arc<std::sync::Mutex<MaskUpload>>>,
 }
 
 impl std::fmt::Debug for StructuredBatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StructuredBatch")
             .field("vocab", &self.vocab)
-            .field("rows", &self.index.len())
+            .field("rows", &self.len())
             .field("options", &self.options)
             .finish()
     }
@@ -376,144 +379,173 @@ impl StructuredBatch {
             .thread_name(|i| format!("grammask-mask-{i}"))
             .build()
             .map_err(|e| StepError::Pool(e.to_string()))?;
-        let pool = Arc::new(pool);
-        let work = Work {
-            rows: Vec::new(),
-            mask: TokenBitmask::new(0, vocab),
-            filler: BatchFiller::with_pool(pool.clone()),
-            members: Vec::new(),
-            allows_all: Vec::new(),
-            failed: Vec::new(),
-            fill: Duration::ZERO,
-            step_rows: 0,
-            #[cfg(feature = "cuda")]
-            upload: MaskUpload::new(&options.device)?,
-        };
+        let (tx, rx) = mpsc::channel();
         Ok(Self {
             vocab,
-            pool,
+            pool: Arc::new(pool),
+            #[cfg(feature = "cuda")]
+            upload: MaskUpload::new(&options.device)?.map(|u| Arc::new(std::sync::Mutex::new(u))),
             options,
-            index: HashMap::new(),
-            work: Some(Box::new(work)),
-            pending: None,
+            rows: HashMap::new(),
+            tx,
+            rx,
+            step: 0,
             begun: false,
+            current: Vec::new(),
+            step_rows: 0,
+            arrived: Vec::new(),
+            arrived_failed: Vec::new(),
             indices: Vec::new(),
             masked_rows: Vec::new(),
+            host: TokenBitmask::new(0, vocab),
         })
     }
 
-    /// Constrained sequences in the batch.
+    /// Constrained sequences in the batch (late ones included).
     pub fn len(&self) -> usize {
-        self.index.len()
+        self.rows.values().filter(|p| !matches!(p, Place::Away { removed: true, .. })).count()
     }
 
     /// True when no sequence is constrained.
     pub fn is_empty(&self) -> bool {
-        self.index.is_empty()
+        self.len() == 0
     }
 
     /// True if `id` is in the batch.
     pub fn contains(&self, id: SeqId) -> bool {
-        self.index.contains_key(&id)
-    }
-
-    fn work(&mut self) -> Result<&mut Work, StepError> {
-        self.work.as_deref_mut().ok_or(StepError::Busy)
+        matches!(self.rows.get(&id), Some(Place::Home(_) | Place::Away { removed: false, .. }))
     }
 
     /// Adds a constrained sequence (between steps). Its matcher's vocabulary must be
     /// the batch's.
     pub fn add(&mut self, id: SeqId, matcher: GrammarMatcher) -> Result<(), StepError> {
-        if self.index.contains_key(&id) {
+        if self.begun {
+            return Err(StepError::Busy);
+        }
+        if self.contains(id) {
             return Err(StepError::Duplicate(id));
         }
         if matcher.vocab_size() != self.vocab {
             return Err(StepError::Vocab { got: matcher.vocab_size(), batch: self.vocab });
         }
-        let work = self.work()?;
-        work.rows.push(Row { id, matcher, step_row: None, pending: None, error: None });
-        let p = work.rows.len() - 1;
-        self.index.insert(id, p);
+        let mask = vec![0; words_per_row(self.vocab)];
+        let row = Row { id, matcher, pending: None, error: None, mask, filled: None };
+        self.rows.insert(id, Place::Home(Box::new(row)));
         Ok(())
     }
 
-    /// Takes a sequence out (finished, cancelled); returns its matcher. Between steps.
+    /// Takes a sequence out (finished, cancelled) between steps; returns its matcher, or
+    /// `None` when it is not in the batch or is still filling a late mask (it is then
+    /// dropped when its fill ends).
     pub fn remove(&mut self, id: SeqId) -> Result<Option<GrammarMatcher>, StepError> {
-        let Some(&p) = self.index.get(&id) else {
-            return Ok(None);
-        };
-        let work = self.work.as_deref_mut().ok_or(StepError::Busy)?;
-        let mut row = work.rows.swap_remove(p);
-        row.flush();
-        if let Some(moved) = work.rows.get(p) {
-            self.index.insert(moved.id, p);
+        if self.begun {
+            return Err(StepError::Busy);
         }
-        self.index.remove(&id);
-        Ok(Some(row.matcher))
+        match self.rows.remove(&id) {
+            Some(Place::Home(mut row)) => {
+                row.flush();
+                Ok(Some(row.matcher))
+            }
+            Some(Place::Away { step, .. }) => {
+                self.rows.insert(id, Place::Away { step, removed: true });
+                Ok(None)
+            }
+            None => Ok(None),
+        }
     }
 
     /// Starts filling the masks of this step's constrained rows on the pool and
     /// returns at once: run the forward now. `rows[r]` is the sequence of logits row
-    /// `r`; ids not in the batch are unconstrained rows.
+    /// `r`; ids not in the batch are unconstrained rows. A late row still filling its
+    /// mask cannot be in a step ([`StepError::Late`]).
     pub fn begin_step(&mut self, rows: &[SeqId]) -> Result<(), StepError> {
         if self.begun {
             return Err(StepError::Busy);
         }
-        self.masked_rows.clear();
-        let vocab = self.vocab;
-        let index = &self.index;
-        let work = self.work.as_deref_mut().ok_or(StepError::Busy)?;
-        let mut any = false;
-        for (r, id) in rows.iter().enumerate() {
-            if let Some(&p) = index.get(id) {
-                if work.rows[p].step_row.is_some() {
-                    for row in &mut work.rows {
-                        row.step_row = None;
-                    }
-                    return Err(StepError::TwiceInStep(*id));
-                }
-                work.rows[p].step_row = Some(r);
-                any = true;
+        let mut seen = std::collections::HashSet::new();
+        for id in rows {
+            match self.rows.get(id) {
+                Some(Place::Home(_)) if !seen.insert(*id) => return Err(StepError::TwiceInStep(*id)),
+                Some(Place::Away { removed: false, .. }) => return Err(StepError::Late(*id)),
+                _ => {}
             }
         }
-        if work.mask.rows() < rows.len() {
-            // Grown in powers of two so that a batch growing row by row allocates
-            // rarely; rows beyond the step are never read.
-            work.mask = TokenBitmask::new(rows.len().next_power_of_two(), vocab);
-        }
-        work.step_rows = rows.len();
         #[cfg(feature = "cuda")]
-        if any {
-            if let Some(up) = &mut work.upload {
-                if let Err(e) = up.reserve(rows.len() * words_per_row(vocab)) {
-                    for row in &mut work.rows {
-                        row.step_row = None;
-                    }
-                    return Err(e);
+        if let Some(up) = &self.upload {
+            up.lock().unwrap_or_else(|p| p.into_inner()).reserve(rows.len() * words_per_row(self.vocab))?;
+        }
+        self.step += 1;
+        self.current.clear();
+        self.masked_rows.clear();
+        self.step_rows = rows.len();
+        let mut queue = std::collections::VecDeque::new();
+        for (r, &id) in rows.iter().enumerate() {
+            let Some(place) = self.rows.get_mut(&id) else { continue };
+            let Place::Home(_) = place else { continue };
+            let Place::Home(row) = std::mem::replace(place, Place::Away { step: self.step, removed: false })
+            else {
+                continue;
+            };
+            self.current.push((id, r));
+            queue.push_back((r, row));
+        }
+        // One job per fill thread, each taking rows from the queue and sending each back
+        // as soon as it is filled (a job per row was measured slower: each paid the
+        // pool's wake-up).
+        let jobs = self.options.fill_threads.max(1).min(queue.len());
+        let queue = Arc::new(std::sync::Mutex::new(queue));
+        for _ in 0..jobs {
+            let (tx, step, queue) = (self.tx.clone(), self.step, queue.clone());
+            #[cfg(feature = "cuda")]
+            let upload = self.upload.clone();
+            self.pool.spawn(move || loop {
+                let next = queue.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
+                let Some((r, mut row)) = next else { break };
+                let _span = tracing::debug_span!("fill", row = r).entered();
+                let began = Instant::now();
+                row.fill();
+                #[cfg(feature = "cuda")]
+                if let (Some(up), Some(mask)) = (&upload, row.needed_mask()) {
+                    up.lock().unwrap_or_else(|p| p.into_inner()).upload(r, mask);
                 }
-            }
+                // The receiver lives as long as the batch.
+                let _ = tx.send(Landed { step, row, began, done: Instant::now() });
+            });
         }
         self.begun = true;
-        if !any {
-            work.members.clear();
-            work.fill = Duration::ZERO;
-            return Ok(());
-        }
-        let Some(mut work) = self.work.take() else {
-            return Err(StepError::Busy);
-        };
-        let (tx, rx) = mpsc::sync_channel(1);
-        self.pool.spawn(move || {
-            // A panic outside a row's own fill (which fails that row alone) fails the
-            // step's rows, not the pool (rayon aborts the process on a panicking job).
-            if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work.fill())) {
-                work.fail_step(&grammask::batch::panic_message(p.as_ref()));
-            }
-            // The receiver is gone only if the batch was dropped mid-step.
-            let _ = tx.send(work);
-        });
-        self.pending = Some(rx);
         Ok(())
+    }
+
+    /// Puts a row back from the pool; true when it belongs to the step begun.
+    fn land(&mut self, landed: Landed) -> bool {
+        let id = landed.row.id;
+        match self.rows.get(&id) {
+            Some(Place::Away { step, removed: false }) if *step == landed.step => {}
+            Some(Place::Away { removed: true, .. }) => {
+                self.rows.remove(&id);
+                return false;
+            }
+            _ => return false,
+        }
+        let current = self.begun && landed.step == self.step;
+        let failed = matches!(landed.row.filled, Some(Err(_)) | None);
+        self.rows.insert(id, Place::Home(landed.row));
+        if current {
+            return true;
+        }
+        // A late row: ready for the logits kept for it, or failed.
+        if failed {
+            if let Some(Place::Home(row)) = self.rows.remove(&id) {
+                let e = match row.filled {
+                    Some(Err(e)) => e,
+                    _ => grammask::Error::Panicked("the fill did not run".into()),
+                };
+                self.arrived_failed.push((id, RowError::Grammar(e)));
+            }
+        } else {
+            self.arrived.push(id);
+        }
+        false
     }
 
     /// Waits for this step's fills and masks the logits of the constrained rows that
@@ -531,30 +563,41 @@ impl StructuredBatch {
         let _span = tracing::debug_span!("apply_masks", rows = self.indices.len()).entered();
         let t1 = Instant::now();
         let words = words_per_row(self.vocab);
-        let work = self.work.as_deref().ok_or(StepError::WorkerGone)?;
         #[cfg(feature = "cuda")]
-        if let Some(up) = &work.upload {
+        if let Some(up) = &self.upload {
+            let up = up.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(e) = &up.error {
                 return Err(StepError::Pool(e.clone()));
             }
-            let n = work.step_rows * words;
+            let n = self.step_rows * words;
             apply_token_bitmask_inplace(
                 &self.options.device,
                 logits,
                 layout,
                 Bitmask::Cuda(up.buf.slice(..n)),
-                MaskLayout::new(work.step_rows, words),
+                MaskLayout::new(self.step_rows, words),
                 Some(Indices::Host(&self.indices)),
             )?;
             report.apply = t1.elapsed();
             return Ok(report);
         }
+        if self.host.rows() < self.step_rows {
+            // Grown in powers of two so that a batch growing row by row allocates
+            // rarely; rows beyond the step are never read.
+            self.host = TokenBitmask::new(self.step_rows.next_power_of_two(), self.vocab);
+        }
+        for &r in &self.indices {
+            let r = r as usize;
+            if let Some(Some(Place::Home(row))) = self.masked_rows[r].map(|id| self.rows.get(&id)) {
+                self.host.row_mut(r).copy_from_slice(&row.mask);
+            }
+        }
         apply_token_bitmask_inplace(
             &self.options.device,
             logits,
             layout,
-            Bitmask::Host(work.mask.as_words()),
-            MaskLayout::new(work.mask.rows(), words),
+            Bitmask::Host(self.host.as_words()),
+            MaskLayout::new(self.host.rows(), words),
             Some(Indices::Host(&self.indices)),
         )?;
         report.apply = t1.elapsed();
@@ -568,68 +611,133 @@ impl StructuredBatch {
     /// its own. Rows whose fill failed leave the batch, as in
     /// [`apply_masks`](Self::apply_masks).
     pub fn finish_masks(&mut self) -> Result<StepMasks, StepError> {
+        self.finish_masks_by(None)
+    }
+
+    /// [`finish_masks`](Self::finish_masks), waiting for the fills no later than
+    /// `deadline`: a row whose mask is not ready by then sits the step out
+    /// ([`StepMasks::late`]) instead of stalling the batch. Its fill goes on; once it
+    /// ends, a later report lists the row in [`StepMasks::arrived`] and its mask is
+    /// [`late_mask`](Self::late_mask).
+    pub fn finish_masks_by(&mut self, deadline: Option<Instant>) -> Result<StepMasks, StepError> {
         if !self.begun {
             return Err(StepError::NoStep);
         }
         let t0 = Instant::now();
-        if let Some(rx) = self.pending.take() {
+        let mut waiting =
+            self.current.iter().filter(|(id, _)| !matches!(self.rows.get(id), Some(Place::Home(_)))).count();
+        // When the step's first row was taken up and its last one filled.
+        let mut fill: Option<(Instant, Instant)> = None;
+        let mut widen = |began: Instant, done: Instant| {
+            fill = Some(fill.map_or((began, done), |(b, d)| (b.min(began), d.max(done))));
+        };
+        {
             let _span = tracing::debug_span!("wait_for_masks").entered();
-            let work = rx.recv().map_err(|_| StepError::WorkerGone)?;
-            self.work = Some(work);
+            while waiting > 0 {
+                let landed = match deadline {
+                    None => self.rx.recv().map_err(|_| StepError::WorkerGone)?,
+                    Some(d) => match self.rx.recv_timeout(d.saturating_duration_since(Instant::now())) {
+                        Ok(l) => l,
+                        Err(mpsc::RecvTimeoutError::Timeout) => break,
+                        Err(mpsc::RecvTimeoutError::Disconnected) => return Err(StepError::WorkerGone),
+                    },
+                };
+                let (began, done) = (landed.began, landed.done);
+                if self.land(landed) {
+                    waiting -= 1;
+                    widen(began, done);
+                }
+            }
+        }
+        // Late rows of earlier steps that are back by now.
+        while let Ok(landed) = self.rx.try_recv() {
+            let (began, done) = (landed.began, landed.done);
+            if self.land(landed) {
+                widen(began, done);
+            }
         }
         let wait = t0.elapsed();
         self.begun = false;
-        let work = self.work.as_deref_mut().ok_or(StepError::WorkerGone)?;
-        let mut report =
-            StepMasks { constrained: work.members.len(), fill: work.fill, wait, ..Default::default() };
-        let mut failed_rows = std::mem::take(&mut work.failed);
-        failed_rows.sort_by_key(|(i, _)| *i);
-        let mut failed = failed_rows.into_iter().peekable();
+        let mut report = StepMasks {
+            constrained: self.current.len(),
+            fill: fill.map_or(Duration::ZERO, |(b, d)| d.saturating_duration_since(b)),
+            wait,
+            ..Default::default()
+        };
         self.indices.clear();
-        let mut drop_ids = Vec::new();
-        for (i, &p) in work.members.iter().enumerate() {
-            let row = &mut work.rows[p];
-            let Some(target) = row.step_row.take() else { continue };
-            if failed.peek().is_some_and(|(f, _)| *f == i) {
-                if let Some((_, e)) = failed.next() {
-                    drop_ids.push((row.id, RowError::Grammar(e)));
-                }
-                continue;
-            }
-            if !work.allows_all.get(i).copied().unwrap_or(false) {
-                self.indices.push(target as i32);
+        self.masked_rows.clear();
+        self.masked_rows.resize(self.step_rows, None);
+        for &(id, r) in &self.current {
+            match self.rows.get_mut(&id) {
+                Some(Place::Home(row)) => match row.filled.take() {
+                    Some(Ok(all)) => {
+                        row.filled = Some(Ok(all));
+                        if !all {
+                            self.indices.push(r as i32);
+                            self.masked_rows[r] = Some(id);
+                        }
+                    }
+                    Some(Err(e)) => report.failed.push((id, RowError::Grammar(e))),
+                    None => report.failed.push((
+                        id,
+                        RowError::Grammar(grammask::Error::Panicked("the fill did not run".into())),
+                    )),
+                },
+                Some(Place::Away { .. }) => report.late.push(id),
+                None => {}
             }
         }
         report.masked = self.indices.len();
-        self.masked_rows.clear();
-        self.masked_rows.resize(work.step_rows, false);
-        for &r in &self.indices {
-            self.masked_rows[r as usize] = true;
-        }
         // Failed rows leave before the apply, so that an apply error cannot keep them.
-        for (id, e) in drop_ids {
-            self.remove(id)?;
-            report.failed.push((id, e));
+        for (id, _) in &report.failed {
+            self.rows.remove(id);
         }
+        report.arrived = std::mem::take(&mut self.arrived);
+        report.failed.append(&mut self.arrived_failed);
         Ok(report)
     }
 
-    /// Ends a begun step without masking (the forward failed): waits for the fill and
-    /// takes the rows back, unchanged.
-    pub fn abandon_step(&mut self) -> Result<(), StepError> {
+    /// Between steps: waits up to `timeout` for a late row to come back, and reports
+    /// those back ([`StepMasks::arrived`], [`StepMasks::failed`]; nothing else is set) —
+    /// for a caller whose rows are all sitting out, with nothing to forward meanwhile.
+    pub fn collect_late(&mut self, timeout: Duration) -> Result<StepMasks, StepError> {
+        if self.begun {
+            return Err(StepError::Busy);
+        }
+        if self.arrived.is_empty() && self.arrived_failed.is_empty() {
+            match self.rx.recv_timeout(timeout) {
+                Ok(landed) => {
+                    self.land(landed);
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => return Err(StepError::WorkerGone),
+            }
+        }
+        while let Ok(landed) = self.rx.try_recv() {
+            self.land(landed);
+        }
+        let mut report = StepMasks { arrived: std::mem::take(&mut self.arrived), ..Default::default() };
+        report.failed.append(&mut self.arrived_failed);
+        Ok(report)
+    }
+
+    /// Ends a begun step without masking (the forward failed): waits for its fills and
+    /// takes the rows back, their masks unused. The report is
+    /// [`finish_masks`](Self::finish_masks)'s: rows whose fill failed have left, and late
+    /// rows of earlier steps may be back.
+    pub fn abandon_step(&mut self) -> Result<StepMasks, StepError> {
         if !self.begun {
-            return Ok(());
+            return Ok(StepMasks::default());
         }
-        self.begun = false;
-        if let Some(rx) = self.pending.take() {
-            self.work = Some(rx.recv().map_err(|_| StepError::WorkerGone)?);
+        let report = self.finish_masks_by(None)?;
+        for (id, _) in std::mem::take(&mut self.current) {
+            if let Some(Place::Home(row)) = self.rows.get_mut(&id) {
+                row.filled = None;
+            }
         }
-        let work = self.work.as_deref_mut().ok_or(StepError::WorkerGone)?;
-        work.failed.clear();
-        for row in &mut work.rows {
-            row.step_row = None;
-        }
-        Ok(())
+        self.indices.clear();
+        self.masked_rows.clear();
+        Ok(report)
     }
 
     /// Accepts the token sampled for `id`; then, when the grammar forces text next
@@ -656,18 +764,17 @@ impl StructuredBatch {
         let mut seen = std::collections::HashSet::new();
         let mut out = Vec::with_capacity(picks.len());
         for &(id, token) in picks {
-            let p = match self.index.get(&id) {
-                Some(&p) if seen.insert(id) => p,
+            let row = match self.rows.get_mut(&id) {
+                Some(Place::Home(row)) if seen.insert(id) => row,
+                Some(Place::Away { removed: false, .. }) => {
+                    out.push(Err(RowError::Late(id)));
+                    continue;
+                }
                 _ => {
                     out.push(Err(RowError::Unknown(id)));
                     continue;
                 }
             };
-            let Some(work) = self.work.as_deref_mut() else {
-                out.push(Err(RowError::Unknown(id)));
-                continue;
-            };
-            let row = &mut work.rows[p];
             row.flush();
             if let Some(e) = row.error.take() {
                 out.push(Err(e.into()));
@@ -687,8 +794,8 @@ impl StructuredBatch {
                 Err(grammask::Error::Panicked(grammask::batch::panic_message(p.as_ref())).into())
             });
             if matches!(r, Ok(Accepted::Finished) | Err(RowError::Grammar(grammask::Error::Panicked(_)))) {
-                // A row that ended cannot fail to leave (between steps: not busy).
-                let _ = self.remove(id);
+                // A row that ended leaves (between steps: not busy).
+                self.rows.remove(&id);
             }
             out.push(r);
         }
@@ -697,22 +804,38 @@ impl StructuredBatch {
 
     /// The bitmask row of logits row `r` in the step that [`apply_masks`](Self::apply_masks)
     /// or [`finish_masks`](Self::finish_masks) ended (`None` for a row that needs no
-    /// mask: unconstrained, allowing everything, or failed): a sampler can look at the
-    /// allowed tokens only (`Sampler::sample_masked`). Valid until the next
+    /// mask: unconstrained, allowing everything, failed or late): a sampler can look at
+    /// the allowed tokens only (`Sampler::sample_masked`). Valid until the next
     /// [`begin_step`](Self::begin_step).
     pub fn step_mask(&self, r: usize) -> Option<&[u32]> {
-        if !self.masked_rows.get(r).copied().unwrap_or(false) || self.begun {
+        if self.begun {
             return None;
         }
-        self.work.as_deref().map(|w| w.mask.row(r))
+        let id = (*self.masked_rows.get(r)?)?;
+        match self.rows.get(&id)? {
+            Place::Home(row) => row.needed_mask(),
+            Place::Away { .. } => None,
+        }
+    }
+
+    /// The mask of a late row that [`StepMasks::arrived`] reported, for the logits kept
+    /// from the step it sat out (`None`: it allows every token, or `id` is not back).
+    pub fn late_mask(&self, id: SeqId) -> Option<&[u32]> {
+        match self.rows.get(&id)? {
+            Place::Home(row) => row.needed_mask(),
+            Place::Away { .. } => None,
+        }
     }
 
     /// The matcher of `id` (to inspect its state between steps), with any deferred
     /// token accepted.
     pub fn matcher(&mut self, id: SeqId) -> Option<&GrammarMatcher> {
-        let p = *self.index.get(&id)?;
-        let row = &mut self.work.as_deref_mut()?.rows[p];
-        row.flush();
-        Some(&row.matcher)
+        match self.rows.get_mut(&id)? {
+            Place::Home(row) => {
+                row.flush();
+                Some(&row.matcher)
+            }
+            Place::Away { .. } => None,
+        }
     }
 }

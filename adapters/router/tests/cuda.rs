@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn host_logits(m: &mut dyn Model, rows: &[ForwardRow<'_>]) -> Vec<f32> {
-    match m.forward(rows).unwrap() {
+    match m.forward(rows).unwrap().logits {
         StepLogits::Host(l) => l.to_vec(),
         StepLogits::Cuda(d) => d.stream.clone_dtoh(&d.logits).unwrap(),
     }

@@ -5,7 +5,7 @@
 
 use futures::StreamExt;
 use grammask_router::engine::EngineOptions;
-use grammask_router::model::{ForwardRow, ForwardTime, Model, ModelError, SimulatedModel, StepLogits};
+use grammask_router::model::{Forward, ForwardRow, ForwardTime, Model, ModelError, SimulatedModel};
 use grammask_router::server::{LoadedTokenizer, Router, RouterConfig};
 use grammask_router::service::Limits;
 use serde_json::{json, Value};
@@ -25,19 +25,23 @@ struct Server {
 }
 
 /// The simulated model (random logits over the embedded tokenizer), optionally with a
-/// context limit, or panicking in its `fail_at`-th forward (a bug in a model
-/// implementation, a device fault surfacing as a panic).
+/// context limit, panicking in its `fail_at`-th forward (a bug in a model
+/// implementation, a device fault surfacing as a panic), or with a cache of `cache`
+/// positions per sequence that it does not advertise (a sequence past it fails that row
+/// of the forward, as a model whose real limit is below what it reports).
 struct TestModel {
     inner: SimulatedModel,
     forwards: usize,
     fail_at: Option<usize>,
     context: Option<usize>,
+    cache: Option<usize>,
+    lengths: std::collections::HashMap<grammask_router::step::SeqId, usize>,
 }
 
 impl TestModel {
     fn new(time: ForwardTime) -> Self {
         let inner = SimulatedModel::new(tokenizer().info.vocab_size(), 11, time);
-        Self { inner, forwards: 0, fail_at: None, context: None }
+        Self { inner, forwards: 0, fail_at: None, context: None, cache: None, lengths: Default::default() }
     }
 }
 
@@ -45,14 +49,28 @@ impl Model for TestModel {
     fn vocab_size(&self) -> usize {
         self.inner.vocab_size()
     }
-    fn forward(&mut self, rows: &[ForwardRow<'_>]) -> Result<StepLogits<'_>, ModelError> {
+    fn forward(&mut self, rows: &[ForwardRow<'_>]) -> Result<Forward<'_>, ModelError> {
         self.forwards += 1;
         if self.fail_at.is_some_and(|n| self.forwards >= n) {
             panic!("the test model fails in forward {}", self.forwards);
         }
-        self.inner.forward(rows)
+        let mut failed = Vec::new();
+        for (r, row) in rows.iter().enumerate() {
+            let len = self.lengths.entry(row.id).or_default();
+            *len += row.tokens.len();
+            if let Some(cache) = self.cache.filter(|&c| *len > c) {
+                failed.push((
+                    r,
+                    ModelError(format!("sequence {}: {} positions exceed the cache of {cache}", row.id, len)),
+                ));
+            }
+        }
+        let mut f = self.inner.forward(rows)?;
+        f.failed = failed;
+        Ok(f)
     }
     fn release(&mut self, id: grammask_router::step::SeqId) {
+        self.lengths.remove(&id);
         self.inner.release(id)
     }
     fn name(&self) -> String {
@@ -706,6 +724,122 @@ async fn the_models_context_bounds_every_request_at_admission() {
     assert_eq!(r.status(), 422);
     let r = post(json!({"inputs": long, "parameters": {"max_new_tokens": 5, "truncate": 20}})).await.unwrap();
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_the_model_fails_mid_batch_ends_alone_and_the_others_finish() {
+    // The model's cache holds 40 positions per sequence but it does not say so: the
+    // request that generates past it fails in the middle of a batch (its stream gets an
+    // error event), the ones beside it, constrained and not, finish.
+    let model = TestModel { cache: Some(40), ..TestModel::new(ForwardTime::Sleep(Duration::from_millis(2))) };
+    let server = serve_model(Box::new(model), EngineOptions::default(), Limits::default()).await;
+    let base = server.base.clone();
+    let c = reqwest::Client::new();
+    let post = |path: &str, body: Value| c.post(format!("{base}{path}")).json(&body).send();
+    let over = post(
+        "/generate_stream",
+        json!({"inputs": "x", "parameters": {"max_new_tokens": 100, "seed": 1, "stop": []}}),
+    );
+    let plain = post(
+        "/generate",
+        json!({"inputs": "x", "parameters": {"max_new_tokens": 30, "seed": 2, "details": true}}),
+    );
+    let constrained = post(
+        "/generate",
+        json!({"inputs": "x", "parameters": {"max_new_tokens": 30, "seed": 3, "details": true,
+            "grammar": {"type": "regex", "value": "[a-z]{20,40}"}}}),
+    );
+    let (over, plain, constrained) = futures::join!(over, plain, constrained);
+    let over = over.unwrap();
+    assert_eq!(over.status(), 200);
+    let text = over.text().await.unwrap();
+    assert!(text.contains("exceed the cache of 40"), "{text}");
+    assert!(text.contains("\"token\""), "tokens before the error: {text}");
+    for r in [plain, constrained] {
+        let r = r.unwrap();
+        assert_eq!(r.status(), 200);
+        let v: Value = r.json().await.unwrap();
+        let reason = v["details"]["finish_reason"].as_str();
+        assert!(matches!(reason, Some("length" | "eos_token")), "{v}");
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(metric(&c, &base, "grammask_running").await, 0.0);
+    assert_eq!(c.get(format!("{base}/health")).send().await.unwrap().status(), 200);
+}
+
+/// A JSON schema of `n` string properties, each its own pattern: a grammar whose masks
+/// are many and slow to compute (left lazy, most are computed during decoding).
+fn slow_mask_schema(n: usize) -> Value {
+    let props: serde_json::Map<String, Value> = (0..n)
+        .map(|i| {
+            (format!("field_{i}"), json!({"type": "string", "pattern": format!("^[a-z]{{2,8}}-{i}[0-9]+$")}))
+        })
+        .collect();
+    json!({"type": "object", "properties": props, "required": (0..n).map(|i| format!("field_{i}")).collect::<Vec<_>>(),
+        "additionalProperties": false})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_whose_masks_are_late_sit_steps_out_with_the_same_outputs() {
+    // Masks left lazy and a forward far faster than a fresh mask: with no grace, the
+    // constrained rows sit out the steps whose masks are not ready, while the
+    // unconstrained row beside them goes on. Waiting for every mask instead gives the
+    // same texts: only when a row gets its token changes.
+    let run = |grace: Option<Duration>| async move {
+        let model = TestModel::new(ForwardTime::Sleep(Duration::from_micros(50)));
+        let engine = EngineOptions { late_mask_grace: grace, ..EngineOptions::default() };
+        let server = serve_precomputing(Box::new(model), engine, Limits::default(), Duration::ZERO).await;
+        let c = reqwest::Client::new();
+        let base = server.base.clone();
+        let schema = slow_mask_schema(12);
+        let bodies: Vec<Value> = (0..3)
+            .map(|k| {
+                json!({"inputs": "x", "parameters": {"max_new_tokens": 400, "seed": 5 + k,
+                "grammar": {"type": "json", "value": schema}}})
+            })
+            .chain([json!({"inputs": "x", "parameters": {"max_new_tokens": 400, "seed": 9}})])
+            .collect();
+        let sends = bodies.iter().map(|b| c.post(format!("{base}/generate")).json(b).send());
+        let mut texts = Vec::new();
+        for r in futures::future::join_all(sends).await {
+            let r = r.unwrap();
+            assert_eq!(r.status(), 200);
+            let v: Value = r.json().await.unwrap();
+            texts.push(v["generated_text"].as_str().unwrap().to_string());
+        }
+        for t in &texts[..3] {
+            check_schema(&schema.to_string(), t);
+        }
+        (texts, metric(&c, &base, "grammask_rows_late_total").await)
+    };
+    let (sat_out, late) = run(Some(Duration::ZERO)).await;
+    let (waited, none) = run(None).await;
+    assert!(late > 0.0, "no row sat a step out");
+    assert_eq!(none, 0.0);
+    assert_eq!(sat_out, waited);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grammar_that_panics_in_its_fill_ends_its_request_alone() {
+    // grammask's test hook: a matcher whose grammar source holds the marker panics when
+    // it fills its mask. That request ends with an error; the batch goes on.
+    let server = serve(EngineOptions::default(), Duration::from_millis(2), Limits::default()).await;
+    let base = server.base.clone();
+    let c = reqwest::Client::new();
+    let bad = json!({"inputs": "x", "parameters": {"max_new_tokens": 20, "seed": 1,
+        "grammar": {"type": "regex", "value": grammask::matcher::FILL_PANIC_MARKER}}});
+    let good = json!({"inputs": "x", "parameters": {"max_new_tokens": 20, "seed": 2,
+        "grammar": {"type": "regex", "value": "[a-z]{20,30}"}}});
+    let (a, b) = futures::join!(
+        c.post(format!("{base}/generate")).json(&bad).send(),
+        c.post(format!("{base}/generate")).json(&good).send()
+    );
+    let a = a.unwrap();
+    assert!(a.status().is_server_error() || a.status().as_u16() == 424, "{}", a.status());
+    let v: Value = a.json().await.unwrap();
+    assert!(v["error"].as_str().unwrap().contains("panicked"), "{v}");
+    assert_eq!(b.unwrap().status(), 200);
+    assert_eq!(c.get(format!("{base}/health")).send().await.unwrap().status(), 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

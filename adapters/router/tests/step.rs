@@ -201,3 +201,100 @@ fn deferred_accepts_give_the_same_masks_and_fail_late() {
     assert!(logits[..vocab].iter().all(|x| x.is_finite()), "the failed row is not masked");
     assert_eq!(report.masked, 1);
 }
+
+/// The lowest token id a mask row allows that is not a stop token.
+fn lowest_allowed(mask: Option<&[u32]>, vocab: usize, stops: &[u32]) -> u32 {
+    (0..vocab as u32)
+        .find(|&t| mask.map_or(true, |m| m[t as usize / 32] >> (t % 32) & 1 == 1) && !stops.contains(&t))
+        .unwrap()
+}
+
+#[test]
+fn late_rows_sit_out_and_take_the_same_tokens_when_their_masks_are_back() {
+    let tok = LoadedTokenizer::embedded().unwrap();
+    let vocab = tok.info.vocab_size();
+    let stops = tok.info.stop_tokens().to_vec();
+    // Masks left lazy, none shared: most fills walk the vocabulary.
+    let options = grammask::CompileOptions {
+        eager_budget: std::time::Duration::ZERO,
+        leaf_cache_bytes: 0,
+        ..Default::default()
+    };
+    let compiler = GrammarCompiler::with_options(tok.info.clone(), options, 0);
+    let props: Vec<String> = (0..6)
+        .map(|i| format!(r#""f{i}": {{"type": "string", "pattern": "^[a-z]{{2,4}}-{i}[0-9]{{1,3}}$"}}"#))
+        .collect();
+    let schema = format!(r#"{{"type": "object", "properties": {{{}}}}}"#, props.join(", "));
+    let compiled = compiler.compile(&GrammarSpec::json_schema(&schema)).unwrap();
+    let mut batch =
+        StructuredBatch::new(vocab, BatchOptions { fill_threads: 1, ..Default::default() }).unwrap();
+    let mut refs = Vec::new();
+    for id in [1u64, 2, 3] {
+        batch.add(id, GrammarMatcher::new(compiled.clone())).unwrap();
+        refs.push(GrammarMatcher::new(compiled.clone()));
+    }
+    // Each step waits for no mask at all: a row not back when the step ends sits it out
+    // and is stepped again only once its mask is back.
+    let mut waiting: Vec<u64> = Vec::new();
+    let mut taken: Vec<Vec<u32>> = vec![Vec::new(); 3];
+    let (mut late_seen, mut steps) = (0, 0);
+    while taken.iter().any(|t| t.len() < 40) && steps < 2_000 {
+        steps += 1;
+        let rows: Vec<u64> = [1u64, 2, 3].into_iter().filter(|id| !waiting.contains(id)).collect();
+        let report = if rows.is_empty() {
+            batch.collect_late(std::time::Duration::from_secs(5)).unwrap()
+        } else {
+            batch.begin_step(&rows).unwrap();
+            batch.finish_masks_by(Some(std::time::Instant::now())).unwrap()
+        };
+        // A late row is in no step and takes no token until its mask is back.
+        if let Some(&w) = report.late.first() {
+            assert!(matches!(batch.begin_step(&[w]), Err(StepError::Late(id)) if id == w));
+            assert!(matches!(batch.accept(w, 0), Err(RowError::Late(id)) if id == w));
+        }
+        assert!(report.failed.is_empty());
+        late_seen += report.late.len();
+        let mut picks = Vec::new();
+        for (r, &id) in rows.iter().enumerate() {
+            if !report.late.contains(&id) {
+                picks.push((id, lowest_allowed(batch.step_mask(r), vocab, &stops)));
+            }
+        }
+        for &id in &report.arrived {
+            picks.push((id, lowest_allowed(batch.late_mask(id), vocab, &stops)));
+        }
+        waiting.retain(|id| !report.arrived.contains(id));
+        waiting.extend(&report.late);
+        for (id, t) in picks {
+            let k = (id - 1) as usize;
+            if taken[k].len() < 40 {
+                taken[k].push(t);
+                assert!(matches!(batch.accept(id, t).unwrap(), Accepted::Continue { .. }));
+            }
+        }
+    }
+    assert!(late_seen > 0, "no row was late in {steps} steps");
+    // Each row took the tokens its own matcher, masked at every step, gives.
+    for (k, m) in refs.iter_mut().enumerate() {
+        for (i, &t) in taken[k].iter().enumerate() {
+            let mut want = TokenBitmask::new(1, vocab);
+            let all = m.fill_next_token_bitmask(want.row_mut(0)).unwrap();
+            let want_t = lowest_allowed((!all).then(|| want.row(0)), vocab, &stops);
+            assert_eq!(t, want_t, "row {}, token {i}", k + 1);
+            m.accept_token(t).unwrap();
+        }
+    }
+    // A row taken out while its fill is away is dropped when it comes back.
+    let rows: Vec<u64> = [1u64, 2, 3].into_iter().filter(|id| !waiting.contains(id)).collect();
+    if !rows.is_empty() {
+        batch.begin_step(&rows).unwrap();
+        let report = batch.finish_masks_by(Some(std::time::Instant::now())).unwrap();
+        waiting.extend(&report.late);
+    }
+    for &id in &waiting {
+        assert!(batch.remove(id).unwrap().is_none());
+        assert!(!batch.contains(id));
+    }
+    let report = batch.collect_late(std::time::Duration::from_millis(500)).unwrap();
+    assert!(report.arrived.iter().all(|id| !waiting.contains(id)), "{:?}", report.arrived);
+}

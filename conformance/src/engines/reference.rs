@@ -6,7 +6,7 @@
 use crate::case::Constraint;
 use crate::engine::{Engine, EngineError, Finish, Generation, Request, StepTimes};
 use grammask::{GrammarCompiler, GrammarMatcher, LogitsConstraint, TokenBitmask};
-use grammask_router::model::{ForwardRow, Model, SimulatedModel, StepLogits};
+use grammask_router::model::{Forward, ForwardRow, Model, SimulatedModel, StepLogits};
 use grammask_router::sampling::{Sampler, SamplingParams};
 use grammask_router::server::LoadedTokenizer;
 use std::time::{Duration, Instant};
@@ -56,7 +56,10 @@ impl ReferenceEngine {
                 break Ok(Finish::Length);
             }
             let logits = match self.model.forward(&[ForwardRow { id, tokens: &pending }]) {
-                Ok(StepLogits::Host(l)) => l,
+                Ok(Forward { logits: StepLogits::Host(l), failed }) if failed.is_empty() => l,
+                Ok(Forward { failed, .. }) if !failed.is_empty() => {
+                    break Err(err(&failed[0].1));
+                }
                 Ok(_) => break Err(EngineError("the reference runs on host logits".into())),
                 Err(e) => break Err(err(&e)),
             };

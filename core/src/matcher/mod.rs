@@ -107,6 +107,12 @@ pub struct GrammarMatcher {
 /// `fill_units_max`), so only a fill that would take seconds is refused.
 pub const DEFAULT_FILL_WORK_LIMIT: u64 = 1 << 26;
 
+/// Fault injection for callers' isolation tests (feature `fault-injection`, never on by
+/// default): a matcher whose grammar forces exactly this text from where it stands
+/// panics in [`GrammarMatcher::fill_next_token_bitmask`], as a bug in grammask would.
+#[cfg(feature = "fault-injection")]
+pub const FILL_PANIC_MARKER: &str = "grammask-fault-injection:panic-in-fill";
+
 impl GrammarMatcher {
     /// A matcher at the start of the grammar.
     pub fn new(compiled: Arc<CompiledGrammar>) -> Self {
@@ -344,6 +350,10 @@ impl GrammarMatcher {
         if self.terminated {
             row.fill(0);
             return Ok(false);
+        }
+        #[cfg(feature = "fault-injection")]
+        if self.fork().find_jump_forward_string() == FILL_PANIC_MARKER.as_bytes() {
+            panic!("fault injection: the fill of {FILL_PANIC_MARKER:?} panicked");
         }
         self.finish(false)?;
         let meter = self.fill_limit.map(crate::budget::Meter::for_fill);

@@ -97,6 +97,11 @@ struct Args {
     /// Threads filling masks (default: half the cores).
     #[arg(long)]
     fill_threads: Option<usize>,
+    /// How long past the forward a step waits for the token masks, milliseconds: a row
+    /// whose mask is not ready by then sits the step out (its logits kept until the mask
+    /// is back) instead of stalling every row.
+    #[arg(long, default_value_t = grammask_router::engine::DEFAULT_LATE_MASK_GRACE.as_millis() as u64)]
+    late_mask_grace_ms: u64,
     /// Time a request's compile may spend computing token masks before the request joins
     /// the batch, milliseconds (the rest are computed during decode steps when first
     /// needed; 0: only the states the first mask needs).
@@ -159,6 +164,7 @@ async fn serve(a: Args) -> Result<(), Box<dyn std::error::Error>> {
             sample_under_masks: true,
             batch,
             record_steps: false,
+            late_mask_grace: Some(std::time::Duration::from_millis(a.late_mask_grace_ms)),
         },
         limits: Limits {
             max_input_tokens: a.max_input_tokens,

@@ -10,7 +10,7 @@
 //! `tokenizer_config.json` with the chat template and special tokens) from the same
 //! file's metadata, so `--gguf PATH` alone serves the model.
 
-use super::{ForwardRow, Model, ModelError, StepLogits};
+use super::{Forward, ForwardRow, Model, ModelError, StepLogits};
 use crate::step::SeqId;
 use candle_core::quantized::gguf_file;
 use candle_core::{Device, Tensor};
@@ -112,17 +112,19 @@ impl Model for GgufModel {
         self.vocab
     }
 
-    fn forward(&mut self, rows: &[ForwardRow<'_>]) -> Result<StepLogits<'_>, ModelError> {
+    fn forward(&mut self, rows: &[ForwardRow<'_>]) -> Result<Forward<'_>, ModelError> {
         let v = self.vocab;
         self.logits.resize(rows.len() * v, 0.0);
+        // Rows run one by one, each on its own cache: one row's failure is its own.
+        let mut failed = Vec::new();
         for (r, row) in rows.iter().enumerate() {
-            let out = self.run_row(row)?;
-            if out.len() != v {
-                return Err(ModelError(format!("{} logits, expected {v}", out.len())));
+            match self.run_row(row) {
+                Ok(out) if out.len() == v => self.logits[r * v..(r + 1) * v].copy_from_slice(&out),
+                Ok(out) => failed.push((r, ModelError(format!("{} logits, expected {v}", out.len())))),
+                Err(e) => failed.push((r, e)),
             }
-            self.logits[r * v..(r + 1) * v].copy_from_slice(&out);
         }
-        Ok(StepLogits::Host(&mut self.logits))
+        Ok(Forward { logits: StepLogits::Host(&mut self.logits), failed })
     }
 
     fn release(&mut self, id: SeqId) {

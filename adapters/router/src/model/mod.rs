@@ -33,10 +33,29 @@ pub struct ForwardRow<'a> {
     pub tokens: &'a [u32],
 }
 
-/// A model failed; the router finishes the step's sequences with this error.
+/// A model failed: on a row ([`Forward::failed`]), that sequence ends with this error;
+/// on the whole forward, every sequence of the step does.
 #[derive(Debug, thiserror::Error)]
 #[error("model: {0}")]
 pub struct ModelError(pub String);
+
+/// What a forward gives back: the logits, and the rows it could not run.
+#[derive(Debug)]
+pub struct Forward<'a> {
+    /// Every row's logits (those of the failed rows are never read).
+    pub logits: StepLogits<'a>,
+    /// Rows the model could not run, as `(row, why)` (a sequence past its cache, an
+    /// input the model refuses): those sequences end with the error and are released;
+    /// the other rows go on.
+    pub failed: Vec<(usize, ModelError)>,
+}
+
+impl<'a> From<StepLogits<'a>> for Forward<'a> {
+    /// A forward where every row ran.
+    fn from(logits: StepLogits<'a>) -> Self {
+        Self { logits, failed: Vec::new() }
+    }
+}
 
 /// The logits of a forward, `[rows, vocab_size()]`, row `r` for the forward's row `r`.
 #[derive(Debug)]
@@ -67,7 +86,10 @@ pub trait Model: Send + 'static {
     /// Appends each row's tokens to its sequence's cache and returns the next-token
     /// logits, row `r` for `rows[r]`. Returns once the logits can be read (on the
     /// host) or once reading them on their stream is ordered after the forward.
-    fn forward(&mut self, rows: &[ForwardRow<'_>]) -> Result<StepLogits<'_>, ModelError>;
+    ///
+    /// A row's own failure is reported in [`Forward::failed`] and must not disturb the
+    /// other rows; `Err` is for a failure of the whole forward (every row ends).
+    fn forward(&mut self, rows: &[ForwardRow<'_>]) -> Result<Forward<'_>, ModelError>;
 
     /// Frees a sequence's cache (finished, cancelled). Unknown ids are ignored.
     fn release(&mut self, id: SeqId);

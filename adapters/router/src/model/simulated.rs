@@ -11,7 +11,7 @@
 //! column), computed exactly in `f32`, so the CUDA variant
 //! (`CudaSimulatedModel`, feature `cuda`) writes bit-for-bit the same logits on a GPU.
 
-use super::{ForwardRow, Model, ModelError, StepLogits};
+use super::{Forward, ForwardRow, Model, ModelError, StepLogits};
 use crate::step::SeqId;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -135,7 +135,7 @@ impl Model for SimulatedModel {
         self.cache.vocab
     }
 
-    fn forward(&mut self, rows: &[ForwardRow<'_>]) -> Result<StepLogits<'_>, ModelError> {
+    fn forward(&mut self, rows: &[ForwardRow<'_>]) -> Result<Forward<'_>, ModelError> {
         let t0 = Instant::now();
         let v = self.cache.vocab;
         self.logits.resize(rows.len() * v, 0.0);
@@ -162,7 +162,7 @@ impl Model for SimulatedModel {
                 }
             }
         }
-        Ok(StepLogits::Host(&mut self.logits))
+        Ok(StepLogits::Host(&mut self.logits).into())
     }
 
     fn release(&mut self, id: SeqId) {
@@ -183,8 +183,8 @@ impl Model for SimulatedModel {
 mod tests {
     use super::*;
 
-    fn host(l: StepLogits<'_>) -> Vec<f32> {
-        match l {
+    fn host(l: Forward<'_>) -> Vec<f32> {
+        match l.logits {
             StepLogits::Host(l) => l.to_vec(),
             #[cfg(feature = "cuda")]
             StepLogits::Cuda(_) => panic!("host model gave device logits"),

@@ -10,7 +10,7 @@
 //! then knows the logits are ready, as with the host model).
 
 use super::simulated::{base_value, SimulatedCache, BASE_ROWS, SPIKES};
-use super::{DeviceLogits, ForwardRow, ForwardTime, Model, ModelError, StepLogits};
+use super::{DeviceLogits, Forward, ForwardRow, ForwardTime, Model, ModelError, StepLogits};
 use crate::step::SeqId;
 use grammask_gpu::cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use grammask_gpu::{cuda_context, load_module, Device};
@@ -95,7 +95,7 @@ impl Model for CudaSimulatedModel {
         self.cache.vocab
     }
 
-    fn forward(&mut self, rows: &[ForwardRow<'_>]) -> Result<StepLogits<'_>, ModelError> {
+    fn forward(&mut self, rows: &[ForwardRow<'_>]) -> Result<Forward<'_>, ModelError> {
         let v = self.cache.vocab;
         let n = rows.len();
         if n > 65_535 {
@@ -150,7 +150,8 @@ impl Model for CudaSimulatedModel {
         Ok(StepLogits::Cuda(DeviceLogits {
             logits: self.logits.slice_mut(..n * v),
             stream: self.stream.clone(),
-        }))
+        })
+        .into())
     }
 
     fn release(&mut self, id: SeqId) {
