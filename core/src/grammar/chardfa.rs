@@ -264,21 +264,34 @@ pub(crate) fn seq2(a: Expr, b: Expr) -> Expr {
 
 /// `a | b`, flattening alternatives and merging character classes.
 pub(crate) fn alt2(a: Expr, b: Expr) -> Expr {
-    let mut v = Vec::new();
-    for e in [a, b] {
-        match e {
-            Expr::Alt(items) => v.extend(items),
-            e => v.push(e),
-        }
-    }
-    // One class for all the single-character alternatives keeps the NFA small.
+    alts([a, b])
+}
+
+/// `a | b | …` in one pass: alternatives flattened, the single-character ones merged into
+/// one class (it keeps the NFA small), repeats dropped (by hash, so that a tool-calling
+/// tag's hundreds of alternatives cost linear time, where folding them pairwise compared
+/// each with all before it at every step).
+pub(crate) fn alts(items: impl IntoIterator<Item = Expr>) -> Expr {
+    use std::hash::BuildHasher;
+    let hasher = rustc_hash::FxBuildHasher;
     let mut ranges = Vec::new();
-    let mut rest: Vec<Expr> = Vec::with_capacity(v.len());
-    for e in v {
+    let mut rest: Vec<Expr> = Vec::new();
+    // Hash of an alternative → its positions in `rest`.
+    let mut seen: rustc_hash::FxHashMap<u64, Vec<usize>> = Default::default();
+    let mut add = |e: Expr, ranges: &mut Vec<(u32, u32)>, rest: &mut Vec<Expr>| match e {
+        Expr::Class(r) => ranges.extend(r),
+        e => {
+            let at = seen.entry(hasher.hash_one(&e)).or_default();
+            if !at.iter().any(|&i| rest[i] == e) {
+                at.push(rest.len());
+                rest.push(e);
+            }
+        }
+    };
+    for e in items {
         match e {
-            Expr::Class(r) => ranges.extend(r),
-            e if !rest.contains(&e) => rest.push(e),
-            _ => {}
+            Expr::Alt(items) => items.into_iter().for_each(|x| add(x, &mut ranges, &mut rest)),
+            e => add(e, &mut ranges, &mut rest),
         }
     }
     if !ranges.is_empty() {
@@ -299,6 +312,50 @@ mod tests {
         let a = vec![(97, 97)];
         let b = vec![(98, 98)];
         CharDfa::new(vec![vec![(a, 0), (b, 1)], vec![]], vec![false, true]).unwrap()
+    }
+
+    #[test]
+    fn alternatives_in_one_pass_are_the_pairwise_fold() {
+        // Classes merged first, repeats dropped, order kept: the same expression as
+        // folding with `alt2`, which compared each alternative with all before it.
+        let items: Vec<Expr> = (0..300)
+            .map(|i| match i % 4 {
+                0 => Expr::Literal(format!("name_{}", i % 37)),
+                1 => Expr::Class(vec![(97 + i % 26, 97 + i % 26)]),
+                2 => Expr::Seq(vec![Expr::Literal("x".into()), Expr::Rule(crate::grammar::RuleId(i % 11))]),
+                _ => Expr::Alt(vec![Expr::Literal(format!("k{}", i % 5)), Expr::Empty]),
+            })
+            .collect();
+        // The fold as it was written before: flatten, merge the classes, keep the first
+        // of equal alternatives (a linear search each time).
+        let old = |a: Expr, b: Expr| {
+            let mut v = Vec::new();
+            for e in [a, b] {
+                match e {
+                    Expr::Alt(items) => v.extend(items),
+                    e => v.push(e),
+                }
+            }
+            let (mut ranges, mut rest) = (Vec::new(), Vec::<Expr>::new());
+            for e in v {
+                match e {
+                    Expr::Class(r) => ranges.extend(r),
+                    e if !rest.contains(&e) => rest.push(e),
+                    _ => {}
+                }
+            }
+            if !ranges.is_empty() {
+                rest.insert(0, Expr::Class(crate::grammar::class::normalize_class(ranges)));
+            }
+            if rest.len() == 1 {
+                return rest.pop().unwrap();
+            }
+            Expr::Alt(rest)
+        };
+        let folded = items.iter().cloned().reduce(old).unwrap();
+        assert_eq!(alts(items.clone()), folded);
+        assert_eq!(items.into_iter().reduce(alt2).unwrap(), folded);
+        assert_eq!(alts([Expr::Literal("a".into())]), Expr::Literal("a".into()));
     }
 
     #[test]

@@ -537,6 +537,23 @@ pub(crate) fn build(
     if regexes.is_empty() && min == 0 && max.is_none() && not_in.is_empty() {
         return b.any_string();
     }
+    // A format alone: one rule per format in the grammar, found by its name.
+    let format_only =
+        matches!(&regexes[..], [(_, "format")]) && not_in.is_empty() && min == 0 && max.is_none();
+    if format_only {
+        if let Some(e) = b.format_rules.get(&regexes[0].0) {
+            return Ok(e.clone());
+        }
+    }
     let body = constrained_body(b, &regexes, min as u32, max.map(|x| x as u32), not_in, ptr)?;
-    b.leaf_rule(seq(vec![lit("\""), body, lit("\"")]), "string")
+    let string = seq(vec![lit("\""), body, lit("\"")]);
+    if !format_only {
+        return b.leaf_rule(string, "string");
+    }
+    // Kept by name, not by hashing the expression (a date-time's is large).
+    let id = b.new_rule("format", ptr)?;
+    b.rules[id.index()].body = string;
+    b.rules[id.index()].keep = true;
+    b.format_rules.insert(regexes[0].0.clone(), Expr::Rule(id));
+    Ok(Expr::Rule(id))
 }

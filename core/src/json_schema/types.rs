@@ -152,7 +152,16 @@ pub(crate) struct Builder<'a> {
     /// Integer ranges already built, by bounds (see [`Builder::int_range`]).
     int_ranges: FxHashMap<(Option<i128>, Option<i128>), Expr>,
     string_rule: Option<RuleId>,
-    leaves: FxHashMap<Expr, RuleId>,
+    /// Leaf rules by the hash of their body (the bodies themselves are the rules'; a key
+    /// that held a copy cost a clone of every leaf, a large format's included).
+    leaves: FxHashMap<u64, Vec<RuleId>>,
+    /// The rule of each `format` used alone on a string, by format (its expression is the
+    /// largest of a tool's arguments: it is neither hashed nor copied twice).
+    pub(crate) format_rules: FxHashMap<String, Expr>,
+    /// Per character, the call of its escapes' rule ([`Self::spelled`]): keys repeat
+    /// their characters, and building the escapes (hex digits in either case) for each
+    /// was most of converting a tool list's schemas.
+    escapes: FxHashMap<char, Expr>,
     /// Rules by body (see [`Builder::rule_once`]).
     bodies: FxHashMap<Expr, RuleId>,
     pub warnings: Vec<SchemaWarning>,
@@ -187,6 +196,8 @@ impl<'a> Builder<'a> {
             int_ranges: FxHashMap::default(),
             string_rule: None,
             leaves: FxHashMap::default(),
+            format_rules: FxHashMap::default(),
+            escapes: FxHashMap::default(),
             bodies: FxHashMap::default(),
             warnings: Vec::new(),
             depth: 0,
@@ -382,13 +393,17 @@ impl<'a> Builder<'a> {
         if matches!(e, Expr::Rule(_)) || super::whitespace::is_nothing(&e) {
             return Ok(e);
         }
-        if let Some(&id) = self.leaves.get(&e) {
+        use std::hash::BuildHasher;
+        let key = rustc_hash::FxBuildHasher.hash_one(&e);
+        if let Some(&id) =
+            self.leaves.get(&key).and_then(|ids| ids.iter().find(|id| self.rules[id.index()].body == e))
+        {
             return Ok(Expr::Rule(id));
         }
         let id = self.new_rule(hint, "")?;
-        self.rules[id.index()].body = e.clone();
+        self.rules[id.index()].body = e;
         self.rules[id.index()].keep = true;
-        self.leaves.insert(e, id);
+        self.leaves.entry(key).or_default().push(id);
         Ok(Expr::Rule(id))
     }
 
@@ -913,10 +928,17 @@ impl<'a> Builder<'a> {
         let mut v = vec![lit("\"")];
         for c in s.chars() {
             let code = c as u32;
-            // (Every character has an escape spelling: `\uXXXX` at least.)
-            let esc = match crate::regex::json_string_escapes(&[(code, code)]) {
-                Some(e) => self.leaf_rule(e, "esc")?,
-                None => nothing(),
+            let esc = match self.escapes.get(&c) {
+                Some(e) => e.clone(),
+                None => {
+                    // (Every character has an escape spelling: `\uXXXX` at least.)
+                    let e = match crate::regex::json_string_escapes(&[(code, code)]) {
+                        Some(e) => self.leaf_rule(e, "esc")?,
+                        None => nothing(),
+                    };
+                    self.escapes.insert(c, e.clone());
+                    e
+                }
             };
             let bare = !matches!(c, '"' | '\\') && code >= 0x20;
             v.push(if bare { Expr::Alt(vec![Expr::Literal(c.to_string()), esc]) } else { esc });

@@ -411,7 +411,32 @@ pub(crate) fn json_class(ranges: &[(u32, u32)]) -> Expr {
 
 /// The escape spellings (`\…`) of the characters of `ranges`, if they have any (every
 /// character has: `\uXXXX`).
+///
+/// Built once per process while the memo holds under 2^18 expression nodes (a few MiB; the
+/// escapes of a class take hex digits in either case and surrogate pairs: building them for
+/// every class of every pattern, format and key was a third of converting a large tool
+/// list's schemas). Past that they are built each time.
 pub(crate) fn json_escapes(ranges: &[(u32, u32)]) -> Option<Expr> {
+    const MEMO_NODES: usize = 1 << 18;
+    type Memo = std::sync::Mutex<(rustc_hash::FxHashMap<Vec<(u32, u32)>, Option<Expr>>, usize)>;
+    static MEMO: std::sync::OnceLock<Memo> = std::sync::OnceLock::new();
+    let memo = MEMO.get_or_init(Default::default);
+    // A poisoned lock only means another thread panicked while holding it: build afresh.
+    if let Some(e) = memo.lock().ok().and_then(|m| m.0.get(ranges).cloned()) {
+        return e;
+    }
+    let e = build_json_escapes(ranges);
+    if let Ok(mut m) = memo.lock() {
+        let nodes = ranges.len() + e.as_ref().map_or(0, Expr::size);
+        if m.1 + nodes <= MEMO_NODES {
+            m.1 += nodes;
+            m.0.insert(ranges.to_vec(), e.clone());
+        }
+    }
+    e
+}
+
+fn build_json_escapes(ranges: &[(u32, u32)]) -> Option<Expr> {
     let mut escaped = Vec::new();
     let shorts: Vec<(u32, u32)> = [
         ('"', '"'),

@@ -191,7 +191,11 @@ pub(super) fn lit(s: &str) -> Expr {
 
 /// Any one of `items` (none: the empty language).
 pub(super) fn alt_all(items: impl IntoIterator<Item = Expr>) -> Expr {
-    items.into_iter().reduce(alt2).unwrap_or_else(nothing)
+    let mut items = items.into_iter().peekable();
+    if items.peek().is_none() {
+        return nothing();
+    }
+    crate::grammar::alts(items)
 }
 
 fn star(e: Expr) -> Expr {
