@@ -49,6 +49,10 @@ pub struct TokenEvent {
     pub logprob: Option<f32>,
     /// A special token (e.g. the end of sequence).
     pub special: bool,
+    /// The most likely tokens at this step with their log-probabilities, most likely
+    /// first, when the request asked for them (`SamplingParams::top_logprobs`; a forced
+    /// token's is itself at 0).
+    pub top: Vec<(u32, f32)>,
 }
 
 /// The end of a generation.
@@ -721,7 +725,8 @@ impl Loop {
             } else {
                 ended = self.tokenizer.stop_tokens().contains(&token);
             }
-            let outcome = emit(&self.tokenizer, s, token, logprob, ended);
+            let top = s.sampler.take_top();
+            let outcome = emit(&self.tokenizer, s, token, logprob, top, ended);
             if let Some(reason) = outcome {
                 done.push((i, Ok(reason)));
                 continue;
@@ -729,9 +734,11 @@ impl Loop {
             s.pending.push(token);
             s.sampler.record(&forced);
             let mut reason = None;
+            let asks_top = s.sampler.params().top_logprobs > 0;
             for &f in &forced {
                 s.pending.push(f);
-                if let Some(r) = emit(&self.tokenizer, s, f, Some(0.0), false) {
+                let top = if asks_top { vec![(f, 0.0)] } else { Vec::new() };
+                if let Some(r) = emit(&self.tokenizer, s, f, Some(0.0), top, false) {
                     reason = Some(r);
                     break;
                 }
@@ -808,6 +815,7 @@ fn emit(
     s: &mut Seq,
     token: u32,
     logprob: Option<f32>,
+    top: Vec<(u32, f32)>,
     ended: bool,
 ) -> Option<FinishReason> {
     s.generated += 1;
@@ -849,7 +857,7 @@ fn emit(
     if let (Some(p), true) = (hit, s.strip_stop) {
         s.bytes.truncate(p);
     }
-    let _ = s.events.send(Event::Token(TokenEvent { id: token, text, logprob, special }));
+    let _ = s.events.send(Event::Token(TokenEvent { id: token, text, logprob, special, top }));
     reason
 }
 

@@ -180,6 +180,7 @@ impl Router {
         let limits_total = config.limits.max_input_tokens + config.limits.max_new_tokens;
         let max_total_tokens = config.model.max_context().map_or(limits_total, |c| c.min(limits_total));
         let model_device_type = if config.model.device().is_some() { "cuda" } else { "cpu" };
+        let model_dtype = config.model.dtype();
         let engine =
             engine::start(config.model, config.tokenizer.info.clone(), config.engine, metrics.clone())
                 .map_err(|e| e.to_string())?;
@@ -224,6 +225,7 @@ impl Router {
             validation_slots,
             max_total_tokens,
             model_device_type,
+            model_dtype,
             model_description: description,
             max_batch_size,
             max_queue,

@@ -148,6 +148,8 @@ pub struct Service {
     pub max_total_tokens: usize,
     /// `cpu`, or `cuda` for a model whose logits live on a GPU (`/info`).
     pub model_device_type: &'static str,
+    /// `/info`'s `model_dtype` ([`crate::model::Model::dtype`]).
+    pub model_dtype: String,
     /// Compile slots ([`Limits::compile_threads`]).
     pub compile_slots: Arc<tokio::sync::Semaphore>,
     /// Requests in flight ([`Limits::max_concurrent_requests`]).

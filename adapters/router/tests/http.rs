@@ -843,6 +843,46 @@ async fn a_grammar_that_panics_in_its_fill_ends_its_request_alone() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_tokens_are_the_grammars_and_asking_for_them_changes_no_token() {
+    // Sampled at a temperature under a regex grammar: every listed alternative is one the
+    // grammar allows (letters, or the stop token once the word may end), most likely
+    // first, the chosen token among them when it is that likely; the text is the same
+    // with and without them.
+    let server = serve(EngineOptions::default(), Duration::from_millis(1), Limits::default()).await;
+    let c = reqwest::Client::new();
+    let body = |top: Option<u32>| {
+        let mut p = json!({"max_new_tokens": 12, "seed": 21, "temperature": 0.8, "details": true,
+            "grammar": {"type": "regex", "value": "[a-z]{4,10}"}});
+        if let Some(n) = top {
+            p["top_n_tokens"] = json!(n);
+        }
+        json!({"inputs": "x", "parameters": p})
+    };
+    let with = post_json(&c, &format!("{}/generate", server.base), &body(Some(4))).await;
+    let without = post_json(&c, &format!("{}/generate", server.base), &body(None)).await;
+    assert_eq!(with["generated_text"], without["generated_text"], "{with}");
+    assert!(without["details"].get("top_tokens").is_none(), "{without}");
+    let tokens = with["details"]["tokens"].as_array().unwrap();
+    let tops = with["details"]["top_tokens"].as_array().unwrap();
+    assert_eq!(tokens.len(), tops.len());
+    for (t, top) in tokens.iter().zip(tops) {
+        let top = top.as_array().unwrap();
+        assert!((1..=4).contains(&top.len()), "{top:?}");
+        let lps: Vec<f64> = top.iter().map(|x| x["logprob"].as_f64().unwrap()).collect();
+        assert!(lps.windows(2).all(|w| w[0] >= w[1]) && lps[0] <= 0.0, "{lps:?}");
+        for x in top {
+            let text = x["text"].as_str().unwrap();
+            assert!(x["special"] == true || text.chars().all(|ch| ch.is_ascii_lowercase()), "{x}");
+        }
+        // The chosen token is listed when it is at least as likely as the last listed.
+        let lp = t["logprob"].as_f64().unwrap();
+        if lp >= lps[lps.len() - 1] {
+            assert!(top.iter().any(|x| x["id"] == t["id"]), "{t} not in {top:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_past_max_concurrent_requests_get_429_from_arrival() {
     // Two slots, taken by two long streams: a third request is refused at once, in its
     // API's error shape, before anything of it is parsed; once the streams end, it runs.
@@ -1319,6 +1359,29 @@ async fn openai_fields_are_honored_or_refused_by_name() {
         .unwrap();
     let v: Value = serde_json::from_str(last).unwrap();
     assert_eq!(v["usage"]["completion_tokens"], 4, "{sse}");
+    // TGI's chat extension of `response_format` (what its clients send to a TGI
+    // server's OpenAI route): a regex, a schema given as JSON text, `json_schema` with
+    // `value`; a regex that is not a string is refused naming the field.
+    let chat = |rf: Value| {
+        let (c, url) = (c.clone(), format!("{}/v1/chat/completions", server.base));
+        let body = json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 40, "seed": 3,
+                          "response_format": rf});
+        async move { c.post(url).json(&body).send().await.unwrap() }
+    };
+    let content = |v: &Value| v["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    let v: Value = chat(json!({"type": "regex", "value": "[0-9]{3}-[a-z]{2}"})).await.json().await.unwrap();
+    assert!(regex::Regex::new("^[0-9]{3}-[a-z]{2}$").unwrap().is_match(&content(&v)), "{v}");
+    for rf in [
+        json!({"type": "json", "value": "{\"type\": \"integer\", \"minimum\": 10, \"maximum\": 99}"}),
+        json!({"type": "json_schema", "value": {"name": "n", "schema": {"type": "integer", "minimum": 10, "maximum": 99}}}),
+    ] {
+        let v: Value = chat(rf).await.json().await.unwrap();
+        let n: i64 = content(&v).parse().unwrap_or_else(|e| panic!("{e}: {v}"));
+        assert!((10..=99).contains(&n), "{v}");
+    }
+    let r = chat(json!({"type": "regex", "value": 5})).await;
+    assert_eq!(r.status(), 422);
+    assert!(r.text().await.unwrap().contains("response_format"));
 }
 
 /// The pinned clients' python (`adapters/router/scripts/client-venv.sh`), if installed;

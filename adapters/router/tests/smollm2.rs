@@ -83,6 +83,10 @@ async fn smollm2_served_answers_are_valid() {
     let app = router.app();
     tokio::spawn(async move { axum::serve(listener, app).await });
     let c = reqwest::Client::new();
+    // `/info` says what the model is: its context, the GGUF's weight type, the CPU.
+    let info: Value = c.get(format!("{base}/info")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(info["model_dtype"], "Q4_1 weights, float32 activations", "{info}");
+    assert_eq!(info["model_device_type"], "cpu", "{info}");
 
     // Four schema requests and two plain ones at once: one batch.
     let mut tasks = Vec::new();

@@ -3,7 +3,7 @@
 //! `GET /v1/models`.
 
 use super::{collect, parse_body, sse, unix_now, ApiError, Flavor};
-use crate::engine::{Event, FinishReason, Job};
+use crate::engine::{Event, FinishReason, Job, TokenEvent};
 use crate::sampling::SamplingParams;
 use crate::service::{Generation, Prompt, Service};
 use axum::body::Bytes;
@@ -16,6 +16,7 @@ use grammask::tool_calling::{
     chat_constraint, tools_from_json, ChatConstraint, Delta, OutputParser, PresetOptions, ResponseFormat,
     ToolChoice,
 };
+use grammask::TokenizerInfo;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -60,7 +61,11 @@ struct Common {
     seed: Option<u64>,
     frequency_penalty: Option<f32>,
     presence_penalty: Option<f32>,
+    /// Chat: `true` for each token's log-probability; completions: how many of the most
+    /// likely tokens to list with it (0 to 5).
     logprobs: Option<Value>,
+    /// Chat: the most likely tokens to list at each position (0 to 20; with `logprobs`).
+    top_logprobs: Option<u32>,
     #[allow(dead_code)]
     user: Option<String>,
     stream_options: Option<Value>,
@@ -91,7 +96,7 @@ const COMMON_FIELDS: &[&str] = &[
     "logit_bias",
 ];
 const CHAT_FIELDS: &[&str] =
-    &["messages", "max_completion_tokens", "tools", "tool_choice", "parallel_tool_calls"];
+    &["messages", "max_completion_tokens", "tools", "tool_choice", "parallel_tool_calls", "top_logprobs"];
 const COMPLETION_FIELDS: &[&str] = &["prompt"];
 
 /// Refuses, by name, every top-level field of `body` this server does not honor — unless
@@ -136,15 +141,41 @@ impl Common {
             .unwrap_or(false)
     }
 
+    /// `logprobs` / `top_logprobs` as (report log-probabilities, how many of the most
+    /// likely tokens to list): chat's boolean and count, or completions' count.
+    fn logprobs(&self, chat: bool) -> Result<(bool, usize), String> {
+        let top = self.top_logprobs.unwrap_or(0);
+        if chat {
+            let on = match &self.logprobs {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => return Err("`logprobs` must be a boolean".into()),
+            };
+            if top > 20 {
+                return Err("`top_logprobs` must be between 0 and 20".into());
+            }
+            if top > 0 && !on {
+                return Err("`top_logprobs` requires `logprobs` to be true".into());
+            }
+            return Ok((on, top as usize));
+        }
+        match &self.logprobs {
+            None | Some(Value::Null) => Ok((false, 0)),
+            Some(v) => match v.as_u64() {
+                Some(n) if n <= 5 => Ok((true, n as usize)),
+                _ => Err("`logprobs` must be an integer between 0 and 5".into()),
+            },
+        }
+    }
+
     /// The sampling parameters, checked (`vocab`: the model's vocabulary size, which
-    /// `logit_bias`'s ids must be under).
-    fn check(&self, vocab: usize) -> Result<SamplingParams, String> {
+    /// `logit_bias`'s ids must be under; `chat`: the endpoint, which reads `logprobs` its
+    /// own way).
+    fn check(&self, vocab: usize, chat: bool) -> Result<SamplingParams, String> {
         if self.n.is_some_and(|n| n != 1) {
             return Err("`n` must be 1 on this server".into());
         }
-        if self.logprobs.as_ref().is_some_and(|l| l != &Value::Bool(false) && !l.is_null()) {
-            return Err("`logprobs` is not supported by this server".into());
-        }
+        let (logprobs, top_logprobs) = self.logprobs(chat)?;
         let t = self.temperature.unwrap_or(1.0);
         if !(0.0..=2.0).contains(&t) {
             return Err("`temperature` must be between 0 and 2".into());
@@ -186,8 +217,8 @@ impl Common {
             presence_penalty: self.presence_penalty.filter(|&f| f != 0.0),
             logit_bias,
             seed: self.seed.unwrap_or_else(rand::random),
-            // OpenAI answers carry no log-probabilities here (`logprobs` is refused).
-            logprobs: false,
+            logprobs,
+            top_logprobs,
         })
     }
 }
@@ -225,7 +256,7 @@ fn usage(prompt: usize, completion: usize) -> Value {
 
 /// A chat request made ready: the generation and, for tools, the output reader.
 fn prepare_chat(s: &Service, req: &ChatRequest) -> Result<(Generation, Option<OutputParser>), String> {
-    let sampling = req.common.check(s.info.vocab_size())?;
+    let sampling = req.common.check(s.info.vocab_size(), true)?;
     if req.messages.is_empty() {
         return Err("`messages` must not be empty".into());
     }
@@ -240,7 +271,7 @@ fn prepare_chat(s: &Service, req: &ChatRequest) -> Result<(Generation, Option<Ou
     };
     let response_format = match &req.response_format {
         None | Some(Value::Null) => None,
-        Some(v) => Some(ResponseFormat::from_json(v).map_err(|e| format!("response_format: {e}"))?),
+        Some(v) => Some(response_format(v)?),
     };
     let options = PresetOptions {
         tool_choice,
@@ -372,13 +403,15 @@ async fn run_chat(s: Arc<Service>, body: Bytes) -> Result<Response, ApiError> {
         .await
         .map_err(|e| ApiError::from_service(Flavor::OpenAi, e))??;
     let prompt_tokens = generation.job.prompt.len();
+    let logprobs = generation.job.sampling.logprobs.then(|| s.info.clone());
     let rx = s.submit(generation).await.map_err(|e| ApiError::from_service(Flavor::OpenAi, e))?;
     let id = new_id("chatcmpl");
     let created = unix_now();
     let model = s.model_id.clone();
     if req.common.stream {
         let include_usage = req.common.include_usage();
-        return Ok(chat_stream(rx, parser, id, created, model, prompt_tokens, include_usage));
+        let out = ChatStream { id, created, model, prompt_tokens, include_usage, logprobs };
+        return Ok(chat_stream(rx, parser, out));
     }
     let c = collect(rx).await.map_err(|e| ApiError::from_service(Flavor::OpenAi, e))?;
     let end = c.end.ok_or_else(|| ApiError::validation(Flavor::OpenAi, "no answer"))?;
@@ -404,17 +437,93 @@ async fn run_chat(s: Arc<Service>, body: Bytes) -> Result<Response, ApiError> {
             message["tool_calls"] = tool_calls_json(&out.tool_calls);
         }
     }
+    let logprobs = match &logprobs {
+        Some(info) => {
+            json!({"content": c.tokens.iter().filter(|t| !t.special).map(|t| chat_logprob(info, t)).collect::<Vec<_>>(),
+                             "refusal": null})
+        }
+        None => Value::Null,
+    };
     Ok(Json(json!({
         "id": id, "object": "chat.completion", "created": created, "model": model,
-        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish_name(end.reason, calls)}],
+        "choices": [{"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish_name(end.reason, calls)}],
         "usage": usage(prompt_tokens, end.generated_tokens),
     }))
     .into_response())
 }
 
+/// `response_format`, OpenAI's (`text`, `json_object`, `json_schema`, `structural_tag`) or
+/// TGI's chat extension (`{"type": "json", "value": schema}` — the schema may be JSON text —,
+/// `{"type": "regex", "value": pattern}`, `{"type": "json_schema", "value": {"name",
+/// "schema"}}`), as TGI's own clients send it to a TGI server's OpenAI routes.
+fn response_format(v: &Value) -> Result<ResponseFormat, String> {
+    let err = |e: String| format!("response_format: {e}");
+    let tgi = v.get("value").filter(|_| v.get("json_schema").is_none());
+    let openai = match (v.get("type").and_then(Value::as_str), tgi) {
+        (Some("json" | "json_object"), Some(schema)) => {
+            let schema = match schema {
+                Value::String(text) => serde_json::from_str(text).map_err(|e| err(format!("value: {e}")))?,
+                other => other.clone(),
+            };
+            json!({"type": "json_schema", "json_schema": {"name": "response", "schema": schema}})
+        }
+        (Some("json_schema"), Some(inner)) => json!({"type": "json_schema", "json_schema": inner}),
+        (Some("regex"), Some(Value::String(pattern))) => {
+            json!({"type": "structural_tag", "format": {"type": "regex", "pattern": pattern}})
+        }
+        (Some("regex"), Some(_)) => return Err(err("`value` of a regex must be a string".into())),
+        _ => v.clone(),
+    };
+    ResponseFormat::from_json(&openai).map_err(|e| err(e.to_string()))
+}
+
+/// A token as OpenAI's chat `logprobs.content` lists it: its text, log-probability, UTF-8
+/// bytes (a token may end inside a character) and the most likely tokens at its position.
+fn chat_logprob(info: &TokenizerInfo, t: &TokenEvent) -> Value {
+    let entry = |id: u32, lp: f32| {
+        let b = info.token_bytes(id);
+        json!({"token": String::from_utf8_lossy(b), "logprob": lp, "bytes": b})
+    };
+    let mut e = entry(t.id, t.logprob.unwrap_or(0.0));
+    e["top_logprobs"] = t.top.iter().map(|&(id, lp)| entry(id, lp)).collect::<Vec<_>>().into();
+    e
+}
+
+/// The tokens of a completions answer (or of one streamed piece) as OpenAI's legacy
+/// `logprobs` object; `offset`: characters of text before the first.
+fn completion_logprobs(info: &TokenizerInfo, tokens: &[&TokenEvent], offset: usize) -> Value {
+    let (mut texts, mut lps, mut tops, mut offsets) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut at = offset;
+    for t in tokens {
+        let text = String::from_utf8_lossy(info.token_bytes(t.id)).into_owned();
+        offsets.push(at);
+        at += text.chars().count();
+        let top: serde_json::Map<String, Value> = t
+            .top
+            .iter()
+            .map(|&(id, lp)| (String::from_utf8_lossy(info.token_bytes(id)).into_owned(), json!(lp)))
+            .collect();
+        texts.push(text);
+        lps.push(t.logprob.unwrap_or(0.0));
+        tops.push(Value::Object(top));
+    }
+    json!({"tokens": texts, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets})
+}
+
 fn chunk(id: &str, created: u64, model: &str, delta: Value, finish: Option<&str>) -> Value {
     json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]})
+}
+
+/// What a streamed chat answer's chunks carry besides the deltas.
+struct ChatStream {
+    id: String,
+    created: u64,
+    model: String,
+    prompt_tokens: usize,
+    include_usage: bool,
+    /// The tokenizer, when the request asked for log-probabilities.
+    logprobs: Option<Arc<TokenizerInfo>>,
 }
 
 fn delta_json(d: Delta) -> Value {
@@ -436,20 +545,29 @@ fn delta_json(d: Delta) -> Value {
 fn chat_stream(
     mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
     parser: Option<OutputParser>,
-    id: String,
-    created: u64,
-    model: String,
-    prompt_tokens: usize,
-    include_usage: bool,
+    how: ChatStream,
 ) -> Response {
+    let ChatStream { id, created, model, prompt_tokens, include_usage, logprobs } = how;
     let (tx, out) = tokio::sync::mpsc::unbounded_channel::<Value>();
     tokio::spawn(async move {
+        // Log-probabilities of tokens whose text no chunk has carried yet (held back by
+        // the tool-call reader): they go with the next chunk.
+        let mut owed: Vec<Value> = Vec::new();
+        let with_logprobs = |mut c: Value, owed: &mut Vec<Value>| {
+            if logprobs.is_some() && !owed.is_empty() {
+                c["choices"][0]["logprobs"] = json!({"content": std::mem::take(owed), "refusal": null});
+            }
+            c
+        };
         let _ = tx.send(chunk(&id, created, &model, json!({"role": "assistant", "content": ""}), None));
         let mut reader = parser.as_ref().map(|p| p.stream());
         let mut calls = false;
         while let Some(ev) = rx.recv().await {
             match ev {
                 Event::Token(t) => {
+                    if let (Some(info), false) = (&logprobs, t.special) {
+                        owed.push(chat_logprob(info, &t));
+                    }
                     if t.special || t.text.is_empty() {
                         continue;
                     }
@@ -465,7 +583,8 @@ fn chat_stream(
                     };
                     for d in deltas {
                         calls |= matches!(d, Delta::ToolCallStart { .. });
-                        if tx.send(chunk(&id, created, &model, delta_json(d), None)).is_err() {
+                        let c = with_logprobs(chunk(&id, created, &model, delta_json(d), None), &mut owed);
+                        if tx.send(c).is_err() {
                             return; // the client went away: dropping `rx` cancels the generation
                         }
                     }
@@ -476,7 +595,11 @@ fn chat_stream(
                             Ok((_, rest)) => {
                                 for d in rest {
                                     calls |= matches!(d, Delta::ToolCallStart { .. });
-                                    let _ = tx.send(chunk(&id, created, &model, delta_json(d), None));
+                                    let c = with_logprobs(
+                                        chunk(&id, created, &model, delta_json(d), None),
+                                        &mut owed,
+                                    );
+                                    let _ = tx.send(c);
                                 }
                             }
                             // Cut off by the length limit: `finish_reason: "length"` says so.
@@ -490,8 +613,8 @@ fn chat_stream(
                             }
                         }
                     }
-                    let _ =
-                        tx.send(chunk(&id, created, &model, json!({}), Some(finish_name(end.reason, calls))));
+                    let last = chunk(&id, created, &model, json!({}), Some(finish_name(end.reason, calls)));
+                    let _ = tx.send(with_logprobs(last, &mut owed));
                     if include_usage {
                         let _ =
                             tx.send(json!({"id": id, "object": "chat.completion.chunk", "created": created,
@@ -536,12 +659,10 @@ async fn run_completions(s: Arc<Service>, body: Bytes) -> Result<Response, ApiEr
             check_fields(&body, COMPLETION_FIELDS)?;
             let req: CompletionRequest = parse_body(Flavor::OpenAi, &body)?;
             let prepared = (|| -> Result<Generation, String> {
-                let sampling = req.common.check(s.info.vocab_size())?;
+                let sampling = req.common.check(s.info.vocab_size(), false)?;
                 let spec = match &req.response_format {
                     None | Some(Value::Null) => None,
-                    Some(v) => {
-                        ResponseFormat::from_json(v).map_err(|e| format!("response_format: {e}"))?.to_spec()
-                    }
+                    Some(v) => response_format(v)?.to_spec(),
                 };
                 let prompt = s.encode(&req.prompt, Prompt::Raw).map_err(|e| e.to_string())?;
                 let max_new_tokens =
@@ -555,6 +676,7 @@ async fn run_completions(s: Arc<Service>, body: Bytes) -> Result<Response, ApiEr
         .await
         .map_err(|e| ApiError::from_service(Flavor::OpenAi, e))??;
     let prompt_tokens = prepared.job.prompt.len();
+    let logprobs = prepared.job.sampling.logprobs.then(|| s.info.clone());
     let mut rx = s.submit(prepared).await.map_err(|e| ApiError::from_service(Flavor::OpenAi, e))?;
     let id = new_id("cmpl");
     let created = unix_now();
@@ -563,16 +685,31 @@ async fn run_completions(s: Arc<Service>, body: Bytes) -> Result<Response, ApiEr
         let include_usage = req.common.include_usage();
         let (tx, out) = tokio::sync::mpsc::unbounded_channel::<Value>();
         tokio::spawn(async move {
-            let piece = |text: &str, finish: Option<&str>| {
+            let piece = |text: &str, logprobs: Value, finish: Option<&str>| {
                 json!({"id": id, "object": "text_completion", "created": created, "model": model,
-                       "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": finish}]})
+                       "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}]})
             };
+            // Characters of text sent so far (each piece's `text_offset` starts there).
+            let mut offset = 0;
             while let Some(ev) = rx.recv().await {
                 let sent = match ev {
-                    Event::Token(t) if !t.special && !t.text.is_empty() => tx.send(piece(&t.text, None)),
+                    Event::Token(t) if !t.special => {
+                        let lp = match &logprobs {
+                            Some(info) => completion_logprobs(info, &[&t], offset),
+                            None => Value::Null,
+                        };
+                        offset += t.text.chars().count();
+                        // A token whose text is held back (inside a character) still
+                        // sends its log-probability when asked.
+                        if t.text.is_empty() && lp.is_null() {
+                            Ok(())
+                        } else {
+                            tx.send(piece(&t.text, lp, None))
+                        }
+                    }
                     Event::Token(_) => Ok(()),
                     Event::End(end) => {
-                        let _ = tx.send(piece("", Some(finish_name(end.reason, false))));
+                        let _ = tx.send(piece("", Value::Null, Some(finish_name(end.reason, false))));
                         if include_usage {
                             let _ =
                                 tx.send(json!({"id": id, "object": "text_completion", "created": created,
@@ -600,9 +737,15 @@ async fn run_completions(s: Arc<Service>, body: Bytes) -> Result<Response, ApiEr
     }
     let c = collect(rx).await.map_err(|e| ApiError::from_service(Flavor::OpenAi, e))?;
     let end = c.end.ok_or_else(|| ApiError::validation(Flavor::OpenAi, "no answer"))?;
+    let logprobs = match &logprobs {
+        Some(info) => {
+            completion_logprobs(info, &c.tokens.iter().filter(|t| !t.special).collect::<Vec<_>>(), 0)
+        }
+        None => Value::Null,
+    };
     Ok(Json(json!({
         "id": id, "object": "text_completion", "created": created, "model": model,
-        "choices": [{"index": 0, "text": end.text, "logprobs": null, "finish_reason": finish_name(end.reason, false)}],
+        "choices": [{"index": 0, "text": end.text, "logprobs": logprobs, "finish_reason": finish_name(end.reason, false)}],
         "usage": usage(prompt_tokens, end.generated_tokens),
     }))
     .into_response())

@@ -11,7 +11,7 @@ use axum::response::sse::Sse;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::StreamExt;
-use grammask::{GrammarSpec, JsonSchemaOptions};
+use grammask::{GrammarSpec, JsonSchemaOptions, TokenizerInfo};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -113,8 +113,8 @@ fn validate(s: &Service, inputs: &str, p: &Parameters) -> Result<Generation, Str
     if p.best_of.is_some_and(|b| b > 1) {
         return Err("`best_of` > 1 is not supported by this server".into());
     }
-    if p.top_n_tokens.is_some_and(|n| n > 0) {
-        return Err("`top_n_tokens` is not supported by this server".into());
+    if let Some(n) = p.top_n_tokens.filter(|&n| n > MAX_TOP_N_TOKENS) {
+        return Err(format!("`top_n_tokens` must be <= {MAX_TOP_N_TOKENS}. Given: {n}"));
     }
     if p.watermark == Some(true) {
         return Err("`watermark` is not supported by this server".into());
@@ -147,6 +147,7 @@ fn validate(s: &Service, inputs: &str, p: &Parameters) -> Result<Generation, Str
         logit_bias: Vec::new(),
         seed: p.seed.unwrap_or_else(rand::random),
         logprobs: true,
+        top_logprobs: p.top_n_tokens.unwrap_or(0) as usize,
     };
     let spec = match &p.grammar {
         None => None,
@@ -158,8 +159,28 @@ fn validate(s: &Service, inputs: &str, p: &Parameters) -> Result<Generation, Str
     Ok(Generation { job: Job { prompt, sampling, max_new_tokens, stop, strip_stop: false }, spec })
 }
 
+/// TGI's default `--max-top-n-tokens`.
+const MAX_TOP_N_TOKENS: u32 = 5;
+
 fn token_json(t: &TokenEvent) -> Value {
     json!({"id": t.id, "text": t.text, "logprob": t.logprob, "special": t.special})
+}
+
+/// A token's `top_tokens` (TGI's `Token`s: id, its own text, log-probability, special),
+/// `null` when the request did not ask for them.
+fn top_tokens_json(info: &TokenizerInfo, t: &TokenEvent, asked: bool) -> Value {
+    if !asked {
+        return Value::Null;
+    }
+    let top: Vec<Value> = t
+        .top
+        .iter()
+        .map(|&(id, lp)| {
+            json!({"id": id, "text": String::from_utf8_lossy(info.token_bytes(id)), "logprob": lp,
+                   "special": info.is_special(id)})
+        })
+        .collect();
+    Value::Array(top)
 }
 
 fn finish_json(r: FinishReason) -> Value {
@@ -194,6 +215,10 @@ async fn run_generate(s: Arc<Service>, body: Bytes) -> Result<Value, ApiError> {
             "prefill": [],
             "tokens": c.tokens.iter().map(token_json).collect::<Vec<_>>(),
         });
+        if req.parameters.top_n_tokens.is_some_and(|n| n > 0) {
+            out["details"]["top_tokens"] =
+                c.tokens.iter().map(|t| top_tokens_json(&s.info, t, true)).collect::<Vec<_>>().into();
+        }
     }
     Ok(out)
 }
@@ -241,12 +266,15 @@ async fn start_stream(s: Arc<Service>, body: Bytes) -> Result<Response, ApiError
     let (req, generation) = prepare(&s, body).await?;
     let rx = s.submit(generation).await.map_err(|e| ApiError::from_service(Flavor::Tgi, e))?;
     let full = (req.parameters.return_full_text == Some(true)).then(|| req.inputs.clone());
+    let asked_top = req.parameters.top_n_tokens.is_some_and(|n| n > 0);
+    let info = s.info.clone();
     // A token is sent when the next event shows whether it was the last (the last one
     // carries the generated text and the details).
     let events = futures::stream::unfold(
         (rx, None::<TokenEvent>, 0usize, false),
         move |(mut rx, held, index, over)| {
             let full = full.clone();
+            let info = info.clone();
             async move {
                 if over {
                     return None;
@@ -256,12 +284,16 @@ async fn start_stream(s: Arc<Service>, body: Bytes) -> Result<Response, ApiError
                         let Some(prev) = held else {
                             return Some((vec![], (rx, Some(t), index, false)));
                         };
-                        let v = json!({"index": index, "token": token_json(&prev), "top_tokens": null,
+                        let v = json!({"index": index, "token": token_json(&prev),
+                                       "top_tokens": top_tokens_json(&info, &prev, asked_top),
                                        "generated_text": null, "details": null});
                         Some((vec![v], (rx, Some(t), index + 1, false)))
                     }
                     Some(Event::End(end)) => {
-                        let v = last_event(&end, held.as_ref(), index, full.as_deref());
+                        let mut v = last_event(&end, held.as_ref(), index, full.as_deref());
+                        if let Some(t) = held.as_ref() {
+                            v["top_tokens"] = top_tokens_json(&info, t, asked_top);
+                        }
                         Some((vec![v], (rx, None, index + 1, true)))
                     }
                     Some(Event::Error(e)) => {
@@ -302,7 +334,7 @@ pub(super) async fn info(State(s): State<Arc<Service>>) -> Json<Value> {
         "model_sha": null,
         "model_pipeline_tag": "text-generation",
         "model_device_type": s.model_device_type,
-        "model_dtype": "float32",
+        "model_dtype": s.model_dtype,
         "max_concurrent_requests": s.max_queue,
         "max_best_of": 1,
         "max_stop_sequences": s.limits.max_stop_sequences,

@@ -33,6 +33,8 @@ pub struct GgufModel {
     name: String,
     /// Positions a sequence may hold ([`Model::max_context`]).
     context: usize,
+    /// What `/info` says of its numbers ([`Model::dtype`]).
+    dtype: String,
 }
 
 impl std::fmt::Debug for GgufModel {
@@ -67,6 +69,24 @@ impl GgufModel {
             .and_then(|v| v.to_u32().ok())
             .map_or(MAX_SEQ_LEN, |n| n as usize);
         let context = trained.min(MAX_SEQ_LEN);
+        // llama.cpp's `general.file_type`: the weights' type; candle computes in f32.
+        let weights = match content.metadata.get("general.file_type").and_then(|v| v.to_u32().ok()) {
+            Some(0) => "float32".to_string(),
+            Some(1) => "float16".to_string(),
+            Some(2) => "Q4_0".to_string(),
+            Some(3) => "Q4_1".to_string(),
+            Some(7) => "Q8_0".to_string(),
+            Some(8) => "Q5_0".to_string(),
+            Some(9) => "Q5_1".to_string(),
+            Some(10) => "Q2_K".to_string(),
+            Some(11..=13) => "Q3_K".to_string(),
+            Some(14 | 15) => "Q4_K".to_string(),
+            Some(16 | 17) => "Q5_K".to_string(),
+            Some(18) => "Q6_K".to_string(),
+            Some(n) => format!("GGUF file type {n}"),
+            None => "unknown".to_string(),
+        };
+        let dtype = format!("{weights} weights, float32 activations");
         let name = content
             .metadata
             .get("general.name")
@@ -75,7 +95,8 @@ impl GgufModel {
             .unwrap_or_else(|| path.display().to_string());
         let base =
             ModelWeights::from_gguf(content, &mut file, &Device::Cpu).map_err(err("loading the weights"))?;
-        let mut model = Self { base, seqs: HashMap::new(), vocab: 0, logits: Vec::new(), name, context };
+        let mut model =
+            Self { base, seqs: HashMap::new(), vocab: 0, logits: Vec::new(), name, context, dtype };
         // The output width, from a one-token forward on a scratch sequence.
         let probe = model.run_row(&ForwardRow { id: SeqId::MAX, tokens: &[0] })?;
         model.seqs.remove(&SeqId::MAX);
@@ -133,6 +154,10 @@ impl Model for GgufModel {
 
     fn max_context(&self) -> Option<usize> {
         Some(self.context)
+    }
+
+    fn dtype(&self) -> String {
+        self.dtype.clone()
     }
 
     fn name(&self) -> String {

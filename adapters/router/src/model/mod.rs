@@ -97,6 +97,12 @@ pub trait Model: Send + 'static {
     /// A name for `/info`.
     fn name(&self) -> String;
 
+    /// The type of its numbers for `/info`'s `model_dtype` (default: `float32`, the
+    /// logits' type, which is all a simulated model has).
+    fn dtype(&self) -> String {
+        "float32".to_string()
+    }
+
     /// The most positions (prompt and generated tokens) one sequence may hold, if the
     /// model has a limit: the router refuses a request whose prompt and `max_new_tokens`
     /// could pass it at admission (a 422 naming both), so that no row overflows its cache

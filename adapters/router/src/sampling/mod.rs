@@ -45,6 +45,12 @@ pub struct SamplingParams {
     /// Report each token's log-probability (a pass over the whole row: skipped
     /// when nobody reads it).
     pub logprobs: bool,
+    /// Also report the `n` most likely tokens at each step with theirs
+    /// ([`Sampler::take_top`]; OpenAI's `top_logprobs`, TGI's `top_n_tokens`): under the
+    /// same distribution as the chosen token's (masked, at the temperature, after top-k
+    /// and top-p when sampling), computed after the draw so that asking for them never
+    /// changes the tokens drawn.
+    pub top_logprobs: usize,
 }
 
 impl Default for SamplingParams {
@@ -60,6 +66,7 @@ impl Default for SamplingParams {
             logit_bias: Vec::new(),
             seed: 0,
             logprobs: true,
+            top_logprobs: 0,
         }
     }
 }
@@ -72,6 +79,8 @@ pub struct Sampler {
     counts: HashMap<u32, u32>,
     /// Scratch: candidate ids and their weights.
     cand: Vec<(u32, f32)>,
+    /// The last choice's most likely tokens and their log-probabilities.
+    top: Vec<(u32, f32)>,
 }
 
 /// The tokens a choice may look at: the whole row, or the ids whose bit is set in a
@@ -135,12 +144,40 @@ impl Sampler {
     /// A sampler for `params`.
     pub fn new(params: SamplingParams) -> Self {
         let rng = rand::rngs::StdRng::seed_from_u64(params.seed);
-        Self { params, rng, counts: HashMap::new(), cand: Vec::new() }
+        Self { params, rng, counts: HashMap::new(), cand: Vec::new(), top: Vec::new() }
     }
 
     /// The parameters.
     pub fn params(&self) -> &SamplingParams {
         &self.params
+    }
+
+    /// The [`SamplingParams::top_logprobs`] most likely tokens of the last choice, most
+    /// likely first, with their log-probabilities (empty unless asked for).
+    ///
+    /// ```
+    /// use grammask_router::sampling::{Sampler, SamplingParams};
+    /// let mut s = Sampler::new(SamplingParams { top_logprobs: 2, ..Default::default() });
+    /// let (t, lp) = s.sample_masked(&mut [1.0, 3.0, 2.0, 9.0], &[0b0111])?;
+    /// let top = s.take_top();
+    /// assert_eq!((t, top[0].0, top[1].0), (1, 1, 2));
+    /// assert_eq!(Some(top[0].1), lp);
+    /// # Ok::<(), grammask_router::sampling::NothingAllowed>(())
+    /// ```
+    pub fn take_top(&mut self) -> Vec<(u32, f32)> {
+        std::mem::take(&mut self.top)
+    }
+
+    /// The `n` most likely candidates, log-probabilities against `log_z` (the
+    /// candidates' log normalizer, their logits shifted by `max`).
+    fn keep_top(&mut self, max: f32, log_z: f64) {
+        let n = self.params.top_logprobs.min(self.cand.len());
+        self.top.clear();
+        if n == 0 {
+            return;
+        }
+        self.select_head(n);
+        self.top.extend(self.cand[..n].iter().map(|&(id, x)| (id, (f64::from(x - max) - log_z) as f32)));
     }
 
     /// Chooses a token from `logits` (modified in place by the penalties) and returns
@@ -204,7 +241,7 @@ impl Sampler {
                 return Err(NothingAllowed);
             }
             let x = best;
-            let lp = p.logprobs.then(|| {
+            let log_z = (p.logprobs || p.top_logprobs > 0).then(|| {
                 let mut z = 0.0f64;
                 allowed.each(|i| {
                     let v = logits[i];
@@ -212,8 +249,19 @@ impl Sampler {
                         z += f64::from(v - x).exp();
                     }
                 });
-                -z.ln() as f32
+                z.ln()
             });
+            let lp = log_z.filter(|_| p.logprobs).map(|l| -l as f32);
+            if let (true, Some(log_z)) = (p.top_logprobs > 0, log_z) {
+                self.cand.clear();
+                let cand = &mut self.cand;
+                allowed.each(|i| {
+                    if logits[i].is_finite() {
+                        cand.push((i as u32, logits[i]));
+                    }
+                });
+                self.keep_top(x, log_z);
+            }
             return Ok((self.note(id as u32), lp));
         }
         let t = p.temperature;
@@ -268,6 +316,7 @@ impl Sampler {
             }
         }
         let lp = self.params.logprobs.then(|| (f64::from(chosen.1 - max) - total.ln()) as f32);
+        self.keep_top(max, total.ln());
         Ok((self.note(chosen.0), lp))
     }
 
@@ -283,7 +332,8 @@ impl Sampler {
             || p.repetition_penalty.is_some()
             || p.frequency_penalty.is_some()
             || p.presence_penalty.is_some()
-            || !p.logit_bias.is_empty();
+            || !p.logit_bias.is_empty()
+            || p.top_logprobs > 0;
         if host_only {
             return None;
         }

@@ -77,7 +77,18 @@ r = tgi.generate("Hello", max_new_tokens=8, seed=4, stop_sequences=["e"])
 if r.details.finish_reason.value == "stop_sequence":
     check("e" in r.generated_text, "tgi stop_sequences: kept in the text")
 
-refused(lambda: tgi.generate("Hello", max_new_tokens=2, top_n_tokens=2), "top_n_tokens", "tgi top_n_tokens")
+r = tgi.generate("Hello", max_new_tokens=5, seed=11, top_n_tokens=3)
+top = r.details.top_tokens
+check(top is not None and len(top) == len(r.details.tokens), "tgi top_n_tokens: a list per token")
+check(all(1 <= len(t) <= 3 and all(a.logprob >= b.logprob for a, b in zip(t, t[1:])) for t in top),
+      "tgi top_n_tokens: up to 3, most likely first")
+check(all(x.logprob <= 0 for t in top for x in t), "tgi top_n_tokens: log-probabilities")
+same = tgi.generate("Hello", max_new_tokens=5, seed=11)
+check(same.generated_text == r.generated_text, "tgi top_n_tokens: the same tokens as without")
+streamed = list(tgi.generate_stream("Hello", max_new_tokens=5, seed=11, top_n_tokens=3))
+check([[x.id for x in s.top_tokens] for s in streamed] == [[x.id for x in t] for t in top],
+      "tgi top_n_tokens: streamed as not streamed")
+refused(lambda: tgi.generate("Hello", max_new_tokens=2, top_n_tokens=6), "top_n_tokens", "tgi top_n_tokens over 5")
 refused(lambda: tgi.generate("Hello", max_new_tokens=2, decoder_input_details=True),
         "decoder_input_details", "tgi decoder_input_details")
 refused(lambda: tgi.generate("Hello", max_new_tokens=2, typical_p=0.5), "typical_p", "tgi typical_p")
@@ -116,6 +127,30 @@ check("".join(c.choices[0].text for c in chunks if c.choices) == r.choices[0].te
       "openai completions stream: the same text as not streamed")
 check(chunks[-1].usage is not None, "openai completions stream: usage")
 
+r = oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=5, seed=12,
+                                temperature=0, logprobs=True, top_logprobs=2)
+content = r.choices[0].logprobs.content
+check(len(content) == r.usage.completion_tokens or r.choices[0].finish_reason == "stop",
+      "openai chat logprobs: one entry per token")
+check(all(c.top_logprobs and c.top_logprobs[0].token == c.token and c.top_logprobs[0].logprob == c.logprob
+          for c in content), "openai chat logprobs: greedy picks the most likely")
+check("".join(bytes(c.bytes).decode("utf-8", "replace") for c in content) == r.choices[0].message.content,
+      "openai chat logprobs: the bytes make the content")
+chunks = list(oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=5,
+                                          seed=12, temperature=0, logprobs=True, top_logprobs=2, stream=True))
+streamed = [c for ch in chunks if ch.choices and ch.choices[0].logprobs for c in ch.choices[0].logprobs.content]
+check([c.token for c in streamed] == [c.token for c in content], "openai chat logprobs: streamed as not streamed")
+refused(lambda: oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=2,
+                                            top_logprobs=2), "top_logprobs", "openai top_logprobs without logprobs")
+r = oai.completions.create(model="m", prompt="Hello", max_tokens=4, seed=13, logprobs=2)
+lp = r.choices[0].logprobs
+check(len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset)
+      and (len(lp.tokens) == r.usage.completion_tokens or r.choices[0].finish_reason == "stop"),
+      "openai completions logprobs: one entry per token")
+check("".join(lp.tokens) == r.choices[0].text, "openai completions logprobs: the tokens make the text")
+check(all(1 <= len(t) <= 2 for t in lp.top_logprobs), "openai completions logprobs: up to 2 alternatives")
+refused(lambda: oai.completions.create(model="m", prompt="hi", max_tokens=2, logprobs=6), "logprobs",
+        "openai completions logprobs over 5")
 refused(lambda: oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=2, n=2),
         "`n`", "openai n")
 r = oai.completions.create(model="m", prompt="hi", max_tokens=3, temperature=0, logit_bias={"15": 100})
