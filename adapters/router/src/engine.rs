@@ -457,6 +457,8 @@ impl Loop {
                     continue;
                 }
             }
+            let mut sampler = Sampler::new(r.job.sampling);
+            sampler.see_prompt(&r.job.prompt);
             self.running.push(Seq {
                 id,
                 constrained,
@@ -465,7 +467,7 @@ impl Loop {
                 generated: 0,
                 bytes: Vec::new(),
                 sent: 0,
-                sampler: Sampler::new(r.job.sampling),
+                sampler,
                 max_new_tokens: r.job.max_new_tokens,
                 stop: r.job.stop,
                 strip_stop: r.job.strip_stop,

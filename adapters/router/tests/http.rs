@@ -449,6 +449,18 @@ async fn bad_input_gets_a_4xx_with_a_message_and_disturbs_nothing() {
         ),
         ("/generate", json!({"inputs": "", "parameters": {}}).to_string(), 422, "empty"),
         (
+            "/generate",
+            json!({"inputs": "x", "parameters": {"typical_p": 1.0}}).to_string(),
+            422,
+            "`typical_p` must be > 0.0 and < 1.0",
+        ),
+        (
+            "/generate",
+            json!({"inputs": "x", "parameters": {"top_n_tokens": 6}}).to_string(),
+            422,
+            "`top_n_tokens` must be <= 5",
+        ),
+        (
             "/v1/chat/completions",
             json!({"messages": [{"role": "user", "content": "x"}], "n": 2}).to_string(),
             422,
@@ -846,8 +858,8 @@ async fn a_grammar_that_panics_in_its_fill_ends_its_request_alone() {
 async fn top_tokens_are_the_grammars_and_asking_for_them_changes_no_token() {
     // Sampled at a temperature under a regex grammar: every listed alternative is one the
     // grammar allows (letters, or the stop token once the word may end), most likely
-    // first, the chosen token among them when it is that likely; the text is the same
-    // with and without them.
+    // first, the chosen token among them when it is likelier than the last listed; the
+    // text is the same with and without them.
     let server = serve(EngineOptions::default(), Duration::from_millis(1), Limits::default()).await;
     let c = reqwest::Client::new();
     let body = |top: Option<u32>| {
@@ -874,9 +886,10 @@ async fn top_tokens_are_the_grammars_and_asking_for_them_changes_no_token() {
             let text = x["text"].as_str().unwrap();
             assert!(x["special"] == true || text.chars().all(|ch| ch.is_ascii_lowercase()), "{x}");
         }
-        // The chosen token is listed when it is at least as likely as the last listed.
+        // The chosen token is listed when it is likelier than the last listed (ties go to
+        // the lower id).
         let lp = t["logprob"].as_f64().unwrap();
-        if lp >= lps[lps.len() - 1] {
+        if lp > lps[lps.len() - 1] {
             assert!(top.iter().any(|x| x["id"] == t["id"]), "{t} not in {top:?}");
         }
     }

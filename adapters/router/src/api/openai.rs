@@ -213,6 +213,7 @@ impl Common {
             top_k: self.top_k.filter(|&k| k > 0).map(|k| k as usize),
             top_p: self.top_p.filter(|&p| p < 1.0),
             repetition_penalty: None,
+            typical_p: None,
             frequency_penalty: self.frequency_penalty.filter(|&f| f != 0.0),
             presence_penalty: self.presence_penalty.filter(|&f| f != 0.0),
             logit_bias,

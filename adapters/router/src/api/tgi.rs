@@ -107,8 +107,8 @@ fn validate(s: &Service, inputs: &str, p: &Parameters) -> Result<Generation, Str
     if p.frequency_penalty.is_some_and(|x| !(-2.0..=2.0).contains(&x)) {
         return Err("`frequency_penalty` must be >= -2.0 and <= 2.0".into());
     }
-    if p.typical_p.is_some() {
-        return Err("`typical_p` is not supported by this server".into());
+    if p.typical_p.is_some_and(|x| !(x > 0.0 && x < 1.0)) {
+        return Err("`typical_p` must be > 0.0 and < 1.0".into());
     }
     if p.best_of.is_some_and(|b| b > 1) {
         return Err("`best_of` > 1 is not supported by this server".into());
@@ -134,14 +134,18 @@ fn validate(s: &Service, inputs: &str, p: &Parameters) -> Result<Generation, Str
     let max_new_tokens = s.max_new_tokens(p.max_new_tokens, prompt.len()).map_err(|e| e.to_string())?;
     let temperature = p.temperature.unwrap_or(1.0);
     // TGI samples when asked to, or when any warper is set.
-    let do_sample =
-        p.do_sample.unwrap_or(false) || temperature != 1.0 || p.top_k.is_some() || p.top_p.is_some();
+    let do_sample = p.do_sample.unwrap_or(false)
+        || temperature != 1.0
+        || p.top_k.is_some()
+        || p.top_p.is_some()
+        || p.typical_p.is_some();
     let sampling = SamplingParams {
         do_sample,
         temperature,
         top_k: p.top_k.map(|k| k as usize),
         top_p: p.top_p,
         repetition_penalty: p.repetition_penalty,
+        typical_p: p.typical_p,
         frequency_penalty: p.frequency_penalty,
         presence_penalty: None,
         logit_bias: Vec::new(),

@@ -31,8 +31,13 @@ pub struct SamplingParams {
     pub top_k: Option<usize>,
     /// Keep the most likely tokens whose probabilities add up to `top_p`.
     pub top_p: Option<f32>,
-    /// CTRL's repetition penalty (> 1 discourages tokens already generated).
+    /// CTRL's repetition penalty (> 1 discourages tokens already seen: generated, and
+    /// the prompt's given to [`Sampler::see_prompt`], as TGI and vLLM count them).
     pub repetition_penalty: Option<f32>,
+    /// Locally typical sampling (TGI's `typical_p`): after top-k and top-p, keep the
+    /// tokens whose surprise is closest to the distribution's entropy until they hold
+    /// this much of its mass.
+    pub typical_p: Option<f32>,
     /// OpenAI's frequency penalty: minus `penalty × count` for each generated token.
     pub frequency_penalty: Option<f32>,
     /// OpenAI's presence penalty: minus `penalty` for each token generated at least once.
@@ -61,6 +66,7 @@ impl Default for SamplingParams {
             top_k: None,
             top_p: None,
             repetition_penalty: None,
+            typical_p: None,
             frequency_penalty: None,
             presence_penalty: None,
             logit_bias: Vec::new(),
@@ -81,6 +87,8 @@ pub struct Sampler {
     cand: Vec<(u32, f32)>,
     /// The last choice's most likely tokens and their log-probabilities.
     top: Vec<(u32, f32)>,
+    /// The prompt's tokens, for the repetition penalty ([`Sampler::see_prompt`]).
+    prompt: std::collections::HashSet<u32>,
 }
 
 /// The tokens a choice may look at: the whole row, or the ids whose bit is set in a
@@ -144,12 +152,37 @@ impl Sampler {
     /// A sampler for `params`.
     pub fn new(params: SamplingParams) -> Self {
         let rng = rand::rngs::StdRng::seed_from_u64(params.seed);
-        Self { params, rng, counts: HashMap::new(), cand: Vec::new(), top: Vec::new() }
+        Self {
+            params,
+            rng,
+            counts: HashMap::new(),
+            cand: Vec::new(),
+            top: Vec::new(),
+            prompt: Default::default(),
+        }
     }
 
     /// The parameters.
     pub fn params(&self) -> &SamplingParams {
         &self.params
+    }
+
+    /// The prompt's tokens count as seen for the repetition penalty (TGI's and vLLM's
+    /// contract: over prompt and output), not for the frequency and presence penalties
+    /// (OpenAI's: over the output). Nothing is kept without a repetition penalty.
+    ///
+    /// ```
+    /// use grammask_router::sampling::{Sampler, SamplingParams};
+    /// let params = SamplingParams { repetition_penalty: Some(10.0), ..Default::default() };
+    /// let mut s = Sampler::new(params);
+    /// s.see_prompt(&[1]);
+    /// assert_eq!(s.sample(&mut [1.0, 3.0, 2.0])?.0, 2);
+    /// # Ok::<(), grammask_router::sampling::NothingAllowed>(())
+    /// ```
+    pub fn see_prompt(&mut self, ids: &[u32]) {
+        if self.params.repetition_penalty.is_some() {
+            self.prompt.extend(ids);
+        }
     }
 
     /// The [`SamplingParams::top_logprobs`] most likely tokens of the last choice, most
@@ -305,6 +338,9 @@ impl Sampler {
             self.select_head(keep);
             self.cand.truncate(keep);
         }
+        if let Some(mass) = self.params.typical_p.filter(|&q| q > 0.0 && q < 1.0) {
+            self.keep_typical(max, f64::from(mass));
+        }
         let total: f64 = self.cand.iter().map(|c| f64::from(c.1 - max).exp()).sum();
         let mut draw = self.rng.gen::<f64>() * total;
         let mut chosen = self.cand[self.cand.len() - 1];
@@ -333,6 +369,7 @@ impl Sampler {
             || p.frequency_penalty.is_some()
             || p.presence_penalty.is_some()
             || !p.logit_bias.is_empty()
+            || p.typical_p.is_some()
             || p.top_logprobs > 0;
         if host_only {
             return None;
@@ -343,6 +380,30 @@ impl Sampler {
         } else {
             Some(DeviceDraw { inv_temperature: 0.0, key: 0 })
         }
+    }
+
+    /// Keeps the candidates whose surprise (−log p) is closest to the entropy of their
+    /// distribution, fewest first, until they hold `mass` of it (at least one): the
+    /// typical decoding of Meister et al. as Hugging Face's `TypicalLogitsWarper` does it.
+    fn keep_typical(&mut self, max: f32, mass: f64) {
+        let z: f64 = self.cand.iter().map(|c| f64::from(c.1 - max).exp()).sum();
+        let log_z = z.ln();
+        let logp = |x: f32| f64::from(x - max) - log_z;
+        let entropy: f64 = -self.cand.iter().map(|c| logp(c.1).exp() * logp(c.1)).sum::<f64>();
+        self.cand.sort_by(|a, b| {
+            let (da, db) = ((-logp(a.1) - entropy).abs(), (-logp(b.1) - entropy).abs());
+            da.total_cmp(&db).then(a.0.cmp(&b.0))
+        });
+        let mut held = 0.0;
+        let mut keep = self.cand.len();
+        for (i, c) in self.cand.iter().enumerate() {
+            held += logp(c.1).exp();
+            if held >= mass {
+                keep = i + 1;
+                break;
+            }
+        }
+        self.cand.truncate(keep.max(1));
     }
 
     /// Moves the `n` largest candidates to the front, sorted descending.
@@ -364,6 +425,14 @@ impl Sampler {
         let (rep, freq, pres) = (p.repetition_penalty, p.frequency_penalty, p.presence_penalty);
         if !self.counts_tokens() {
             return;
+        }
+        // Prompt tokens not generated yet: the repetition penalty only.
+        if let Some(r) = rep.filter(|&r| r > 0.0) {
+            for id in self.prompt.iter().filter(|id| !self.counts.contains_key(id)) {
+                if let Some(x) = logits.get_mut(*id as usize) {
+                    *x = if *x > 0.0 { *x / r } else { *x * r };
+                }
+            }
         }
         for (&id, &n) in &self.counts {
             let Some(x) = logits.get_mut(id as usize) else { continue };
@@ -404,6 +473,74 @@ impl Sampler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn typical_sampling_keeps_the_tokens_nearest_the_entropy() {
+        // p = 0.4, 0.3, 0.3: entropy 1.089 nats; surprises 0.916, 1.204, 1.204 — the two
+        // 0.3 tokens are the more typical and hold 0.6 ≥ 0.5 of the mass: the most likely
+        // token is never drawn.
+        let logits = [0.4f32.ln(), 0.3f32.ln(), 0.3f32.ln()];
+        let mut seen = [0usize; 3];
+        for seed in 0..200 {
+            let params = SamplingParams { do_sample: true, typical_p: Some(0.5), seed, ..Default::default() };
+            let (t, _) = Sampler::new(params).sample(&mut logits.clone()).unwrap();
+            seen[t as usize] += 1;
+        }
+        assert_eq!(seen[0], 0, "{seen:?}");
+        assert!(seen[1] > 0 && seen[2] > 0, "{seen:?}");
+        // With all the mass asked for, every token stays.
+        let mut all = [0usize; 3];
+        for seed in 0..200 {
+            let params =
+                SamplingParams { do_sample: true, typical_p: Some(0.99), seed, ..Default::default() };
+            all[Sampler::new(params).sample(&mut logits.clone()).unwrap().0 as usize] += 1;
+        }
+        assert!(all.iter().all(|&n| n > 0), "{all:?}");
+    }
+
+    #[test]
+    fn the_prompt_counts_for_the_repetition_penalty_only() {
+        // Token 1 is in the prompt: the repetition penalty moves the choice off it; the
+        // frequency and presence penalties (OpenAI's, over the output) do not see it.
+        let logits = [1.0f32, 3.0, 2.0];
+        let greedy = |params: SamplingParams| {
+            let mut s = Sampler::new(params);
+            s.see_prompt(&[1]);
+            s.sample(&mut logits.clone()).unwrap().0
+        };
+        assert_eq!(greedy(SamplingParams { repetition_penalty: Some(2.0), ..Default::default() }), 2);
+        assert_eq!(greedy(SamplingParams { presence_penalty: Some(2.0), ..Default::default() }), 1);
+        assert_eq!(greedy(SamplingParams { frequency_penalty: Some(2.0), ..Default::default() }), 1);
+        assert_eq!(greedy(SamplingParams::default()), 1);
+    }
+
+    #[test]
+    fn asking_for_the_top_tokens_changes_no_draw() {
+        let logits: Vec<f32> = (0..50).map(|i| ((i * 37) % 11) as f32 * 0.3).collect();
+        for seed in 0..50 {
+            let base = SamplingParams {
+                do_sample: true,
+                temperature: 0.9,
+                top_p: Some(0.8),
+                seed,
+                ..Default::default()
+            };
+            let mut plain = Sampler::new(base.clone());
+            let mut asking = Sampler::new(SamplingParams { top_logprobs: 5, ..base });
+            for _ in 0..5 {
+                let a = plain.sample(&mut logits.clone()).unwrap();
+                let b = asking.sample(&mut logits.clone()).unwrap();
+                assert_eq!(a, b, "seed {seed}");
+                let top = asking.take_top();
+                assert!(!top.is_empty() && top.len() <= 5);
+                assert!(top.windows(2).all(|w| w[0].1 >= w[1].1));
+                // The chosen token is listed when it is likelier than the last listed.
+                if b.1.unwrap() > top[top.len() - 1].1 {
+                    assert!(top.iter().any(|&(id, lp)| id == b.0 && lp == b.1.unwrap()), "{top:?} {b:?}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn logit_bias_moves_the_choice_but_never_past_the_mask_and_presence_penalizes_once() {

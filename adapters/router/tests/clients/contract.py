@@ -91,7 +91,10 @@ check([[x.id for x in s.top_tokens] for s in streamed] == [[x.id for x in t] for
 refused(lambda: tgi.generate("Hello", max_new_tokens=2, top_n_tokens=6), "top_n_tokens", "tgi top_n_tokens over 5")
 refused(lambda: tgi.generate("Hello", max_new_tokens=2, decoder_input_details=True),
         "decoder_input_details", "tgi decoder_input_details")
-refused(lambda: tgi.generate("Hello", max_new_tokens=2, typical_p=0.5), "typical_p", "tgi typical_p")
+r = tgi.generate("Hello", max_new_tokens=4, seed=14, typical_p=0.5)
+check(r.details.generated_tokens == len(r.details.tokens) <= 4, "tgi typical_p: sampled")
+again = tgi.generate("Hello", max_new_tokens=4, seed=14, typical_p=0.5)
+check(again.generated_text == r.generated_text, "tgi typical_p: the same seed, the same text")
 
 # --- OpenAI's client ----------------------------------------------------------------------
 oai = openai.OpenAI(base_url=f"{BASE}/v1", api_key="unused", max_retries=0)
