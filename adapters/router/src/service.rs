@@ -181,7 +181,7 @@ pub enum Prompt {
 }
 
 /// A validated generation, ready to submit.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Generation {
     /// What to generate.
     pub job: Job,

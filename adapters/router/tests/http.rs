@@ -462,7 +462,7 @@ async fn bad_input_gets_a_4xx_with_a_message_and_disturbs_nothing() {
         ),
         (
             "/v1/chat/completions",
-            json!({"messages": [{"role": "user", "content": "x"}], "n": 2}).to_string(),
+            json!({"messages": [{"role": "user", "content": "x"}], "n": 20}).to_string(),
             422,
             "`n`",
         ),
@@ -1321,7 +1321,6 @@ async fn openai_fields_are_honored_or_refused_by_name() {
         ("logit_bias", json!({"999999999": 10})),
         ("logit_bias", json!({"5": 101})),
         ("presence_penalty", json!(3)),
-        ("echo", json!(true)),
         ("best_of", json!(2)),
         ("top_logprobs", json!(2)),
         ("min_p", json!(0.1)),
@@ -1372,6 +1371,61 @@ async fn openai_fields_are_honored_or_refused_by_name() {
         .unwrap();
     let v: Value = serde_json::from_str(last).unwrap();
     assert_eq!(v["usage"]["completion_tokens"], 4, "{sse}");
+    // `n` choices, each drawn with the seed + its index: choice k is the single answer of
+    // seed + k; a list of prompts (strings or token ids) gives `n` choices each, in order;
+    // `echo` begins each with its prompt.
+    let texts = |v: &Value| -> Vec<String> {
+        v["choices"].as_array().unwrap().iter().map(|c| c["text"].as_str().unwrap().to_string()).collect()
+    };
+    let mut body = with("n", json!(3));
+    body["temperature"] = json!(0.9);
+    let three = texts(&post(body.clone()).await.json().await.unwrap());
+    assert_eq!(three.len(), 3);
+    for (k, t) in three.iter().enumerate() {
+        let mut one = body.clone();
+        one["n"] = json!(1);
+        one["seed"] = json!(2 + k);
+        assert_eq!(&texts(&post(one).await.json().await.unwrap())[0], t, "choice {k}");
+    }
+    let ids: Vec<u32> = tokenizer().hf.encode("x", false).unwrap().get_ids().to_vec();
+    let mut body = with("prompt", json!(["x", ids, "y"]));
+    body["n"] = json!(2);
+    body["echo"] = json!(true);
+    let v: Value = post(body).await.json().await.unwrap();
+    let six = texts(&v);
+    assert_eq!(six.len(), 6, "{v}");
+    assert!(
+        six[..4].iter().all(|t| t.starts_with('x')) && six[4..].iter().all(|t| t.starts_with('y')),
+        "{v}"
+    );
+    // The same prompt as text or as its ids, the same seeds: the same choices.
+    assert_eq!(six[..2], six[2..4], "{v}");
+    assert_eq!(v["usage"]["prompt_tokens"], 3 * ids.len(), "{v}");
+    let mut streamed = with("prompt", json!(["x", "y"]));
+    streamed["n"] = json!(2);
+    streamed["stream"] = json!(true);
+    let sse = post(streamed.clone()).await.text().await.unwrap();
+    let mut per_choice = vec![String::new(); 4];
+    for data in
+        sse.split("\n\n").filter_map(|e| e.strip_prefix("data:")).map(str::trim).filter(|d| *d != "[DONE]")
+    {
+        let v: Value = serde_json::from_str(data).unwrap();
+        for c in v["choices"].as_array().unwrap() {
+            per_choice[c["index"].as_u64().unwrap() as usize] += c["text"].as_str().unwrap();
+        }
+    }
+    streamed["stream"] = json!(false);
+    assert_eq!(per_choice, texts(&post(streamed).await.json().await.unwrap()));
+    for (prompt, what) in [(json!([]), "empty"), (json!([1, -1]), "token ids"), (json!([[]]), "empty")] {
+        let r = post(with("prompt", prompt)).await;
+        assert_eq!(r.status(), 422);
+        let t = r.text().await.unwrap();
+        assert!(t.contains("`prompt`") && t.contains(what), "{t}");
+    }
+    assert_eq!(post(with("n", json!(17))).await.status(), 422);
+    let mut echo_lp = with("echo", json!(true));
+    echo_lp["logprobs"] = json!(1);
+    assert_eq!(post(echo_lp).await.status(), 422);
     // TGI's chat extension of `response_format` (what its clients send to a TGI
     // server's OpenAI route): a regex, a schema given as JSON text, `json_schema` with
     // `value`; a regex that is not a string is refused naming the field.

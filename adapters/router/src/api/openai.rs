@@ -75,6 +75,33 @@ struct Common {
     logit_bias: Option<std::collections::HashMap<String, f32>>,
 }
 
+/// Most choices one request may ask for (`n`): each is a row of the batch.
+const MAX_N: u32 = 16;
+
+/// `n` copies of a generation, choice `k` drawn with the seed + `k` (the same seed, the
+/// same choices).
+fn choices(g: Generation, n: u32) -> Vec<Generation> {
+    (0..u64::from(n.max(1)))
+        .map(|k| {
+            let mut c = g.clone();
+            c.job.sampling.seed = g.job.sampling.seed.wrapping_add(k);
+            c
+        })
+        .collect()
+}
+
+/// Submits every generation; the receivers in order, or the first refusal.
+async fn submit_all(
+    s: &Service,
+    gens: Vec<Generation>,
+) -> Result<Vec<tokio::sync::mpsc::UnboundedReceiver<Event>>, ApiError> {
+    let mut rxs = Vec::with_capacity(gens.len());
+    for g in gens {
+        rxs.push(s.submit(g).await.map_err(|e| ApiError::from_service(Flavor::OpenAi, e))?);
+    }
+    Ok(rxs)
+}
+
 /// The fields OpenAI's chat and completions requests may carry that this server honors
 /// (with vLLM's `top_k`), by endpoint; [`check_fields`] refuses the others by name.
 const COMMON_FIELDS: &[&str] = &[
@@ -97,7 +124,7 @@ const COMMON_FIELDS: &[&str] = &[
 ];
 const CHAT_FIELDS: &[&str] =
     &["messages", "max_completion_tokens", "tools", "tool_choice", "parallel_tool_calls", "top_logprobs"];
-const COMPLETION_FIELDS: &[&str] = &["prompt"];
+const COMPLETION_FIELDS: &[&str] = &["prompt", "echo"];
 
 /// Refuses, by name, every top-level field of `body` this server does not honor — unless
 /// it holds the value that asks for nothing (`logit_bias: {}`, `echo: false`, `best_of: 1`,
@@ -172,8 +199,8 @@ impl Common {
     /// `logit_bias`'s ids must be under; `chat`: the endpoint, which reads `logprobs` its
     /// own way).
     fn check(&self, vocab: usize, chat: bool) -> Result<SamplingParams, String> {
-        if self.n.is_some_and(|n| n != 1) {
-            return Err("`n` must be 1 on this server".into());
+        if self.n.is_some_and(|n| !(1..=MAX_N).contains(&n)) {
+            return Err(format!("`n` must be between 1 and {MAX_N} on this server"));
         }
         let (logprobs, top_logprobs) = self.logprobs(chat)?;
         let t = self.temperature.unwrap_or(1.0);
@@ -237,7 +264,11 @@ struct ChatRequest {
 
 #[derive(Debug, Deserialize)]
 struct CompletionRequest {
-    prompt: String,
+    /// A string, a list of strings, a list of token ids, or a list of such lists.
+    prompt: Value,
+    /// Begin each choice's text with its prompt.
+    #[serde(default)]
+    echo: bool,
     #[serde(flatten)]
     common: Common,
     response_format: Option<Value>,
@@ -405,20 +436,43 @@ async fn run_chat(s: Arc<Service>, body: Bytes) -> Result<Response, ApiError> {
         .map_err(|e| ApiError::from_service(Flavor::OpenAi, e))??;
     let prompt_tokens = generation.job.prompt.len();
     let logprobs = generation.job.sampling.logprobs.then(|| s.info.clone());
-    let rx = s.submit(generation).await.map_err(|e| ApiError::from_service(Flavor::OpenAi, e))?;
+    let rxs = submit_all(&s, choices(generation, req.common.n.unwrap_or(1))).await?;
     let id = new_id("chatcmpl");
     let created = unix_now();
     let model = s.model_id.clone();
     if req.common.stream {
         let include_usage = req.common.include_usage();
         let out = ChatStream { id, created, model, prompt_tokens, include_usage, logprobs };
-        return Ok(chat_stream(rx, parser, out));
+        return Ok(chat_stream(rxs, parser, out));
     }
-    let c = collect(rx).await.map_err(|e| ApiError::from_service(Flavor::OpenAi, e))?;
-    let end = c.end.ok_or_else(|| ApiError::validation(Flavor::OpenAi, "no answer"))?;
+    let answers = futures::future::join_all(rxs.into_iter().map(collect)).await;
+    let (mut list, mut generated) = (Vec::new(), 0);
+    for (index, c) in answers.into_iter().enumerate() {
+        let c = c.map_err(|e| ApiError::from_service(Flavor::OpenAi, e))?;
+        let end = c.end.as_ref().ok_or_else(|| ApiError::validation(Flavor::OpenAi, "no answer"))?;
+        generated += end.generated_tokens;
+        list.push(chat_choice(index, &c, end, parser.as_ref(), logprobs.as_deref())?);
+    }
+    Ok(Json(json!({
+        "id": id, "object": "chat.completion", "created": created, "model": model,
+        "choices": list,
+        "usage": usage(prompt_tokens, generated),
+    }))
+    .into_response())
+}
+
+/// One choice of a chat answer: the message (tool calls read back), its log-probabilities
+/// when asked, the finish reason.
+fn chat_choice(
+    index: usize,
+    c: &super::Collected,
+    end: &crate::engine::EndEvent,
+    parser: Option<&OutputParser>,
+    logprobs: Option<&TokenizerInfo>,
+) -> Result<Value, ApiError> {
     let mut message = json!({"role": "assistant", "content": end.text});
     let mut calls = false;
-    if let Some(p) = &parser {
+    if let Some(p) = parser {
         // A cut-off output is read as far as it goes.
         let read =
             if end.reason == FinishReason::Length { p.parse_prefix(&end.text) } else { p.parse(&end.text) };
@@ -438,19 +492,16 @@ async fn run_chat(s: Arc<Service>, body: Bytes) -> Result<Response, ApiError> {
             message["tool_calls"] = tool_calls_json(&out.tool_calls);
         }
     }
-    let logprobs = match &logprobs {
+    let logprobs = match logprobs {
         Some(info) => {
             json!({"content": c.tokens.iter().filter(|t| !t.special).map(|t| chat_logprob(info, t)).collect::<Vec<_>>(),
                              "refusal": null})
         }
         None => Value::Null,
     };
-    Ok(Json(json!({
-        "id": id, "object": "chat.completion", "created": created, "model": model,
-        "choices": [{"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish_name(end.reason, calls)}],
-        "usage": usage(prompt_tokens, end.generated_tokens),
-    }))
-    .into_response())
+    Ok(
+        json!({"index": index, "message": message, "logprobs": logprobs, "finish_reason": finish_name(end.reason, calls)}),
+    )
 }
 
 /// `response_format`, OpenAI's (`text`, `json_object`, `json_schema`, `structural_tag`) or
@@ -511,12 +562,12 @@ fn completion_logprobs(info: &TokenizerInfo, tokens: &[&TokenEvent], offset: usi
     json!({"tokens": texts, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets})
 }
 
-fn chunk(id: &str, created: u64, model: &str, delta: Value, finish: Option<&str>) -> Value {
+fn chunk(id: &str, created: u64, model: &str, index: usize, delta: Value, finish: Option<&str>) -> Value {
     json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
-           "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]})
+           "choices": [{"index": index, "delta": delta, "logprobs": null, "finish_reason": finish}]})
 }
 
-/// What a streamed chat answer's chunks carry besides the deltas.
+/// What a streamed answer's chunks carry besides their text (chat and completions).
 struct ChatStream {
     id: String,
     created: u64,
@@ -541,103 +592,129 @@ fn delta_json(d: Delta) -> Value {
     }
 }
 
-/// The chunks of a streamed chat answer: role first, content or tool-call deltas as
-/// the tokens come, the finish reason, usage if asked, then `[DONE]`.
+/// The chunks of a streamed chat answer: for each choice, role first, content or tool-call
+/// deltas as the tokens come, its finish reason; then usage if asked, then `[DONE]`.
 fn chat_stream(
-    mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    rxs: Vec<tokio::sync::mpsc::UnboundedReceiver<Event>>,
     parser: Option<OutputParser>,
     how: ChatStream,
 ) -> Response {
-    let ChatStream { id, created, model, prompt_tokens, include_usage, logprobs } = how;
     let (tx, out) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let how = Arc::new(how);
+    let parser = parser.map(Arc::new);
+    let tasks: Vec<_> = rxs
+        .into_iter()
+        .enumerate()
+        .map(|(index, rx)| {
+            let (tx, how, parser) = (tx.clone(), how.clone(), parser.clone());
+            tokio::spawn(async move { stream_choice(index, rx, parser, &how, &tx).await })
+        })
+        .collect();
     tokio::spawn(async move {
-        // Log-probabilities of tokens whose text no chunk has carried yet (held back by
-        // the tool-call reader): they go with the next chunk.
-        let mut owed: Vec<Value> = Vec::new();
-        let with_logprobs = |mut c: Value, owed: &mut Vec<Value>| {
-            if logprobs.is_some() && !owed.is_empty() {
-                c["choices"][0]["logprobs"] = json!({"content": std::mem::take(owed), "refusal": null});
+        let mut generated = 0;
+        for t in tasks {
+            match t.await {
+                Ok(Some(n)) => generated += n,
+                // A choice that failed sent its error; no usage follows.
+                _ => return,
             }
-            c
-        };
-        let _ = tx.send(chunk(&id, created, &model, json!({"role": "assistant", "content": ""}), None));
-        let mut reader = parser.as_ref().map(|p| p.stream());
-        let mut calls = false;
-        while let Some(ev) = rx.recv().await {
-            match ev {
-                Event::Token(t) => {
-                    if let (Some(info), false) = (&logprobs, t.special) {
-                        owed.push(chat_logprob(info, &t));
-                    }
-                    if t.special || t.text.is_empty() {
-                        continue;
-                    }
-                    let deltas = match reader.as_mut() {
-                        None => vec![Delta::Content(t.text)],
-                        Some(r) => match r.push(&t.text) {
-                            Ok(d) => d,
-                            Err(e) => {
-                                let _ = tx.send(json!({"error": {"message": format!("tool calls: {e}"), "type": "generation"}}));
-                                return;
-                            }
-                        },
-                    };
-                    for d in deltas {
-                        calls |= matches!(d, Delta::ToolCallStart { .. });
-                        let c = with_logprobs(chunk(&id, created, &model, delta_json(d), None), &mut owed);
-                        if tx.send(c).is_err() {
-                            return; // the client went away: dropping `rx` cancels the generation
-                        }
-                    }
-                }
-                Event::End(end) => {
-                    if let Some(r) = reader.take() {
-                        match r.finish() {
-                            Ok((_, rest)) => {
-                                for d in rest {
-                                    calls |= matches!(d, Delta::ToolCallStart { .. });
-                                    let c = with_logprobs(
-                                        chunk(&id, created, &model, delta_json(d), None),
-                                        &mut owed,
-                                    );
-                                    let _ = tx.send(c);
-                                }
-                            }
-                            // Cut off by the length limit: `finish_reason: "length"` says so.
-                            Err(_) if end.reason == FinishReason::Length => {}
-                            // Otherwise a call that does not read back is reported, never
-                            // dropped without a word.
-                            Err(e) => {
-                                let message = format!("tool calls: the output does not read back: {e}");
-                                let _ = tx.send(json!({"error": {"message": message, "type": "generation"}}));
-                                return;
-                            }
-                        }
-                    }
-                    let last = chunk(&id, created, &model, json!({}), Some(finish_name(end.reason, calls)));
-                    let _ = tx.send(with_logprobs(last, &mut owed));
-                    if include_usage {
-                        let _ =
-                            tx.send(json!({"id": id, "object": "chat.completion.chunk", "created": created,
-                                               "model": model, "choices": [],
-                                               "usage": usage(prompt_tokens, end.generated_tokens)}));
-                    }
-                    return;
-                }
-                Event::Error(e) => {
-                    let _ = tx.send(json!({"error": {"message": e, "type": "generation"}}));
-                    return;
-                }
-                Event::Unavailable(e) => {
-                    let _ = tx.send(json!({"error": {"message": e, "type": "unavailable"}}));
-                    return;
-                }
-            }
+        }
+        if how.include_usage {
+            let _ = tx.send(json!({"id": how.id, "object": "chat.completion.chunk", "created": how.created,
+                                   "model": how.model, "choices": [],
+                                   "usage": usage(how.prompt_tokens, generated)}));
         }
     });
     let done = futures::stream::once(async { Ok(axum::response::sse::Event::default().data("[DONE]")) });
     let stream = tokio_stream_from(out).map(|v| sse(&v)).chain(done);
     Sse::new(stream).into_response()
+}
+
+/// The chunks of choice `index`; its generated tokens once it ended, `None` if it failed
+/// (its error sent) or the client went away.
+async fn stream_choice(
+    index: usize,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    parser: Option<Arc<OutputParser>>,
+    how: &ChatStream,
+    tx: &tokio::sync::mpsc::UnboundedSender<Value>,
+) -> Option<usize> {
+    let (id, created, model) = (&how.id, how.created, &how.model);
+    let chunk = |delta: Value, finish: Option<&str>| chunk(id, created, model, index, delta, finish);
+    let error = |message: String, kind: &str| json!({"error": {"message": message, "type": kind}});
+    tx.send(chunk(json!({"role": "assistant", "content": ""}), None)).ok()?;
+    let mut reader = parser.as_ref().map(|p| p.stream());
+    let mut calls = false;
+    // Log-probabilities of tokens whose text no chunk has carried yet (held back by the
+    // tool-call reader): they go with the next chunk.
+    let mut owed: Vec<Value> = Vec::new();
+    let with_logprobs = |mut c: Value, owed: &mut Vec<Value>| {
+        if how.logprobs.is_some() && !owed.is_empty() {
+            c["choices"][0]["logprobs"] = json!({"content": std::mem::take(owed), "refusal": null});
+        }
+        c
+    };
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            Event::Token(t) => {
+                if let (Some(info), false) = (&how.logprobs, t.special) {
+                    owed.push(chat_logprob(info, &t));
+                }
+                if t.special || t.text.is_empty() {
+                    continue;
+                }
+                let deltas = match reader.as_mut() {
+                    None => vec![Delta::Content(t.text)],
+                    Some(r) => match r.push(&t.text) {
+                        Ok(d) => d,
+                        Err(e) => {
+                            let _ = tx.send(error(format!("tool calls: {e}"), "generation"));
+                            return None;
+                        }
+                    },
+                };
+                for d in deltas {
+                    calls |= matches!(d, Delta::ToolCallStart { .. });
+                    // A closed channel: the client went away, and dropping `rx` cancels
+                    // the generation.
+                    tx.send(with_logprobs(chunk(delta_json(d), None), &mut owed)).ok()?;
+                }
+            }
+            Event::End(end) => {
+                if let Some(r) = reader.take() {
+                    match r.finish() {
+                        Ok((_, rest)) => {
+                            for d in rest {
+                                calls |= matches!(d, Delta::ToolCallStart { .. });
+                                let _ = tx.send(with_logprobs(chunk(delta_json(d), None), &mut owed));
+                            }
+                        }
+                        // Cut off by the length limit: `finish_reason: "length"` says so.
+                        Err(_) if end.reason == FinishReason::Length => {}
+                        // Otherwise a call that does not read back is reported, never
+                        // dropped without a word.
+                        Err(e) => {
+                            let message = format!("tool calls: the output does not read back: {e}");
+                            let _ = tx.send(error(message, "generation"));
+                            return None;
+                        }
+                    }
+                }
+                let last = chunk(json!({}), Some(finish_name(end.reason, calls)));
+                let _ = tx.send(with_logprobs(last, &mut owed));
+                return Some(end.generated_tokens);
+            }
+            Event::Error(e) => {
+                let _ = tx.send(error(e, "generation"));
+                return None;
+            }
+            Event::Unavailable(e) => {
+                let _ = tx.send(error(e, "unavailable"));
+                return None;
+            }
+        }
+    }
+    None
 }
 
 /// An unbounded receiver as a stream.
@@ -653,103 +730,199 @@ pub(super) async fn completions(State(s): State<Arc<Service>>, body: Bytes) -> R
     }
 }
 
+/// The prompts of a completions request, each as token ids and as text (for `echo`): a
+/// string, a list of strings, a list of token ids (OpenAI's and vLLM's pre-tokenized
+/// prompt, taken as given), or a list of such lists.
+fn completion_prompts(s: &Service, prompt: &Value) -> Result<Vec<(Vec<u32>, String)>, String> {
+    let ids_of = |items: &[Value]| -> Result<(Vec<u32>, String), String> {
+        let vocab = s.info.vocab_size();
+        let ids = items
+            .iter()
+            .map(|v| v.as_u64().filter(|&id| (id as usize) < vocab).map(|id| id as u32))
+            .collect::<Option<Vec<u32>>>()
+            .ok_or_else(|| {
+                format!("`prompt`: token ids must be integers from 0 to {}", vocab.saturating_sub(1))
+            })?;
+        if ids.is_empty() {
+            return Err("`prompt`: a list of token ids must not be empty".into());
+        }
+        s.check_input(&ids).map_err(|e| e.to_string())?;
+        let bytes: Vec<u8> = ids
+            .iter()
+            .filter(|&&id| !s.info.is_special(id))
+            .flat_map(|&id| s.info.token_bytes(id).to_vec())
+            .collect();
+        Ok((ids, String::from_utf8_lossy(&bytes).into_owned()))
+    };
+    let text = |t: &str| -> Result<(Vec<u32>, String), String> {
+        Ok((s.encode(t, Prompt::Raw).map_err(|e| e.to_string())?, t.to_string()))
+    };
+    match prompt {
+        Value::String(t) => Ok(vec![text(t)?]),
+        Value::Array(items) if items.is_empty() => Err("`prompt` must not be an empty list".into()),
+        Value::Array(items) if items.iter().all(Value::is_number) => Ok(vec![ids_of(items)?]),
+        Value::Array(items) => items
+            .iter()
+            .map(|p| match p {
+                Value::String(t) => text(t),
+                Value::Array(ids) => ids_of(ids),
+                _ => Err("`prompt`: a list holds strings or lists of token ids".into()),
+            })
+            .collect(),
+        _ => Err("`prompt` must be a string, a list of strings or token ids".into()),
+    }
+}
+
 async fn run_completions(s: Arc<Service>, body: Bytes) -> Result<Response, ApiError> {
     // Parsing and tokenizing off the async workers.
-    let (req, prepared) = s
+    let (req, gens, echoes, prompt_tokens) = s
         .off_workers(move |s| {
             check_fields(&body, COMPLETION_FIELDS)?;
             let req: CompletionRequest = parse_body(Flavor::OpenAi, &body)?;
-            let prepared = (|| -> Result<Generation, String> {
+            let prepared = (|| -> Result<(Vec<Generation>, Vec<String>, usize), String> {
                 let sampling = req.common.check(s.info.vocab_size(), false)?;
+                if req.echo && sampling.logprobs {
+                    return Err(
+                        "`echo` with `logprobs` asks for the prompt's log-probabilities, which this \
+                                server does not compute"
+                            .into(),
+                    );
+                }
                 let spec = match &req.response_format {
                     None | Some(Value::Null) => None,
                     Some(v) => response_format(v)?.to_spec(),
                 };
-                let prompt = s.encode(&req.prompt, Prompt::Raw).map_err(|e| e.to_string())?;
-                let max_new_tokens =
-                    s.max_new_tokens(req.common.max_tokens, prompt.len()).map_err(|e| e.to_string())?;
                 let stop = stops(&req.common.stop);
-                Ok(Generation { job: Job { prompt, sampling, max_new_tokens, stop, strip_stop: true }, spec })
+                let (mut gens, mut echoes, mut prompt_tokens) = (Vec::new(), Vec::new(), 0);
+                for (prompt, text) in completion_prompts(s, &req.prompt)? {
+                    prompt_tokens += prompt.len();
+                    let max_new_tokens =
+                        s.max_new_tokens(req.common.max_tokens, prompt.len()).map_err(|e| e.to_string())?;
+                    let job = Job {
+                        prompt,
+                        sampling: sampling.clone(),
+                        max_new_tokens,
+                        stop: stop.clone(),
+                        strip_stop: true,
+                    };
+                    for g in choices(Generation { job, spec: spec.clone() }, req.common.n.unwrap_or(1)) {
+                        gens.push(g);
+                        echoes.push(if req.echo { text.clone() } else { String::new() });
+                    }
+                }
+                Ok((gens, echoes, prompt_tokens))
             })()
             .map_err(|e| ApiError::validation(Flavor::OpenAi, e))?;
-            Ok::<_, ApiError>((req, prepared))
+            Ok::<_, ApiError>((req, prepared.0, prepared.1, prepared.2))
         })
         .await
         .map_err(|e| ApiError::from_service(Flavor::OpenAi, e))??;
-    let prompt_tokens = prepared.job.prompt.len();
-    let logprobs = prepared.job.sampling.logprobs.then(|| s.info.clone());
-    let mut rx = s.submit(prepared).await.map_err(|e| ApiError::from_service(Flavor::OpenAi, e))?;
+    let logprobs = gens.first().is_some_and(|g| g.job.sampling.logprobs).then(|| s.info.clone());
+    let rxs = submit_all(&s, gens).await?;
     let id = new_id("cmpl");
     let created = unix_now();
     let model = s.model_id.clone();
     if req.common.stream {
         let include_usage = req.common.include_usage();
         let (tx, out) = tokio::sync::mpsc::unbounded_channel::<Value>();
+        let how = Arc::new(ChatStream { id, created, model, prompt_tokens, include_usage, logprobs });
+        let tasks: Vec<_> = rxs
+            .into_iter()
+            .zip(echoes)
+            .enumerate()
+            .map(|(index, (rx, echo))| {
+                let (tx, how) = (tx.clone(), how.clone());
+                tokio::spawn(async move { stream_completion(index, rx, echo, &how, &tx).await })
+            })
+            .collect();
         tokio::spawn(async move {
-            let piece = |text: &str, logprobs: Value, finish: Option<&str>| {
-                json!({"id": id, "object": "text_completion", "created": created, "model": model,
-                       "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}]})
-            };
-            // Characters of text sent so far (each piece's `text_offset` starts there).
-            let mut offset = 0;
-            while let Some(ev) = rx.recv().await {
-                let sent = match ev {
-                    Event::Token(t) if !t.special => {
-                        let lp = match &logprobs {
-                            Some(info) => completion_logprobs(info, &[&t], offset),
-                            None => Value::Null,
-                        };
-                        offset += t.text.chars().count();
-                        // A token whose text is held back (inside a character) still
-                        // sends its log-probability when asked.
-                        if t.text.is_empty() && lp.is_null() {
-                            Ok(())
-                        } else {
-                            tx.send(piece(&t.text, lp, None))
-                        }
-                    }
-                    Event::Token(_) => Ok(()),
-                    Event::End(end) => {
-                        let _ = tx.send(piece("", Value::Null, Some(finish_name(end.reason, false))));
-                        if include_usage {
-                            let _ =
-                                tx.send(json!({"id": id, "object": "text_completion", "created": created,
-                                "model": model, "choices": [],
-                                "usage": usage(prompt_tokens, end.generated_tokens)}));
-                        }
-                        return;
-                    }
-                    Event::Error(e) => {
-                        let _ = tx.send(json!({"error": {"message": e, "type": "generation"}}));
-                        return;
-                    }
-                    Event::Unavailable(e) => {
-                        let _ = tx.send(json!({"error": {"message": e, "type": "unavailable"}}));
-                        return;
-                    }
-                };
-                if sent.is_err() {
-                    return;
+            let mut generated = 0;
+            for t in tasks {
+                match t.await {
+                    Ok(Some(n)) => generated += n,
+                    _ => return,
                 }
+            }
+            if how.include_usage {
+                let _ = tx.send(json!({"id": how.id, "object": "text_completion", "created": how.created,
+                                       "model": how.model, "choices": [],
+                                       "usage": usage(how.prompt_tokens, generated)}));
             }
         });
         let done = futures::stream::once(async { Ok(axum::response::sse::Event::default().data("[DONE]")) });
         return Ok(Sse::new(tokio_stream_from(out).map(|v| sse(&v)).chain(done)).into_response());
     }
-    let c = collect(rx).await.map_err(|e| ApiError::from_service(Flavor::OpenAi, e))?;
-    let end = c.end.ok_or_else(|| ApiError::validation(Flavor::OpenAi, "no answer"))?;
-    let logprobs = match &logprobs {
-        Some(info) => {
-            completion_logprobs(info, &c.tokens.iter().filter(|t| !t.special).collect::<Vec<_>>(), 0)
-        }
-        None => Value::Null,
-    };
+    let answers = futures::future::join_all(rxs.into_iter().map(collect)).await;
+    let (mut list, mut generated) = (Vec::new(), 0);
+    for (index, (c, echo)) in answers.into_iter().zip(echoes).enumerate() {
+        let c = c.map_err(|e| ApiError::from_service(Flavor::OpenAi, e))?;
+        let end = c.end.as_ref().ok_or_else(|| ApiError::validation(Flavor::OpenAi, "no answer"))?;
+        generated += end.generated_tokens;
+        let logprobs = match &logprobs {
+            Some(info) => {
+                completion_logprobs(info, &c.tokens.iter().filter(|t| !t.special).collect::<Vec<_>>(), 0)
+            }
+            None => Value::Null,
+        };
+        list.push(json!({"index": index, "text": format!("{echo}{}", end.text), "logprobs": logprobs,
+                         "finish_reason": finish_name(end.reason, false)}));
+    }
     Ok(Json(json!({
         "id": id, "object": "text_completion", "created": created, "model": model,
-        "choices": [{"index": 0, "text": end.text, "logprobs": logprobs, "finish_reason": finish_name(end.reason, false)}],
-        "usage": usage(prompt_tokens, end.generated_tokens),
+        "choices": list,
+        "usage": usage(prompt_tokens, generated),
     }))
     .into_response())
+}
+
+/// The pieces of streamed completion `index` (its prompt first when echoed); its generated
+/// tokens once it ended, `None` if it failed (its error sent) or the client went away.
+async fn stream_completion(
+    index: usize,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    echo: String,
+    how: &ChatStream,
+    tx: &tokio::sync::mpsc::UnboundedSender<Value>,
+) -> Option<usize> {
+    let piece = |text: &str, logprobs: Value, finish: Option<&str>| {
+        json!({"id": how.id, "object": "text_completion", "created": how.created, "model": how.model,
+               "choices": [{"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}]})
+    };
+    if !echo.is_empty() {
+        tx.send(piece(&echo, Value::Null, None)).ok()?;
+    }
+    // Characters of text sent so far (each piece's `text_offset` starts there).
+    let mut offset = 0;
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            Event::Token(t) if !t.special => {
+                let lp = match &how.logprobs {
+                    Some(info) => completion_logprobs(info, &[&t], offset),
+                    None => Value::Null,
+                };
+                offset += t.text.chars().count();
+                // A token whose text is held back (inside a character) still sends its
+                // log-probability when asked.
+                if !(t.text.is_empty() && lp.is_null()) {
+                    tx.send(piece(&t.text, lp, None)).ok()?;
+                }
+            }
+            Event::Token(_) => {}
+            Event::End(end) => {
+                let _ = tx.send(piece("", Value::Null, Some(finish_name(end.reason, false))));
+                return Some(end.generated_tokens);
+            }
+            Event::Error(e) => {
+                let _ = tx.send(json!({"error": {"message": e, "type": "generation"}}));
+                return None;
+            }
+            Event::Unavailable(e) => {
+                let _ = tx.send(json!({"error": {"message": e, "type": "unavailable"}}));
+                return None;
+            }
+        }
+    }
+    None
 }
 
 pub(super) async fn models(State(s): State<Arc<Service>>) -> Json<Value> {

@@ -154,14 +154,30 @@ check("".join(lp.tokens) == r.choices[0].text, "openai completions logprobs: the
 check(all(1 <= len(t) <= 2 for t in lp.top_logprobs), "openai completions logprobs: up to 2 alternatives")
 refused(lambda: oai.completions.create(model="m", prompt="hi", max_tokens=2, logprobs=6), "logprobs",
         "openai completions logprobs over 5")
-refused(lambda: oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=2, n=2),
-        "`n`", "openai n")
+r = oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=4, n=3, seed=15)
+check([c.index for c in r.choices] == [0, 1, 2], "openai chat n: three choices in order")
+one = oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=4, seed=16)
+check(one.choices[0].message.content == r.choices[1].message.content, "openai chat n: choice k is the seed + k")
+chunks = list(oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=4, n=3,
+                                          seed=15, stream=True))
+texts = ["", "", ""]
+for ch in chunks:
+    for c in ch.choices:
+        texts[c.index] += c.delta.content or ""
+check(texts == [c.message.content for c in r.choices], "openai chat n: streamed as not streamed")
+r = oai.completions.create(model="m", prompt=["Hello", "Bye"], max_tokens=3, n=2, seed=17, echo=True)
+check(len(r.choices) == 4 and r.choices[3].text.startswith("Bye"), "openai completions: prompts × n, echoed")
+ids = oai.completions.create(model="m", prompt=[9707], max_tokens=3, seed=17)
+check(isinstance(ids.choices[0].text, str), "openai completions: a prompt of token ids")
+refused(lambda: oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=2, n=17),
+        "`n`", "openai n over 16")
 r = oai.completions.create(model="m", prompt="hi", max_tokens=3, temperature=0, logit_bias={"15": 100})
 check(r.choices[0].text == "000", f"openai logit_bias: +100 on Qwen3's token 15, '0': {r.choices[0].text!r}")
 r = oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=3,
                                 presence_penalty=1.0, frequency_penalty=0.5, seed=10)
 check(r.usage.completion_tokens <= 3, "openai penalties")
 refused(lambda: oai.completions.create(model="m", prompt="hi", max_tokens=2, best_of=2), "best_of", "openai best_of")
-refused(lambda: oai.completions.create(model="m", prompt="hi", max_tokens=2, echo=True), "echo", "openai echo")
+refused(lambda: oai.completions.create(model="m", prompt="hi", max_tokens=2, echo=True, logprobs=1), "echo",
+        "openai echo with logprobs")
 
 print(f"ok: {checks} checks")
