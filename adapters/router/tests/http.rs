@@ -461,6 +461,24 @@ async fn bad_input_gets_a_4xx_with_a_message_and_disturbs_nothing() {
             "`top_n_tokens` must be <= 5",
         ),
         (
+            "/generate",
+            json!({"inputs": "x", "parameters": {"best_of": 2, "seed": 1, "do_sample": true}}).to_string(),
+            422,
+            "`seed` must not be set when `best_of` > 1",
+        ),
+        (
+            "/generate",
+            json!({"inputs": "x", "parameters": {"best_of": 2}}).to_string(),
+            422,
+            "you must use sampling when `best_of` is > 1",
+        ),
+        (
+            "/generate_stream",
+            json!({"inputs": "x", "parameters": {"best_of": 2, "do_sample": true}}).to_string(),
+            422,
+            "`best_of` != 1 is not supported when streaming tokens",
+        ),
+        (
             "/v1/chat/completions",
             json!({"messages": [{"role": "user", "content": "x"}], "n": 20}).to_string(),
             422,
@@ -1321,7 +1339,7 @@ async fn openai_fields_are_honored_or_refused_by_name() {
         ("logit_bias", json!({"999999999": 10})),
         ("logit_bias", json!({"5": 101})),
         ("presence_penalty", json!(3)),
-        ("best_of", json!(2)),
+        ("best_of", json!(17)),
         ("top_logprobs", json!(2)),
         ("min_p", json!(0.1)),
         ("repetition_penalty", json!(1.2)),
@@ -1423,6 +1441,37 @@ async fn openai_fields_are_honored_or_refused_by_name() {
         assert!(t.contains("`prompt`") && t.contains(what), "{t}");
     }
     assert_eq!(post(with("n", json!(17))).await.status(), 422);
+    // `best_of`: of the candidates (seed + k), the one with the highest log-probability
+    // per token, as the single answers of those seeds say.
+    let mut best = with("best_of", json!(3));
+    best["temperature"] = json!(0.9);
+    best["max_tokens"] = json!(6);
+    let chosen = texts(&post(best.clone()).await.json().await.unwrap());
+    assert_eq!(chosen.len(), 1);
+    let mut candidates = Vec::new();
+    for k in 0..3 {
+        let mut one = best.clone();
+        one.as_object_mut().unwrap().remove("best_of");
+        one["seed"] = json!(2 + k);
+        one["logprobs"] = json!(0);
+        let v: Value = post(one).await.json().await.unwrap();
+        let lps: Vec<f64> = v["choices"][0]["logprobs"]["token_logprobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        let mean = lps.iter().sum::<f64>() / lps.len().max(1) as f64;
+        candidates.push((mean, texts(&v)[0].clone()));
+    }
+    let top = candidates.iter().max_by(|a, b| a.0.total_cmp(&b.0)).unwrap();
+    assert_eq!(chosen[0], top.1, "{candidates:?}");
+    let mut fewer = with("best_of", json!(1));
+    fewer["n"] = json!(2);
+    assert_eq!(post(fewer).await.status(), 422);
+    let mut streamed_best = with("best_of", json!(2));
+    streamed_best["stream"] = json!(true);
+    assert_eq!(post(streamed_best).await.status(), 422);
     let mut echo_lp = with("echo", json!(true));
     echo_lp["logprobs"] = json!(1);
     assert_eq!(post(echo_lp).await.status(), 422);

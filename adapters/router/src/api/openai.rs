@@ -124,7 +124,7 @@ const COMMON_FIELDS: &[&str] = &[
 ];
 const CHAT_FIELDS: &[&str] =
     &["messages", "max_completion_tokens", "tools", "tool_choice", "parallel_tool_calls", "top_logprobs"];
-const COMPLETION_FIELDS: &[&str] = &["prompt", "echo"];
+const COMPLETION_FIELDS: &[&str] = &["prompt", "echo", "best_of"];
 
 /// Refuses, by name, every top-level field of `body` this server does not honor — unless
 /// it holds the value that asks for nothing (`logit_bias: {}`, `echo: false`, `best_of: 1`,
@@ -269,6 +269,9 @@ struct CompletionRequest {
     /// Begin each choice's text with its prompt.
     #[serde(default)]
     echo: bool,
+    /// Candidates drawn per prompt, of which the `n` with the highest log-probability per
+    /// token are returned.
+    best_of: Option<u32>,
     #[serde(flatten)]
     common: Common,
     response_format: Option<Value>,
@@ -775,12 +778,24 @@ fn completion_prompts(s: &Service, prompt: &Value) -> Result<Vec<(Vec<u32>, Stri
 
 async fn run_completions(s: Arc<Service>, body: Bytes) -> Result<Response, ApiError> {
     // Parsing and tokenizing off the async workers.
-    let (req, gens, echoes, prompt_tokens) = s
+    let (req, gens, echoes, prompt_tokens, want_logprobs) = s
         .off_workers(move |s| {
             check_fields(&body, COMPLETION_FIELDS)?;
             let req: CompletionRequest = parse_body(Flavor::OpenAi, &body)?;
-            let prepared = (|| -> Result<(Vec<Generation>, Vec<String>, usize), String> {
-                let sampling = req.common.check(s.info.vocab_size(), false)?;
+            let prepared = (|| -> Result<(Vec<Generation>, Vec<String>, usize, bool), String> {
+                let mut sampling = req.common.check(s.info.vocab_size(), false)?;
+                let n = req.common.n.unwrap_or(1);
+                let want_logprobs = sampling.logprobs;
+                if let Some(b) = req.best_of {
+                    if b < n || b > MAX_N {
+                        return Err(format!("`best_of` must be at least `n` ({n}) and at most {MAX_N}"));
+                    }
+                    if b > n && req.common.stream {
+                        return Err("`best_of` cannot be streamed (the best are known at the end)".into());
+                    }
+                    // Ranked by log-probability: computed whether or not they are returned.
+                    sampling.logprobs |= b > n;
+                }
                 if req.echo && sampling.logprobs {
                     return Err(
                         "`echo` with `logprobs` asks for the prompt's log-probabilities, which this \
@@ -805,19 +820,19 @@ async fn run_completions(s: Arc<Service>, body: Bytes) -> Result<Response, ApiEr
                         stop: stop.clone(),
                         strip_stop: true,
                     };
-                    for g in choices(Generation { job, spec: spec.clone() }, req.common.n.unwrap_or(1)) {
+                    for g in choices(Generation { job, spec: spec.clone() }, req.best_of.unwrap_or(n)) {
                         gens.push(g);
                         echoes.push(if req.echo { text.clone() } else { String::new() });
                     }
                 }
-                Ok((gens, echoes, prompt_tokens))
+                Ok((gens, echoes, prompt_tokens, want_logprobs))
             })()
             .map_err(|e| ApiError::validation(Flavor::OpenAi, e))?;
-            Ok::<_, ApiError>((req, prepared.0, prepared.1, prepared.2))
+            Ok::<_, ApiError>((req, prepared.0, prepared.1, prepared.2, prepared.3))
         })
         .await
         .map_err(|e| ApiError::from_service(Flavor::OpenAi, e))??;
-    let logprobs = gens.first().is_some_and(|g| g.job.sampling.logprobs).then(|| s.info.clone());
+    let logprobs = want_logprobs.then(|| s.info.clone());
     let rxs = submit_all(&s, gens).await?;
     let id = new_id("cmpl");
     let created = unix_now();
@@ -853,11 +868,39 @@ async fn run_completions(s: Arc<Service>, body: Bytes) -> Result<Response, ApiEr
         return Ok(Sse::new(tokio_stream_from(out).map(|v| sse(&v)).chain(done)).into_response());
     }
     let answers = futures::future::join_all(rxs.into_iter().map(collect)).await;
-    let (mut list, mut generated) = (Vec::new(), 0);
-    for (index, (c, echo)) in answers.into_iter().zip(echoes).enumerate() {
+    let mut done = Vec::with_capacity(answers.len());
+    let mut generated = 0;
+    for c in answers {
         let c = c.map_err(|e| ApiError::from_service(Flavor::OpenAi, e))?;
-        let end = c.end.as_ref().ok_or_else(|| ApiError::validation(Flavor::OpenAi, "no answer"))?;
+        let end = c.end.clone().ok_or_else(|| ApiError::validation(Flavor::OpenAi, "no answer"))?;
+        // Every candidate drawn counts (OpenAI bills `best_of`'s too).
         generated += end.generated_tokens;
+        done.push((c, end));
+    }
+    // `best_of`: per prompt, its candidates ranked by log-probability per token, the
+    // first `n` kept (without it each group is its `n` choices, in order).
+    let n = req.common.n.unwrap_or(1).max(1) as usize;
+    let per = req.best_of.map_or(n, |b| b as usize);
+    let mut kept = Vec::with_capacity(done.len());
+    let mut rest = done.into_iter().zip(echoes);
+    loop {
+        let mut group: Vec<_> = rest.by_ref().take(per).collect();
+        if group.is_empty() {
+            break;
+        }
+        if per > n {
+            let mean = |c: &super::Collected| {
+                let lps: Vec<f64> = c.tokens.iter().filter_map(|t| t.logprob).map(f64::from).collect();
+                lps.iter().sum::<f64>() / lps.len().max(1) as f64
+            };
+            group.sort_by(|a, b| mean(&b.0 .0).total_cmp(&mean(&a.0 .0)));
+            group.truncate(n);
+        }
+        kept.extend(group);
+    }
+    let mut list = Vec::with_capacity(kept.len());
+    for (index, ((c, end), echo)) in kept.into_iter().enumerate() {
+        let end = &end;
         let logprobs = match &logprobs {
             Some(info) => {
                 completion_logprobs(info, &c.tokens.iter().filter(|t| !t.special).collect::<Vec<_>>(), 0)

@@ -110,8 +110,13 @@ fn validate(s: &Service, inputs: &str, p: &Parameters) -> Result<Generation, Str
     if p.typical_p.is_some_and(|x| !(x > 0.0 && x < 1.0)) {
         return Err("`typical_p` must be > 0.0 and < 1.0".into());
     }
-    if p.best_of.is_some_and(|b| b > 1) {
-        return Err("`best_of` > 1 is not supported by this server".into());
+    if let Some(b) = p.best_of {
+        if b == 0 || b > MAX_BEST_OF {
+            return Err(format!("`best_of` must be > 0 and <= {MAX_BEST_OF}. Given: {b}"));
+        }
+        if b > 1 && p.seed.is_some() {
+            return Err("`seed` must not be set when `best_of` > 1".into());
+        }
     }
     if let Some(n) = p.top_n_tokens.filter(|&n| n > MAX_TOP_N_TOKENS) {
         return Err(format!("`top_n_tokens` must be <= {MAX_TOP_N_TOKENS}. Given: {n}"));
@@ -139,6 +144,9 @@ fn validate(s: &Service, inputs: &str, p: &Parameters) -> Result<Generation, Str
         || p.top_k.is_some()
         || p.top_p.is_some()
         || p.typical_p.is_some();
+    if p.best_of.is_some_and(|b| b > 1) && !do_sample {
+        return Err("you must use sampling when `best_of` is > 1".into());
+    }
     let sampling = SamplingParams {
         do_sample,
         temperature,
@@ -165,6 +173,10 @@ fn validate(s: &Service, inputs: &str, p: &Parameters) -> Result<Generation, Str
 
 /// TGI's default `--max-top-n-tokens`.
 const MAX_TOP_N_TOKENS: u32 = 5;
+
+/// Most candidates `best_of` may ask for (TGI's `--max-best-of` defaults to 2): each is a
+/// row of the batch.
+const MAX_BEST_OF: u32 = 4;
 
 fn token_json(t: &TokenEvent) -> Value {
     json!({"id": t.id, "text": t.text, "logprob": t.logprob, "special": t.special})
@@ -201,27 +213,63 @@ pub(super) async fn generate(State(s): State<Arc<Service>>, body: Bytes) -> Resp
 
 async fn run_generate(s: Arc<Service>, body: Bytes) -> Result<Value, ApiError> {
     let (req, generation) = prepare(&s, body).await?;
-    let rx = s.submit(generation).await.map_err(|e| ApiError::from_service(Flavor::Tgi, e))?;
-    let c = collect(rx).await.map_err(|e| ApiError::from_service(Flavor::Tgi, e))?;
-    let Some(end) = c.end else {
-        return Err(ApiError::validation(Flavor::Tgi, "no answer"));
-    };
-    let mut text = end.text.clone();
-    if req.parameters.return_full_text == Some(true) {
-        text = format!("{}{}", req.inputs, text);
+    // `best_of`: that many candidates, each with a seed of its own; the answer is the one
+    // whose tokens' log-probabilities sum highest, the others its `best_of_sequences`.
+    let best_of = req.parameters.best_of.unwrap_or(1).max(1);
+    let mut rxs = Vec::new();
+    for k in 0..best_of {
+        let mut g = generation.clone();
+        if k > 0 {
+            g.job.sampling.seed = rand::random();
+        }
+        rxs.push(s.submit(g).await.map_err(|e| ApiError::from_service(Flavor::Tgi, e))?);
     }
-    let mut out = json!({"generated_text": text});
-    if req.parameters.details == Some(true) {
-        out["details"] = json!({
+    let mut answers = Vec::new();
+    for c in futures::future::join_all(rxs.into_iter().map(collect)).await {
+        let c = c.map_err(|e| ApiError::from_service(Flavor::Tgi, e))?;
+        let Some(end) = c.end.clone() else {
+            return Err(ApiError::validation(Flavor::Tgi, "no answer"));
+        };
+        let score: f64 = c.tokens.iter().map(|t| f64::from(t.logprob.unwrap_or(0.0))).sum();
+        answers.push((score, c, end));
+    }
+    let best = (0..answers.len()).max_by(|&a, &b| answers[a].0.total_cmp(&answers[b].0)).unwrap_or(0);
+    let (_, c, end) = answers.swap_remove(best);
+    let p = &req.parameters;
+    let text_of = |end: &EndEvent| {
+        if p.return_full_text == Some(true) {
+            format!("{}{}", req.inputs, end.text)
+        } else {
+            end.text.clone()
+        }
+    };
+    let details = |c: &super::Collected, end: &EndEvent| {
+        let mut d = json!({
             "finish_reason": finish_json(end.reason),
             "generated_tokens": end.generated_tokens,
             "seed": end.seed,
             "prefill": [],
             "tokens": c.tokens.iter().map(token_json).collect::<Vec<_>>(),
         });
-        if req.parameters.top_n_tokens.is_some_and(|n| n > 0) {
-            out["details"]["top_tokens"] =
+        if p.top_n_tokens.is_some_and(|n| n > 0) {
+            d["top_tokens"] =
                 c.tokens.iter().map(|t| top_tokens_json(&s.info, t, true)).collect::<Vec<_>>().into();
+        }
+        d
+    };
+    let mut out = json!({"generated_text": text_of(&end)});
+    if p.details == Some(true) {
+        out["details"] = details(&c, &end);
+        if best_of > 1 {
+            out["details"]["best_of_sequences"] = answers
+                .iter()
+                .map(|(_, c, end)| {
+                    let mut d = details(c, end);
+                    d["generated_text"] = text_of(end).into();
+                    d
+                })
+                .collect::<Vec<_>>()
+                .into();
         }
     }
     Ok(out)
@@ -268,6 +316,12 @@ async fn prepare(s: &Arc<Service>, body: Bytes) -> Result<(GenerateRequest, Gene
 
 async fn start_stream(s: Arc<Service>, body: Bytes) -> Result<Response, ApiError> {
     let (req, generation) = prepare(&s, body).await?;
+    if req.parameters.best_of.is_some_and(|b| b > 1) {
+        return Err(ApiError::validation(
+            Flavor::Tgi,
+            "`best_of` != 1 is not supported when streaming tokens",
+        ));
+    }
     let rx = s.submit(generation).await.map_err(|e| ApiError::from_service(Flavor::Tgi, e))?;
     let full = (req.parameters.return_full_text == Some(true)).then(|| req.inputs.clone());
     let asked_top = req.parameters.top_n_tokens.is_some_and(|n| n > 0);
@@ -340,7 +394,7 @@ pub(super) async fn info(State(s): State<Arc<Service>>) -> Json<Value> {
         "model_device_type": s.model_device_type,
         "model_dtype": s.model_dtype,
         "max_concurrent_requests": s.max_queue,
-        "max_best_of": 1,
+        "max_best_of": MAX_BEST_OF,
         "max_stop_sequences": s.limits.max_stop_sequences,
         "max_input_tokens": s.max_input_tokens(),
         "max_total_tokens": s.max_total_tokens,

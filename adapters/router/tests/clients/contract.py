@@ -91,6 +91,11 @@ check([[x.id for x in s.top_tokens] for s in streamed] == [[x.id for x in t] for
 refused(lambda: tgi.generate("Hello", max_new_tokens=2, top_n_tokens=6), "top_n_tokens", "tgi top_n_tokens over 5")
 refused(lambda: tgi.generate("Hello", max_new_tokens=2, decoder_input_details=True),
         "decoder_input_details", "tgi decoder_input_details")
+r = tgi.generate("Hello", max_new_tokens=4, do_sample=True, best_of=2)
+seqs = r.details.best_of_sequences
+check(seqs is not None and len(seqs) == 1, "tgi best_of: the other candidate")
+check(sum(t.logprob for t in r.details.tokens) >= sum(t.logprob for t in seqs[0].tokens),
+      "tgi best_of: the answer is the likelier candidate")
 r = tgi.generate("Hello", max_new_tokens=4, seed=14, typical_p=0.5)
 check(r.details.generated_tokens == len(r.details.tokens) <= 4, "tgi typical_p: sampled")
 again = tgi.generate("Hello", max_new_tokens=4, seed=14, typical_p=0.5)
@@ -167,6 +172,8 @@ for ch in chunks:
 check(texts == [c.message.content for c in r.choices], "openai chat n: streamed as not streamed")
 r = oai.completions.create(model="m", prompt=["Hello", "Bye"], max_tokens=3, n=2, seed=17, echo=True)
 check(len(r.choices) == 4 and r.choices[3].text.startswith("Bye"), "openai completions: prompts × n, echoed")
+r = oai.completions.create(model="m", prompt="Hello", max_tokens=3, seed=18, best_of=3)
+check(len(r.choices) == 1, "openai completions best_of: one choice of three")
 ids = oai.completions.create(model="m", prompt=[9707], max_tokens=3, seed=17)
 check(isinstance(ids.choices[0].text, str), "openai completions: a prompt of token ids")
 refused(lambda: oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=2, n=17),
@@ -176,7 +183,8 @@ check(r.choices[0].text == "000", f"openai logit_bias: +100 on Qwen3's token 15,
 r = oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=3,
                                 presence_penalty=1.0, frequency_penalty=0.5, seed=10)
 check(r.usage.completion_tokens <= 3, "openai penalties")
-refused(lambda: oai.completions.create(model="m", prompt="hi", max_tokens=2, best_of=2), "best_of", "openai best_of")
+refused(lambda: oai.completions.create(model="m", prompt="hi", max_tokens=2, n=2, best_of=1), "best_of",
+        "openai best_of under n")
 refused(lambda: oai.completions.create(model="m", prompt="hi", max_tokens=2, echo=True, logprobs=1), "echo",
         "openai echo with logprobs")
 
