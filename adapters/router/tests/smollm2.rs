@@ -169,3 +169,98 @@ async fn smollm2_served_answers_are_valid() {
     assert_eq!(last["details"]["finish_reason"], "eos_token");
     router.engine.shutdown();
 }
+
+/// The pinned clients' python (`adapters/router/scripts/client-venv.sh`), if installed;
+/// with `GRAMMASK_REQUIRE_CLIENTS` set (`.ci/run`) its absence fails the test.
+fn clients_python() -> Option<PathBuf> {
+    let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.venv-clients/bin/python");
+    if python.exists() {
+        return Some(python);
+    }
+    assert!(
+        std::env::var_os("GRAMMASK_REQUIRE_CLIENTS").is_none(),
+        "{} is missing: run adapters/router/scripts/client-venv.sh",
+        python.display()
+    );
+    eprintln!("skipped: the official clients are not installed (adapters/router/scripts/client-venv.sh)");
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smollm2_calls_tools_through_the_openai_client_with_every_tool_choice() {
+    // No flag and a ChatML template grammask does not know as a tool family: the router's
+    // documented default (Hermes-style calls) serves the tools. OpenAI's client asks with
+    // `auto`, `required`, `none` and a named tool, streamed and not
+    // (`tests/clients/smollm2_tools.py`); every call must read back with arguments valid
+    // against its tool's schema (the `jsonschema` crate), `required` and the named tool
+    // must call, `none` must not.
+    let (Some(path), Some(python)) = (model_path(), clients_python()) else { return };
+    let config = RouterConfig {
+        tokenizer: LoadedTokenizer::from_gguf(&path).unwrap(),
+        model: Box::new(GgufModel::load(&path).unwrap()),
+        engine: EngineOptions { max_batch_size: 4, ..EngineOptions::default() },
+        limits: Limits::default(),
+        jump_forward: true,
+        model_id: "smollm2".into(),
+        mask_precompute: grammask_router::server::DEFAULT_MASK_PRECOMPUTE,
+        api_key: None,
+        tool_call_format: None,
+    };
+    let router = Router::start(config).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let app = router.app();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/smollm2_tools.py");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python).arg(script).arg(base).output()
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let schemas = [
+        (
+            "get_weather",
+            json!({"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
+            "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city", "unit"], "additionalProperties": false}),
+        ),
+        (
+            "get_time",
+            json!({"type": "object", "properties": {"timezone": {"type": "string", "maxLength": 30}},
+            "required": ["timezone"], "additionalProperties": false}),
+        ),
+    ];
+    let answers: Vec<Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(answers.len(), 8, "{stdout}");
+    let mut calls_checked = 0;
+    for a in &answers {
+        let calls = a["calls"].as_array().unwrap();
+        let finish = a["finish_reason"].as_str().unwrap_or("");
+        match &a["tool_choice"] {
+            Value::String(c) if c == "none" => assert!(calls.is_empty(), "{a}"),
+            Value::String(c) if c == "required" => assert!(!calls.is_empty() || finish == "length", "{a}"),
+            Value::Object(_) => {
+                assert!(!calls.is_empty() || finish == "length", "{a}");
+                assert!(calls.iter().all(|c| c["name"] == "get_time"), "{a}");
+            }
+            _ => {}
+        }
+        if finish == "length" {
+            continue; // cut off: the last call may be unfinished
+        }
+        for c in calls {
+            let name = c["name"].as_str().unwrap_or_else(|| panic!("{a}"));
+            let schema =
+                &schemas.iter().find(|(n, _)| *n == name).unwrap_or_else(|| panic!("unknown tool: {a}")).1;
+            let args: Value = serde_json::from_str(c["arguments"].as_str().unwrap())
+                .unwrap_or_else(|e| panic!("arguments not JSON ({e}): {a}"));
+            assert!(jsonschema::validator_for(schema).unwrap().is_valid(&args), "invalid arguments: {a}");
+            calls_checked += 1;
+        }
+    }
+    eprintln!("{stdout}");
+    assert!(calls_checked >= 4, "only {calls_checked} complete calls: {stdout}");
+    router.engine.shutdown();
+}
