@@ -490,6 +490,7 @@ impl Loop {
                 i += 1;
             }
         }
+        self.metrics.running.set(self.running.len() as i64);
     }
 
     fn release(&mut self, s: &Seq) {
@@ -513,7 +514,9 @@ impl Loop {
             };
             let failed = masks.failed.into_iter().map(|(id, e)| (id, format!("grammar: {e}"))).collect();
             let picks = self.sample_arrived(&masks.arrived);
-            return self.settle(picks, &failed);
+            self.settle(picks, &failed);
+            self.metrics.running.set(self.running.len() as i64);
+            return;
         }
         let ids: Vec<SeqId> = fwd.iter().map(|&i| self.running[i].id).collect();
         self.metrics.batch_size.observe(ids.len() as f64);
@@ -781,6 +784,7 @@ impl Loop {
             let _ = s.events.send(Event::Error(msg.to_string()));
             self.metrics.errors.with_label_values(&["model"]).inc();
         }
+        self.metrics.running.set(0);
     }
 }
 

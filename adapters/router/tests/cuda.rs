@@ -100,6 +100,12 @@ fn device_sampling_agrees_with_the_host_sampler() {
     let a = draw(42);
     assert_eq!(a, draw(42));
     assert_ne!(a, draw(43));
+    // One algorithm on both sides: the host sampler draws the same tokens from the same
+    // seed (issue 46, item 5; on the CPU, `sampling::tests` check it against the kernel's
+    // emulation).
+    let mut on_host = Sampler::new(SamplingParams { seed: 42, ..params.clone() });
+    let host_draws: Vec<u32> = (0..4000).map(|_| on_host.sample(&mut row.clone()).unwrap().0).collect();
+    assert_eq!(a, host_draws);
     let z: f64 = [0.0f64, 2.0, 4.0].iter().map(|x| x.exp()).sum();
     for t in 0..3u32 {
         let want = (2.0 * f64::from(t)).exp() / z;

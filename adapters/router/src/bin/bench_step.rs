@@ -95,6 +95,14 @@ struct Args {
     /// default, masks almost all computed by the decode steps' fills).
     #[arg(long, default_value_t = grammask_router::server::DEFAULT_MASK_PRECOMPUTE.as_secs_f64() * 1e3)]
     mask_precompute_ms: f64,
+    /// Sample every request at this temperature (greedy otherwise).
+    #[arg(long)]
+    temperature: Option<f32>,
+    /// With `--temperature`: a zero `logit_bias` on every request, which sends the draw
+    /// down the host's general path (cumulative weights) instead of the Gumbel-max draw
+    /// temperature-only requests share with the device sampler (to measure the two).
+    #[arg(long)]
+    zero_bias: bool,
     /// TGI's `repetition_penalty` for every request (greedy otherwise): a small real
     /// model decoding greedily tends to repeat itself inside free strings until it is
     /// cut off.
@@ -246,6 +254,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     seed: i as u64,
                     logprobs: false,
                     repetition_penalty: a.repetition_penalty,
+                    do_sample: a.temperature.is_some(),
+                    temperature: a.temperature.unwrap_or(1.0),
+                    logit_bias: if a.zero_bias { vec![(0, 0.0)] } else { Vec::new() },
                     ..SamplingParams::default()
                 };
                 let job = Job {

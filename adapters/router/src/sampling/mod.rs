@@ -297,6 +297,29 @@ impl Sampler {
             }
             return Ok((self.note(id as u32), lp));
         }
+        if self.gumbel_only() {
+            // Temperature alone: the device kernel's draw (`device.cu`), so that the same
+            // seed gives the same tokens whether the logits are on the host or a GPU.
+            let inv_t = 1.0 / p.temperature;
+            let key = self.rng.gen::<u64>();
+            let id = gumbel_max(logits, allowed, inv_t, key).ok_or(NothingAllowed)?;
+            if !(self.params.logprobs || self.params.top_logprobs > 0) {
+                return Ok((self.note(id as u32), None));
+            }
+            let t = self.params.temperature;
+            self.cand.clear();
+            let cand = &mut self.cand;
+            allowed.each(|i| {
+                if logits[i].is_finite() {
+                    cand.push((i as u32, logits[i] / t));
+                }
+            });
+            let max = self.cand.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
+            let log_z = self.cand.iter().map(|c| f64::from(c.1 - max).exp()).sum::<f64>().ln();
+            let lp = self.params.logprobs.then(|| (f64::from(logits[id] / t - max) - log_z) as f32);
+            self.keep_top(max, log_z);
+            return Ok((self.note(id as u32), lp));
+        }
         let t = p.temperature;
         self.cand.clear();
         let cand = &mut self.cand;
@@ -363,15 +386,7 @@ impl Sampler {
     /// the whole row on the host ([`Sampler::sample`]).
     pub fn device_draw(&mut self) -> Option<DeviceDraw> {
         let p = &self.params;
-        let host_only = p.top_k.is_some_and(|k| k > 0)
-            || p.top_p.is_some_and(|q| q > 0.0 && q < 1.0)
-            || p.repetition_penalty.is_some()
-            || p.frequency_penalty.is_some()
-            || p.presence_penalty.is_some()
-            || !p.logit_bias.is_empty()
-            || p.typical_p.is_some()
-            || p.top_logprobs > 0;
-        if host_only {
+        if self.needs_host() {
             return None;
         }
         if p.do_sample && p.temperature > 0.0 {
@@ -404,6 +419,31 @@ impl Sampler {
             }
         }
         self.cand.truncate(keep.max(1));
+    }
+
+    /// Whether a choice goes beyond the temperature: top-k, top-p, typical sampling,
+    /// penalties, a logit bias (the host's general draw).
+    fn general(&self) -> bool {
+        let p = &self.params;
+        p.top_k.is_some_and(|k| k > 0)
+            || p.top_p.is_some_and(|q| q > 0.0 && q < 1.0)
+            || p.repetition_penalty.is_some()
+            || p.frequency_penalty.is_some()
+            || p.presence_penalty.is_some()
+            || !p.logit_bias.is_empty()
+            || p.typical_p.is_some()
+    }
+
+    /// Whether a choice needs the whole row on the host: the general draw, or the top
+    /// tokens listed (computed from the row, the token drawn as the device would).
+    fn needs_host(&self) -> bool {
+        self.general() || self.params.top_logprobs > 0
+    }
+
+    /// Whether this request's draws are the device kernel's ([`gumbel_max`]): sampling at a
+    /// temperature, nothing else.
+    fn gumbel_only(&self) -> bool {
+        self.params.do_sample && self.params.temperature > 0.0 && !self.general()
     }
 
     /// Moves the `n` largest candidates to the front, sorted descending.
@@ -470,9 +510,165 @@ impl Sampler {
     }
 }
 
+/// `device.cu`'s mix of a key and a column (SplitMix64's finalizer).
+fn mix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// The draw of `device.cu`'s `grammask_sample_rows` for one row, on the host, step for
+/// step in `f32`: the argmax over the allowed finite logits of `x · inv_t` plus Gumbel
+/// noise keyed by `key` and the column (ties to the lowest column). The host sampler
+/// draws temperature-only rows with it, so the same seed gives the same tokens on both.
+fn gumbel_max(logits: &[f32], allowed: Allowed<'_>, inv_t: f32, key: u64) -> Option<usize> {
+    // The noise is below 17.4 (u ≤ 1 − 2⁻²⁵): a logit that far under the best key so far
+    // cannot win, and its noise is not computed — the same argmax, far fewer logarithms.
+    const NOISE_MAX: f32 = 18.0;
+    let (mut best, mut best_i) = (f32::NEG_INFINITY, usize::MAX);
+    allowed.each(|j| {
+        let x = logits[j];
+        if !x.is_finite() {
+            return;
+        }
+        let mut s = x * inv_t;
+        if !s.is_finite() {
+            s = 3.0e38f32.copysign(s);
+        }
+        if s + NOISE_MAX < best {
+            return;
+        }
+        let h = mix64(key ^ (j as u64).wrapping_mul(0xD1B5_4A32_D192_ED03));
+        let u = ((h >> 40) as f32 + 0.5) * (1.0 / 16_777_216.0);
+        let k = s - (-u.ln()).ln();
+        if k > best || (k == best && j < best_i) {
+            (best, best_i) = (k, j);
+        }
+    });
+    (best_i != usize::MAX).then_some(best_i)
+}
+
+/// What [`DeviceSampler`] would draw for `sampler`'s next row, emulated on the host:
+/// its [`Sampler::device_draw`] (`None`: a row the device path samples on the host) and
+/// then the kernel's draw (greedy for `inv_temperature == 0`). For tests of host/device
+/// agreement on machines without a GPU.
+pub fn emulate_device_draw(sampler: &mut Sampler, logits: &[f32]) -> Option<Option<u32>> {
+    let d = sampler.device_draw()?;
+    let all = Allowed::All(logits.len());
+    if d.inv_temperature > 0.0 {
+        return Some(gumbel_max(logits, all, d.inv_temperature, d.key).map(|i| i as u32));
+    }
+    let (mut best, mut best_i) = (f32::NEG_INFINITY, usize::MAX);
+    all.each(|j| {
+        if logits[j].is_finite() && (logits[j] > best || best_i == usize::MAX) {
+            (best, best_i) = (logits[j], j);
+        }
+    });
+    Some((best_i != usize::MAX).then_some(best_i as u32))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A row of `n` logits, some masked (−∞), some tied, from `seed`.
+    fn row(n: usize, seed: u64) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let h = mix64(seed ^ i as u64);
+                match h % 10 {
+                    0..=2 => f32::NEG_INFINITY,
+                    3 => 1.5,
+                    _ => (h >> 40) as f32 / 16_777_216.0 * 8.0 - 4.0,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn host_draws_are_the_device_kernels_for_the_same_seed() {
+        // Sampling at a temperature (and greedy): the host sampler and the device path,
+        // emulated step for step (`emulate_device_draw`: the key from the request's
+        // stream, the kernel's Gumbel-max), draw the same tokens, masked rows included.
+        for seed in 0..40u64 {
+            for (temperature, do_sample) in [(0.7f32, true), (1.0, true), (1.6, true), (1.0, false)] {
+                let params = SamplingParams { do_sample, temperature, seed, ..SamplingParams::default() };
+                let (mut host, mut device) = (Sampler::new(params.clone()), Sampler::new(params));
+                for step in 0..20 {
+                    let logits = row(3000, seed * 100 + step);
+                    let want = emulate_device_draw(&mut device, &logits).unwrap();
+                    let got = host.sample(&mut logits.clone()).ok().map(|p| p.0);
+                    assert_eq!(got, want, "seed {seed}, T {temperature}, step {step}");
+                }
+            }
+        }
+        // Under a mask read beside the row (the host's way) as under −∞ written over it
+        // (the device's way).
+        let mask: Vec<u32> = (0..3000usize.div_ceil(32)).map(|w| mix64(w as u64) as u32).collect();
+        let params =
+            SamplingParams { do_sample: true, temperature: 0.8, seed: 9, ..SamplingParams::default() };
+        let (mut host, mut device) = (Sampler::new(params.clone()), Sampler::new(params));
+        for step in 0..50 {
+            let logits = row(3000, step);
+            let masked: Vec<f32> = (0..3000)
+                .map(|i| if mask[i / 32] >> (i % 32) & 1 == 1 { logits[i] } else { f32::NEG_INFINITY })
+                .collect();
+            let want = emulate_device_draw(&mut device, &masked).unwrap();
+            assert_eq!(host.sample_masked(&mut logits.clone(), &mask).ok().map(|p| p.0), want, "step {step}");
+        }
+        // Top-k is drawn on the host by both (the device path copies the row).
+        let mut s =
+            Sampler::new(SamplingParams { do_sample: true, top_k: Some(5), ..SamplingParams::default() });
+        assert_eq!(emulate_device_draw(&mut s, &row(100, 1)), None);
+    }
+
+    #[test]
+    fn skipping_hopeless_logits_draws_what_the_kernel_draws() {
+        // The kernel computes every column's noise; the host skips logits more than the
+        // largest noise below the best key. Same argmax on wide rows, ties and all.
+        let kernel = |logits: &[f32], inv_t: f32, key: u64| {
+            let (mut best, mut best_i) = (f32::NEG_INFINITY, usize::MAX);
+            for (j, &x) in logits.iter().enumerate() {
+                if !x.is_finite() {
+                    continue;
+                }
+                let h = mix64(key ^ (j as u64).wrapping_mul(0xD1B5_4A32_D192_ED03));
+                let u = ((h >> 40) as f32 + 0.5) * (1.0 / 16_777_216.0);
+                let k = x * inv_t - (-u.ln()).ln();
+                if k > best || (k == best && j < best_i) {
+                    (best, best_i) = (k, j);
+                }
+            }
+            (best_i != usize::MAX).then_some(best_i)
+        };
+        for seed in 0..300u64 {
+            let spread = [1.0f32, 10.0, 40.0][seed as usize % 3];
+            let logits: Vec<f32> = row(2000, seed).iter().map(|x| x * spread).collect();
+            for inv_t in [0.5f32, 1.0, 3.0] {
+                let key = mix64(seed ^ 77);
+                assert_eq!(gumbel_max(&logits, Allowed::All(2000), inv_t, key), kernel(&logits, inv_t, key));
+            }
+        }
+    }
+
+    #[test]
+    fn gumbel_draws_follow_the_softmax_at_the_temperature() {
+        let mut logits = [0.0f32, 1.0, 2.0, f32::NEG_INFINITY];
+        let mut counts = [0usize; 4];
+        let mut s =
+            Sampler::new(SamplingParams { do_sample: true, temperature: 0.5, seed: 3, ..Default::default() });
+        for _ in 0..20_000 {
+            counts[s.sample(&mut logits).unwrap().0 as usize] += 1;
+        }
+        let z: f64 = [0.0f64, 2.0, 4.0].iter().map(|x| x.exp()).sum();
+        for (t, &n) in counts[..3].iter().enumerate() {
+            let want = (2.0 * t as f64).exp() / z;
+            let got = n as f64 / 20_000.0;
+            assert!((got - want).abs() < 0.015, "token {t}: {got} vs {want}");
+        }
+        assert_eq!(counts[3], 0);
+    }
 
     #[test]
     fn typical_sampling_keeps_the_tokens_nearest_the_entropy() {
@@ -518,10 +714,11 @@ mod tests {
     fn asking_for_the_top_tokens_changes_no_draw() {
         let logits: Vec<f32> = (0..50).map(|i| ((i * 37) % 11) as f32 * 0.3).collect();
         for seed in 0..50 {
+            // Both draws: the general one (top-p) and the device's (temperature alone).
             let base = SamplingParams {
                 do_sample: true,
                 temperature: 0.9,
-                top_p: Some(0.8),
+                top_p: if seed % 2 == 0 { Some(0.8) } else { None },
                 seed,
                 ..Default::default()
             };
