@@ -913,6 +913,85 @@ async fn top_tokens_are_the_grammars_and_asking_for_them_changes_no_token() {
     }
 }
 
+/// The SSE events of a streamed answer, as JSON (`[DONE]` left out).
+fn sse_events(body: &str) -> Vec<Value> {
+    body.split("\n\n")
+        .filter_map(|e| e.trim().strip_prefix("data:"))
+        .map(str::trim)
+        .filter(|d| *d != "[DONE]" && !d.is_empty())
+        .map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}")))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_match_the_published_wire_formats() {
+    // `tests/fixtures/wire_formats.json`: the response objects as TGI's OpenAPI and
+    // OpenAI's reference describe them (required fields, types, enumerations), written
+    // for this repository. Every route's answer, streamed or not, with the options that
+    // add fields (details, top tokens, best_of, logprobs, n, tools, usage), must fit.
+    let fixtures: Value =
+        serde_json::from_str(include_str!("fixtures/wire_formats.json")).expect("the fixtures are JSON");
+    let check = |def: &str, v: &Value| {
+        let schema = json!({"$defs": fixtures["$defs"], "$ref": format!("#/$defs/{def}")});
+        let validator = jsonschema::validator_for(&schema).expect("a fixture compiles");
+        let errors: Vec<String> =
+            validator.iter_errors(v).map(|e| format!("{} at {}", e, e.instance_path)).collect();
+        assert!(errors.is_empty(), "{def}: {errors:?}\n{v}");
+    };
+    let config = RouterConfig {
+        tool_call_format: Some(grammask::tool_calling::Family::Hermes),
+        ..test_config(tokenizer(), Box::new(TestModel::new(ForwardTime::Sleep(Duration::ZERO))))
+    };
+    let server = serve_config(config).await;
+    let c = reqwest::Client::new();
+    let url = |p: &str| format!("{}{p}", server.base);
+    let text = |r: reqwest::Response| async move { r.text().await.unwrap() };
+    check("Info", &c.get(url("/info")).send().await.unwrap().json().await.unwrap());
+    let tgi = json!({"inputs": "x", "parameters": {"max_new_tokens": 6, "details": true, "top_n_tokens": 2,
+        "do_sample": true, "best_of": 2}});
+    check("GenerateResponse", &post_json(&c, &url("/generate"), &tgi).await);
+    check(
+        "CompatResponse",
+        &post_json(&c, &url("/"), &json!({"inputs": "x", "parameters": {"max_new_tokens": 3}})).await,
+    );
+    let stream =
+        json!({"inputs": "x", "parameters": {"max_new_tokens": 5, "details": true, "top_n_tokens": 2}});
+    let events = sse_events(&text(c.post(url("/generate_stream")).json(&stream).send().await.unwrap()).await);
+    assert_eq!(events.len(), 5);
+    events.iter().for_each(|e| check("StreamResponse", e));
+    let chat = json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 5, "n": 2, "logprobs": true,
+        "top_logprobs": 2, "seed": 1});
+    check("ChatCompletion", &post_json(&c, &url("/v1/chat/completions"), &chat).await);
+    let tool = json!({"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+        "properties": {"a": {"type": "integer"}}, "required": ["a"]}}});
+    let calls = json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 40, "tools": [tool],
+        "tool_choice": "required", "seed": 2});
+    let v = post_json(&c, &url("/v1/chat/completions"), &calls).await;
+    check("ChatCompletion", &v);
+    let mut streamed = chat.clone();
+    streamed["stream"] = json!(true);
+    streamed["stream_options"] = json!({"include_usage": true});
+    let chunks =
+        sse_events(&text(c.post(url("/v1/chat/completions")).json(&streamed).send().await.unwrap()).await);
+    assert!(chunks.len() > 2);
+    chunks.iter().for_each(|e| check("ChatCompletionChunk", e));
+    let mut streamed_calls = calls.clone();
+    streamed_calls["stream"] = json!(true);
+    let chunks = sse_events(
+        &text(c.post(url("/v1/chat/completions")).json(&streamed_calls).send().await.unwrap()).await,
+    );
+    chunks.iter().for_each(|e| check("ChatCompletionChunk", e));
+    let completion = json!({"prompt": ["x", "y"], "max_tokens": 4, "n": 2, "logprobs": 2, "seed": 3});
+    check("Completion", &post_json(&c, &url("/v1/completions"), &completion).await);
+    let mut streamed = completion.clone();
+    streamed["stream"] = json!(true);
+    streamed["stream_options"] = json!({"include_usage": true});
+    let pieces =
+        sse_events(&text(c.post(url("/v1/completions")).json(&streamed).send().await.unwrap()).await);
+    assert!(pieces.len() > 4);
+    pieces.iter().for_each(|e| check("Completion", e));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_past_max_concurrent_requests_get_429_from_arrival() {
     // Two slots, taken by two long streams: a third request is refused at once, in its

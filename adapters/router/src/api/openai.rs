@@ -75,8 +75,16 @@ struct Common {
     logit_bias: Option<std::collections::HashMap<String, f32>>,
 }
 
-/// Most choices one request may ask for (`n`): each is a row of the batch.
+/// Most choices one request may ask for (`n`, and prompts × `best_of`): each is a row of
+/// the batch.
 const MAX_N: u32 = 16;
+
+/// [`MAX_N`] for `/info`'s `max_client_batch_size`.
+pub(super) const MAX_CHOICES: u32 = MAX_N;
+
+/// OpenAI's `system_fingerprint` (TGI requires it): the server and its version, which
+/// decide how the answer was made.
+const FINGERPRINT: &str = concat!("grammask-router-", env!("CARGO_PKG_VERSION"));
 
 /// `n` copies of a generation, choice `k` drawn with the seed + `k` (the same seed, the
 /// same choices).
@@ -457,7 +465,7 @@ async fn run_chat(s: Arc<Service>, body: Bytes) -> Result<Response, ApiError> {
         list.push(chat_choice(index, &c, end, parser.as_ref(), logprobs.as_deref())?);
     }
     Ok(Json(json!({
-        "id": id, "object": "chat.completion", "created": created, "model": model,
+        "id": id, "object": "chat.completion", "system_fingerprint": FINGERPRINT, "created": created, "model": model,
         "choices": list,
         "usage": usage(prompt_tokens, generated),
     }))
@@ -566,7 +574,7 @@ fn completion_logprobs(info: &TokenizerInfo, tokens: &[&TokenEvent], offset: usi
 }
 
 fn chunk(id: &str, created: u64, model: &str, index: usize, delta: Value, finish: Option<&str>) -> Value {
-    json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+    json!({"id": id, "object": "chat.completion.chunk", "system_fingerprint": FINGERPRINT, "created": created, "model": model,
            "choices": [{"index": index, "delta": delta, "logprobs": null, "finish_reason": finish}]})
 }
 
@@ -623,7 +631,7 @@ fn chat_stream(
             }
         }
         if how.include_usage {
-            let _ = tx.send(json!({"id": how.id, "object": "chat.completion.chunk", "created": how.created,
+            let _ = tx.send(json!({"id": how.id, "object": "chat.completion.chunk", "system_fingerprint": FINGERPRINT, "created": how.created,
                                    "model": how.model, "choices": [],
                                    "usage": usage(how.prompt_tokens, generated)}));
         }
@@ -809,7 +817,15 @@ async fn run_completions(s: Arc<Service>, body: Bytes) -> Result<Response, ApiEr
                 };
                 let stop = stops(&req.common.stop);
                 let (mut gens, mut echoes, mut prompt_tokens) = (Vec::new(), Vec::new(), 0);
-                for (prompt, text) in completion_prompts(s, &req.prompt)? {
+                let prompts = completion_prompts(s, &req.prompt)?;
+                let per = req.best_of.unwrap_or(n);
+                if prompts.len() as u64 * u64::from(per) > u64::from(MAX_N) {
+                    return Err(format!(
+                        "`prompt`: {} prompts × {per} choices each is over this server's {MAX_N} per request",
+                        prompts.len()
+                    ));
+                }
+                for (prompt, text) in prompts {
                     prompt_tokens += prompt.len();
                     let max_new_tokens =
                         s.max_new_tokens(req.common.max_tokens, prompt.len()).map_err(|e| e.to_string())?;
@@ -859,7 +875,7 @@ async fn run_completions(s: Arc<Service>, body: Bytes) -> Result<Response, ApiEr
                 }
             }
             if how.include_usage {
-                let _ = tx.send(json!({"id": how.id, "object": "text_completion", "created": how.created,
+                let _ = tx.send(json!({"id": how.id, "object": "text_completion", "system_fingerprint": FINGERPRINT, "created": how.created,
                                        "model": how.model, "choices": [],
                                        "usage": usage(how.prompt_tokens, generated)}));
             }
@@ -911,7 +927,7 @@ async fn run_completions(s: Arc<Service>, body: Bytes) -> Result<Response, ApiEr
                          "finish_reason": finish_name(end.reason, false)}));
     }
     Ok(Json(json!({
-        "id": id, "object": "text_completion", "created": created, "model": model,
+        "id": id, "object": "text_completion", "system_fingerprint": FINGERPRINT, "created": created, "model": model,
         "choices": list,
         "usage": usage(prompt_tokens, generated),
     }))
@@ -928,7 +944,7 @@ async fn stream_completion(
     tx: &tokio::sync::mpsc::UnboundedSender<Value>,
 ) -> Option<usize> {
     let piece = |text: &str, logprobs: Value, finish: Option<&str>| {
-        json!({"id": how.id, "object": "text_completion", "created": how.created, "model": how.model,
+        json!({"id": how.id, "object": "text_completion", "system_fingerprint": FINGERPRINT, "created": how.created, "model": how.model,
                "choices": [{"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}]})
     };
     if !echo.is_empty() {
