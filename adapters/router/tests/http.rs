@@ -1579,22 +1579,7 @@ async fn openai_fields_are_honored_or_refused_by_name() {
     assert!(r.text().await.unwrap().contains("response_format"));
 }
 
-/// The pinned clients' python (`adapters/router/scripts/client-venv.sh`), if installed;
-/// with `GRAMMASK_REQUIRE_CLIENTS` set (`.ci/run`) its absence fails the test.
-fn clients_python() -> Option<std::path::PathBuf> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let python = root.join(".venv-clients/bin/python");
-    if python.exists() {
-        return Some(python);
-    }
-    assert!(
-        std::env::var_os("GRAMMASK_REQUIRE_CLIENTS").is_none(),
-        "{} is missing: run adapters/router/scripts/client-venv.sh",
-        python.display()
-    );
-    eprintln!("skipped: the official clients are not installed (adapters/router/scripts/client-venv.sh)");
-    None
-}
+include!("support/clients.rs");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_clients_work_unchanged() {
@@ -1609,15 +1594,6 @@ async fn official_clients_work_unchanged() {
         ..test_config(tokenizer(), Box::new(model))
     };
     let server = serve_config(config).await;
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/contract.py");
-    let base = server.base.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python).arg(script).arg(base).output()
-    })
-    .await
-    .unwrap()
-    .unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let stdout = run_client_script(python, "contract.py", server.base.clone()).await;
     assert!(stdout.starts_with("ok: "), "{stdout}");
 }

@@ -59,16 +59,12 @@ fn schemas() -> Vec<(&'static str, Value)> {
     ]
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn smollm2_served_answers_are_valid() {
-    let Some(path) = model_path() else { return };
-    let tokenizer = LoadedTokenizer::from_gguf(&path).unwrap();
-    // The chat template and the end of turn come from the file.
-    assert!(tokenizer.config.as_deref().is_some_and(|c| c.contains("im_start")));
-    let model = Box::new(GgufModel::load(&path).unwrap());
+/// The router on SmolLM2 (batches of 4, the defaults otherwise, no tool format flag:
+/// the tokenizer's template decides) over loopback; its base URL.
+async fn serve(path: &std::path::Path, tokenizer: LoadedTokenizer) -> (Router, String) {
     let config = RouterConfig {
         tokenizer,
-        model,
+        model: Box::new(GgufModel::load(path).unwrap()),
         engine: EngineOptions { max_batch_size: 4, ..EngineOptions::default() },
         limits: Limits::default(),
         jump_forward: true,
@@ -82,6 +78,16 @@ async fn smollm2_served_answers_are_valid() {
     let base = format!("http://{}", listener.local_addr().unwrap());
     let app = router.app();
     tokio::spawn(async move { axum::serve(listener, app).await });
+    (router, base)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smollm2_served_answers_are_valid() {
+    let Some(path) = model_path() else { return };
+    let tokenizer = LoadedTokenizer::from_gguf(&path).unwrap();
+    // The chat template and the end of turn come from the file.
+    assert!(tokenizer.config.as_deref().is_some_and(|c| c.contains("im_start")));
+    let (router, base) = serve(&path, tokenizer).await;
     let c = reqwest::Client::new();
     // `/info` says what the model is: its context, the GGUF's weight type, the CPU.
     let info: Value = c.get(format!("{base}/info")).send().await.unwrap().json().await.unwrap();
@@ -170,21 +176,7 @@ async fn smollm2_served_answers_are_valid() {
     router.engine.shutdown();
 }
 
-/// The pinned clients' python (`adapters/router/scripts/client-venv.sh`), if installed;
-/// with `GRAMMASK_REQUIRE_CLIENTS` set (`.ci/run`) its absence fails the test.
-fn clients_python() -> Option<PathBuf> {
-    let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.venv-clients/bin/python");
-    if python.exists() {
-        return Some(python);
-    }
-    assert!(
-        std::env::var_os("GRAMMASK_REQUIRE_CLIENTS").is_none(),
-        "{} is missing: run adapters/router/scripts/client-venv.sh",
-        python.display()
-    );
-    eprintln!("skipped: the official clients are not installed (adapters/router/scripts/client-venv.sh)");
-    None
-}
+include!("support/clients.rs");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn smollm2_calls_tools_through_the_openai_client_with_every_tool_choice() {
@@ -195,31 +187,8 @@ async fn smollm2_calls_tools_through_the_openai_client_with_every_tool_choice() 
     // against its tool's schema (the `jsonschema` crate), `required` and the named tool
     // must call, `none` must not.
     let (Some(path), Some(python)) = (model_path(), clients_python()) else { return };
-    let config = RouterConfig {
-        tokenizer: LoadedTokenizer::from_gguf(&path).unwrap(),
-        model: Box::new(GgufModel::load(&path).unwrap()),
-        engine: EngineOptions { max_batch_size: 4, ..EngineOptions::default() },
-        limits: Limits::default(),
-        jump_forward: true,
-        model_id: "smollm2".into(),
-        mask_precompute: grammask_router::server::DEFAULT_MASK_PRECOMPUTE,
-        api_key: None,
-        tool_call_format: None,
-    };
-    let router = Router::start(config).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let app = router.app();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/smollm2_tools.py");
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python).arg(script).arg(base).output()
-    })
-    .await
-    .unwrap()
-    .unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let (router, base) = serve(&path, LoadedTokenizer::from_gguf(&path).unwrap()).await;
+    let stdout = run_client_script(python, "smollm2_tools.py", base).await;
     let schemas = [
         (
             "get_weather",

@@ -621,6 +621,18 @@ fn chat_stream(
             tokio::spawn(async move { stream_choice(index, rx, parser, &how, &tx).await })
         })
         .collect();
+    sse_answer(tasks, tx, out, how, "chat.completion.chunk")
+}
+
+/// The SSE answer of streamed choices: each choice's task sends its chunks to `tx`; once
+/// all have ended, the usage (when asked) as a last `object` chunk, then `[DONE]`.
+fn sse_answer(
+    tasks: Vec<tokio::task::JoinHandle<Option<usize>>>,
+    tx: tokio::sync::mpsc::UnboundedSender<Value>,
+    out: tokio::sync::mpsc::UnboundedReceiver<Value>,
+    how: Arc<ChatStream>,
+    object: &'static str,
+) -> Response {
     tokio::spawn(async move {
         let mut generated = 0;
         for t in tasks {
@@ -631,14 +643,13 @@ fn chat_stream(
             }
         }
         if how.include_usage {
-            let _ = tx.send(json!({"id": how.id, "object": "chat.completion.chunk", "system_fingerprint": FINGERPRINT, "created": how.created,
-                                   "model": how.model, "choices": [],
+            let _ = tx.send(json!({"id": how.id, "object": object, "system_fingerprint": FINGERPRINT,
+                                   "created": how.created, "model": how.model, "choices": [],
                                    "usage": usage(how.prompt_tokens, generated)}));
         }
     });
     let done = futures::stream::once(async { Ok(axum::response::sse::Event::default().data("[DONE]")) });
-    let stream = tokio_stream_from(out).map(|v| sse(&v)).chain(done);
-    Sse::new(stream).into_response()
+    Sse::new(tokio_stream_from(out).map(|v| sse(&v)).chain(done)).into_response()
 }
 
 /// The chunks of choice `index`; its generated tokens once it ended, `None` if it failed
@@ -866,22 +877,7 @@ async fn run_completions(s: Arc<Service>, body: Bytes) -> Result<Response, ApiEr
                 tokio::spawn(async move { stream_completion(index, rx, echo, &how, &tx).await })
             })
             .collect();
-        tokio::spawn(async move {
-            let mut generated = 0;
-            for t in tasks {
-                match t.await {
-                    Ok(Some(n)) => generated += n,
-                    _ => return,
-                }
-            }
-            if how.include_usage {
-                let _ = tx.send(json!({"id": how.id, "object": "text_completion", "system_fingerprint": FINGERPRINT, "created": how.created,
-                                       "model": how.model, "choices": [],
-                                       "usage": usage(how.prompt_tokens, generated)}));
-            }
-        });
-        let done = futures::stream::once(async { Ok(axum::response::sse::Event::default().data("[DONE]")) });
-        return Ok(Sse::new(tokio_stream_from(out).map(|v| sse(&v)).chain(done)).into_response());
+        return Ok(sse_answer(tasks, tx, out, how, "text_completion"));
     }
     let answers = futures::future::join_all(rxs.into_iter().map(collect)).await;
     let mut done = Vec::with_capacity(answers.len());
