@@ -420,6 +420,8 @@ impl Loop {
                 continue;
             }
             self.step();
+            // After every step, whatever way it ended (the loop may then sleep in `admit`).
+            self.metrics.running.set(self.running.len() as i64);
         }
     }
 
@@ -490,7 +492,6 @@ impl Loop {
                 i += 1;
             }
         }
-        self.metrics.running.set(self.running.len() as i64);
     }
 
     fn release(&mut self, s: &Seq) {
@@ -514,9 +515,7 @@ impl Loop {
             };
             let failed = masks.failed.into_iter().map(|(id, e)| (id, format!("grammar: {e}"))).collect();
             let picks = self.sample_arrived(&masks.arrived);
-            self.settle(picks, &failed);
-            self.metrics.running.set(self.running.len() as i64);
-            return;
+            return self.settle(picks, &failed);
         }
         let ids: Vec<SeqId> = fwd.iter().map(|&i| self.running[i].id).collect();
         self.metrics.batch_size.observe(ids.len() as f64);
@@ -656,7 +655,6 @@ impl Loop {
         self.settle(picks, &failed);
         record.step = t0.elapsed();
         self.metrics.step_seconds.observe(record.step.as_secs_f64());
-        self.metrics.running.set(self.running.len() as i64);
         if self.options.record_steps {
             self.shared.records.lock().unwrap_or_else(|p| p.into_inner()).push(record);
         }
@@ -784,7 +782,6 @@ impl Loop {
             let _ = s.events.send(Event::Error(msg.to_string()));
             self.metrics.errors.with_label_values(&["model"]).inc();
         }
-        self.metrics.running.set(0);
     }
 }
 

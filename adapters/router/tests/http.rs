@@ -1548,6 +1548,11 @@ async fn openai_fields_are_honored_or_refused_by_name() {
     let mut fewer = with("best_of", json!(1));
     fewer["n"] = json!(2);
     assert_eq!(post(fewer).await.status(), 422);
+    // Echoed candidates: `best_of` ranks by log-probabilities the answer does not carry.
+    let mut echoed = with("best_of", json!(2));
+    echoed["echo"] = json!(true);
+    let v: Value = post(echoed).await.json().await.unwrap();
+    assert!(texts(&v)[0].starts_with('x'), "{v}");
     let mut streamed_best = with("best_of", json!(2));
     streamed_best["stream"] = json!(true);
     assert_eq!(post(streamed_best).await.status(), 422);

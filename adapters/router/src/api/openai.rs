@@ -76,11 +76,8 @@ struct Common {
 }
 
 /// Most choices one request may ask for (`n`, and prompts × `best_of`): each is a row of
-/// the batch.
-const MAX_N: u32 = 16;
-
-/// [`MAX_N`] for `/info`'s `max_client_batch_size`.
-pub(super) const MAX_CHOICES: u32 = MAX_N;
+/// the batch (`/info`'s `max_client_batch_size`).
+pub(super) const MAX_N: u32 = 16;
 
 /// OpenAI's `system_fingerprint` (TGI requires it): the server and its version, which
 /// decide how the answer was made.
@@ -453,7 +450,7 @@ async fn run_chat(s: Arc<Service>, body: Bytes) -> Result<Response, ApiError> {
     let model = s.model_id.clone();
     if req.common.stream {
         let include_usage = req.common.include_usage();
-        let out = ChatStream { id, created, model, prompt_tokens, include_usage, logprobs };
+        let out = Streamed { id, created, model, prompt_tokens, include_usage, logprobs };
         return Ok(chat_stream(rxs, parser, out));
     }
     let answers = futures::future::join_all(rxs.into_iter().map(collect)).await;
@@ -579,7 +576,7 @@ fn chunk(id: &str, created: u64, model: &str, index: usize, delta: Value, finish
 }
 
 /// What a streamed answer's chunks carry besides their text (chat and completions).
-struct ChatStream {
+struct Streamed {
     id: String,
     created: u64,
     model: String,
@@ -608,7 +605,7 @@ fn delta_json(d: Delta) -> Value {
 fn chat_stream(
     rxs: Vec<tokio::sync::mpsc::UnboundedReceiver<Event>>,
     parser: Option<OutputParser>,
-    how: ChatStream,
+    how: Streamed,
 ) -> Response {
     let (tx, out) = tokio::sync::mpsc::unbounded_channel::<Value>();
     let how = Arc::new(how);
@@ -630,7 +627,7 @@ fn sse_answer(
     tasks: Vec<tokio::task::JoinHandle<Option<usize>>>,
     tx: tokio::sync::mpsc::UnboundedSender<Value>,
     out: tokio::sync::mpsc::UnboundedReceiver<Value>,
-    how: Arc<ChatStream>,
+    how: Arc<Streamed>,
     object: &'static str,
 ) -> Response {
     tokio::spawn(async move {
@@ -658,7 +655,7 @@ async fn stream_choice(
     index: usize,
     mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
     parser: Option<Arc<OutputParser>>,
-    how: &ChatStream,
+    how: &Streamed,
     tx: &tokio::sync::mpsc::UnboundedSender<Value>,
 ) -> Option<usize> {
     let (id, created, model) = (&how.id, how.created, &how.model);
@@ -795,70 +792,77 @@ fn completion_prompts(s: &Service, prompt: &Value) -> Result<Vec<(Vec<u32>, Stri
     }
 }
 
+/// A completions request made ready: a generation per choice of each prompt (`best_of`
+/// candidates when asked), what each choice's text begins with (`echo`), the prompts'
+/// tokens, and whether the answer carries log-probabilities.
+struct Completions {
+    gens: Vec<Generation>,
+    echoes: Vec<String>,
+    prompt_tokens: usize,
+    logprobs: bool,
+}
+
+fn prepare_completions(s: &Service, req: &CompletionRequest) -> Result<Completions, String> {
+    let mut sampling = req.common.check(s.info.vocab_size(), false)?;
+    let n = req.common.n.unwrap_or(1);
+    let want_logprobs = sampling.logprobs;
+    if let Some(b) = req.best_of {
+        if b < n || b > MAX_N {
+            return Err(format!("`best_of` must be at least `n` ({n}) and at most {MAX_N}"));
+        }
+        if b > n && req.common.stream {
+            return Err("`best_of` cannot be streamed (the best are known at the end)".into());
+        }
+        // Ranked by log-probability: computed whether or not they are returned.
+        sampling.logprobs |= b > n;
+    }
+    if req.echo && want_logprobs {
+        return Err(
+            "`echo` with `logprobs` asks for the prompt's log-probabilities, which this server does not compute"
+                .into(),
+        );
+    }
+    let spec = match &req.response_format {
+        None | Some(Value::Null) => None,
+        Some(v) => response_format(v)?.to_spec(),
+    };
+    let stop = stops(&req.common.stop);
+    let (mut gens, mut echoes, mut prompt_tokens) = (Vec::new(), Vec::new(), 0);
+    let prompts = completion_prompts(s, &req.prompt)?;
+    let per = req.best_of.unwrap_or(n);
+    if prompts.len() as u64 * u64::from(per) > u64::from(MAX_N) {
+        return Err(format!(
+            "`prompt`: {} prompts × {per} choices each is over this server's {MAX_N} per request",
+            prompts.len()
+        ));
+    }
+    for (prompt, text) in prompts {
+        prompt_tokens += prompt.len();
+        let max_new_tokens =
+            s.max_new_tokens(req.common.max_tokens, prompt.len()).map_err(|e| e.to_string())?;
+        let job =
+            Job { prompt, sampling: sampling.clone(), max_new_tokens, stop: stop.clone(), strip_stop: true };
+        for g in choices(Generation { job, spec: spec.clone() }, per) {
+            gens.push(g);
+            echoes.push(if req.echo { text.clone() } else { String::new() });
+        }
+    }
+    Ok(Completions { gens, echoes, prompt_tokens, logprobs: want_logprobs })
+}
+
 async fn run_completions(s: Arc<Service>, body: Bytes) -> Result<Response, ApiError> {
     // Parsing and tokenizing off the async workers.
-    let (req, gens, echoes, prompt_tokens, want_logprobs) = s
+    let (req, prepared) = s
         .off_workers(move |s| {
             check_fields(&body, COMPLETION_FIELDS)?;
             let req: CompletionRequest = parse_body(Flavor::OpenAi, &body)?;
-            let prepared = (|| -> Result<(Vec<Generation>, Vec<String>, usize, bool), String> {
-                let mut sampling = req.common.check(s.info.vocab_size(), false)?;
-                let n = req.common.n.unwrap_or(1);
-                let want_logprobs = sampling.logprobs;
-                if let Some(b) = req.best_of {
-                    if b < n || b > MAX_N {
-                        return Err(format!("`best_of` must be at least `n` ({n}) and at most {MAX_N}"));
-                    }
-                    if b > n && req.common.stream {
-                        return Err("`best_of` cannot be streamed (the best are known at the end)".into());
-                    }
-                    // Ranked by log-probability: computed whether or not they are returned.
-                    sampling.logprobs |= b > n;
-                }
-                if req.echo && sampling.logprobs {
-                    return Err(
-                        "`echo` with `logprobs` asks for the prompt's log-probabilities, which this \
-                                server does not compute"
-                            .into(),
-                    );
-                }
-                let spec = match &req.response_format {
-                    None | Some(Value::Null) => None,
-                    Some(v) => response_format(v)?.to_spec(),
-                };
-                let stop = stops(&req.common.stop);
-                let (mut gens, mut echoes, mut prompt_tokens) = (Vec::new(), Vec::new(), 0);
-                let prompts = completion_prompts(s, &req.prompt)?;
-                let per = req.best_of.unwrap_or(n);
-                if prompts.len() as u64 * u64::from(per) > u64::from(MAX_N) {
-                    return Err(format!(
-                        "`prompt`: {} prompts × {per} choices each is over this server's {MAX_N} per request",
-                        prompts.len()
-                    ));
-                }
-                for (prompt, text) in prompts {
-                    prompt_tokens += prompt.len();
-                    let max_new_tokens =
-                        s.max_new_tokens(req.common.max_tokens, prompt.len()).map_err(|e| e.to_string())?;
-                    let job = Job {
-                        prompt,
-                        sampling: sampling.clone(),
-                        max_new_tokens,
-                        stop: stop.clone(),
-                        strip_stop: true,
-                    };
-                    for g in choices(Generation { job, spec: spec.clone() }, req.best_of.unwrap_or(n)) {
-                        gens.push(g);
-                        echoes.push(if req.echo { text.clone() } else { String::new() });
-                    }
-                }
-                Ok((gens, echoes, prompt_tokens, want_logprobs))
-            })()
-            .map_err(|e| ApiError::validation(Flavor::OpenAi, e))?;
-            Ok::<_, ApiError>((req, prepared.0, prepared.1, prepared.2, prepared.3))
+            let prepared =
+                prepare_completions(s, &req).map_err(|e| ApiError::validation(Flavor::OpenAi, e))?;
+            Ok::<_, ApiError>((req, prepared))
         })
         .await
         .map_err(|e| ApiError::from_service(Flavor::OpenAi, e))??;
+    let Completions { gens, echoes, prompt_tokens, logprobs: want_logprobs } = prepared;
     let logprobs = want_logprobs.then(|| s.info.clone());
     let rxs = submit_all(&s, gens).await?;
     let id = new_id("cmpl");
@@ -867,7 +871,7 @@ async fn run_completions(s: Arc<Service>, body: Bytes) -> Result<Response, ApiEr
     if req.common.stream {
         let include_usage = req.common.include_usage();
         let (tx, out) = tokio::sync::mpsc::unbounded_channel::<Value>();
-        let how = Arc::new(ChatStream { id, created, model, prompt_tokens, include_usage, logprobs });
+        let how = Arc::new(Streamed { id, created, model, prompt_tokens, include_usage, logprobs });
         let tasks: Vec<_> = rxs
             .into_iter()
             .zip(echoes)
@@ -936,7 +940,7 @@ async fn stream_completion(
     index: usize,
     mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
     echo: String,
-    how: &ChatStream,
+    how: &Streamed,
     tx: &tokio::sync::mpsc::UnboundedSender<Value>,
 ) -> Option<usize> {
     let piece = |text: &str, logprobs: Value, finish: Option<&str>| {

@@ -396,7 +396,7 @@ pub(super) async fn info(State(s): State<Arc<Service>>) -> Json<Value> {
         "max_concurrent_requests": s.max_queue,
         "max_best_of": MAX_BEST_OF,
         // Inputs one request may carry: the prompts × choices of a completions request.
-        "max_client_batch_size": super::openai::MAX_CHOICES,
+        "max_client_batch_size": super::openai::MAX_N,
         "max_stop_sequences": s.limits.max_stop_sequences,
         "max_input_tokens": s.max_input_tokens(),
         "max_total_tokens": s.max_total_tokens,

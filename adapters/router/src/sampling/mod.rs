@@ -201,6 +201,51 @@ impl Sampler {
         std::mem::take(&mut self.top)
     }
 
+    /// Token `id`, drawn from the `allowed` logits divided by `t` (`max`: their largest,
+    /// when the draw knew it), noted, with its log-probability and the most likely tokens
+    /// as asked — one pass for the normalizer, a candidate list only for the top tokens.
+    fn chosen(
+        &mut self,
+        logits: &[f32],
+        allowed: Allowed<'_>,
+        id: usize,
+        t: f32,
+        max: Option<f32>,
+    ) -> (u32, Option<f32>) {
+        let (want_lp, want_top) = (self.params.logprobs, self.params.top_logprobs > 0);
+        if !(want_lp || want_top) {
+            return (self.note(id as u32), None);
+        }
+        let max = max.unwrap_or_else(|| {
+            let mut m = f32::NEG_INFINITY;
+            allowed.each(|i| {
+                if logits[i].is_finite() {
+                    m = m.max(logits[i] / t);
+                }
+            });
+            m
+        });
+        let mut z = 0.0f64;
+        allowed.each(|i| {
+            if logits[i].is_finite() {
+                z += f64::from(logits[i] / t - max).exp();
+            }
+        });
+        let log_z = z.ln();
+        if want_top {
+            self.cand.clear();
+            let cand = &mut self.cand;
+            allowed.each(|i| {
+                if logits[i].is_finite() {
+                    cand.push((i as u32, logits[i] / t));
+                }
+            });
+            self.keep_top(max, log_z);
+        }
+        let lp = want_lp.then(|| (f64::from(logits[id] / t - max) - log_z) as f32);
+        (self.note(id as u32), lp)
+    }
+
     /// The `n` most likely candidates, log-probabilities against `log_z` (the
     /// candidates' log normalizer, their logits shifted by `max`).
     fn keep_top(&mut self, max: f32, log_z: f64) {
@@ -273,52 +318,14 @@ impl Sampler {
             if id == usize::MAX {
                 return Err(NothingAllowed);
             }
-            let x = best;
-            let log_z = (p.logprobs || p.top_logprobs > 0).then(|| {
-                let mut z = 0.0f64;
-                allowed.each(|i| {
-                    let v = logits[i];
-                    if v.is_finite() {
-                        z += f64::from(v - x).exp();
-                    }
-                });
-                z.ln()
-            });
-            let lp = log_z.filter(|_| p.logprobs).map(|l| -l as f32);
-            if let (true, Some(log_z)) = (p.top_logprobs > 0, log_z) {
-                self.cand.clear();
-                let cand = &mut self.cand;
-                allowed.each(|i| {
-                    if logits[i].is_finite() {
-                        cand.push((i as u32, logits[i]));
-                    }
-                });
-                self.keep_top(x, log_z);
-            }
-            return Ok((self.note(id as u32), lp));
+            return Ok(self.chosen(logits, allowed, id, 1.0, Some(best)));
         }
         if self.gumbel_only() {
             // Temperature alone: the device kernel's draw (`device.cu`), so that the same
             // seed gives the same tokens whether the logits are on the host or a GPU.
-            let inv_t = 1.0 / p.temperature;
             let key = self.rng.gen::<u64>();
-            let id = gumbel_max(logits, allowed, inv_t, key).ok_or(NothingAllowed)?;
-            if !(self.params.logprobs || self.params.top_logprobs > 0) {
-                return Ok((self.note(id as u32), None));
-            }
-            let t = self.params.temperature;
-            self.cand.clear();
-            let cand = &mut self.cand;
-            allowed.each(|i| {
-                if logits[i].is_finite() {
-                    cand.push((i as u32, logits[i] / t));
-                }
-            });
-            let max = self.cand.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max);
-            let log_z = self.cand.iter().map(|c| f64::from(c.1 - max).exp()).sum::<f64>().ln();
-            let lp = self.params.logprobs.then(|| (f64::from(logits[id] / t - max) - log_z) as f32);
-            self.keep_top(max, log_z);
-            return Ok((self.note(id as u32), lp));
+            let id = gumbel_max(logits, allowed, 1.0 / p.temperature, key).ok_or(NothingAllowed)?;
+            return Ok(self.chosen(logits, allowed, id, p.temperature, None));
         }
         let t = p.temperature;
         self.cand.clear();
