@@ -13,8 +13,10 @@ use crate::metrics::Metrics;
 use crate::model::{Forward, ForwardRow, Model, StepLogits};
 #[cfg(feature = "cuda")]
 use crate::sampling::DeviceSampler;
-use crate::sampling::{Pick, Sampler, SamplingParams};
+use crate::sampling::{Pick, Sampler, SamplingParams, TreeWalk};
+use crate::speculate::{BuiltinDrafter, DraftContext, Drafter, SpeculationOptions};
 use crate::step::{Accepted, BatchOptions, SeqId, StepError, StepMasks, StructuredBatch};
+use grammask::matcher::DraftTree;
 use grammask::{GrammarMatcher, TokenizerInfo};
 use grammask_gpu::LogitsLayout;
 use rayon::prelude::*;
@@ -143,6 +145,11 @@ pub struct EngineOptions {
     /// kept until its mask is back) instead of stalling every row; `None`: wait for every
     /// mask. Outputs are the same either way: only when a row gets its token changes.
     pub late_mask_grace: Option<Duration>,
+    /// Speculative decoding (`None`: off): decode rows carry a draft tree the forward
+    /// verifies (see [`crate::speculate`]). Needs a model that verifies drafts
+    /// ([`Model::max_draft_nodes`]) and host logits; a step with drafts waits for every
+    /// mask (no row sits out).
+    pub speculation: Option<SpeculationOptions>,
 }
 
 /// One step's timings.
@@ -169,6 +176,12 @@ pub struct StepRecord {
     pub sample: Duration,
     /// Rows that sat the step out, their masks not ready.
     pub late: usize,
+    /// Draft nodes verified (all rows).
+    pub draft_nodes: usize,
+    /// Draft tokens accepted (all rows).
+    pub draft_accepted: usize,
+    /// Tokens generated (drawn and forced, all rows).
+    pub tokens: usize,
     /// The whole step.
     pub step: Duration,
 }
@@ -184,6 +197,7 @@ impl Default for EngineOptions {
             batch: BatchOptions::default(),
             record_steps: false,
             late_mask_grace: Some(DEFAULT_LATE_MASK_GRACE),
+            speculation: None,
         }
     }
 }
@@ -323,6 +337,68 @@ struct Seq {
     /// The logits row of a step this sequence sat out (its mask was late), kept until
     /// its mask is back; it takes no part in forwards meanwhile.
     held: Option<Vec<f32>>,
+    /// Prompt and every token since (speculation's n-gram lookup reads it).
+    history: Vec<u32>,
+    /// This step's draft tree, if it drafted.
+    draft: Option<DraftTree>,
+    /// Whether drafting pays for it.
+    spec: SpecStats,
+}
+
+/// A row's record of speculation: how much of its drafts was accepted.
+#[derive(Debug, Clone, Copy)]
+struct SpecStats {
+    /// Accepted draft tokens per draft node, smoothed (starts hopeful).
+    rate: f64,
+    /// Steps left before it tries drafting again after backing off.
+    pause: u32,
+}
+
+impl Default for SpecStats {
+    fn default() -> Self {
+        Self { rate: 1.0, pause: 0 }
+    }
+}
+
+/// Steps a row waits, after drafting did not pay, before it drafts again to re-measure.
+const SPEC_PROBE_EVERY: u32 = 8;
+
+/// The forward's cost per logits row, fitted on recent steps (least squares of forward
+/// time against logits rows), to tell whether a row's drafts pay.
+#[derive(Debug, Default)]
+struct ForwardCosts {
+    /// `(logits rows, forward seconds)` of recent steps.
+    recent: VecDeque<(f64, f64)>,
+}
+
+impl ForwardCosts {
+    const KEEP: usize = 64;
+
+    fn note(&mut self, rows: usize, secs: f64) {
+        if self.recent.len() == Self::KEEP {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((rows as f64, secs));
+    }
+
+    /// Whether a draft node accepted with probability `rate` buys more tokens per second
+    /// than the batch makes without it: `rate / cost of a row ≥ rows / forward time`.
+    /// Hopeful until the steps seen vary enough in size to fit the cost of a row.
+    fn pays(&self, rate: f64) -> bool {
+        let n = self.recent.len() as f64;
+        if n < 8.0 {
+            return true;
+        }
+        let (mx, my) = self.recent.iter().fold((0.0, 0.0), |(a, b), &(x, y)| (a + x / n, b + y / n));
+        let (sxx, sxy) = self.recent.iter().fold((0.0, 0.0), |(a, b), &(x, y)| {
+            (a + (x - mx) * (x - mx), b + (x - mx) * (y - my))
+        });
+        if sxx < 1.0 || my <= 0.0 {
+            return true;
+        }
+        let per_row = (sxy / sxx).max(0.0);
+        rate * my >= per_row * mx
+    }
 }
 
 /// Starts the loop on its own thread.
@@ -337,6 +413,27 @@ pub fn start(
     if let Some(device) = model.device() {
         options.batch.device = device;
     }
+    let drafter: Option<Box<dyn Drafter>> = match &options.speculation {
+        None => None,
+        Some(_) if model.device().is_some() => {
+            return Err(StepError::Unsupported(
+                "speculative decoding verifies drafts on host logits; this model's are on a device".into(),
+            ))
+        }
+        Some(_) if model.max_draft_nodes() == 0 => {
+            return Err(StepError::Unsupported(format!(
+                "speculative decoding needs a model that verifies draft trees; {} does not",
+                model.name()
+            )))
+        }
+        Some(spec) => {
+            let mut spec = spec.clone();
+            spec.max_nodes = spec.max_nodes.min(model.max_draft_nodes());
+            let kind = spec.drafter;
+            options.speculation = Some(spec);
+            Some(Box::new(BuiltinDrafter(kind)))
+        }
+    };
     let batch = StructuredBatch::new(tokenizer.vocab_size(), options.batch.clone())?;
     let shared = Arc::new(Shared {
         queue: Mutex::new(VecDeque::new()),
@@ -357,6 +454,8 @@ pub fn start(
         shared: shared.clone(),
         running: Vec::new(),
         next_id: 1,
+        drafter,
+        costs: ForwardCosts::default(),
         #[cfg(feature = "cuda")]
         device_sampler: None,
     };
@@ -376,6 +475,9 @@ struct Loop {
     shared: Arc<Shared>,
     running: Vec<Seq>,
     next_id: SeqId,
+    /// Proposes draft trees (with [`EngineOptions::speculation`]).
+    drafter: Option<Box<dyn Drafter>>,
+    costs: ForwardCosts,
     /// Made on the first step with device logits.
     #[cfg(feature = "cuda")]
     device_sampler: Option<DeviceSampler>,
@@ -461,6 +563,7 @@ impl Loop {
             }
             let mut sampler = Sampler::new(r.job.sampling);
             sampler.see_prompt(&r.job.prompt);
+            let history = if self.drafter.is_some() { r.job.prompt.clone() } else { Vec::new() };
             self.running.push(Seq {
                 id,
                 constrained,
@@ -475,6 +578,9 @@ impl Loop {
                 strip_stop: r.job.strip_stop,
                 events: r.events,
                 held: None,
+                history,
+                draft: None,
+                spec: SpecStats::default(),
             });
         }
         self.metrics.queue_length.set(q.len() as i64);
@@ -502,6 +608,49 @@ impl Loop {
         }
     }
 
+    /// Gives each decode row a draft tree where speculation is on and pays for it: the
+    /// drafter proposes (a constrained row's through its grammar), the tree goes to the
+    /// row (the forward verifies it) and to the batch (the fill masks every node).
+    fn draft_rows(&mut self, fwd: &[usize]) -> usize {
+        let (Some(drafter), Some(spec)) = (&self.drafter, &self.options.speculation) else { return 0 };
+        let stops = self.tokenizer.stop_tokens();
+        let mut nodes = 0;
+        for &i in fwd {
+            let s = &mut self.running[i];
+            s.draft = None;
+            // Prefill rows verify nothing: their prompt is the forward's work.
+            if s.generated == 0 || s.pending.is_empty() {
+                continue;
+            }
+            if s.spec.pause > 0 {
+                s.spec.pause -= 1;
+                continue;
+            }
+            if spec.backoff && !self.costs.pays(s.spec.rate) {
+                s.spec.pause = SPEC_PROBE_EVERY;
+                self.metrics.draft_backoffs.inc();
+                continue;
+            }
+            let ctx = DraftContext { history: &s.history, stop_tokens: stops };
+            let tree = if s.constrained {
+                match self.batch.draft_grammar(s.id) {
+                    Some(mut g) => drafter.draft(&ctx, Some(&mut g), spec),
+                    None => None,
+                }
+            } else {
+                drafter.draft(&ctx, None, spec)
+            };
+            let Some(tree) = tree.filter(|t| t.len() > 1) else { continue };
+            if s.constrained && self.batch.set_draft(s.id, tree.clone()).is_err() {
+                continue;
+            }
+            nodes += tree.len() - 1;
+            self.metrics.drafted.with_label_values(&[drafter.name()]).inc_by((tree.len() - 1) as u64);
+            s.draft = Some(tree);
+        }
+        nodes
+    }
+
     fn step(&mut self) {
         let _span = tracing::debug_span!("step", rows = self.running.len()).entered();
         let t0 = Instant::now();
@@ -515,10 +664,14 @@ impl Loop {
             };
             let failed = masks.failed.into_iter().map(|(id, e)| (id, format!("grammar: {e}"))).collect();
             let picks = self.sample_arrived(&masks.arrived);
-            return self.settle(picks, &failed);
+            return self.settle(picks, &failed, &mut StepRecord::default());
         }
         let ids: Vec<SeqId> = fwd.iter().map(|&i| self.running[i].id).collect();
         self.metrics.batch_size.observe(ids.len() as f64);
+        let draft_nodes = self.draft_rows(&fwd);
+        if draft_nodes > 0 {
+            self.metrics.draft_nodes.observe(draft_nodes as f64);
+        }
         if self.options.overlap {
             if let Err(e) = self.batch.begin_step(&ids) {
                 return self.fail_all(&format!("mask fill: {e}"));
@@ -527,11 +680,21 @@ impl Loop {
         let vocab = self.model.vocab_size();
         let rows: Vec<ForwardRow<'_>> = fwd
             .iter()
-            .map(|&i| ForwardRow { id: self.running[i].id, tokens: &self.running[i].pending })
+            .map(|&i| {
+                let s = &self.running[i];
+                ForwardRow { id: s.id, tokens: &s.pending, draft: s.draft.as_ref() }
+            })
             .collect();
+        // Each row's logits rows: one, plus one per draft node.
+        let sizes: Vec<usize> = rows.iter().map(ForwardRow::logits_rows).collect();
+        let logits_rows: usize = sizes.iter().sum();
         let forward_t = Instant::now();
         let forward = {
-            let _f = tracing::debug_span!("forward").entered();
+            let _f = if draft_nodes > 0 {
+                tracing::debug_span!("verify", draft_nodes).entered()
+            } else {
+                tracing::debug_span!("forward").entered()
+            };
             self.model.forward(&rows)
         };
         let forward_t = forward_t.elapsed();
@@ -549,7 +712,17 @@ impl Loop {
             }
         }
         let prefill = fwd.iter().filter(|&&i| self.running[i].generated == 0).count();
-        let mut record = StepRecord { rows: ids.len(), prefill, forward: forward_t, ..StepRecord::default() };
+        // Prefill steps say nothing of a decode row's cost.
+        if prefill == 0 {
+            self.costs.note(logits_rows, forward_t.as_secs_f64());
+        }
+        let mut record = StepRecord {
+            rows: ids.len(),
+            prefill,
+            forward: forward_t,
+            draft_nodes,
+            ..StepRecord::default()
+        };
         // Rows the model or the fill failed end with the error, never with what is
         // sampled from their rows.
         let mut failed: HashMap<SeqId, String> =
@@ -557,11 +730,17 @@ impl Loop {
         let layout = LogitsLayout::contiguous(ids.len(), vocab);
         let sample_t;
         let mut arrived = Vec::new();
-        let picks: Result<Vec<(usize, Pick)>, String> = match logits {
+        let stops = self.tokenizer.stop_tokens();
+        let picks: Result<Vec<(usize, TreeWalk)>, String> = match logits {
             StepLogits::Host(logits) => {
                 let masks = {
                     let _a = tracing::debug_span!("masks").entered();
-                    if self.options.sample_under_masks {
+                    if draft_nodes > 0 {
+                        // A drafted row's walk reads its nodes' masks: every mask is
+                        // waited for (drafts and the apply's one-row-per-sequence layout
+                        // do not mix).
+                        self.batch.finish_masks()
+                    } else if self.options.sample_under_masks {
                         let deadline = self.options.late_mask_grace.map(|g| Instant::now() + g);
                         self.batch.finish_masks_by(deadline)
                     } else {
@@ -580,38 +759,58 @@ impl Loop {
                 // Sampling is per row and independent: in parallel (the mask pool is
                 // idle now). A masked row is sampled among its allowed tokens only, its
                 // mask read beside its logits (nothing was written to them). A late row
-                // keeps its logits row for when its mask is back.
+                // keeps its logits row for when its mask is back. A drafted row walks
+                // its tree.
                 sample_t = Instant::now();
                 let _s = tracing::debug_span!("sample").entered();
-                let mut rows = logits.chunks_mut(vocab.max(1));
+                let mut rest: &mut [f32] = logits;
                 let mut jobs = Vec::with_capacity(fwd.len());
-                let mut next = fwd.iter().copied().enumerate().peekable();
+                let mut next = fwd.iter().copied().zip(sizes.iter().copied()).enumerate().peekable();
                 for (i, s) in self.running.iter_mut().enumerate() {
-                    let Some(&(r, _)) = next.peek().filter(|(_, f)| *f == i) else { continue };
+                    let Some(&(r, (_, size))) = next.peek().filter(|(_, (f, _))| *f == i) else { continue };
                     next.next();
-                    let Some(row) = rows.next() else { break };
+                    if rest.len() < size * vocab {
+                        break;
+                    }
+                    let (row, tail) = std::mem::take(&mut rest).split_at_mut(size * vocab);
+                    rest = tail;
                     if late.contains(&s.id) {
                         s.held = Some(row.to_vec());
                         s.pending.clear();
                     } else if !failed.contains_key(&s.id) {
-                        jobs.push((i, s, row, self.batch.step_mask(r)));
+                        let tree_masks = self.batch.draft_masks(s.id);
+                        if let Some((_, fill)) = tree_masks {
+                            self.metrics.draft_rejected.inc_by(fill.rejected.len() as u64);
+                        }
+                        jobs.push((i, s, row, self.batch.step_mask(r), tree_masks.map(|m| m.0)));
                     }
                 }
                 Ok(jobs
                     .into_par_iter()
-                    .map(|(i, s, row, mask)| {
-                        let pick = match mask {
-                            Some(m) => s.sampler.sample_masked(row, m),
-                            None => s.sampler.sample(row),
+                    .map(|(i, s, row, mask, tree_masks)| {
+                        let walk = match (&s.draft, tree_masks) {
+                            (Some(tree), Some(m)) => {
+                                s.sampler.verify_tree(row, vocab, tree, |v| Some(m.row(v)), stops)
+                            }
+                            (Some(tree), None) if !s.constrained => {
+                                s.sampler.verify_tree(row, vocab, tree, |_| None, stops)
+                            }
+                            _ => {
+                                let pick = match mask {
+                                    Some(m) => s.sampler.sample_masked(row, m),
+                                    None => s.sampler.sample(row),
+                                };
+                                single(&mut s.sampler, pick)
+                            }
                         };
-                        (i, pick)
+                        (i, walk)
                     })
                     .collect())
             }
             #[cfg(feature = "cuda")]
             StepLogits::Cuda(mut d) => {
                 // The device path waits for every mask (no row sits out): the masks are
-                // applied on the device in one call.
+                // applied on the device in one call. (No drafts here: refused at start.)
                 let masks = {
                     let _a = tracing::debug_span!("masks").entered();
                     self.batch.apply_masks(grammask_gpu::Logits::Cuda(d.logits.slice_mut(..)), layout)
@@ -637,7 +836,13 @@ impl Loop {
                             .map(|s| &mut s.sampler)
                             .collect();
                         ds.sample(&d.logits.slice(..), vocab, &mut samplers)
-                            .map(|p| fwd.iter().copied().zip(p).collect())
+                            .map(|p| {
+                                fwd.iter()
+                                    .copied()
+                                    .zip(p)
+                                    .map(|(i, pick)| (i, single(&mut self.running[i].sampler, pick)))
+                                    .collect()
+                            })
                             .map_err(|e| e.to_string())
                     }
                     None => Err("no device sampler".to_string()),
@@ -652,7 +857,7 @@ impl Loop {
         record.sample = sample_t.elapsed();
         record.late = self.running.iter().filter(|s| s.held.is_some()).count();
         self.metrics.sample_seconds.observe(record.sample.as_secs_f64());
-        self.settle(picks, &failed);
+        self.settle(picks, &failed, &mut record);
         record.step = t0.elapsed();
         self.metrics.step_seconds.observe(record.step.as_secs_f64());
         if self.options.record_steps {
@@ -661,7 +866,7 @@ impl Loop {
     }
 
     /// Samples the rows whose late masks are back, from the logits kept for them.
-    fn sample_arrived(&mut self, arrived: &[SeqId]) -> Vec<(usize, Pick)> {
+    fn sample_arrived(&mut self, arrived: &[SeqId]) -> Vec<(usize, TreeWalk)> {
         let mut picks = Vec::with_capacity(arrived.len());
         for id in arrived {
             let Some(i) = self.running.iter().position(|s| s.id == *id) else { continue };
@@ -671,51 +876,60 @@ impl Loop {
                 Some(m) => s.sampler.sample_masked(&mut row, m),
                 None => s.sampler.sample(&mut row),
             };
-            picks.push((i, pick));
+            picks.push((i, single(&mut s.sampler, pick)));
         }
         picks
     }
 
-    /// Ends the sequences in `failed` with their errors; gives the others their picks
-    /// (accepted by their grammars, jump-forward appended) and ends those that are done.
-    fn settle(&mut self, picks: Vec<(usize, Pick)>, failed: &HashMap<SeqId, String>) {
+    /// Ends the sequences in `failed` with their errors; gives the others the tokens
+    /// their walks drew (accepted by their grammars up to where a grammar ends or forces
+    /// text, jump-forward appended, the accepted draft path committed to the model) and
+    /// ends those that are done.
+    fn settle(&mut self, walks: Vec<(usize, TreeWalk)>, failed: &HashMap<SeqId, String>, record: &mut StepRecord) {
         let mut done: Vec<(usize, Result<FinishReason, String>)> = Vec::new();
         for (i, s) in self.running.iter().enumerate() {
             if let Some(msg) = failed.get(&s.id) {
                 done.push((i, Err(msg.clone())));
             }
         }
-        // The constrained rows' tokens go to their grammars all at once.
+        // The constrained rows' tokens go to their grammars: single tokens all at once,
+        // verified paths row by row.
         let mut accepts = Vec::new();
         let mut accept_row = Vec::new();
-        for (i, pick) in &picks {
+        let mut accepted: HashMap<usize, Result<(usize, Accepted), crate::step::RowError>> = HashMap::new();
+        for (i, walk) in &walks {
             let s = &self.running[*i];
-            if let (true, Ok((token, _)), false) = (s.constrained, pick, failed.contains_key(&s.id)) {
-                accepts.push((s.id, *token));
+            if !s.constrained || failed.contains_key(&s.id) || walk.error.is_some() || walk.tokens.is_empty() {
+                continue;
+            }
+            if s.draft.is_some() {
+                let tokens: Vec<u32> = walk.tokens.iter().map(|t| t.0).collect();
+                accepted.insert(*i, self.batch.accept_path(s.id, &tokens));
+            } else {
+                accepts.push((s.id, walk.tokens[0].0));
                 accept_row.push(*i);
             }
         }
-        let mut accepted: HashMap<usize, Result<Accepted, crate::step::RowError>> =
-            accept_row.into_iter().zip(self.batch.accept_all(&accepts)).collect();
-        for (i, pick) in picks {
+        for (i, r) in accept_row.into_iter().zip(self.batch.accept_all(&accepts)) {
+            accepted.insert(i, r.map(|a| (1, a)));
+        }
+        let drafter = self.drafter.as_ref().map_or("", |d| d.name());
+        for (i, walk) in walks {
             let s = &mut self.running[i];
             if failed.contains_key(&s.id) {
                 continue;
             }
             s.pending.clear();
-            let (token, logprob) = match pick {
-                Ok(p) => p,
-                Err(e) => {
-                    done.push((i, Err(format!("sampling: {e}"))));
-                    continue;
-                }
-            };
-            let mut forced = Vec::new();
-            let mut ended = false;
-            if s.constrained {
+            let draft = s.draft.take();
+            if let Some(e) = walk.error {
+                done.push((i, Err(format!("sampling: {e}"))));
+                continue;
+            }
+            let stops = self.tokenizer.stop_tokens();
+            let (kept, ended, forced) = if s.constrained {
                 match accepted.remove(&i) {
-                    Some(Ok(Accepted::Continue { forced: jf })) => forced = jf.ids,
-                    Some(Ok(Accepted::Finished)) => ended = true,
+                    Some(Ok((n, Accepted::Continue { forced: jf }))) => (n, false, jf.ids),
+                    Some(Ok((n, Accepted::Finished))) => (n, true, Vec::new()),
                     Some(Err(e)) => {
                         done.push((i, Err(format!("grammar: {e}"))));
                         continue;
@@ -726,20 +940,57 @@ impl Loop {
                     }
                 }
             } else {
-                ended = self.tokenizer.stop_tokens().contains(&token);
+                match walk.tokens.iter().position(|t| stops.contains(&t.0)) {
+                    Some(p) => (p + 1, true, Vec::new()),
+                    None => (walk.tokens.len(), false, Vec::new()),
+                }
+            };
+            let drawn: Vec<u32> = walk.tokens.iter().map(|t| t.0).collect();
+            // Draws past where the grammar ended or forced text are not kept.
+            s.sampler.forget(&drawn[kept.min(drawn.len())..]);
+            if let Some(tree) = &draft {
+                let took = kept.min(walk.path.len());
+                self.metrics.accepted_per_verify.observe(took as f64);
+                self.metrics.draft_accepted.with_label_values(&[drafter]).inc_by(took as u64);
+                record.draft_accepted += took;
+                let rate = took as f64 / (tree.len() - 1).max(1) as f64;
+                s.spec.rate = 0.7 * s.spec.rate + 0.3 * rate;
             }
-            let top = s.sampler.take_top();
-            let outcome = emit(&self.tokenizer, s, token, logprob, top, ended);
-            if let Some(reason) = outcome {
-                done.push((i, Ok(reason)));
+            let mut reason = None;
+            let mut tokens = walk.tokens.into_iter().take(kept).peekable();
+            while let Some((token, logprob, top)) = tokens.next() {
+                let last = tokens.peek().is_none();
+                record.tokens += 1;
+                if self.drafter.is_some() {
+                    s.history.push(token);
+                }
+                if let Some(r) = emit(&self.tokenizer, s, token, logprob, top, ended && last) {
+                    reason = Some(r);
+                    break;
+                }
+            }
+            if let Some(r) = reason {
+                done.push((i, Ok(r)));
                 continue;
             }
-            s.pending.push(token);
+            // The accepted draft nodes stay in the model's cache; the tokens after them
+            // (the one drawn past the path, then any forced) are the next forward's.
+            let on_path = kept.min(walk.path.len());
+            if draft.is_some() {
+                if let Err(e) = self.model.commit(s.id, &walk.path[..on_path]) {
+                    done.push((i, Err(e.to_string())));
+                    continue;
+                }
+            }
+            s.pending.extend_from_slice(&drawn[on_path..kept]);
             s.sampler.record(&forced);
-            let mut reason = None;
             let asks_top = s.sampler.params().top_logprobs > 0;
             for &f in &forced {
                 s.pending.push(f);
+                record.tokens += 1;
+                if self.drafter.is_some() {
+                    s.history.push(f);
+                }
                 let top = if asks_top { vec![(f, 0.0)] } else { Vec::new() };
                 if let Some(r) = emit(&self.tokenizer, s, f, Some(0.0), top, false) {
                     reason = Some(r);
@@ -748,6 +999,8 @@ impl Loop {
             }
             if let Some(r) = reason {
                 done.push((i, Ok(r)));
+            } else if s.pending.is_empty() {
+                done.push((i, Err("nothing to forward after a verify step".into())));
             }
         }
         // Highest index first, so swap_remove does not move a row still to finish.
@@ -782,6 +1035,14 @@ impl Loop {
             let _ = s.events.send(Event::Error(msg.to_string()));
             self.metrics.errors.with_label_values(&["model"]).inc();
         }
+    }
+}
+
+/// A draw without a tree as a walk of one token.
+fn single(sampler: &mut Sampler, pick: Pick) -> TreeWalk {
+    match pick {
+        Ok((t, lp)) => TreeWalk { tokens: vec![(t, lp, sampler.take_top())], ..TreeWalk::default() },
+        Err(e) => TreeWalk { error: Some(e), ..TreeWalk::default() },
     }
 }
 

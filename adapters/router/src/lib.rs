@@ -15,5 +15,6 @@ pub mod model;
 pub mod sampling;
 pub mod server;
 pub mod service;
+pub mod speculate;
 pub mod step;
 pub mod telemetry;

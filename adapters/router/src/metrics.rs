@@ -39,6 +39,20 @@ pub struct Metrics {
     pub compiles_cancelled: IntCounter,
     /// Rows that sat a step out, their masks not ready when the forward ended.
     pub rows_late: IntCounter,
+    /// Speculative decoding: draft tokens accepted per verified row.
+    pub accepted_per_verify: Histogram,
+    /// Speculative decoding: draft nodes per step (all rows).
+    pub draft_nodes: Histogram,
+    /// Speculative decoding: draft nodes proposed, by drafter.
+    pub drafted: IntCounterVec,
+    /// Speculative decoding: draft nodes accepted, by drafter.
+    pub draft_accepted: IntCounterVec,
+    /// Speculative decoding: draft nodes the grammar refused (zero mask rows, their
+    /// subtrees dropped).
+    pub draft_rejected: IntCounter,
+    /// Speculative decoding: rows that did not draft in a step because drafting did not
+    /// pay for them (measured acceptance against the measured cost of extra nodes).
+    pub draft_backoffs: IntCounter,
 }
 
 fn histogram(name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
@@ -109,6 +123,36 @@ impl Metrics {
                 "Rows that sat a step out: their masks were not ready when the forward ended",
             )
             .unwrap_or_else(|e| panic!("{e}")),
+            accepted_per_verify: histogram(
+                "grammask_spec_accepted_tokens",
+                "Draft tokens accepted per verified row",
+                (0..17).map(f64::from).collect(),
+            ),
+            draft_nodes: histogram(
+                "grammask_spec_draft_nodes",
+                "Draft nodes per step",
+                prometheus::exponential_buckets(1.0, 2.0, 12).unwrap_or_default(),
+            ),
+            drafted: IntCounterVec::new(
+                Opts::new("grammask_spec_drafted_total", "Draft nodes proposed, by drafter"),
+                &["drafter"],
+            )
+            .unwrap_or_else(|e| panic!("{e}")),
+            draft_accepted: IntCounterVec::new(
+                Opts::new("grammask_spec_accepted_total", "Draft nodes accepted, by drafter"),
+                &["drafter"],
+            )
+            .unwrap_or_else(|e| panic!("{e}")),
+            draft_rejected: IntCounter::new(
+                "grammask_spec_rejected_nodes_total",
+                "Draft nodes the grammar refused (their subtrees dropped)",
+            )
+            .unwrap_or_else(|e| panic!("{e}")),
+            draft_backoffs: IntCounter::new(
+                "grammask_spec_backoffs_total",
+                "Rows that skipped drafting in a step because it did not pay",
+            )
+            .unwrap_or_else(|e| panic!("{e}")),
         };
         let all: Vec<Box<dyn prometheus::core::Collector>> = vec![
             Box::new(m.queue_length.clone()),
@@ -127,6 +171,12 @@ impl Metrics {
             Box::new(m.cancelled.clone()),
             Box::new(m.compiles_cancelled.clone()),
             Box::new(m.rows_late.clone()),
+            Box::new(m.accepted_per_verify.clone()),
+            Box::new(m.draft_nodes.clone()),
+            Box::new(m.drafted.clone()),
+            Box::new(m.draft_accepted.clone()),
+            Box::new(m.draft_rejected.clone()),
+            Box::new(m.draft_backoffs.clone()),
         ];
         for c in all {
             // Distinct names, registered once: cannot fail.

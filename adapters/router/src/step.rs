@@ -29,7 +29,7 @@
 //! ([`StepMasks::arrived`]), while the other rows go on.
 
 use grammask::bitmask::words_per_row;
-use grammask::matcher::{JumpForward, TextEncoder};
+use grammask::matcher::{DraftTree, JumpForward, TextEncoder, TreeFill};
 use grammask::{GrammarMatcher, TokenBitmask};
 use grammask_gpu::{
     apply_token_bitmask_inplace, Bitmask, Device, Indices, LogitElem, Logits, LogitsLayout, MaskLayout,
@@ -78,6 +78,9 @@ pub enum StepError {
     /// The fill pool could not be started.
     #[error("cannot start the mask pool: {0}")]
     Pool(String),
+    /// A setting this model or batch cannot honor.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
 }
 
 /// A row's own failure; the other rows go on.
@@ -216,6 +219,17 @@ struct Row {
     mask: Vec<u32>,
     /// The outcome of its last fill: whether the mask allows every token, or why not.
     filled: Option<grammask::Result<bool>>,
+    /// The draft tree to mask at the next fill, with its masks once filled.
+    draft: Option<RowDraft>,
+}
+
+/// A row's draft tree and the masks of its nodes.
+struct RowDraft {
+    tree: DraftTree,
+    /// Row `v`: the mask after the path to node `v` (row 0: the row's own mask).
+    masks: TokenBitmask,
+    /// What the fill found (rejected nodes).
+    fill: TreeFill,
 }
 
 impl Row {
@@ -235,8 +249,18 @@ impl Row {
         self.flush();
         let filled = match self.error.take() {
             Some(e) => Err(e),
-            None => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                self.matcher.fill_next_token_bitmask(&mut self.mask)
+            None => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &mut self.draft {
+                None => self.matcher.fill_next_token_bitmask(&mut self.mask),
+                Some(d) => {
+                    // Every node's mask in one walk; row 0 is the row's own.
+                    let vocab = self.matcher.vocab_size();
+                    if d.masks.rows() < d.tree.len() {
+                        d.masks = TokenBitmask::new(d.tree.len().next_power_of_two(), vocab);
+                    }
+                    d.fill = self.matcher.fill_draft_tree_bitmasks(&d.tree, &mut d.masks, 0)?;
+                    self.mask.copy_from_slice(d.masks.row(0));
+                    Ok(grammask::bitmask::count_allowed(&self.mask, vocab) == vocab)
+                }
             }))
             .unwrap_or_else(|p| Err(grammask::Error::Panicked(grammask::batch::panic_message(p.as_ref())))),
         };
@@ -246,6 +270,62 @@ impl Row {
     /// The mask to sample under: `None` when it allows everything (or was not filled).
     fn needed_mask(&self) -> Option<&[u32]> {
         matches!(self.filled, Some(Ok(false))).then_some(&self.mask[..])
+    }
+}
+
+/// A row's grammar as a drafter sees it ([`StructuredBatch::draft_grammar`]): which
+/// continuations are legal, without changing the row's state.
+pub struct DraftGrammar<'a> {
+    matcher: &'a mut GrammarMatcher,
+    scratch: Vec<u32>,
+}
+
+impl std::fmt::Debug for DraftGrammar<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DraftGrammar").finish_non_exhaustive()
+    }
+}
+
+impl DraftGrammar<'_> {
+    /// How many leading tokens of `chain` the grammar accepts from here.
+    pub fn validate(&mut self, chain: &[u32]) -> usize {
+        self.matcher.validate_tokens(chain)
+    }
+
+    /// The likeliest-looking of few legal continuations after `prefix`: when at most
+    /// `8 × width` tokens are allowed there (an enum value, a key, a literal, a tag — not a
+    /// free string), the `width` longest of them (a model writes a word as one long token
+    /// more often than as pieces), longest first; `None` when more are allowed, `prefix`
+    /// is rejected or the grammar ended.
+    pub fn alternatives(&mut self, prefix: &[u32], width: usize) -> Option<Vec<u32>> {
+        if width == 0 || self.matcher.is_terminated() || self.matcher.accept_tokens(prefix).is_err() {
+            return None;
+        }
+        let vocab = self.matcher.vocab_size();
+        let filled = self.matcher.fill_next_token_bitmask(&mut self.scratch);
+        // (Undone whatever the fill did: the prefix was accepted whole.)
+        let _ = self.matcher.rollback(prefix.len());
+        let legal = width.saturating_mul(8).min(256);
+        match filled {
+            Ok(false) if grammask::bitmask::count_allowed(&self.scratch, vocab) <= legal => {
+                let mut out = Vec::new();
+                for (w, &word) in self.scratch.iter().enumerate() {
+                    let mut bits = word;
+                    while bits != 0 {
+                        let id = w * 32 + bits.trailing_zeros() as usize;
+                        if id < vocab {
+                            out.push(id as u32);
+                        }
+                        bits &= bits - 1;
+                    }
+                }
+                let tok = self.matcher.compiled().tokenizer().clone();
+                out.sort_by_key(|&t| (std::cmp::Reverse(tok.token_bytes(t).len()), t));
+                out.truncate(width);
+                (!out.is_empty()).then_some(out)
+            }
+            _ => None,
+        }
     }
 }
 
@@ -429,7 +509,7 @@ impl StructuredBatch {
             return Err(StepError::Vocab { got: matcher.vocab_size(), batch: self.vocab });
         }
         let mask = vec![0; words_per_row(self.vocab)];
-        let row = Row { id, matcher, pending: None, error: None, mask, filled: None };
+        let row = Row { id, matcher, pending: None, error: None, mask, filled: None, draft: None };
         self.rows.insert(id, Place::Home(Box::new(row)));
         Ok(())
     }
@@ -776,6 +856,7 @@ impl StructuredBatch {
                 }
             };
             row.flush();
+            row.draft = None;
             if let Some(e) = row.error.take() {
                 out.push(Err(e.into()));
                 continue;
@@ -800,6 +881,90 @@ impl StructuredBatch {
             out.push(r);
         }
         out
+    }
+
+    /// Gives `id` a draft tree to verify in the next step (speculative decoding): the
+    /// step's fill masks every node ([`draft_masks`](Self::draft_masks)), row 0 being the
+    /// row's own mask as ever. Between steps; the tree holds until the row's next accept.
+    pub fn set_draft(&mut self, id: SeqId, tree: DraftTree) -> Result<(), RowError> {
+        match self.rows.get_mut(&id) {
+            Some(Place::Home(row)) => {
+                let masks = match row.draft.take() {
+                    Some(d) => d.masks,
+                    None => TokenBitmask::new(0, self.vocab),
+                };
+                row.draft = Some(RowDraft { tree, masks, fill: TreeFill::default() });
+                Ok(())
+            }
+            Some(Place::Away { removed: false, .. }) => Err(RowError::Late(id)),
+            _ => Err(RowError::Unknown(id)),
+        }
+    }
+
+    /// The masks of `id`'s draft tree after the step's fill: row `v` is the mask after the
+    /// path to node `v` (all zero for a node the grammar rejects, one under it, or one
+    /// after the grammar ended), and what the fill found. `None` when the row had no draft
+    /// or its fill failed.
+    pub fn draft_masks(&self, id: SeqId) -> Option<(&TokenBitmask, &TreeFill)> {
+        match self.rows.get(&id)? {
+            Place::Home(row) if matches!(row.filled, Some(Ok(_))) => {
+                row.draft.as_ref().map(|d| (&d.masks, &d.fill))
+            }
+            _ => None,
+        }
+    }
+
+    /// A view of `id`'s grammar for a drafter, between steps (`None`: not in the batch, or
+    /// away filling a late mask). Whatever the drafter does, the state is as before after.
+    pub fn draft_grammar(&mut self, id: SeqId) -> Option<DraftGrammar<'_>> {
+        match self.rows.get_mut(&id)? {
+            Place::Home(row) => {
+                row.flush();
+                let words = words_per_row(self.vocab);
+                Some(DraftGrammar { matcher: &mut row.matcher, scratch: vec![0; words] })
+            }
+            Place::Away { .. } => None,
+        }
+    }
+
+    /// Accepts the tokens a verify step took for `id` (an accepted draft path, then the
+    /// token drawn after it), one by one as [`accept`](Self::accept) would, stopping
+    /// early where the grammar ends or forces text (jump-forward, when on): returns how
+    /// many of `tokens` were taken and what became of the row. Tokens after that point
+    /// are not accepted; the caller drops them (the forced tokens replace them).
+    pub fn accept_path(&mut self, id: SeqId, tokens: &[u32]) -> Result<(usize, Accepted), RowError> {
+        let max_rollback = if self.options.rollback_ok { grammask::matcher::MAX_RETOKENIZED } else { 0 };
+        let encoder = self.options.encoder.clone();
+        let row = match self.rows.get_mut(&id) {
+            Some(Place::Home(row)) => row,
+            Some(Place::Away { removed: false, .. }) => return Err(RowError::Late(id)),
+            _ => return Err(RowError::Unknown(id)),
+        };
+        row.flush();
+        row.draft = None;
+        if let Some(e) = row.error.take() {
+            return Err(e.into());
+        }
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut out = (0, Accepted::Continue { forced: JumpForward::default() });
+            for (i, &t) in tokens.iter().enumerate() {
+                let a = advance(&mut row.matcher, t, encoder.as_deref(), max_rollback)?;
+                let stop = match &a {
+                    Accepted::Finished => true,
+                    Accepted::Continue { forced } => !forced.ids.is_empty(),
+                };
+                out = (i + 1, a);
+                if stop {
+                    break;
+                }
+            }
+            Ok(out)
+        }))
+        .unwrap_or_else(|p| Err(grammask::Error::Panicked(grammask::batch::panic_message(p.as_ref())).into()));
+        if matches!(r, Ok((_, Accepted::Finished)) | Err(RowError::Grammar(grammask::Error::Panicked(_)))) {
+            self.rows.remove(&id);
+        }
+        r
     }
 
     /// The bitmask row of logits row `r` in the step that [`apply_masks`](Self::apply_masks)

@@ -55,7 +55,7 @@ impl ReferenceEngine {
             if out.tokens >= r.max_new_tokens {
                 break Ok(Finish::Length);
             }
-            let logits = match self.model.forward(&[ForwardRow { id, tokens: &pending }]) {
+            let logits = match self.model.forward(&[ForwardRow::new(id, &pending)]) {
                 Ok(Forward { logits: StepLogits::Host(l), failed }) if failed.is_empty() => l,
                 Ok(Forward { failed, .. }) if !failed.is_empty() => {
                     break Err(err(&failed[0].1));

@@ -87,6 +87,21 @@ struct Args {
     /// Simulated model: busy-wait the forward time (a CPU model) instead of sleeping.
     #[arg(long)]
     spin: bool,
+    /// Simulated model: forward time per token beyond one per row (prompt, jump-forward
+    /// and draft tokens), milliseconds.
+    #[arg(long, default_value_t = 0.0)]
+    forward_token_ms: f64,
+    /// Speculative decoding: most draft tokens on a path (TGI's flag; 0: off). The model
+    /// verifies each decode row's draft tree in the step's forward.
+    #[arg(long, default_value_t = 0)]
+    speculate: usize,
+    /// Speculative decoding: most legal continuations of a grammar state drafted as
+    /// siblings.
+    #[arg(long, default_value_t = 4)]
+    draft_width: usize,
+    /// Speculative decoding: who drafts (`grammar`, `ngram` or `both`).
+    #[arg(long, default_value = "both")]
+    drafter: grammask_router::speculate::DrafterKind,
     /// Simulated model on CUDA device N: logits made, masked and sampled on the GPU
     /// (the forward's time spent by a kernel).
     #[arg(long, value_name = "N")]
@@ -143,7 +158,10 @@ async fn serve(a: Args) -> Result<(), Box<dyn std::error::Error>> {
     let vocab = tokenizer.info.vocab_size();
     let model: Box<dyn Model> = match (&a.gguf, a.cuda_device) {
         (Some(path), _) => Box::new(GgufModel::load(path)?),
-        (None, None) => Box::new(SimulatedModel::new(vocab, a.seed, time)),
+        (None, None) => Box::new(
+            SimulatedModel::new(vocab, a.seed, time)
+                .with_token_time(Duration::from_secs_f64(a.forward_token_ms.max(0.0) / 1e3)),
+        ),
         #[cfg(feature = "cuda")]
         (None, Some(n)) => Box::new(grammask_router::model::CudaSimulatedModel::new(vocab, a.seed, time, n)?),
         #[cfg(not(feature = "cuda"))]
@@ -165,6 +183,9 @@ async fn serve(a: Args) -> Result<(), Box<dyn std::error::Error>> {
             batch,
             record_steps: false,
             late_mask_grace: Some(std::time::Duration::from_millis(a.late_mask_grace_ms)),
+            speculation: (a.speculate > 0).then(|| {
+                grammask_router::speculate::SpeculationOptions::new(a.speculate, a.draft_width, a.drafter)
+            }),
         },
         limits: Limits {
             max_input_tokens: a.max_input_tokens,

@@ -98,7 +98,7 @@ impl GgufModel {
         let mut model =
             Self { base, seqs: HashMap::new(), vocab: 0, logits: Vec::new(), name, context, dtype };
         // The output width, from a one-token forward on a scratch sequence.
-        let probe = model.run_row(&ForwardRow { id: SeqId::MAX, tokens: &[0] })?;
+        let probe = model.run_row(&ForwardRow::new(SeqId::MAX, &[0]))?;
         model.seqs.remove(&SeqId::MAX);
         model.vocab = probe.len();
         Ok(model)

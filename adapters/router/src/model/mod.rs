@@ -6,6 +6,12 @@
 //! sampled token plus any jump-forward tokens, so prefill and decode rows mix in one
 //! call.
 //!
+//! A row may also carry a draft tree ([`ForwardRow::draft`], speculative decoding): the
+//! model computes logits for every draft node in the same forward, each node attending
+//! to its own ancestors only, and keeps nothing of the draft until [`Model::commit`]
+//! names the accepted path. A model that cannot verify trees says so with
+//! [`Model::max_draft_nodes`] `== 0` and is never given one.
+//!
 //! A forward leaves its logits where the model computed them: in host memory
 //! ([`StepLogits::Host`]) or, for a model on a GPU, in device memory
 //! ([`StepLogits::Cuda`], feature `cuda`). The router then masks and samples them
@@ -22,6 +28,7 @@ pub use simulated::{ForwardTime, SimulatedModel};
 pub use simulated_cuda::CudaSimulatedModel;
 
 use crate::step::SeqId;
+use grammask::matcher::DraftTree;
 use grammask_gpu::Device;
 
 /// One row of a forward.
@@ -31,6 +38,24 @@ pub struct ForwardRow<'a> {
     pub id: SeqId,
     /// Tokens to append to its cache; the logits are those after the last one.
     pub tokens: &'a [u32],
+    /// A draft tree to verify after `tokens` (speculative decoding): its root (node 0)
+    /// stands for the last of `tokens`, every other node `v` for its token after the path
+    /// from the root to `v`. The row then has [`DraftTree::len`] logits rows, node `v`'s
+    /// at the row's first logits row + `v` (node 0's: the logits after `tokens`). Draft
+    /// nodes stay out of the cache until [`Model::commit`].
+    pub draft: Option<&'a DraftTree>,
+}
+
+impl<'a> ForwardRow<'a> {
+    /// A row without a draft.
+    pub fn new(id: SeqId, tokens: &'a [u32]) -> Self {
+        Self { id, tokens, draft: None }
+    }
+
+    /// Logits rows this row gives: one, plus one per draft node.
+    pub fn logits_rows(&self) -> usize {
+        self.draft.map_or(1, DraftTree::len)
+    }
 }
 
 /// A model failed: on a row ([`Forward::failed`]), that sequence ends with this error;
@@ -57,7 +82,8 @@ impl<'a> From<StepLogits<'a>> for Forward<'a> {
     }
 }
 
-/// The logits of a forward, `[rows, vocab_size()]`, row `r` for the forward's row `r`.
+/// The logits of a forward, `[rows, vocab_size()]`: the forward's rows in order, each
+/// with [`ForwardRow::logits_rows`] logits rows (one without a draft).
 #[derive(Debug)]
 pub enum StepLogits<'a> {
     /// In host memory, contiguous.
@@ -93,6 +119,24 @@ pub trait Model: Send + 'static {
 
     /// Frees a sequence's cache (finished, cancelled). Unknown ids are ignored.
     fn release(&mut self, id: SeqId);
+
+    /// Most draft nodes (root excluded) this model verifies in one row of a forward; `0`
+    /// (the default): it does not verify drafts, and no row gets one.
+    fn max_draft_nodes(&self) -> usize {
+        0
+    }
+
+    /// After a forward whose row for `id` carried a draft: keeps the draft nodes `path`
+    /// (a path down from the root: each node the child of the one before, the first a
+    /// child of the root) in the sequence's cache, as if their tokens had been appended
+    /// one by one, and drops the rest of the draft. An empty `path` keeps none. A forward
+    /// of the sequence without a commit first drops the whole draft.
+    fn commit(&mut self, id: SeqId, path: &[usize]) -> Result<(), ModelError> {
+        if path.is_empty() {
+            return Ok(());
+        }
+        Err(ModelError(format!("sequence {id}: this model does not verify drafts")))
+    }
 
     /// A name for `/info`.
     fn name(&self) -> String;

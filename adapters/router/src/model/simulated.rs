@@ -7,6 +7,11 @@
 //! base rows plus a few spikes) and hostile to a grammar: spikes land anywhere in the
 //! vocabulary, so only the mask keeps a structured row valid.
 //!
+//! Draft trees are verified in one forward ([`Model::max_draft_nodes`]): a node's logits
+//! are those of its sequence with the node's path appended, exactly what feeding the
+//! path one token at a time gives; [`SimulatedModel::with_token_time`] makes every token
+//! beyond one per row cost forward time, so that speculation is not free.
+//!
 //! Every value is a function of integers (a hash of the seed, the base row and the
 //! column), computed exactly in `f32`, so the CUDA variant
 //! (`CudaSimulatedModel`, feature `cuda`) writes bit-for-bit the same logits on a GPU.
@@ -20,6 +25,8 @@ use std::time::{Duration, Instant};
 pub(crate) const BASE_ROWS: usize = 8;
 /// Tokens per row pushed far above the rest, at hashed positions.
 pub(crate) const SPIKES: usize = 16;
+/// Most draft nodes a row may carry.
+const MAX_DRAFT_NODES: usize = 256;
 
 /// How a forward spends its time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,20 +81,21 @@ pub(crate) struct SimulatedCache {
     pub vocab: usize,
     pub seed: u64,
     seqs: HashMap<SeqId, u64>,
+    /// The last forward's draft per sequence: each node's parent and context hash.
+    drafts: HashMap<SeqId, (Vec<Option<usize>>, Vec<u64>)>,
+}
+
+/// The context hash after one more token.
+fn extend(h: u64, t: u32) -> u64 {
+    mix(h ^ u64::from(t).wrapping_mul(0x100_0000_01B3))
 }
 
 impl SimulatedCache {
     pub fn new(vocab: usize, seed: u64) -> Self {
-        Self { vocab, seed, seqs: HashMap::new() }
+        Self { vocab, seed, seqs: HashMap::new(), drafts: HashMap::new() }
     }
 
-    /// Appends the row's tokens to its sequence and says how its logits are made.
-    pub fn plan(&mut self, row: &ForwardRow<'_>) -> RowPlan {
-        let h = self.seqs.entry(row.id).or_insert(mix(self.seed));
-        for &t in row.tokens {
-            *h = mix(*h ^ u64::from(t).wrapping_mul(0x100_0000_01B3));
-        }
-        let h = *h;
+    fn plan_of(&self, h: u64) -> RowPlan {
         let v = self.vocab.max(1) as u64;
         let mut spikes = [0u32; SPIKES];
         for (i, s) in spikes.iter_mut().enumerate() {
@@ -96,8 +104,71 @@ impl SimulatedCache {
         RowPlan { base: (h % BASE_ROWS as u64) as u32, spikes }
     }
 
+    /// Appends the row's tokens to its sequence and says how its logits are made.
+    pub fn plan(&mut self, row: &ForwardRow<'_>) -> RowPlan {
+        self.drafts.remove(&row.id);
+        let h = self.seqs.entry(row.id).or_insert(mix(self.seed));
+        for &t in row.tokens {
+            *h = extend(*h, t);
+        }
+        let h = *h;
+        self.plan_of(h)
+    }
+
+    /// [`plan`](Self::plan), then one plan per draft node (its path appended), the
+    /// draft kept aside for [`commit`](Self::commit).
+    pub fn plan_tree(&mut self, row: &ForwardRow<'_>, out: &mut Vec<RowPlan>) {
+        out.push(self.plan(row));
+        let Some(tree) = row.draft else { return };
+        let root = self.seqs.get(&row.id).copied().unwrap_or_else(|| mix(self.seed));
+        let mut hashes = vec![root; tree.len()];
+        let mut parents = vec![None; tree.len()];
+        // A node may come before its parent in the tree's numbering: each node's hash is
+        // resolved from its nearest known ancestor, once.
+        let mut known = vec![false; tree.len()];
+        known[0] = true;
+        for v in 1..tree.len() {
+            let mut path = Vec::new();
+            let mut u = v;
+            while !known[u] {
+                path.push(u);
+                u = tree.parent(u).unwrap_or(0);
+            }
+            for &w in path.iter().rev() {
+                let p = tree.parent(w).unwrap_or(0);
+                hashes[w] = extend(hashes[p], tree.token(w).unwrap_or(0));
+                parents[w] = tree.parent(w);
+                known[w] = true;
+            }
+            out.push(self.plan_of(hashes[v]));
+        }
+        self.drafts.insert(row.id, (parents, hashes));
+    }
+
+    /// Keeps the draft path `path` of the last forward in the sequence's context.
+    pub fn commit(&mut self, id: SeqId, path: &[usize]) -> Result<(), ModelError> {
+        if path.is_empty() {
+            self.drafts.remove(&id);
+            return Ok(());
+        }
+        let (parents, hashes) = self
+            .drafts
+            .remove(&id)
+            .ok_or_else(|| ModelError(format!("sequence {id}: no draft to commit")))?;
+        let mut at = 0;
+        for &v in path {
+            if v == 0 || parents.get(v).copied().flatten() != Some(at) {
+                return Err(ModelError(format!("sequence {id}: draft node {v} is not a child of node {at}")));
+            }
+            at = v;
+        }
+        self.seqs.insert(id, hashes[at]);
+        Ok(())
+    }
+
     pub fn release(&mut self, id: SeqId) {
         self.seqs.remove(&id);
+        self.drafts.remove(&id);
     }
 }
 
@@ -107,17 +178,36 @@ impl SimulatedCache {
 pub struct SimulatedModel {
     cache: SimulatedCache,
     time: ForwardTime,
+    /// Forward time per token beyond one per row (prompt tokens, jump-forward tokens,
+    /// draft nodes).
+    token_time: Duration,
     base: Vec<Vec<f32>>,
     logits: Vec<f32>,
     /// Tokens pushed up, and by how much.
     boosts: Vec<(Vec<u32>, f32)>,
+    plans: Vec<RowPlan>,
 }
 
 impl SimulatedModel {
     /// `vocab` columns, logits seeded by `seed`, each forward taking `time`.
     pub fn new(vocab: usize, seed: u64, time: ForwardTime) -> Self {
         let base = (0..BASE_ROWS).map(|k| (0..vocab).map(|j| base_value(seed, k, j)).collect()).collect();
-        Self { cache: SimulatedCache::new(vocab, seed), time, base, logits: Vec::new(), boosts: Vec::new() }
+        Self {
+            cache: SimulatedCache::new(vocab, seed),
+            time,
+            token_time: Duration::ZERO,
+            base,
+            logits: Vec::new(),
+            boosts: Vec::new(),
+            plans: Vec::new(),
+        }
+    }
+
+    /// Each token of a forward beyond one per row adds `per_token` to its time (a real
+    /// forward grows with its tokens: prefill, jump-forward tokens, draft nodes).
+    pub fn with_token_time(mut self, per_token: Duration) -> Self {
+        self.token_time = per_token;
+        self
     }
 
     /// Adds `bias` to the logits of `tokens` in every row (on top of earlier boosts).
@@ -138,9 +228,15 @@ impl Model for SimulatedModel {
     fn forward(&mut self, rows: &[ForwardRow<'_>]) -> Result<Forward<'_>, ModelError> {
         let t0 = Instant::now();
         let v = self.cache.vocab;
-        self.logits.resize(rows.len() * v, 0.0);
-        for (r, row) in rows.iter().enumerate() {
-            let plan = self.cache.plan(row);
+        let mut plans = std::mem::take(&mut self.plans);
+        plans.clear();
+        let mut extra = 0usize;
+        for row in rows {
+            self.cache.plan_tree(row, &mut plans);
+            extra += (row.tokens.len() + row.logits_rows()).saturating_sub(2);
+        }
+        self.logits.resize(plans.len() * v, 0.0);
+        for (r, plan) in plans.iter().enumerate() {
             let out = &mut self.logits[r * v..(r + 1) * v];
             out.copy_from_slice(&self.base[plan.base as usize]);
             for (i, &t) in plan.spikes.iter().enumerate() {
@@ -154,9 +250,12 @@ impl Model for SimulatedModel {
                 }
             }
         }
+        self.plans = plans;
+        let extra = self.token_time * extra as u32;
         match self.time {
-            ForwardTime::Sleep(d) => std::thread::sleep(d.saturating_sub(t0.elapsed())),
+            ForwardTime::Sleep(d) => std::thread::sleep((d + extra).saturating_sub(t0.elapsed())),
             ForwardTime::Spin(d) => {
+                let d = d + extra;
                 while t0.elapsed() < d {
                     std::hint::spin_loop();
                 }
@@ -167,6 +266,14 @@ impl Model for SimulatedModel {
 
     fn release(&mut self, id: SeqId) {
         self.cache.release(id);
+    }
+
+    fn max_draft_nodes(&self) -> usize {
+        MAX_DRAFT_NODES
+    }
+
+    fn commit(&mut self, id: SeqId, path: &[usize]) -> Result<(), ModelError> {
+        self.cache.commit(id, path)
     }
 
     fn name(&self) -> String {
@@ -195,18 +302,18 @@ mod tests {
     fn logits_depend_on_the_tokens_only() {
         let mut m = SimulatedModel::new(1000, 7, ForwardTime::Sleep(Duration::ZERO));
         let a = host(
-            m.forward(&[ForwardRow { id: 1, tokens: &[5, 6] }, ForwardRow { id: 2, tokens: &[9] }]).unwrap(),
+            m.forward(&[ForwardRow::new(1, &[5, 6]), ForwardRow::new(2, &[9])]).unwrap(),
         );
         // The same prefix fed differently (one token at a time, another batch position).
-        m.forward(&[ForwardRow { id: 3, tokens: &[5] }]).unwrap();
+        m.forward(&[ForwardRow::new(3, &[5])]).unwrap();
         let b = host(
-            m.forward(&[ForwardRow { id: 4, tokens: &[1] }, ForwardRow { id: 3, tokens: &[6] }]).unwrap(),
+            m.forward(&[ForwardRow::new(4, &[1]), ForwardRow::new(3, &[6])]).unwrap(),
         );
         assert_eq!(a[..1000], b[1000..]);
         assert_ne!(a[..1000], a[1000..]);
         // A released sequence starts afresh.
         m.release(3);
-        let c = host(m.forward(&[ForwardRow { id: 3, tokens: &[5, 6] }]).unwrap());
+        let c = host(m.forward(&[ForwardRow::new(3, &[5, 6])]).unwrap());
         assert_eq!(a[..1000], c[..1000]);
         // Spikes stand out; base values stay in [-4, 4).
         assert_eq!(
@@ -214,6 +321,42 @@ mod tests {
             a[..1000].iter().filter(|&&x| x > 4.0).count()
         );
         assert!(a.iter().all(|&x| (-4.0..4.0).contains(&x) || x >= 8.0));
+    }
+
+    #[test]
+    fn a_draft_tree_gives_each_node_the_logits_of_its_path_and_commits_one_path() {
+        use grammask::matcher::DraftTree;
+        let v = 500;
+        let mut m = SimulatedModel::new(v, 11, ForwardTime::Sleep(Duration::ZERO));
+        //   root(after [3, 4]) ─ 1:7 ─ 3:9
+        //                     └ 2:8
+        let tree = DraftTree::from_parents(&[-1, 7, 8, 9], &[-1, 0, 0, 1]).unwrap();
+        let rows = [ForwardRow { id: 1, tokens: &[3, 4], draft: Some(&tree) }, ForwardRow::new(2, &[3])];
+        let a = host(m.forward(&rows).unwrap());
+        assert_eq!(a.len(), 5 * v);
+        // Each node's logits are those of feeding its path one token at a time.
+        let mut seq = SimulatedModel::new(v, 11, ForwardTime::Sleep(Duration::ZERO));
+        let mut by_path = |path: &[u32]| {
+            seq.release(9);
+            host(seq.forward(&[ForwardRow::new(9, path)]).unwrap())
+        };
+        assert_eq!(a[..v], by_path(&[3, 4])[..]);
+        assert_eq!(a[v..2 * v], by_path(&[3, 4, 7])[..]);
+        assert_eq!(a[2 * v..3 * v], by_path(&[3, 4, 8])[..]);
+        assert_eq!(a[3 * v..4 * v], by_path(&[3, 4, 7, 9])[..]);
+        assert_eq!(a[4 * v..], by_path(&[3])[..]);
+        // Not a path: refused; then the path 1 → 3 is kept and the next token follows it.
+        assert!(m.commit(1, &[3]).is_err());
+        let a = host(m.forward(&[ForwardRow { id: 1, tokens: &[3, 4], draft: Some(&tree) }]).unwrap());
+        assert_eq!(a[..v], by_path(&[3, 4, 3, 4])[..]);
+        m.commit(1, &[1, 3]).unwrap();
+        let b = host(m.forward(&[ForwardRow::new(1, &[5])]).unwrap());
+        assert_eq!(b, by_path(&[3, 4, 3, 4, 7, 9, 5]));
+        // A forward without a commit drops the draft.
+        m.forward(&[ForwardRow { id: 1, tokens: &[6], draft: Some(&tree) }]).unwrap();
+        let c = host(m.forward(&[ForwardRow::new(1, &[2])]).unwrap());
+        assert_eq!(c, by_path(&[3, 4, 3, 4, 7, 9, 5, 6, 2]));
+        assert!(m.commit(1, &[1]).is_err());
     }
 
     #[test]

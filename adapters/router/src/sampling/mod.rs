@@ -515,6 +515,98 @@ impl Sampler {
             self.note(id);
         }
     }
+
+    /// Takes back tokens drawn but not kept (a verify step's draws past where the grammar
+    /// forced text or the sequence ended): the penalties count them no more.
+    pub fn forget(&mut self, ids: &[u32]) {
+        if !self.counts_tokens() {
+            return;
+        }
+        for id in ids {
+            if let Some(n) = self.counts.get_mut(id) {
+                *n -= 1;
+                if *n == 0 {
+                    self.counts.remove(id);
+                }
+            }
+        }
+    }
+
+    /// Verifies a draft tree: draws at the root from its logits row (under its mask), and
+    /// while the token drawn is a child's, moves to that child and draws again from its
+    /// row — each draw from the model's distribution at that node, penalized on the
+    /// node's own context (the tokens drawn before it are noted first) and masked by the
+    /// node's mask. It stops at a token no child has (the bonus token), at a stop token,
+    /// or when nothing is allowed.
+    ///
+    /// Every token is thus drawn exactly as non-speculative decoding would draw it, given
+    /// the same logits: greedy outputs are the same token for token, sampled ones follow
+    /// the same distribution (for deterministic drafts this is SpecInfer's multi-candidate
+    /// rejection sampling, whose residual after rejecting point-mass candidates is the
+    /// target with them removed). `rows` holds the tree's logits rows, node `v`'s at `v`;
+    /// `masks(v)` is node `v`'s mask (`None`: every token allowed).
+    ///
+    /// ```
+    /// use grammask::matcher::DraftTree;
+    /// use grammask_router::sampling::{Sampler, SamplingParams};
+    /// // root → 1:"2" → 2:"0"; greedy takes 2 at the root, then 0 at node 1, then 1 at node 2.
+    /// let tree = DraftTree::from_parents(&[-1, 2, 0], &[-1, 0, 1])?;
+    /// let mut rows = vec![0.0, 1.0, 5.0, /* node 1 */ 4.0, 1.0, 0.0, /* node 2 */ 0.0, 3.0, 1.0];
+    /// let mut s = Sampler::new(SamplingParams::default());
+    /// let w = s.verify_tree(&mut rows, 3, &tree, |_| None, &[]);
+    /// assert_eq!(w.tokens.iter().map(|t| t.0).collect::<Vec<_>>(), [2, 0, 1]);
+    /// assert_eq!(w.path, [1, 2]);
+    /// # Ok::<(), grammask::Error>(())
+    /// ```
+    pub fn verify_tree<'m>(
+        &mut self,
+        rows: &mut [f32],
+        vocab: usize,
+        tree: &grammask::matcher::DraftTree,
+        masks: impl Fn(usize) -> Option<&'m [u32]>,
+        stop_tokens: &[u32],
+    ) -> TreeWalk {
+        let mut walk = TreeWalk::default();
+        let mut at = 0;
+        loop {
+            let Some(row) = rows.get_mut(at * vocab..(at + 1) * vocab) else { break };
+            let pick = match masks(at) {
+                Some(m) => self.sample_masked(row, m),
+                None => self.sample(row),
+            };
+            let (t, lp) = match pick {
+                Ok(p) => p,
+                Err(e) => {
+                    walk.error = Some(e);
+                    break;
+                }
+            };
+            walk.tokens.push((t, lp, self.take_top()));
+            if stop_tokens.contains(&t) {
+                break;
+            }
+            match tree.children(at).find(|&c| tree.token(c) == Some(t)) {
+                Some(c) => {
+                    walk.path.push(c);
+                    at = c;
+                }
+                None => break,
+            }
+        }
+        walk
+    }
+}
+
+/// What [`Sampler::verify_tree`] drew.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TreeWalk {
+    /// The tokens drawn, in order, with their log-probabilities and top tokens: the draft
+    /// path's tokens, then the one drawn after it.
+    pub tokens: Vec<(u32, Option<f32>, Vec<(u32, f32)>)>,
+    /// The draft nodes accepted, in order (`tokens[i]` is node `path[i]`'s token).
+    pub path: Vec<usize>,
+    /// Nothing was allowed at the last node reached.
+    pub error: Option<NothingAllowed>,
 }
 
 /// `device.cu`'s mix of a key and a column (SplitMix64's finalizer).

@@ -1,0 +1,231 @@
+//! Drafters for speculative decoding: where a row's next tokens are guessed before the
+//! model has seen them, as a tree the next forward verifies ([`crate::model::ForwardRow::draft`]).
+//!
+//! Two sources, and their union:
+//!
+//! - **grammar**: where the grammar leaves few legal continuations (an object key of a
+//!   schema, an enum value, `true`/`false`/`null`, a tag's begin string), every one of
+//!   them becomes a child, so whichever the model picks is already in the tree. What the
+//!   grammar forces outright needs no draft: jump-forward appends it.
+//! - **n-gram**: prompt lookup — the longest recent suffix of the sequence seen earlier in
+//!   it (prompt or output) proposes what followed it then (TGI's `--speculate` n-gram
+//!   mode, vLLM's `ngram`). On a constrained row each proposal is kept only if the grammar
+//!   accepts it.
+//! - **both**: grammar alternatives where there are few, the n-gram guess elsewhere.
+//!
+//! A drafter only proposes; what is accepted is decided by drawing from the model's
+//! masked distribution at each node (see `docs/speculative.md`), so a bad draft costs
+//! forward time, never a wrong token.
+
+use crate::step::DraftGrammar;
+use grammask::matcher::DraftTree;
+
+/// Which drafter proposes a row's tree (`--drafter`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DrafterKind {
+    /// The grammar's few legal continuations (constrained rows only).
+    Grammar,
+    /// Prompt lookup over the prompt and the output so far.
+    Ngram,
+    /// Grammar alternatives where there are few, the n-gram guess elsewhere.
+    #[default]
+    Both,
+}
+
+impl DrafterKind {
+    /// The name used by `--drafter` and in metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            DrafterKind::Grammar => "grammar",
+            DrafterKind::Ngram => "ngram",
+            DrafterKind::Both => "both",
+        }
+    }
+}
+
+impl std::str::FromStr for DrafterKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "grammar" => Ok(DrafterKind::Grammar),
+            "ngram" => Ok(DrafterKind::Ngram),
+            "both" => Ok(DrafterKind::Both),
+            _ => Err(format!("unknown drafter `{s}` (grammar, ngram or both)")),
+        }
+    }
+}
+
+/// Speculative decoding's settings (`--speculate`, `--draft-width`, `--drafter`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpeculationOptions {
+    /// Most draft tokens on a path (the tree's depth; TGI's `--speculate N`).
+    pub depth: usize,
+    /// Most legal continuations a grammar node may have to be drafted as siblings.
+    pub width: usize,
+    /// Most draft nodes per row.
+    pub max_nodes: usize,
+    /// Who proposes.
+    pub drafter: DrafterKind,
+    /// Stop drafting for a row while its drafts do not pay (measured acceptance against
+    /// the measured forward cost of a node), trying again every few steps; `false`:
+    /// always draft (to measure, or to test exactness under heavy drafting).
+    pub backoff: bool,
+}
+
+impl SpeculationOptions {
+    /// `depth` tokens deep, `width` siblings, the given drafter; at most
+    /// `depth × width` nodes (and 64).
+    pub fn new(depth: usize, width: usize, drafter: DrafterKind) -> Self {
+        Self { depth, width, max_nodes: (depth * width.max(1)).clamp(1, 64), drafter, backoff: true }
+    }
+}
+
+/// What a drafter sees of a row.
+#[derive(Debug, Clone, Copy)]
+pub struct DraftContext<'a> {
+    /// The sequence so far: prompt, then every token generated and forced (the last one
+    /// is the token the draft follows).
+    pub history: &'a [u32],
+    /// Tokens that end a sequence: never expanded further.
+    pub stop_tokens: &'a [u32],
+}
+
+/// Proposes a row's draft tree. An engine can plug in its own (a draft model, an MTP
+/// head); the proposals must be deterministic (a token per node, siblings distinct):
+/// acceptance draws from the target distribution and follows the matching child, which
+/// is exact for such drafts (a drafter with its own probabilities would need the
+/// residual rule of multi-candidate rejection sampling instead).
+pub trait Drafter: Send + Sync {
+    /// Its name in metrics.
+    fn name(&self) -> &'static str;
+
+    /// The tree for a row (`None` or a root alone: no draft). `grammar` is the row's
+    /// grammar when it is constrained.
+    fn draft(
+        &self,
+        ctx: &DraftContext<'_>,
+        grammar: Option<&mut DraftGrammar<'_>>,
+        options: &SpeculationOptions,
+    ) -> Option<DraftTree>;
+}
+
+/// The built-in drafters ([`DrafterKind`]).
+#[derive(Debug, Clone, Copy)]
+pub struct BuiltinDrafter(pub DrafterKind);
+
+/// Longest suffix tried by the n-gram lookup.
+const NGRAM_MAX: usize = 4;
+/// How far back the lookup searches (recent text repeats most).
+const NGRAM_WINDOW: usize = 4096;
+
+/// The token that followed the most recent earlier occurrence of the longest suffix of
+/// `seq` (of at most [`NGRAM_MAX`] tokens) within the last [`NGRAM_WINDOW`] tokens.
+pub fn ngram_next(seq: &[u32]) -> Option<u32> {
+    let n = seq.len();
+    let lo = n.saturating_sub(NGRAM_WINDOW);
+    for k in (1..=NGRAM_MAX.min(n.saturating_sub(1))).rev() {
+        let suffix = &seq[n - k..];
+        // Occurrences ending before the suffix itself, latest first.
+        let found = (lo..n - k).rev().find(|&s| &seq[s..s + k] == suffix);
+        if let Some(s) = found {
+            return Some(seq[s + k]);
+        }
+    }
+    None
+}
+
+impl Drafter for BuiltinDrafter {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+
+    fn draft(
+        &self,
+        ctx: &DraftContext<'_>,
+        mut grammar: Option<&mut DraftGrammar<'_>>,
+        options: &SpeculationOptions,
+    ) -> Option<DraftTree> {
+        let use_grammar = matches!(self.0, DrafterKind::Grammar | DrafterKind::Both);
+        let use_ngram = matches!(self.0, DrafterKind::Ngram | DrafterKind::Both);
+        if options.depth == 0 || (!use_ngram && grammar.is_none()) {
+            return None;
+        }
+        let (mut tokens, mut parents) = (vec![-1i64], vec![-1i64]);
+        // Breadth first, so that a node budget keeps the shallow nodes (the likelier).
+        let mut frontier: Vec<(usize, Vec<u32>)> = vec![(0, Vec::new())];
+        let mut seq = ctx.history.to_vec();
+        'levels: for _ in 0..options.depth {
+            let mut next = Vec::new();
+            for (v, path) in frontier {
+                let mut children = None;
+                if use_grammar {
+                    if let Some(g) = grammar.as_deref_mut() {
+                        children = g.alternatives(&path, options.width);
+                    }
+                }
+                if children.is_none() && use_ngram {
+                    seq.truncate(ctx.history.len());
+                    seq.extend_from_slice(&path);
+                    let guess = ngram_next(&seq).filter(|&t| {
+                        let mut chain = path.clone();
+                        chain.push(t);
+                        match grammar.as_deref_mut() {
+                            Some(g) => g.validate(&chain) == chain.len(),
+                            None => true,
+                        }
+                    });
+                    children = guess.map(|t| vec![t]);
+                }
+                for t in children.unwrap_or_default() {
+                    if tokens.len() > options.max_nodes {
+                        break 'levels;
+                    }
+                    tokens.push(i64::from(t));
+                    parents.push(v as i64);
+                    if !ctx.stop_tokens.contains(&t) {
+                        let mut p = path.clone();
+                        p.push(t);
+                        next.push((tokens.len() - 1, p));
+                    }
+                }
+            }
+            if next.is_empty() {
+                break;
+            }
+            frontier = next;
+        }
+        if tokens.len() < 2 {
+            return None;
+        }
+        DraftTree::from_parents(&tokens, &parents).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ngram_lookup_takes_the_longest_recent_match() {
+        // "1 2 3 9 … 1 2 3" → 9 (the 3-gram), not what followed a later "3" alone.
+        assert_eq!(ngram_next(&[1, 2, 3, 9, 5, 3, 7, 1, 2, 3]), Some(9));
+        // The latest occurrence wins among equals.
+        assert_eq!(ngram_next(&[4, 1, 4, 2, 4]), Some(2));
+        assert_eq!(ngram_next(&[1, 2, 3]), None);
+        assert_eq!(ngram_next(&[]), None);
+    }
+
+    #[test]
+    fn an_ngram_chain_follows_the_history_and_stops_at_a_stop_token() {
+        let d = BuiltinDrafter(DrafterKind::Ngram);
+        let opts = SpeculationOptions::new(4, 1, DrafterKind::Ngram);
+        let history = [5, 6, 7, 8, 0, 9, 5, 6];
+        let tree = d.draft(&DraftContext { history: &history, stop_tokens: &[0] }, None, &opts).unwrap();
+        // 7, 8, then the stop token 0, not expanded.
+        assert_eq!((1..tree.len()).map(|v| tree.token(v).unwrap()).collect::<Vec<_>>(), [7, 8, 0]);
+        assert_eq!(tree.parent(3), Some(2));
+        // The grammar drafter has nothing to say on an unconstrained row.
+        let g = BuiltinDrafter(DrafterKind::Grammar);
+        assert!(g.draft(&DraftContext { history: &history, stop_tokens: &[0] }, None, &opts).is_none());
+    }
+}
