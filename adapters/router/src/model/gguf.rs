@@ -1,51 +1,55 @@
-//! A real model: a Llama-family GGUF (SmolLM2-135M-Instruct, Llama 3.x, …) run with
-//! `candle-transformers`' quantized Llama on the CPU.
-//!
-//! The weights are loaded once; each sequence gets its own KV cache by cloning the
-//! model (the clone shares every weight tensor: only the caches are per sequence).
-//! A forward runs the step's rows one after another, each over its new tokens (the
-//! whole prompt on its first step), and writes the logits of each row's last token.
+//! A real model: a Llama-family GGUF (SmolLM2-135M-Instruct, Llama 3.x, …) run by
+//! grammask's own forward on the CPU ([`super::llama`]): every row of a step — prompts,
+//! decode tokens, draft trees to verify — in one forward, each weight block read once for
+//! all of them.
 //!
 //! [`hf_tokenizer_from_gguf`] builds the Hugging Face tokenizer (and a
 //! `tokenizer_config.json` with the chat template and special tokens) from the same
 //! file's metadata, so `--gguf PATH` alone serves the model.
 
+use super::llama::{Llama, WeightFormat};
 use super::{Forward, ForwardRow, Model, ModelError, StepLogits};
 use crate::step::SeqId;
 use candle_core::quantized::gguf_file;
-use candle_core::{Device, Tensor};
-use candle_transformers::models::quantized_llama::{ModelWeights, MAX_SEQ_LEN};
 use serde_json::{json, Map, Value};
-use std::collections::HashMap;
 use std::path::Path;
 
 fn err(what: &str) -> impl FnOnce(candle_core::Error) -> ModelError + '_ {
     move |e| ModelError(format!("{what}: {e}"))
 }
 
-/// A real model: a Llama-family GGUF (SmolLM2-135M-Instruct, Llama 3.x, …) run with
-/// `candle-transformers`' quantized Llama on the CPU.
+/// Most positions a sequence may hold, whatever the file says (its keys and values take
+/// 2 × layers × kv heads × head size × 4 bytes per position: 46 KB for SmolLM2-135M).
+pub const MAX_CONTEXT: usize = 8192;
+
+/// Most draft nodes a row may carry.
+const MAX_DRAFT_NODES: usize = 64;
+
+/// A real model: a Llama-family GGUF (SmolLM2-135M-Instruct, Llama 3.x, …) run by
+/// grammask's own forward on the CPU.
 pub struct GgufModel {
-    base: ModelWeights,
-    seqs: HashMap<SeqId, (ModelWeights, usize)>,
-    vocab: usize,
+    llama: Llama,
     logits: Vec<f32>,
     name: String,
-    /// Positions a sequence may hold ([`Model::max_context`]).
-    context: usize,
     /// What `/info` says of its numbers ([`Model::dtype`]).
     dtype: String,
 }
 
 impl std::fmt::Debug for GgufModel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GgufModel").field("name", &self.name).field("sequences", &self.seqs.len()).finish()
+        f.debug_struct("GgufModel").field("name", &self.name).field("llama", &self.llama).finish()
     }
 }
 
 impl GgufModel {
-    /// Loads the GGUF file at `path` (architecture `llama`: Llama 1–3, SmolLM, Mistral 7B).
+    /// Loads the GGUF file at `path` (architecture `llama`: Llama 1–3, SmolLM, Mistral 7B),
+    /// its weights as the file has them.
     pub fn load(path: &Path) -> Result<Self, ModelError> {
+        Self::load_as(path, WeightFormat::Quantized)
+    }
+
+    /// [`load`](Self::load), the weights held as `format` says.
+    pub fn load_as(path: &Path, format: WeightFormat) -> Result<Self, ModelError> {
         let mut file =
             std::fs::File::open(path).map_err(|e| ModelError(format!("{}: {e}", path.display())))?;
         let content = gguf_file::Content::read(&mut file)
@@ -62,13 +66,6 @@ impl GgufModel {
                 path.display()
             )));
         }
-        // The smaller of what the model was trained for and what the forward's cache holds.
-        let trained = content
-            .metadata
-            .get("llama.context_length")
-            .and_then(|v| v.to_u32().ok())
-            .map_or(MAX_SEQ_LEN, |n| n as usize);
-        let context = trained.min(MAX_SEQ_LEN);
         // llama.cpp's `general.file_type`: the weights' type; candle computes in f32.
         let weights = match content.metadata.get("general.file_type").and_then(|v| v.to_u32().ok()) {
             Some(0) => "float32".to_string(),
@@ -86,74 +83,62 @@ impl GgufModel {
             Some(n) => format!("GGUF file type {n}"),
             None => "unknown".to_string(),
         };
-        let dtype = format!("{weights} weights, float32 activations");
+        let dtype = match format {
+            WeightFormat::Quantized => format!("{weights} weights, float32 activations"),
+            WeightFormat::F32 => format!("float32 (dequantized from {weights})"),
+        };
         let name = content
             .metadata
             .get("general.name")
             .and_then(|v| v.to_string().ok())
             .cloned()
             .unwrap_or_else(|| path.display().to_string());
-        let base =
-            ModelWeights::from_gguf(content, &mut file, &Device::Cpu).map_err(err("loading the weights"))?;
-        let mut model =
-            Self { base, seqs: HashMap::new(), vocab: 0, logits: Vec::new(), name, context, dtype };
-        // The output width, from a one-token forward on a scratch sequence.
-        let probe = model.run_row(&ForwardRow::new(SeqId::MAX, &[0]))?;
-        model.seqs.remove(&SeqId::MAX);
-        model.vocab = probe.len();
-        Ok(model)
+        let llama = Llama::load(&content, &mut file, format, MAX_CONTEXT)?;
+        Ok(Self { llama, logits: Vec::new(), name, dtype })
     }
 
-    /// The next-token logits of one row, appending its tokens to its cache.
-    fn run_row(&mut self, row: &ForwardRow<'_>) -> Result<Vec<f32>, ModelError> {
-        let (weights, pos) = self.seqs.entry(row.id).or_insert_with(|| (self.base.clone(), 0));
-        if row.tokens.is_empty() {
-            return Err(ModelError(format!("sequence {}: a forward row without tokens", row.id)));
-        }
-        if *pos + row.tokens.len() > self.context {
-            return Err(ModelError(format!(
-                "sequence {}: {} tokens exceed the model's context of {}",
-                row.id,
-                *pos + row.tokens.len(),
-                self.context
-            )));
-        }
-        let x = Tensor::new(row.tokens, &Device::Cpu).and_then(|t| t.unsqueeze(0)).map_err(err("input"))?;
-        let out = weights.forward(&x, *pos).map_err(err("forward"))?;
-        *pos += row.tokens.len();
-        out.squeeze(0)
-            .and_then(|t| t.to_dtype(candle_core::DType::F32))
-            .and_then(|t| t.to_vec1::<f32>())
-            .map_err(err("logits"))
+    /// Bytes the weight matrices take as held.
+    pub fn weight_bytes(&self) -> usize {
+        self.llama.weight_bytes()
     }
 }
 
 impl Model for GgufModel {
     fn vocab_size(&self) -> usize {
-        self.vocab
+        self.llama.vocab()
     }
 
     fn forward(&mut self, rows: &[ForwardRow<'_>]) -> Result<Forward<'_>, ModelError> {
-        let v = self.vocab;
-        self.logits.resize(rows.len() * v, 0.0);
-        // Rows run one by one, each on its own cache: one row's failure is its own.
         let mut failed = Vec::new();
+        let mut args = Vec::with_capacity(rows.len());
         for (r, row) in rows.iter().enumerate() {
-            match self.run_row(row) {
-                Ok(out) if out.len() == v => self.logits[r * v..(r + 1) * v].copy_from_slice(&out),
-                Ok(out) => failed.push((r, ModelError(format!("{} logits, expected {v}", out.len())))),
-                Err(e) => failed.push((r, e)),
+            match row.draft {
+                Some(t) if t.len() > MAX_DRAFT_NODES + 1 => {
+                    failed.push((r, ModelError(format!("{} draft nodes; at most {MAX_DRAFT_NODES}", t.len() - 1))));
+                    args.push((row.id, row.tokens, None));
+                }
+                _ => args.push((row.id, row.tokens, row.draft)),
             }
         }
+        let mut bad = self.llama.forward(&args, &mut self.logits);
+        failed.append(&mut bad);
         Ok(Forward { logits: StepLogits::Host(&mut self.logits), failed })
     }
 
     fn release(&mut self, id: SeqId) {
-        self.seqs.remove(&id);
+        self.llama.release(id);
+    }
+
+    fn max_draft_nodes(&self) -> usize {
+        MAX_DRAFT_NODES
+    }
+
+    fn commit(&mut self, id: SeqId, path: &[usize]) -> Result<(), ModelError> {
+        self.llama.commit(id, path)
     }
 
     fn max_context(&self) -> Option<usize> {
-        Some(self.context)
+        Some(self.llama.context())
     }
 
     fn dtype(&self) -> String {
@@ -161,7 +146,7 @@ impl Model for GgufModel {
     }
 
     fn name(&self) -> String {
-        format!("{} (GGUF, candle, CPU)", self.name)
+        format!("{} (GGUF, grammask's Llama forward, CPU)", self.name)
     }
 }
 

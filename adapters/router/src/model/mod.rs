@@ -18,11 +18,14 @@
 //! there, so device logits never cross to the host.
 
 mod gguf;
-mod simulated;
+mod llama;
+mod quant;
+pub(crate) mod simulated;
 #[cfg(feature = "cuda")]
 mod simulated_cuda;
 
-pub use gguf::{hf_tokenizer_from_gguf, GgufModel};
+pub use gguf::{hf_tokenizer_from_gguf, GgufModel, MAX_CONTEXT};
+pub use llama::WeightFormat;
 pub use simulated::{ForwardTime, SimulatedModel};
 #[cfg(feature = "cuda")]
 pub use simulated_cuda::CudaSimulatedModel;

@@ -1,0 +1,556 @@
+//! grammask's own Llama forward for GGUF weights, on the CPU: one forward for every row of
+//! a step — prompts, decode tokens and draft trees — with each weight block read once for
+//! all of them ([`super::quant`]).
+//!
+//! A forward stacks the step's query tokens: each row's new tokens (appended to its
+//! sequence's cache, causally) and its draft nodes, each node at the position of its depth
+//! below the row's last token and attending to the sequence's cache, the row's new tokens
+//! and its own ancestors only — a tree attention mask. Draft nodes' keys and values are
+//! kept aside; [`Llama::commit`] appends the accepted path's to the cache, exactly what
+//! feeding the path one token at a time would have written.
+//!
+//! Every per-token computation (norms, products, RoPE, attention over the keys in position
+//! order) is done the same way whatever else is in the forward, so a node's logits are bit
+//! for bit those of sequential decoding of its path, in any batch.
+
+use super::quant::{Weights, BLOCK};
+use super::ModelError;
+use crate::step::SeqId;
+use candle_core::quantized::gguf_file;
+use grammask::matcher::DraftTree;
+use rayon::prelude::*;
+use std::collections::HashMap;
+
+/// How the weight matrices are held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WeightFormat {
+    /// As the file has them (Q4_1, Q8_0, …), products on 8-bit activations.
+    #[default]
+    Quantized,
+    /// Dequantized to `f32` at load (several times the memory), `f32` products.
+    F32,
+}
+
+#[derive(Debug, Clone)]
+struct Config {
+    hidden: usize,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    layers: usize,
+    eps: f32,
+    context: usize,
+}
+
+struct Layer {
+    attn_norm: Vec<f32>,
+    wq: Weights,
+    wk: Weights,
+    wv: Weights,
+    wo: Weights,
+    ffn_norm: Vec<f32>,
+    gate: Weights,
+    up: Weights,
+    down: Weights,
+}
+
+/// A sequence's keys and values, per layer `[position, kv_heads × head_dim]`.
+#[derive(Default)]
+struct Cache {
+    len: usize,
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+    /// The last forward's draft: each node's parent and, per layer, its keys and values
+    /// (node `v`'s at `v − 1`).
+    draft: Option<DraftKv>,
+}
+
+struct DraftKv {
+    parents: Vec<Option<usize>>,
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+}
+
+/// One query token of a forward.
+#[derive(Clone, Copy)]
+struct Query {
+    /// Index of its forward row.
+    row: usize,
+    token: u32,
+    pos: usize,
+    /// A draft node (`Some(v)`) or the row's `i`-th new token.
+    node: Option<usize>,
+    /// The row's `i`-th new token (nodes: the row's count of new tokens).
+    i: usize,
+}
+
+/// A Llama-family model (GGUF, architecture `llama`) with its own forward.
+pub struct Llama {
+    cfg: Config,
+    embed: Weights,
+    layers: Vec<Layer>,
+    norm: Vec<f32>,
+    output: Weights,
+    /// `cos`, `sin` per position and frequency (`[context, head_dim / 2]`).
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+    seqs: HashMap<SeqId, Cache>,
+    weight_bytes: usize,
+}
+
+impl std::fmt::Debug for Llama {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Llama").field("layers", &self.cfg.layers).field("sequences", &self.seqs.len()).finish()
+    }
+}
+
+fn err(e: impl std::fmt::Display) -> ModelError {
+    ModelError(e.to_string())
+}
+
+impl Llama {
+    /// Reads the weights of a GGUF file already parsed (`content`) from `file`.
+    pub fn load<R: std::io::Read + std::io::Seek>(
+        content: &gguf_file::Content,
+        file: &mut R,
+        format: WeightFormat,
+        max_context: usize,
+    ) -> Result<Self, ModelError> {
+        let md = |k: &str| content.metadata.get(k).ok_or_else(|| ModelError(format!("no `{k}` in the metadata")));
+        let u = |k: &str| md(k).and_then(|v| v.to_u32().map_err(err)).map(|v| v as usize);
+        let f = |k: &str| md(k).and_then(|v| v.to_f32().map_err(err));
+        let hidden = u("llama.embedding_length")?;
+        let heads = u("llama.attention.head_count")?;
+        let kv_heads = u("llama.attention.head_count_kv").unwrap_or(heads);
+        let layers = u("llama.block_count")?;
+        let head_dim = hidden / heads.max(1);
+        let eps = f("llama.attention.layer_norm_rms_epsilon").unwrap_or(1e-5);
+        let base = f("llama.rope.freq_base").unwrap_or(10_000.0);
+        let context = u("llama.context_length").unwrap_or(max_context).min(max_context);
+        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 || head_dim % 2 != 0 || hidden % BLOCK != 0 {
+            return Err(ModelError(format!(
+                "unsupported shape: hidden {hidden}, heads {heads}, kv heads {kv_heads}"
+            )));
+        }
+        let mut tensor = |name: &str| -> Result<Weights, ModelError> {
+            let info = content.tensor_infos.get(name).ok_or_else(|| ModelError(format!("no tensor `{name}`")))?;
+            let dims = info.shape.dims().to_vec();
+            let (rows, cols) = match dims[..] {
+                [n] => (1, n),
+                [r, c] => (r, c),
+                _ => return Err(ModelError(format!("`{name}`: {}-dimensional", dims.len()))),
+            };
+            let q = content.tensor(file, name, &candle_core::Device::Cpu).map_err(err)?;
+            let kind = match q.dtype() {
+                candle_core::quantized::GgmlDType::F32 => 0,
+                candle_core::quantized::GgmlDType::F16 => 1,
+                candle_core::quantized::GgmlDType::Q4_1 => 3,
+                candle_core::quantized::GgmlDType::Q8_0 => 8,
+                other => return Err(ModelError(format!("`{name}`: weights of type {other:?} are not supported"))),
+            };
+            let bytes = q.data().map_err(err)?;
+            let w = Weights::from_gguf(kind, rows, cols, &bytes).map_err(|e| ModelError(format!("`{name}`: {e}")))?;
+            Ok(match format {
+                WeightFormat::F32 => w.dequantized(),
+                WeightFormat::Quantized => w,
+            })
+        };
+        let vector = |w: Weights| -> Vec<f32> {
+            let mut out = vec![0.0; w.cols()];
+            w.row_f32(0, &mut out);
+            out
+        };
+        let embed = tensor("token_embd.weight")?;
+        let output = match content.tensor_infos.contains_key("output.weight") {
+            true => tensor("output.weight")?,
+            false => embed.clone(),
+        };
+        let norm = vector(tensor("output_norm.weight")?);
+        let mut ls = Vec::with_capacity(layers);
+        for l in 0..layers {
+            let t = |n: &str| format!("blk.{l}.{n}.weight");
+            ls.push(Layer {
+                attn_norm: vector(tensor(&t("attn_norm"))?),
+                wq: tensor(&t("attn_q"))?,
+                wk: tensor(&t("attn_k"))?,
+                wv: tensor(&t("attn_v"))?,
+                wo: tensor(&t("attn_output"))?,
+                ffn_norm: vector(tensor(&t("ffn_norm"))?),
+                gate: tensor(&t("ffn_gate"))?,
+                up: tensor(&t("ffn_up"))?,
+                down: tensor(&t("ffn_down"))?,
+            });
+        }
+        for (l, layer) in ls.iter().enumerate() {
+            let kv = kv_heads * head_dim;
+            let shapes = [
+                (&layer.wq, hidden, hidden),
+                (&layer.wk, kv, hidden),
+                (&layer.wv, kv, hidden),
+                (&layer.wo, hidden, hidden),
+                (&layer.up, layer.up.rows(), hidden),
+                (&layer.gate, layer.up.rows(), hidden),
+                (&layer.down, hidden, layer.up.rows()),
+            ];
+            if shapes.iter().any(|(w, r, c)| w.rows() != *r || w.cols() != *c) {
+                return Err(ModelError(format!("layer {l}: weight shapes do not fit the metadata")));
+            }
+        }
+        // RoPE tables, as candle computes them (θ_i = base^(−2i/d), angle = pos·θ_i in f32).
+        let half = head_dim / 2;
+        let theta: Vec<f32> = (0..half).map(|i| 1.0 / base.powf((2 * i) as f32 / head_dim as f32)).collect();
+        let (mut cos, mut sin) = (Vec::with_capacity(context * half), Vec::with_capacity(context * half));
+        for p in 0..context {
+            for &t in &theta {
+                let a = p as f32 * t;
+                cos.push(a.cos());
+                sin.push(a.sin());
+            }
+        }
+        let weight_bytes = embed.memory_bytes()
+            + output.memory_bytes()
+            + ls.iter()
+                .map(|l| {
+                    [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down].iter().map(|w| w.memory_bytes()).sum::<usize>()
+                })
+                .sum::<usize>();
+        Ok(Self {
+            cfg: Config { hidden, heads, kv_heads, head_dim, layers, eps, context },
+            embed,
+            layers: ls,
+            norm,
+            output,
+            cos,
+            sin,
+            seqs: HashMap::new(),
+            weight_bytes,
+        })
+    }
+
+    /// Columns of the logits.
+    pub fn vocab(&self) -> usize {
+        self.output.rows()
+    }
+
+    /// Positions a sequence may hold.
+    pub fn context(&self) -> usize {
+        self.cfg.context
+    }
+
+    /// Bytes of the weight matrices as held.
+    pub fn weight_bytes(&self) -> usize {
+        self.weight_bytes
+    }
+
+    /// Forgets a sequence.
+    pub fn release(&mut self, id: SeqId) {
+        self.seqs.remove(&id);
+    }
+
+    /// Keeps the draft path `path` of the last forward of `id` in its cache.
+    pub fn commit(&mut self, id: SeqId, path: &[usize]) -> Result<(), ModelError> {
+        let cache = self.seqs.get_mut(&id).ok_or_else(|| ModelError(format!("sequence {id}: unknown")))?;
+        let draft = cache.draft.take();
+        if path.is_empty() {
+            return Ok(());
+        }
+        let draft = draft.ok_or_else(|| ModelError(format!("sequence {id}: no draft to commit")))?;
+        let mut at = 0;
+        for &v in path {
+            if v == 0 || draft.parents.get(v).copied().flatten() != Some(at) {
+                return Err(ModelError(format!("sequence {id}: draft node {v} is not a child of node {at}")));
+            }
+            at = v;
+        }
+        if cache.len + path.len() > self.cfg.context {
+            return Err(ModelError(format!("sequence {id}: the path passes the context of {}", self.cfg.context)));
+        }
+        let kv = self.cfg.kv_heads * self.cfg.head_dim;
+        for l in 0..self.cfg.layers {
+            for &v in path {
+                cache.k[l].extend_from_slice(&draft.k[l][(v - 1) * kv..v * kv]);
+                cache.v[l].extend_from_slice(&draft.v[l][(v - 1) * kv..v * kv]);
+            }
+        }
+        cache.len += path.len();
+        Ok(())
+    }
+
+    /// The forward of `rows` (`(sequence, new tokens, draft)`): writes, per row, the logits
+    /// after its last new token and after each draft node, in order, into `logits`;
+    /// returns the rows that failed (their logits are zero).
+    pub fn forward(
+        &mut self,
+        rows: &[(SeqId, &[u32], Option<&DraftTree>)],
+        logits: &mut Vec<f32>,
+    ) -> Vec<(usize, ModelError)> {
+        let c = self.cfg.clone();
+        let (hidden, kv, hd) = (c.hidden, c.kv_heads * c.head_dim, c.head_dim);
+        let vocab = self.vocab();
+        let mut failed = Vec::new();
+        // The query tokens, and which give logits (per row: its last new token, its nodes).
+        let mut queries: Vec<Query> = Vec::new();
+        let mut wanted: Vec<usize> = Vec::new();
+        let mut ok = vec![true; rows.len()];
+        let mut out_rows = 0;
+        let mut bases = Vec::with_capacity(rows.len());
+        for (r, &(id, tokens, draft)) in rows.iter().enumerate() {
+            let n_out = draft.map_or(1, DraftTree::len);
+            bases.push(out_rows);
+            out_rows += n_out;
+            let cache = self.seqs.entry(id).or_default();
+            cache.draft = None;
+            if cache.k.is_empty() {
+                cache.k = vec![Vec::new(); c.layers];
+                cache.v = vec![Vec::new(); c.layers];
+            }
+            let depth = |v: usize| {
+                let mut d = 0;
+                let mut u = v;
+                while let Some(p) = draft.and_then(|t| t.parent(u)) {
+                    d += 1;
+                    u = p;
+                }
+                d
+            };
+            let deepest = draft.map_or(0, |t| (0..t.len()).map(depth).max().unwrap_or(0));
+            let bad = if tokens.is_empty() {
+                Some(format!("sequence {id}: a forward row without tokens"))
+            } else if let Some(t) = tokens.iter().chain(draft.map(|_| &0u32)).find(|&&t| t as usize >= self.embed.rows()) {
+                Some(format!("sequence {id}: token {t} is outside the vocabulary"))
+            } else if cache.len + tokens.len() + deepest > c.context {
+                Some(format!(
+                    "sequence {id}: {} positions exceed the model's context of {}",
+                    cache.len + tokens.len() + deepest,
+                    c.context
+                ))
+            } else {
+                draft.and_then(|t| {
+                    (1..t.len())
+                        .find(|&v| t.token(v).map_or(true, |x| x as usize >= self.embed.rows()))
+                        .map(|v| format!("sequence {id}: draft node {v}'s token is outside the vocabulary"))
+                })
+            };
+            if let Some(why) = bad {
+                failed.push((r, ModelError(why)));
+                ok[r] = false;
+                continue;
+            }
+            let n = tokens.len();
+            for (i, &t) in tokens.iter().enumerate() {
+                if i + 1 == n {
+                    wanted.push(queries.len());
+                }
+                queries.push(Query { row: r, token: t, pos: cache.len + i, node: None, i });
+            }
+            if let Some(t) = draft {
+                for v in 1..t.len() {
+                    wanted.push(queries.len());
+                    let token = t.token(v).unwrap_or(0);
+                    queries.push(Query { row: r, token, pos: cache.len + n - 1 + depth(v), node: Some(v), i: n });
+                }
+            }
+        }
+        let q_n = queries.len();
+        // Embeddings.
+        let mut x = vec![0.0f32; q_n * hidden];
+        x.par_chunks_mut(hidden).zip(queries.par_iter()).for_each(|(row, q)| self.embed.row_f32(q.token as usize, row));
+        // Node keys/values per row, per layer (node v at v − 1).
+        let mut node_kv: HashMap<usize, (Vec<Vec<f32>>, Vec<Vec<f32>>)> = HashMap::new();
+        for (r, &(_, _, draft)) in rows.iter().enumerate() {
+            if let (true, Some(t)) = (ok[r], draft) {
+                let empty = vec![vec![0.0f32; (t.len() - 1) * kv]; c.layers];
+                node_kv.insert(r, (empty.clone(), empty));
+            }
+        }
+        let lens: Vec<usize> = rows.iter().map(|(id, _, _)| self.seqs.get(id).map_or(0, |s| s.len)).collect();
+        let mut h = vec![0.0f32; q_n * hidden];
+        let mut qv = vec![0.0f32; q_n * hidden];
+        let mut kk = vec![0.0f32; q_n * kv];
+        let mut vv = vec![0.0f32; q_n * kv];
+        let mut att = vec![0.0f32; q_n * hidden];
+        let mut o = vec![0.0f32; q_n * hidden];
+        let ffn = self.layers.first().map_or(0, |l| l.up.rows());
+        let (mut g, mut u, mut dn) = (vec![0.0f32; q_n * ffn], vec![0.0f32; q_n * ffn], vec![0.0f32; q_n * hidden]);
+        for l in 0..c.layers {
+            let layer = &self.layers[l];
+            rms_norm(&x, &layer.attn_norm, c.eps, &mut h);
+            layer.wq.matmul(&h, &mut qv);
+            layer.wk.matmul(&h, &mut kk);
+            layer.wv.matmul(&h, &mut vv);
+            let (cos, sin) = (&self.cos, &self.sin);
+            qv.par_chunks_mut(hidden).zip(queries.par_iter()).for_each(|(q, qq)| rope(q, qq.pos, hd, cos, sin));
+            kk.par_chunks_mut(kv).zip(queries.par_iter()).for_each(|(k, qq)| rope(k, qq.pos, hd, cos, sin));
+            // New tokens' keys and values join their caches; nodes' are kept aside.
+            for (qi, q) in queries.iter().enumerate() {
+                let (kr, vr) = (&kk[qi * kv..(qi + 1) * kv], &vv[qi * kv..(qi + 1) * kv]);
+                match q.node {
+                    None => {
+                        let id = rows[q.row].0;
+                        if let Some(cache) = self.seqs.get_mut(&id) {
+                            cache.k[l].extend_from_slice(kr);
+                            cache.v[l].extend_from_slice(vr);
+                        }
+                    }
+                    Some(v) => {
+                        if let Some((nk, nv)) = node_kv.get_mut(&q.row) {
+                            nk[l][(v - 1) * kv..v * kv].copy_from_slice(kr);
+                            nv[l][(v - 1) * kv..v * kv].copy_from_slice(vr);
+                        }
+                    }
+                }
+            }
+            // Attention, per query token and head, over its keys in position order.
+            let seqs = &self.seqs;
+            let node_kv_ref = &node_kv;
+            att.par_chunks_mut(hidden).zip(queries.par_iter()).zip(qv.par_chunks(hidden)).for_each(|((out, q), qrow)| {
+                let (id, _, draft) = rows[q.row];
+                let Some(cache) = seqs.get(&id) else { return };
+                // Keys from the cache: the committed ones and the row's new tokens up to
+                // this one (nodes: all of them).
+                let upto = lens[q.row] + q.i.min(rows[q.row].1.len() - 1) + 1;
+                let mut path: Vec<usize> = Vec::new();
+                if let (Some(mut v), Some(t)) = (q.node, draft) {
+                    while v != 0 {
+                        path.push(v);
+                        v = t.parent(v).unwrap_or(0);
+                    }
+                    path.reverse();
+                }
+                let (ck, cv) = (&cache.k[l], &cache.v[l]);
+                let nodes = node_kv_ref.get(&q.row);
+                let n_keys = upto + path.len();
+                let key = |j: usize, kvh: usize| -> &[f32] {
+                    if j < upto {
+                        &ck[j * kv + kvh * hd..j * kv + (kvh + 1) * hd]
+                    } else {
+                        let v = path[j - upto];
+                        let nk = nodes.map_or(&[][..], |n| &n.0[l][..]);
+                        &nk[(v - 1) * kv + kvh * hd..(v - 1) * kv + (kvh + 1) * hd]
+                    }
+                };
+                let value = |j: usize, kvh: usize| -> &[f32] {
+                    if j < upto {
+                        &cv[j * kv + kvh * hd..j * kv + (kvh + 1) * hd]
+                    } else {
+                        let v = path[j - upto];
+                        let nv = nodes.map_or(&[][..], |n| &n.1[l][..]);
+                        &nv[(v - 1) * kv + kvh * hd..(v - 1) * kv + (kvh + 1) * hd]
+                    }
+                };
+                let scale = 1.0 / (hd as f32).sqrt();
+                let group = c.heads / c.kv_heads;
+                let mut scores = vec![0.0f32; n_keys];
+                for head in 0..c.heads {
+                    let kvh = head / group;
+                    let qh = &qrow[head * hd..(head + 1) * hd];
+                    let mut max = f32::NEG_INFINITY;
+                    for (j, s) in scores.iter_mut().enumerate() {
+                        *s = dot(qh, key(j, kvh)) * scale;
+                        max = max.max(*s);
+                    }
+                    let mut sum = 0.0f32;
+                    for s in scores.iter_mut() {
+                        *s = (*s - max).exp();
+                        sum += *s;
+                    }
+                    let oh = &mut out[head * hd..(head + 1) * hd];
+                    oh.fill(0.0);
+                    for (j, &s) in scores.iter().enumerate() {
+                        let p = s / sum;
+                        for (a, &b) in oh.iter_mut().zip(value(j, kvh)) {
+                            *a += p * b;
+                        }
+                    }
+                }
+            });
+            layer.wo.matmul(&att, &mut o);
+            x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+            rms_norm(&x, &layer.ffn_norm, c.eps, &mut h);
+            layer.gate.matmul(&h, &mut g);
+            layer.up.matmul(&h, &mut u);
+            g.par_iter_mut().zip(u.par_iter()).for_each(|(a, &b)| *a = *a / (1.0 + (-*a).exp()) * b);
+            layer.down.matmul(&g, &mut dn);
+            x.iter_mut().zip(&dn).for_each(|(a, b)| *a += b);
+        }
+        for (r, &(id, tokens, _)) in rows.iter().enumerate() {
+            if !ok[r] {
+                continue;
+            }
+            if let Some(cache) = self.seqs.get_mut(&id) {
+                cache.len += tokens.len();
+                if let Some((k, v)) = node_kv.remove(&r) {
+                    let parents = match rows[r].2 {
+                        Some(t) => (0..t.len()).map(|v| t.parent(v)).collect(),
+                        None => Vec::new(),
+                    };
+                    cache.draft = Some(DraftKv { parents, k, v });
+                }
+            }
+        }
+        // The final norm and the output product, for the tokens that give logits only.
+        let mut sel = vec![0.0f32; wanted.len() * hidden];
+        for (k, &qi) in wanted.iter().enumerate() {
+            sel[k * hidden..(k + 1) * hidden].copy_from_slice(&x[qi * hidden..(qi + 1) * hidden]);
+        }
+        let mut hn = vec![0.0f32; sel.len()];
+        rms_norm(&sel, &self.norm, c.eps, &mut hn);
+        let mut out = vec![0.0f32; wanted.len() * vocab];
+        self.output.matmul(&hn, &mut out);
+        logits.clear();
+        logits.resize(out_rows * vocab, 0.0);
+        // `wanted` is in row order: each ok row's logits rows, in order.
+        let mut k = 0;
+        for (r, &base) in bases.iter().enumerate() {
+            if !ok[r] {
+                continue;
+            }
+            let n_out = rows[r].2.map_or(1, DraftTree::len);
+            logits[base * vocab..(base + n_out) * vocab].copy_from_slice(&out[k * vocab..(k + n_out) * vocab]);
+            k += n_out;
+        }
+        failed
+    }
+}
+
+/// RMS norm of each row of `x` (width `w.len()`), scaled by `w`.
+fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let d = w.len();
+    out.par_chunks_mut(d).zip(x.par_chunks(d)).for_each(|(o, xr)| {
+        let ms = xr.iter().map(|v| v * v).sum::<f32>() / d as f32;
+        let inv = 1.0 / (ms + eps).sqrt();
+        for ((a, &b), &g) in o.iter_mut().zip(xr).zip(w) {
+            *a = b * inv * g;
+        }
+    });
+}
+
+/// Rotates each head of `x` (interleaved pairs, as GGUF's Llama weights expect) by `pos`.
+fn rope(x: &mut [f32], pos: usize, hd: usize, cos: &[f32], sin: &[f32]) {
+    let half = hd / 2;
+    let (c, s) = (&cos[pos * half..(pos + 1) * half], &sin[pos * half..(pos + 1) * half]);
+    for head in x.chunks_exact_mut(hd) {
+        for i in 0..half {
+            let (a, b) = (head[2 * i], head[2 * i + 1]);
+            head[2 * i] = a * c[i] - b * s[i];
+            head[2 * i + 1] = a * s[i] + b * c[i];
+        }
+    }
+}
+
+/// A dot product in eight lanes (vectorized by the compiler; the same order every time).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (x, y) in ra.iter().zip(rb) {
+        s += x * y;
+    }
+    s
+}
