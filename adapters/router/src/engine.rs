@@ -390,9 +390,10 @@ impl ForwardCosts {
             return true;
         }
         let (mx, my) = self.recent.iter().fold((0.0, 0.0), |(a, b), &(x, y)| (a + x / n, b + y / n));
-        let (sxx, sxy) = self.recent.iter().fold((0.0, 0.0), |(a, b), &(x, y)| {
-            (a + (x - mx) * (x - mx), b + (x - mx) * (y - my))
-        });
+        let (sxx, sxy) = self
+            .recent
+            .iter()
+            .fold((0.0, 0.0), |(a, b), &(x, y)| (a + (x - mx) * (x - mx), b + (x - mx) * (y - my)));
         if sxx < 1.0 || my <= 0.0 {
             return true;
         }
@@ -716,13 +717,8 @@ impl Loop {
         if prefill == 0 {
             self.costs.note(logits_rows, forward_t.as_secs_f64());
         }
-        let mut record = StepRecord {
-            rows: ids.len(),
-            prefill,
-            forward: forward_t,
-            draft_nodes,
-            ..StepRecord::default()
-        };
+        let mut record =
+            StepRecord { rows: ids.len(), prefill, forward: forward_t, draft_nodes, ..StepRecord::default() };
         // Rows the model or the fill failed end with the error, never with what is
         // sampled from their rows.
         let mut failed: HashMap<SeqId, String> =
@@ -885,7 +881,12 @@ impl Loop {
     /// their walks drew (accepted by their grammars up to where a grammar ends or forces
     /// text, jump-forward appended, the accepted draft path committed to the model) and
     /// ends those that are done.
-    fn settle(&mut self, walks: Vec<(usize, TreeWalk)>, failed: &HashMap<SeqId, String>, record: &mut StepRecord) {
+    fn settle(
+        &mut self,
+        walks: Vec<(usize, TreeWalk)>,
+        failed: &HashMap<SeqId, String>,
+        record: &mut StepRecord,
+    ) {
         let mut done: Vec<(usize, Result<FinishReason, String>)> = Vec::new();
         for (i, s) in self.running.iter().enumerate() {
             if let Some(msg) = failed.get(&s.id) {
@@ -899,7 +900,8 @@ impl Loop {
         let mut accepted: HashMap<usize, Result<(usize, Accepted), crate::step::RowError>> = HashMap::new();
         for (i, walk) in &walks {
             let s = &self.running[*i];
-            if !s.constrained || failed.contains_key(&s.id) || walk.error.is_some() || walk.tokens.is_empty() {
+            if !s.constrained || failed.contains_key(&s.id) || walk.error.is_some() || walk.tokens.is_empty()
+            {
                 continue;
             }
             if s.draft.is_some() {

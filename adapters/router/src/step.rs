@@ -960,7 +960,9 @@ impl StructuredBatch {
             }
             Ok(out)
         }))
-        .unwrap_or_else(|p| Err(grammask::Error::Panicked(grammask::batch::panic_message(p.as_ref())).into()));
+        .unwrap_or_else(|p| {
+            Err(grammask::Error::Panicked(grammask::batch::panic_message(p.as_ref())).into())
+        });
         if matches!(r, Ok((_, Accepted::Finished)) | Err(RowError::Grammar(grammask::Error::Panicked(_)))) {
             self.rows.remove(&id);
         }

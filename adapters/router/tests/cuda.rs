@@ -38,7 +38,8 @@ fn cuda_simulated_model_makes_the_host_models_logits() {
     let steps: [&[(u64, &[u32])]; 3] =
         [&[(1, &[5, 6, 7]), (2, &[9])], &[(2, &[4]), (1, &[151_000]), (3, &[1, 2])], &[(3, &[8])]];
     for (k, step) in steps.iter().enumerate() {
-        let rows: Vec<ForwardRow<'_>> = step.iter().map(|&(id, tokens)| ForwardRow::new(id, tokens)).collect();
+        let rows: Vec<ForwardRow<'_>> =
+            step.iter().map(|&(id, tokens)| ForwardRow::new(id, tokens)).collect();
         let a = host_logits(&mut host, &rows);
         let b = host_logits(&mut dev, &rows);
         assert_eq!(a.len(), b.len());

@@ -217,8 +217,10 @@ fn greedy_speculation_gives_greedy_decodings_tokens() {
             assert_eq!(a, b, "{drafter:?}: request {k} differs");
         }
         let text = metrics.render();
-        let accepted = metric(&text, &format!("grammask_spec_accepted_total{{drafter=\"{}\"}}", drafter.name()));
-        let drafted = metric(&text, &format!("grammask_spec_drafted_total{{drafter=\"{}\"}}", drafter.name()));
+        let accepted =
+            metric(&text, &format!("grammask_spec_accepted_total{{drafter=\"{}\"}}", drafter.name()));
+        let drafted =
+            metric(&text, &format!("grammask_spec_drafted_total{{drafter=\"{}\"}}", drafter.name()));
         eprintln!("{drafter:?}: {accepted} of {drafted} draft nodes accepted");
         // Every drafter found something the model took (the grammar's alternatives always
         // hold the token the model picks).
@@ -256,9 +258,7 @@ fn a_client_gone_mid_verify_leaves_the_others_exact_and_batch_one_is_exact() {
 }
 
 fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
-        .unwrap_or(0.0)
+    text.lines().find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
 }
 
 #[test]
@@ -277,7 +277,8 @@ fn speculative_sampling_follows_the_distribution_of_sampling() {
     let opts = TokenizerOptions { stop_tokens: Some(vec![stop]), ..Default::default() };
     let info = Arc::new(TokenizerInfo::from_byte_tokens(vocab, &opts).unwrap());
     let schema = serde_json::json!({"type": "array", "items": {"enum": words}, "minItems": 1, "maxItems": 2});
-    let spec = GrammarCompiler::new(info.clone()).compile(&GrammarSpec::json_schema(schema.to_string())).unwrap();
+    let spec =
+        GrammarCompiler::new(info.clone()).compile(&GrammarSpec::json_schema(schema.to_string())).unwrap();
     let n = 20_000;
     let reqs = |first: u64| -> Vec<Req> {
         (0..n)
@@ -301,7 +302,8 @@ fn speculative_sampling_follows_the_distribution_of_sampling() {
         let mut m = std::collections::BTreeMap::<String, u32>::new();
         for (ids, reason) in outs {
             assert_eq!(reason, Some(FinishReason::EosToken));
-            let bytes: Vec<u8> = ids.iter().filter(|&&t| t != stop).flat_map(|&t| info.token_bytes(t).to_vec()).collect();
+            let bytes: Vec<u8> =
+                ids.iter().filter(|&&t| t != stop).flat_map(|&t| info.token_bytes(t).to_vec()).collect();
             let v: Vec<String> = serde_json::from_slice(&bytes).unwrap();
             *m.entry(v.join(",")).or_default() += 1;
         }
@@ -309,7 +311,8 @@ fn speculative_sampling_follows_the_distribution_of_sampling() {
     };
     let model = || Box::new(SimulatedModel::new(info.vocab_size(), 9, ForwardTime::Sleep(Duration::ZERO)));
     let plain = count(run_on(info.clone(), model(), None, &reqs(0), 256, None).0);
-    let spec_opts = Some(SpeculationOptions { backoff: false, ..SpeculationOptions::new(4, 6, DrafterKind::Grammar) });
+    let spec_opts =
+        Some(SpeculationOptions { backoff: false, ..SpeculationOptions::new(4, 6, DrafterKind::Grammar) });
     let (outs, metrics) = run_on(info.clone(), model(), None, &reqs(1 << 32), 256, spec_opts);
     let spec_counts = count(outs);
     let accepted = metric(&metrics.render(), "grammask_spec_accepted_total{drafter=\"grammar\"}");
@@ -353,7 +356,8 @@ fn drafts_the_grammar_refuses_are_zero_rows_and_never_taken() {
     };
     let stop = info.stop_tokens()[0];
     let spec = compile(&GrammarSpec::Regex("(yes|no)".into())).unwrap();
-    let mut batch = StructuredBatch::new(vocab, BatchOptions { fill_threads: 1, ..BatchOptions::default() }).unwrap();
+    let mut batch =
+        StructuredBatch::new(vocab, BatchOptions { fill_threads: 1, ..BatchOptions::default() }).unwrap();
     batch.add(1, GrammarMatcher::new(spec)).unwrap();
     // root → 1:"yes" → 3:<stop> → 4:"no" (after the end);  root → 2:"maybe" (refused) → 5:"yes".
     let (yes, no, maybe) = (i64::from(id("yes")), i64::from(id("no")), i64::from(id("maybe")));

@@ -29,6 +29,12 @@ struct Args {
     /// Also time the forward with weights dequantized to f32.
     #[arg(long)]
     f32: bool,
+    /// Leave out candle-transformers' forward.
+    #[arg(long)]
+    no_candle: bool,
+    /// Time only the draft trees (not the decode batches).
+    #[arg(long)]
+    trees_only: bool,
 }
 
 fn stats(mut t: Vec<Duration>) -> (f64, f64) {
@@ -50,15 +56,19 @@ fn ours(a: &Args, format: WeightFormat) -> Result<(), Box<dyn std::error::Error>
         m.weight_bytes() as f64 / 1e6
     );
     let mut base = None;
-    for batch in [1usize, 8, 32] {
+    let batches: &[usize] = if a.trees_only { &[1] } else { &[1, 8, 32] };
+    for &batch in batches {
         let ids: Vec<u64> = (0..batch as u64).collect();
         let prompts: Vec<Vec<u32>> = ids.iter().map(|&i| prompt(a.prompt, i as u32)).collect();
-        let rows: Vec<ForwardRow<'_>> = ids.iter().zip(&prompts).map(|(&i, p)| ForwardRow::new(i, p)).collect();
+        let rows: Vec<ForwardRow<'_>> =
+            ids.iter().zip(&prompts).map(|(&i, p)| ForwardRow::new(i, p)).collect();
         m.forward(&rows)?;
         let mut times = Vec::new();
         for k in 0..a.repeats + 2 {
-            let toks: Vec<[u32; 1]> = ids.iter().map(|&i| [(300 + i as u32 * 7 + k as u32) % 20_000]).collect();
-            let rows: Vec<ForwardRow<'_>> = ids.iter().zip(&toks).map(|(&i, t)| ForwardRow::new(i, t)).collect();
+            let toks: Vec<[u32; 1]> =
+                ids.iter().map(|&i| [(300 + i as u32 * 7 + k as u32) % 20_000]).collect();
+            let rows: Vec<ForwardRow<'_>> =
+                ids.iter().zip(&toks).map(|(&i, t)| ForwardRow::new(i, t)).collect();
             let t = Instant::now();
             m.forward(&rows)?;
             if k >= 2 {
@@ -67,7 +77,10 @@ fn ours(a: &Args, format: WeightFormat) -> Result<(), Box<dyn std::error::Error>
         }
         let (p50, p90) = stats(times);
         let b1 = *base.get_or_insert(p50);
-        println!("{format:?}: decode batch {batch:>2}: p50 {p50:7.2} ms  p90 {p90:7.2} ms  ({:.2}× batch 1)", p50 / b1);
+        println!(
+            "{format:?}: decode batch {batch:>2}: p50 {p50:7.2} ms  p90 {p90:7.2} ms  ({:.2}× batch 1)",
+            p50 / b1
+        );
         for i in ids {
             m.release(i);
         }
@@ -119,7 +132,8 @@ fn candle(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
         for k in 0..a.repeats + 2 {
             let t = Instant::now();
             for (i, s) in seqs.iter_mut().enumerate() {
-                let x = Tensor::new(&[(300 + i as u32 * 7 + k as u32) % 20_000], &Device::Cpu)?.unsqueeze(0)?;
+                let x =
+                    Tensor::new(&[(300 + i as u32 * 7 + k as u32) % 20_000], &Device::Cpu)?.unsqueeze(0)?;
                 s.forward(&x, a.prompt + k)?;
             }
             if k >= 2 {
@@ -128,7 +142,10 @@ fn candle(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
         }
         let (p50, p90) = stats(times);
         let b1 = *base.get_or_insert(p50);
-        println!("candle: decode batch {batch:>2}: p50 {p50:7.2} ms  p90 {p90:7.2} ms  ({:.2}× batch 1)", p50 / b1);
+        println!(
+            "candle: decode batch {batch:>2}: p50 {p50:7.2} ms  p90 {p90:7.2} ms  ({:.2}× batch 1)",
+            p50 / b1
+        );
     }
     Ok(())
 }
@@ -136,7 +153,9 @@ fn candle(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a = Args::parse();
     println!("{} threads", rayon::current_num_threads());
-    candle(&a)?;
+    if !a.no_candle {
+        candle(&a)?;
+    }
     ours(&a, WeightFormat::Quantized)?;
     if a.f32 {
         ours(&a, WeightFormat::F32)?;

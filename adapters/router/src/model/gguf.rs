@@ -114,7 +114,10 @@ impl Model for GgufModel {
         for (r, row) in rows.iter().enumerate() {
             match row.draft {
                 Some(t) if t.len() > MAX_DRAFT_NODES + 1 => {
-                    failed.push((r, ModelError(format!("{} draft nodes; at most {MAX_DRAFT_NODES}", t.len() - 1))));
+                    failed.push((
+                        r,
+                        ModelError(format!("{} draft nodes; at most {MAX_DRAFT_NODES}", t.len() - 1)),
+                    ));
                     args.push((row.id, row.tokens, None));
                 }
                 _ => args.push((row.id, row.tokens, row.draft)),

@@ -100,7 +100,10 @@ pub struct Llama {
 
 impl std::fmt::Debug for Llama {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Llama").field("layers", &self.cfg.layers).field("sequences", &self.seqs.len()).finish()
+        f.debug_struct("Llama")
+            .field("layers", &self.cfg.layers)
+            .field("sequences", &self.seqs.len())
+            .finish()
     }
 }
 
@@ -116,7 +119,8 @@ impl Llama {
         format: WeightFormat,
         max_context: usize,
     ) -> Result<Self, ModelError> {
-        let md = |k: &str| content.metadata.get(k).ok_or_else(|| ModelError(format!("no `{k}` in the metadata")));
+        let md =
+            |k: &str| content.metadata.get(k).ok_or_else(|| ModelError(format!("no `{k}` in the metadata")));
         let u = |k: &str| md(k).and_then(|v| v.to_u32().map_err(err)).map(|v| v as usize);
         let f = |k: &str| md(k).and_then(|v| v.to_f32().map_err(err));
         let hidden = u("llama.embedding_length")?;
@@ -133,7 +137,8 @@ impl Llama {
             )));
         }
         let mut tensor = |name: &str| -> Result<Weights, ModelError> {
-            let info = content.tensor_infos.get(name).ok_or_else(|| ModelError(format!("no tensor `{name}`")))?;
+            let info =
+                content.tensor_infos.get(name).ok_or_else(|| ModelError(format!("no tensor `{name}`")))?;
             let dims = info.shape.dims().to_vec();
             let (rows, cols) = match dims[..] {
                 [n] => (1, n),
@@ -146,10 +151,13 @@ impl Llama {
                 candle_core::quantized::GgmlDType::F16 => 1,
                 candle_core::quantized::GgmlDType::Q4_1 => 3,
                 candle_core::quantized::GgmlDType::Q8_0 => 8,
-                other => return Err(ModelError(format!("`{name}`: weights of type {other:?} are not supported"))),
+                other => {
+                    return Err(ModelError(format!("`{name}`: weights of type {other:?} are not supported")))
+                }
             };
             let bytes = q.data().map_err(err)?;
-            let w = Weights::from_gguf(kind, rows, cols, &bytes).map_err(|e| ModelError(format!("`{name}`: {e}")))?;
+            let w = Weights::from_gguf(kind, rows, cols, &bytes)
+                .map_err(|e| ModelError(format!("`{name}`: {e}")))?;
             Ok(match format {
                 WeightFormat::F32 => w.dequantized(),
                 WeightFormat::Quantized => w,
@@ -211,7 +219,10 @@ impl Llama {
             + output.memory_bytes()
             + ls.iter()
                 .map(|l| {
-                    [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down].iter().map(|w| w.memory_bytes()).sum::<usize>()
+                    [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down]
+                        .iter()
+                        .map(|w| w.memory_bytes())
+                        .sum::<usize>()
                 })
                 .sum::<usize>();
         Ok(Self {
@@ -263,7 +274,10 @@ impl Llama {
             at = v;
         }
         if cache.len + path.len() > self.cfg.context {
-            return Err(ModelError(format!("sequence {id}: the path passes the context of {}", self.cfg.context)));
+            return Err(ModelError(format!(
+                "sequence {id}: the path passes the context of {}",
+                self.cfg.context
+            )));
         }
         let kv = self.cfg.kv_heads * self.cfg.head_dim;
         for l in 0..self.cfg.layers {
@@ -316,7 +330,9 @@ impl Llama {
             let deepest = draft.map_or(0, |t| (0..t.len()).map(depth).max().unwrap_or(0));
             let bad = if tokens.is_empty() {
                 Some(format!("sequence {id}: a forward row without tokens"))
-            } else if let Some(t) = tokens.iter().chain(draft.map(|_| &0u32)).find(|&&t| t as usize >= self.embed.rows()) {
+            } else if let Some(t) =
+                tokens.iter().chain(draft.map(|_| &0u32)).find(|&&t| t as usize >= self.embed.rows())
+            {
                 Some(format!("sequence {id}: token {t} is outside the vocabulary"))
             } else if cache.len + tokens.len() + deepest > c.context {
                 Some(format!(
@@ -347,14 +363,20 @@ impl Llama {
                 for v in 1..t.len() {
                     wanted.push(queries.len());
                     let token = t.token(v).unwrap_or(0);
-                    queries.push(Query { row: r, token, pos: cache.len + n - 1 + depth(v), node: Some(v), i: n });
+                    queries.push(Query {
+                        row: r,
+                        token,
+                        pos: cache.len + n - 1 + depth(v),
+                        node: Some(v),
+                        i: n,
+                    });
                 }
             }
         }
         let q_n = queries.len();
         // Embeddings.
         let mut x = vec![0.0f32; q_n * hidden];
-        x.par_chunks_mut(hidden).zip(queries.par_iter()).for_each(|(row, q)| self.embed.row_f32(q.token as usize, row));
+        x.chunks_mut(hidden).zip(&queries).for_each(|(row, q)| self.embed.row_f32(q.token as usize, row));
         // Node keys/values per row, per layer (node v at v − 1).
         let mut node_kv: HashMap<usize, (Vec<Vec<f32>>, Vec<Vec<f32>>)> = HashMap::new();
         for (r, &(_, _, draft)) in rows.iter().enumerate() {
@@ -371,16 +393,17 @@ impl Llama {
         let mut att = vec![0.0f32; q_n * hidden];
         let mut o = vec![0.0f32; q_n * hidden];
         let ffn = self.layers.first().map_or(0, |l| l.up.rows());
-        let (mut g, mut u, mut dn) = (vec![0.0f32; q_n * ffn], vec![0.0f32; q_n * ffn], vec![0.0f32; q_n * hidden]);
+        let (mut g, mut u, mut dn) =
+            (vec![0.0f32; q_n * ffn], vec![0.0f32; q_n * ffn], vec![0.0f32; q_n * hidden]);
         for l in 0..c.layers {
             let layer = &self.layers[l];
             rms_norm(&x, &layer.attn_norm, c.eps, &mut h);
-            layer.wq.matmul(&h, &mut qv);
-            layer.wk.matmul(&h, &mut kk);
-            layer.wv.matmul(&h, &mut vv);
+            Weights::matmul_many(&h, &mut [(&layer.wq, &mut qv), (&layer.wk, &mut kk), (&layer.wv, &mut vv)]);
             let (cos, sin) = (&self.cos, &self.sin);
-            qv.par_chunks_mut(hidden).zip(queries.par_iter()).for_each(|(q, qq)| rope(q, qq.pos, hd, cos, sin));
-            kk.par_chunks_mut(kv).zip(queries.par_iter()).for_each(|(k, qq)| rope(k, qq.pos, hd, cos, sin));
+            // (Elementwise work is a small part of a forward: on this thread, where a task
+            // of the pool would cost more than the work.)
+            qv.chunks_mut(hidden).zip(&queries).for_each(|(q, qq)| rope(q, qq.pos, hd, cos, sin));
+            kk.chunks_mut(kv).zip(&queries).for_each(|(k, qq)| rope(k, qq.pos, hd, cos, sin));
             // New tokens' keys and values join their caches; nodes' are kept aside.
             for (qi, q) in queries.iter().enumerate() {
                 let (kr, vr) = (&kk[qi * kv..(qi + 1) * kv], &vv[qi * kv..(qi + 1) * kv]);
@@ -403,7 +426,7 @@ impl Llama {
             // Attention, per query token and head, over its keys in position order.
             let seqs = &self.seqs;
             let node_kv_ref = &node_kv;
-            att.par_chunks_mut(hidden).zip(queries.par_iter()).zip(qv.par_chunks(hidden)).for_each(|((out, q), qrow)| {
+            let attend = |((out, q), qrow): ((&mut [f32], &Query), &[f32])| {
                 let (id, _, draft) = rows[q.row];
                 let Some(cache) = seqs.get(&id) else { return };
                 // Keys from the cache: the committed ones and the row's new tokens up to
@@ -418,35 +441,25 @@ impl Llama {
                     path.reverse();
                 }
                 let (ck, cv) = (&cache.k[l], &cache.v[l]);
-                let nodes = node_kv_ref.get(&q.row);
+                let (nk, nv): (&[f32], &[f32]) = match node_kv_ref.get(&q.row) {
+                    Some(n) => (&n.0[l], &n.1[l]),
+                    None => (&[], &[]),
+                };
+                // Where each key's row starts: the cache's, then the ancestors' (in depth order).
                 let n_keys = upto + path.len();
-                let key = |j: usize, kvh: usize| -> &[f32] {
-                    if j < upto {
-                        &ck[j * kv + kvh * hd..j * kv + (kvh + 1) * hd]
-                    } else {
-                        let v = path[j - upto];
-                        let nk = nodes.map_or(&[][..], |n| &n.0[l][..]);
-                        &nk[(v - 1) * kv + kvh * hd..(v - 1) * kv + (kvh + 1) * hd]
-                    }
-                };
-                let value = |j: usize, kvh: usize| -> &[f32] {
-                    if j < upto {
-                        &cv[j * kv + kvh * hd..j * kv + (kvh + 1) * hd]
-                    } else {
-                        let v = path[j - upto];
-                        let nv = nodes.map_or(&[][..], |n| &n.1[l][..]);
-                        &nv[(v - 1) * kv + kvh * hd..(v - 1) * kv + (kvh + 1) * hd]
-                    }
-                };
                 let scale = 1.0 / (hd as f32).sqrt();
                 let group = c.heads / c.kv_heads;
                 let mut scores = vec![0.0f32; n_keys];
                 for head in 0..c.heads {
-                    let kvh = head / group;
+                    let off = (head / group) * hd;
                     let qh = &qrow[head * hd..(head + 1) * hd];
                     let mut max = f32::NEG_INFINITY;
-                    for (j, s) in scores.iter_mut().enumerate() {
-                        *s = dot(qh, key(j, kvh)) * scale;
+                    for (j, s) in scores[..upto].iter_mut().enumerate() {
+                        *s = dot(qh, &ck[j * kv + off..j * kv + off + hd]) * scale;
+                        max = max.max(*s);
+                    }
+                    for (s, &v) in scores[upto..].iter_mut().zip(&path) {
+                        *s = dot(qh, &nk[(v - 1) * kv + off..(v - 1) * kv + off + hd]) * scale;
                         max = max.max(*s);
                     }
                     let mut sum = 0.0f32;
@@ -456,20 +469,29 @@ impl Llama {
                     }
                     let oh = &mut out[head * hd..(head + 1) * hd];
                     oh.fill(0.0);
-                    for (j, &s) in scores.iter().enumerate() {
-                        let p = s / sum;
-                        for (a, &b) in oh.iter_mut().zip(value(j, kvh)) {
-                            *a += p * b;
-                        }
+                    for (j, &s) in scores[..upto].iter().enumerate() {
+                        axpy(oh, s / sum, &cv[j * kv + off..j * kv + off + hd]);
+                    }
+                    for (&s, &v) in scores[upto..].iter().zip(&path) {
+                        axpy(oh, s / sum, &nv[(v - 1) * kv + off..(v - 1) * kv + off + hd]);
                     }
                 }
-            });
+            };
+            // Spread over the pool only when there is enough of it.
+            let keys: usize = queries.iter().map(|q| lens[q.row] + q.i + 1).sum();
+            if keys * c.heads * hd > 1 << 18 {
+                att.par_chunks_mut(hidden)
+                    .zip(queries.par_iter())
+                    .zip(qv.par_chunks(hidden))
+                    .for_each(attend);
+            } else {
+                att.chunks_mut(hidden).zip(&queries).zip(qv.chunks(hidden)).for_each(attend);
+            }
             layer.wo.matmul(&att, &mut o);
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
             rms_norm(&x, &layer.ffn_norm, c.eps, &mut h);
-            layer.gate.matmul(&h, &mut g);
-            layer.up.matmul(&h, &mut u);
-            g.par_iter_mut().zip(u.par_iter()).for_each(|(a, &b)| *a = *a / (1.0 + (-*a).exp()) * b);
+            Weights::matmul_many(&h, &mut [(&layer.gate, &mut g), (&layer.up, &mut u)]);
+            g.iter_mut().zip(&u).for_each(|(a, &b)| *a = *a / (1.0 + (-*a).exp()) * b);
             layer.down.matmul(&g, &mut dn);
             x.iter_mut().zip(&dn).for_each(|(a, b)| *a += b);
         }
@@ -506,7 +528,8 @@ impl Llama {
                 continue;
             }
             let n_out = rows[r].2.map_or(1, DraftTree::len);
-            logits[base * vocab..(base + n_out) * vocab].copy_from_slice(&out[k * vocab..(k + n_out) * vocab]);
+            logits[base * vocab..(base + n_out) * vocab]
+                .copy_from_slice(&out[k * vocab..(k + n_out) * vocab]);
             k += n_out;
         }
         failed
@@ -516,7 +539,7 @@ impl Llama {
 /// RMS norm of each row of `x` (width `w.len()`), scaled by `w`.
 fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let d = w.len();
-    out.par_chunks_mut(d).zip(x.par_chunks(d)).for_each(|(o, xr)| {
+    out.chunks_mut(d).zip(x.chunks(d)).for_each(|(o, xr)| {
         let ms = xr.iter().map(|v| v * v).sum::<f32>() / d as f32;
         let inv = 1.0 / (ms + eps).sqrt();
         for ((a, &b), &g) in o.iter_mut().zip(xr).zip(w) {
@@ -535,6 +558,13 @@ fn rope(x: &mut [f32], pos: usize, hd: usize, cos: &[f32], sin: &[f32]) {
             head[2 * i] = a * c[i] - b * s[i];
             head[2 * i + 1] = a * s[i] + b * c[i];
         }
+    }
+}
+
+/// `y += a·x`.
+fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+    for (p, &q) in y.iter_mut().zip(x) {
+        *p += a * q;
     }
 }
 

@@ -160,52 +160,81 @@ impl Weights {
     /// `out[r·rows + j] = Σ_c w[j][c] · x[r·cols + c]` for the `n = x.len() / cols` rows of
     /// `x`, on the rayon pool.
     pub fn matmul(&self, x: &[f32], out: &mut [f32]) {
-        let (rows, cols) = (self.rows(), self.cols());
+        Self::matmul_many(x, &mut [(self, out)]);
+    }
+
+    /// [`matmul`](Self::matmul) of several matrices with the same input (Q, K and V; gate
+    /// and up): the input quantized once, one pass of the pool for all of them.
+    pub fn matmul_many(x: &[f32], products: &mut [(&Weights, &mut [f32])]) {
+        Self::matmul_many_at(kernels::Level::best(), x, products);
+    }
+
+    /// [`matmul_many`](Self::matmul_many) on the instructions of `level` (or the best the
+    /// CPU has below it).
+    pub(crate) fn matmul_many_at(level: kernels::Level, x: &[f32], products: &mut [(&Weights, &mut [f32])]) {
+        let Some(cols) = products.first().map(|p| p.0.cols()) else { return };
         let n = x.len() / cols.max(1);
-        debug_assert_eq!(out.len(), n * rows);
-        let acts = match self {
-            Weights::Q4_1 { .. } => Some(Q8Rows::quantize(x, cols, true)),
-            Weights::Q8_0 { .. } => Some(Q8Rows::quantize(x, cols, false)),
-            Weights::F32 { .. } => None,
-        };
-        // Columns of the output in chunks, each chunk's results gathered then scattered.
-        const CHUNK: usize = 64;
-        let parts: Vec<(usize, Vec<f32>)> = (0..rows.div_ceil(CHUNK))
-            .into_par_iter()
-            .map(|c| {
-                let (j0, j1) = (c * CHUNK, ((c + 1) * CHUNK).min(rows));
-                let mut part = vec![0.0f32; (j1 - j0) * n];
+        let need = |f: fn(&Weights) -> bool| products.iter().any(|p| f(p.0));
+        let q8_1 = need(|w| matches!(w, Weights::Q4_1 { .. })).then(|| Q8Rows::quantize(x, cols, true));
+        let q8_0 = need(|w| matches!(w, Weights::Q8_0 { .. })).then(|| Q8Rows::quantize(x, cols, false));
+        // Output columns in chunks (a few per thread: each chunk is a task of the pool,
+        // and a task costs microseconds), each chunk's results gathered then scattered.
+        let total: usize = products.iter().map(|p| p.0.rows()).sum();
+        let chunk = total.div_ceil(rayon::current_num_threads().max(1) * 4).max(16);
+        let mut tasks = Vec::new();
+        for (k, (w, _)) in products.iter().enumerate() {
+            for j0 in (0..w.rows()).step_by(chunk) {
+                tasks.push((k, j0, (j0 + chunk).min(w.rows())));
+            }
+        }
+        let weights: Vec<&Weights> = products.iter().map(|p| p.0).collect();
+        let parts: Vec<Vec<f32>> = tasks
+            .par_iter()
+            .map(|&(k, j0, j1)| {
+                let w = weights[k];
+                let acts = match w {
+                    Weights::Q4_1 { .. } => q8_1.as_ref(),
+                    Weights::Q8_0 { .. } => q8_0.as_ref(),
+                    Weights::F32 { .. } => None,
+                };
+                // Row-major within the chunk (`[r][j − j0]`), so that the results go out
+                // as one copy per activation row.
+                let width = j1 - j0;
+                let mut part = vec![0.0f32; width * n];
+                let mut col = vec![0.0f32; n];
                 for j in j0..j1 {
-                    let dst = &mut part[(j - j0) * n..(j - j0 + 1) * n];
-                    self.dot_rows(j, x, acts.as_ref(), dst);
+                    w.dot_rows(level, j, x, acts, &mut col);
+                    for (r, &v) in col.iter().enumerate() {
+                        part[r * width + j - j0] = v;
+                    }
                 }
-                (j0, part)
+                part
             })
             .collect();
-        for (j0, part) in parts {
-            let width = part.len() / n.max(1);
-            for dj in 0..width {
-                for r in 0..n {
-                    out[r * rows + j0 + dj] = part[dj * n + r];
-                }
+        for (&(k, j0, j1), part) in tasks.iter().zip(parts) {
+            let (rows, width) = (weights[k].rows(), j1 - j0);
+            let out = &mut *products[k].1;
+            for r in 0..n {
+                out[r * rows + j0..r * rows + j1].copy_from_slice(&part[r * width..(r + 1) * width]);
             }
         }
     }
 
     /// Weight row `j` against every activation row: `dst[r]`.
-    fn dot_rows(&self, j: usize, x: &[f32], acts: Option<&Q8Rows>, dst: &mut [f32]) {
+    fn dot_rows(&self, level: kernels::Level, j: usize, x: &[f32], acts: Option<&Q8Rows>, dst: &mut [f32]) {
         match (self, acts) {
             (Weights::Q4_1 { cols, d, m, qs, .. }, Some(a)) => {
                 let nb = cols / BLOCK;
-                let (d, m, qs) = (&d[j * nb..(j + 1) * nb], &m[j * nb..(j + 1) * nb], &qs[j * nb * 16..(j + 1) * nb * 16]);
-                kernels::q4_1_rows(d, m, qs, a, dst);
+                let (d, m, qs) =
+                    (&d[j * nb..(j + 1) * nb], &m[j * nb..(j + 1) * nb], &qs[j * nb * 16..(j + 1) * nb * 16]);
+                kernels::q4_1_rows(level, d, m, qs, a, dst);
             }
             (Weights::Q8_0 { cols, d, qs, .. }, Some(a)) => {
                 let nb = cols / BLOCK;
-                kernels::q8_0_rows(&d[j * nb..(j + 1) * nb], &qs[j * cols..(j + 1) * cols], a, dst);
+                kernels::q8_0_rows(level, &d[j * nb..(j + 1) * nb], &qs[j * cols..(j + 1) * cols], a, dst);
             }
             (Weights::F32 { cols, w, .. }, _) => {
-                kernels::f32_rows(&w[j * cols..(j + 1) * cols], x, dst);
+                kernels::f32_rows(level, &w[j * cols..(j + 1) * cols], x, dst);
             }
             _ => {}
         }
@@ -220,6 +249,12 @@ pub(crate) struct Q8Rows {
     pub d: Vec<f32>,
     pub s: Vec<f32>,
     pub qs: Vec<i8>,
+    /// `d` and `s` block-major (`[nb][padded rows]`, rows padded with zeros to a whole
+    /// tile): the scales of a tile of rows for one block are contiguous.
+    pub d_t: Vec<f32>,
+    pub s_t: Vec<f32>,
+    /// Rows in `d_t` and `s_t` per block.
+    pub padded: usize,
 }
 
 impl Q8Rows {
@@ -234,7 +269,11 @@ impl Q8Rows {
             let id = if dd != 0.0 { 1.0 / dd } else { 0.0 };
             let mut sum = 0i32;
             for &v in block {
-                let q = (v * id).round() as i32;
+                // Round to nearest (ties to even: ggml's roundf takes ties away from zero,
+                // a difference only at exact halves) without a libm call: adding 1.5·2²³
+                // leaves no fraction bits.
+                const MAGIC: f32 = 12_582_912.0;
+                let q = ((v * id + MAGIC) - MAGIC) as i32;
                 sum += q;
                 qs.push(q as i8);
             }
@@ -243,26 +282,80 @@ impl Q8Rows {
                 s.push(dd * sum as f32);
             }
         }
-        Self { nb: cols / BLOCK, d, s, qs }
+        let nb = cols / BLOCK;
+        let rows = d.len() / nb.max(1);
+        let padded = rows.div_ceil(kernels::TILE) * kernels::TILE;
+        let (mut d_t, mut s_t) = (vec![0.0; nb * padded], vec![0.0; if sums { nb * padded } else { 0 }]);
+        for r in 0..rows {
+            for b in 0..nb {
+                d_t[b * padded + r] = d[r * nb + b];
+                if sums {
+                    s_t[b * padded + r] = s[r * nb + b];
+                }
+            }
+        }
+        Self { nb, d, s, qs, d_t, s_t, padded }
     }
 
-    fn rows(&self) -> usize {
+    pub(crate) fn rows(&self) -> usize {
         self.d.len() / self.nb.max(1)
     }
 }
 
-mod kernels {
+pub(crate) mod kernels {
     use super::{Q8Rows, BLOCK};
 
     /// Rows handled together: each weight block is unpacked once for them.
-    const TILE: usize = 4;
+    pub const TILE: usize = 8;
 
-    pub fn q4_1_rows(d: &[f32], m: &[f32], qs: &[u8], a: &Q8Rows, dst: &mut [f32]) {
+    /// The instructions a product runs on.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+    pub enum Level {
+        /// Plain Rust.
+        Portable,
+        /// AVX2 and FMA.
+        Avx2,
+        /// AVX-512 F/BW with VNNI (one instruction per 64 byte products), AVX2 and FMA.
+        Avx512Vnni,
+    }
+
+    impl Level {
+        /// The best this CPU has (detected once).
+        pub fn best() -> Level {
+            static BEST: std::sync::OnceLock<Level> = std::sync::OnceLock::new();
+            *BEST.get_or_init(|| {
+                #[cfg(target_arch = "x86_64")]
+                {
+                    use std::arch::is_x86_feature_detected as has;
+                    if has!("avx2") && has!("fma") {
+                        if has!("avx512f") && has!("avx512bw") && has!("avx512vnni") {
+                            return Level::Avx512Vnni;
+                        }
+                        return Level::Avx2;
+                    }
+                }
+                Level::Portable
+            })
+        }
+
+        /// Every level this CPU can run, lowest first.
+        #[cfg(test)]
+        pub fn available() -> Vec<Level> {
+            [Level::Portable, Level::Avx2, Level::Avx512Vnni]
+                .into_iter()
+                .filter(|l| *l <= Level::best())
+                .collect()
+        }
+    }
+
+    pub fn q4_1_rows(level: Level, d: &[f32], m: &[f32], qs: &[u8], a: &Q8Rows, dst: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU has AVX2 and FMA (checked above).
-            unsafe { avx2::q4_1_rows(d, m, qs, a, dst) };
-            return;
+        match level.min(Level::best()) {
+            // SAFETY: the CPU has what the level needs (`Level::best`).
+            Level::Avx512Vnni => return unsafe { avx512::q4_1_rows(d, m, qs, a, dst) },
+            // SAFETY: as above.
+            Level::Avx2 => return unsafe { avx2::q4_1_rows(d, m, qs, a, dst) },
+            Level::Portable => {}
         }
         let nb = a.nb;
         for (r, out) in dst.iter_mut().enumerate().take(a.rows()) {
@@ -272,7 +365,8 @@ mod kernels {
                 let q = &qs[b * 16..b * 16 + 16];
                 let mut sumi = 0i32;
                 for j in 0..16 {
-                    sumi += i32::from(q[j] & 0xF) * i32::from(y[j]) + i32::from(q[j] >> 4) * i32::from(y[j + 16]);
+                    sumi +=
+                        i32::from(q[j] & 0xF) * i32::from(y[j]) + i32::from(q[j] >> 4) * i32::from(y[j + 16]);
                 }
                 acc += d[b] * a.d[k] * sumi as f32 + m[b] * a.s[k];
             }
@@ -280,12 +374,14 @@ mod kernels {
         }
     }
 
-    pub fn q8_0_rows(d: &[f32], qs: &[i8], a: &Q8Rows, dst: &mut [f32]) {
+    pub fn q8_0_rows(level: Level, d: &[f32], qs: &[i8], a: &Q8Rows, dst: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU has AVX2 and FMA (checked above).
-            unsafe { avx2::q8_0_rows(d, qs, a, dst) };
-            return;
+        match level.min(Level::best()) {
+            // SAFETY: the CPU has what the level needs (`Level::best`).
+            Level::Avx512Vnni => return unsafe { avx512::q8_0_rows(d, qs, a, dst) },
+            // SAFETY: as above.
+            Level::Avx2 => return unsafe { avx2::q8_0_rows(d, qs, a, dst) },
+            Level::Portable => {}
         }
         let nb = a.nb;
         for (r, out) in dst.iter_mut().enumerate().take(a.rows()) {
@@ -301,17 +397,183 @@ mod kernels {
         }
     }
 
-    pub fn f32_rows(w: &[f32], x: &[f32], dst: &mut [f32]) {
+    pub fn f32_rows(level: Level, w: &[f32], x: &[f32], dst: &mut [f32]) {
         let cols = w.len();
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU has AVX2 and FMA (checked above).
-            unsafe { avx2::f32_rows(w, x, dst) };
-            return;
+        if level.min(Level::best()) >= Level::Avx2 {
+            // SAFETY: the CPU has AVX2 and FMA (`Level::best`).
+            return unsafe { avx2::f32_rows(w, x, dst) };
         }
         for (r, out) in dst.iter_mut().enumerate() {
             let xr = &x[r * cols..(r + 1) * cols];
             *out = w.iter().zip(xr).map(|(a, b)| a * b).sum();
+        }
+    }
+
+    /// Two blocks per instruction: 64 weight bytes against 64 activation bytes with VNNI's
+    /// `vpdpbusd`, each row's scales for the two blocks in the two halves of a vector.
+    #[cfg(target_arch = "x86_64")]
+    mod avx512 {
+        use super::{Q8Rows, BLOCK, TILE};
+        use std::arch::x86_64::*;
+
+        /// `lo` and `hi` as the two halves of one vector (AVX-512 F only).
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma")]
+        unsafe fn pair(lo: __m256, hi: __m256) -> __m512 {
+            _mm512_castpd_ps(_mm512_insertf64x4(
+                _mm512_castps_pd(_mm512_castps256_ps512(lo)),
+                _mm256_castps_pd(hi),
+                1,
+            ))
+        }
+
+        /// Lane `i` of `lo` in the low half, lane `i` of `hi` in the high half.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma")]
+        unsafe fn pair_index(i: i32) -> __m512i {
+            _mm512_setr_epi32(i, i, i, i, i, i, i, i, 8 + i, 8 + i, 8 + i, 8 + i, 8 + i, 8 + i, 8 + i, 8 + i)
+        }
+
+        /// Q4_1 × Q8_1 (see `avx2::q4_1_rows`), two blocks per step (an odd last block
+        /// the 256-bit way), `T` rows at a time (a constant, so that the row loop unrolls).
+        #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma")]
+        pub unsafe fn q4_1_rows(d: &[f32], m: &[f32], qs: &[u8], a: &Q8Rows, dst: &mut [f32]) {
+            let rows = a.rows().min(dst.len());
+            let mut r0 = 0;
+            while r0 < rows {
+                let t = TILE.min(rows - r0);
+                let out = &mut dst[r0..r0 + t];
+                match t {
+                    8 => q4_1_tile::<8>(d, m, qs, a, r0, out),
+                    7 => q4_1_tile::<7>(d, m, qs, a, r0, out),
+                    6 => q4_1_tile::<6>(d, m, qs, a, r0, out),
+                    5 => q4_1_tile::<5>(d, m, qs, a, r0, out),
+                    4 => q4_1_tile::<4>(d, m, qs, a, r0, out),
+                    3 => q4_1_tile::<3>(d, m, qs, a, r0, out),
+                    2 => q4_1_tile::<2>(d, m, qs, a, r0, out),
+                    _ => q4_1_tile::<1>(d, m, qs, a, r0, out),
+                }
+                r0 += t;
+            }
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma")]
+        unsafe fn q4_1_tile<const T: usize>(
+            d: &[f32],
+            m: &[f32],
+            qs: &[u8],
+            a: &Q8Rows,
+            r0: usize,
+            dst: &mut [f32],
+        ) {
+            let nb = a.nb;
+            let low = _mm256_set1_epi8(0x0F);
+            let idx: [__m512i; T] = std::array::from_fn(|i| pair_index(i as i32));
+            let mut acc = [_mm512_setzero_ps(); T];
+            let mut mins = _mm256_setzero_ps();
+            let y0 = a.qs.as_ptr().add(r0 * nb * BLOCK);
+            let row = nb * BLOCK;
+            let mut b = 0;
+            while b + 2 <= nb {
+                // [q_b | q_b+1] → [lo_b, hi_b, lo_b+1, hi_b+1] (16 bytes each), the
+                // activations' order for two consecutive blocks.
+                let q = _mm256_loadu_si256(qs.as_ptr().add(b * 16) as *const __m256i);
+                let lo = _mm256_and_si256(q, low);
+                let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
+                let z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+                let w = _mm512_shuffle_i64x2(z, z, 0b11_01_10_00);
+                let (at0, at1) = (b * a.padded + r0, (b + 1) * a.padded + r0);
+                let s0 = _mm256_mul_ps(_mm256_set1_ps(d[b]), _mm256_loadu_ps(a.d_t.as_ptr().add(at0)));
+                let s1 = _mm256_mul_ps(_mm256_set1_ps(d[b + 1]), _mm256_loadu_ps(a.d_t.as_ptr().add(at1)));
+                let scales = pair(s0, s1);
+                mins = _mm256_fmadd_ps(_mm256_set1_ps(m[b]), _mm256_loadu_ps(a.s_t.as_ptr().add(at0)), mins);
+                mins =
+                    _mm256_fmadd_ps(_mm256_set1_ps(m[b + 1]), _mm256_loadu_ps(a.s_t.as_ptr().add(at1)), mins);
+                for i in 0..T {
+                    let y = _mm512_loadu_si512(y0.add(i * row + b * BLOCK) as *const _);
+                    let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, y);
+                    let scale = _mm512_permutexvar_ps(idx[i], scales);
+                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[i]);
+                }
+                b += 2;
+            }
+            let mut tail = [0.0f32; T];
+            if b < nb {
+                // The odd last block: its 32 products in the low half of a vector.
+                let q = _mm_loadu_si128(qs.as_ptr().add(b * 16) as *const __m128i);
+                let w256 = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), low);
+                let w = _mm512_castsi256_si512(w256);
+                let at = b * a.padded + r0;
+                mins = _mm256_fmadd_ps(_mm256_set1_ps(m[b]), _mm256_loadu_ps(a.s_t.as_ptr().add(at)), mins);
+                for (i, t) in tail.iter_mut().enumerate() {
+                    let y = _mm512_castsi256_si512(_mm256_loadu_si256(
+                        y0.add(i * row + b * BLOCK) as *const __m256i
+                    ));
+                    let p = _mm512_maskz_dpbusd_epi32(0x00FF, _mm512_setzero_si512(), w, y);
+                    *t = _mm512_reduce_add_epi32(p) as f32 * (d[b] * a.d_t[at + i]);
+                }
+            }
+            let mut m8 = [0.0f32; TILE];
+            _mm256_storeu_ps(m8.as_mut_ptr(), mins);
+            for i in 0..T {
+                dst[i] = _mm512_reduce_add_ps(acc[i]) + tail[i] + m8[i];
+            }
+        }
+
+        /// Q8_0 × Q8_0 (see `avx2::q8_0_rows`), two blocks per step.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma")]
+        pub unsafe fn q8_0_rows(d: &[f32], qs: &[i8], a: &Q8Rows, dst: &mut [f32]) {
+            let nb = a.nb;
+            let rows = a.rows().min(dst.len());
+            let idx: [__m512i; TILE] = std::array::from_fn(|i| pair_index(i as i32));
+            let lane: [__m256i; TILE] = std::array::from_fn(|i| _mm256_set1_epi32(i as i32));
+            let ones = _mm256_set1_epi16(1);
+            let mut r0 = 0;
+            while r0 < rows {
+                let t = TILE.min(rows - r0);
+                let mut acc = [_mm512_setzero_ps(); TILE];
+                let mut acc_tail = [_mm256_setzero_ps(); TILE];
+                let mut b = 0;
+                while b + 2 <= nb {
+                    let w = _mm512_loadu_si512(qs.as_ptr().add(b * BLOCK) as *const _);
+                    // vpdpbusd takes unsigned × signed: |w| × (y with w's sign).
+                    let wa = _mm512_abs_epi8(w);
+                    let neg = _mm512_movepi8_mask(w);
+                    let (at0, at1) = (b * a.padded + r0, (b + 1) * a.padded + r0);
+                    let s0 = _mm256_mul_ps(_mm256_set1_ps(d[b]), _mm256_loadu_ps(a.d_t.as_ptr().add(at0)));
+                    let s1 =
+                        _mm256_mul_ps(_mm256_set1_ps(d[b + 1]), _mm256_loadu_ps(a.d_t.as_ptr().add(at1)));
+                    let scales = pair(s0, s1);
+                    for (i, acc) in acc.iter_mut().enumerate().take(t) {
+                        let k = (r0 + i) * nb + b;
+                        let y = _mm512_loadu_si512(a.qs.as_ptr().add(k * BLOCK) as *const _);
+                        let ys = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
+                        let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa, ys);
+                        let scale = _mm512_permutexvar_ps(idx[i], scales);
+                        *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, *acc);
+                    }
+                    b += 2;
+                }
+                if b < nb {
+                    let w = _mm256_loadu_si256(qs.as_ptr().add(b * BLOCK) as *const __m256i);
+                    let wa = _mm256_sign_epi8(w, w);
+                    let at = b * a.padded + r0;
+                    let scales = _mm256_mul_ps(_mm256_set1_ps(d[b]), _mm256_loadu_ps(a.d_t.as_ptr().add(at)));
+                    for (i, acc) in acc_tail.iter_mut().enumerate().take(t) {
+                        let k = (r0 + i) * nb + b;
+                        let y = _mm256_loadu_si256(a.qs.as_ptr().add(k * BLOCK) as *const __m256i);
+                        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(y, w)), ones);
+                        let scale = _mm256_permutevar8x32_ps(scales, lane[i]);
+                        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, *acc);
+                    }
+                }
+                for i in 0..t {
+                    dst[r0 + i] = _mm512_reduce_add_ps(acc[i]) + super::avx2::hsum(acc_tail[i]);
+                }
+                r0 += t;
+            }
         }
     }
 
@@ -322,7 +584,7 @@ mod kernels {
 
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        unsafe fn hsum(v: __m256) -> f32 {
+        pub(super) unsafe fn hsum(v: __m256) -> f32 {
             let lo = _mm256_castps256_ps128(v);
             let hi = _mm256_extractf128_ps(v, 1);
             let s = _mm_add_ps(lo, hi);
@@ -331,44 +593,54 @@ mod kernels {
             _mm_cvtss_f32(s)
         }
 
-        /// Q4_1 × Q8_1, `TILE` activation rows per unpacked weight block.
+        /// Q4_1 × Q8_1, a tile of `TILE` activation rows per unpacked weight block: the
+        /// tile's scales for a block are one vector product (`d_w · d_y[tile]`), its
+        /// minimum terms one fused multiply-add, each row's scale a lane of it.
         #[target_feature(enable = "avx2,fma")]
         pub unsafe fn q4_1_rows(d: &[f32], m: &[f32], qs: &[u8], a: &Q8Rows, dst: &mut [f32]) {
             let nb = a.nb;
             let rows = a.rows().min(dst.len());
             let low = _mm256_set1_epi8(0x0F);
             let ones = _mm256_set1_epi16(1);
+            let lane: [__m256i; TILE] = std::array::from_fn(|i| _mm256_set1_epi32(i as i32));
             let mut r0 = 0;
             while r0 < rows {
                 let t = TILE.min(rows - r0);
                 let mut acc = [_mm256_setzero_ps(); TILE];
-                let mut mins = [0.0f32; TILE];
+                let mut mins = _mm256_setzero_ps();
                 for b in 0..nb {
                     // 32 weights as bytes: the low nibbles (values 0..16), then the high.
                     let q = _mm_loadu_si128(qs.as_ptr().add(b * 16) as *const __m128i);
                     let both = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
                     let w = _mm256_and_si256(both, low);
+                    let at = b * a.padded + r0;
+                    let scales = _mm256_mul_ps(_mm256_set1_ps(d[b]), _mm256_loadu_ps(a.d_t.as_ptr().add(at)));
+                    mins =
+                        _mm256_fmadd_ps(_mm256_set1_ps(m[b]), _mm256_loadu_ps(a.s_t.as_ptr().add(at)), mins);
                     for (i, acc) in acc.iter_mut().enumerate().take(t) {
                         let k = (r0 + i) * nb + b;
                         let y = _mm256_loadu_si256(a.qs.as_ptr().add(k * BLOCK) as *const __m256i);
                         let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, y), ones);
-                        let scale = _mm256_set1_ps(d[b] * *a.d.get_unchecked(k));
+                        let scale = _mm256_permutevar8x32_ps(scales, lane[i]);
                         *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, *acc);
-                        mins[i] += m[b] * *a.s.get_unchecked(k);
                     }
                 }
+                let mut m8 = [0.0f32; TILE];
+                _mm256_storeu_ps(m8.as_mut_ptr(), mins);
                 for i in 0..t {
-                    dst[r0 + i] = hsum(acc[i]) + mins[i];
+                    dst[r0 + i] = hsum(acc[i]) + m8[i];
                 }
                 r0 += t;
             }
         }
 
-        /// Q8_0 × Q8_0, `TILE` activation rows per weight block.
+        /// Q8_0 × Q8_0, a tile of `TILE` activation rows per weight block.
         #[target_feature(enable = "avx2,fma")]
         pub unsafe fn q8_0_rows(d: &[f32], qs: &[i8], a: &Q8Rows, dst: &mut [f32]) {
             let nb = a.nb;
             let rows = a.rows().min(dst.len());
+            let ones = _mm256_set1_epi16(1);
+            let lane: [__m256i; TILE] = std::array::from_fn(|i| _mm256_set1_epi32(i as i32));
             let mut r0 = 0;
             while r0 < rows {
                 let t = TILE.min(rows - r0);
@@ -377,12 +649,14 @@ mod kernels {
                     let w = _mm256_loadu_si256(qs.as_ptr().add(b * BLOCK) as *const __m256i);
                     // maddubs takes unsigned × signed: |w| × (y with w's sign).
                     let wa = _mm256_sign_epi8(w, w);
+                    let at = b * a.padded + r0;
+                    let scales = _mm256_mul_ps(_mm256_set1_ps(d[b]), _mm256_loadu_ps(a.d_t.as_ptr().add(at)));
                     for (i, acc) in acc.iter_mut().enumerate().take(t) {
                         let k = (r0 + i) * nb + b;
                         let y = _mm256_loadu_si256(a.qs.as_ptr().add(k * BLOCK) as *const __m256i);
                         let ys = _mm256_sign_epi8(y, w);
-                        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, ys), _mm256_set1_epi16(1));
-                        let scale = _mm256_set1_ps(d[b] * *a.d.get_unchecked(k));
+                        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, ys), ones);
+                        let scale = _mm256_permutevar8x32_ps(scales, lane[i]);
                         *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, *acc);
                     }
                 }
@@ -468,30 +742,45 @@ mod tests {
     /// any batch, at any position.
     #[test]
     fn products_match_the_dequantized_weights_and_do_not_depend_on_the_batch() {
-        let (rows, cols) = (70, 96);
+        // 96 columns: three blocks (an odd last one); 11 rows: a full tile of 8 and one of 3.
+        let (rows, cols, n) = (70, 96, 11);
         let w = noise(rows * cols, 1);
-        for (kind, bytes) in [(3u32, q4_1_bytes(&w)), (8, q8_0_bytes(&w)), (0, w.iter().flat_map(|v| v.to_le_bytes()).collect())] {
-            let q = Weights::from_gguf(kind, rows, cols, &bytes).unwrap();
-            let f = q.dequantized();
-            let x = noise(7 * cols, 2);
-            let mut got = vec![0.0; 7 * rows];
-            q.matmul(&x, &mut got);
-            let mut want = vec![0.0; 7 * rows];
-            let Weights::F32 { w: fw, .. } = &f else { unreachable!() };
-            for r in 0..7 {
-                for j in 0..rows {
-                    want[r * rows + j] = (0..cols).map(|c| fw[j * cols + c] * x[r * cols + c]).sum();
+        let x = noise(n * cols, 2);
+        for level in kernels::Level::available() {
+            for (kind, bytes) in [
+                (3u32, q4_1_bytes(&w)),
+                (8, q8_0_bytes(&w)),
+                (0, w.iter().flat_map(|v| v.to_le_bytes()).collect()),
+            ] {
+                let q = Weights::from_gguf(kind, rows, cols, &bytes).unwrap();
+                let product = |x: &[f32]| {
+                    let mut out = vec![0.0; x.len() / cols * rows];
+                    Weights::matmul_many_at(level, x, &mut [(&q, &mut out)]);
+                    out
+                };
+                let got = product(&x);
+                let Weights::F32 { w: fw, .. } = q.dequantized() else { unreachable!() };
+                for r in 0..n {
+                    for j in 0..rows {
+                        let want: f32 = (0..cols).map(|c| fw[j * cols + c] * x[r * cols + c]).sum();
+                        let a = got[r * rows + j];
+                        assert!(
+                            (a - want).abs() < 0.05 + 0.02 * want.abs(),
+                            "{level:?}, type {kind}: {a} vs {want}"
+                        );
+                    }
                 }
-            }
-            for (a, b) in got.iter().zip(&want) {
-                assert!((a - b).abs() < 0.05 + 0.02 * b.abs(), "type {kind}: {a} vs {b}");
-            }
-            // Row 5 alone, and first of a batch of two, gives the same bits.
-            for (x1, at) in [(x[5 * cols..6 * cols].to_vec(), 0), ([&x[3 * cols..4 * cols], &x[5 * cols..6 * cols]].concat(), 1)] {
-                let n = x1.len() / cols;
-                let mut one = vec![0.0; n * rows];
-                q.matmul(&x1, &mut one);
-                assert_eq!(one[at * rows..(at + 1) * rows], got[5 * rows..6 * rows], "type {kind}");
+                // Row 9 alone, second of two, and eighth of eight gives the same bits.
+                let row = |r: usize| x[r * cols..(r + 1) * cols].to_vec();
+                for (batch, at) in [(vec![9], 0), (vec![3, 9], 1), (vec![0, 1, 2, 3, 4, 5, 6, 9], 7)] {
+                    let xs: Vec<f32> = batch.iter().flat_map(|&r| row(r)).collect();
+                    let out = product(&xs);
+                    assert_eq!(
+                        out[at * rows..(at + 1) * rows],
+                        got[9 * rows..10 * rows],
+                        "{level:?}, type {kind}"
+                    );
+                }
             }
         }
     }

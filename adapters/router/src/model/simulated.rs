@@ -301,14 +301,10 @@ mod tests {
     #[test]
     fn logits_depend_on_the_tokens_only() {
         let mut m = SimulatedModel::new(1000, 7, ForwardTime::Sleep(Duration::ZERO));
-        let a = host(
-            m.forward(&[ForwardRow::new(1, &[5, 6]), ForwardRow::new(2, &[9])]).unwrap(),
-        );
+        let a = host(m.forward(&[ForwardRow::new(1, &[5, 6]), ForwardRow::new(2, &[9])]).unwrap());
         // The same prefix fed differently (one token at a time, another batch position).
         m.forward(&[ForwardRow::new(3, &[5])]).unwrap();
-        let b = host(
-            m.forward(&[ForwardRow::new(4, &[1]), ForwardRow::new(3, &[6])]).unwrap(),
-        );
+        let b = host(m.forward(&[ForwardRow::new(4, &[1]), ForwardRow::new(3, &[6])]).unwrap());
         assert_eq!(a[..1000], b[1000..]);
         assert_ne!(a[..1000], a[1000..]);
         // A released sequence starts afresh.
