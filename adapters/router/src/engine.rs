@@ -14,9 +14,8 @@ use crate::model::{Forward, ForwardRow, Model, StepLogits};
 #[cfg(feature = "cuda")]
 use crate::sampling::DeviceSampler;
 use crate::sampling::{Pick, Sampler, SamplingParams, TreeWalk};
-use crate::speculate::{BuiltinDrafter, DraftContext, Drafter, SpeculationOptions};
+use crate::speculate::{BuiltinDrafter, Draft, DraftContext, Drafter, SpeculationOptions};
 use crate::step::{Accepted, BatchOptions, SeqId, StepError, StepMasks, StructuredBatch};
-use grammask::matcher::DraftTree;
 use grammask::{GrammarMatcher, TokenizerInfo};
 use grammask_gpu::LogitsLayout;
 use rayon::prelude::*;
@@ -339,8 +338,8 @@ struct Seq {
     held: Option<Vec<f32>>,
     /// Prompt and every token since (speculation's n-gram lookup reads it).
     history: Vec<u32>,
-    /// This step's draft tree, if it drafted.
-    draft: Option<DraftTree>,
+    /// This step's draft, if it drafted.
+    draft: Option<Draft>,
     /// Whether drafting pays for it.
     spec: SpecStats,
 }
@@ -363,12 +362,19 @@ impl Default for SpecStats {
 /// Steps a row waits, after drafting did not pay, before it drafts again to re-measure.
 const SPEC_PROBE_EVERY: u32 = 8;
 
-/// The forward's cost per logits row, fitted on recent steps (least squares of forward
-/// time against logits rows), to tell whether a row's drafts pay.
+/// The most a step spends drafting, as a fraction of the mean forward time.
+const DRAFT_BUDGET: f64 = 0.2;
+
+/// A step's cost per logits row, fitted on recent decode steps (least squares of step time
+/// against logits rows: a draft node's forward, mask and draw), to tell whether a row's
+/// drafts pay.
 #[derive(Debug, Default)]
 struct ForwardCosts {
     /// `(logits rows, forward seconds)` of recent steps.
     recent: VecDeque<(f64, f64)>,
+    /// Seconds of drafting (on the step thread, before the forward) per draft node,
+    /// smoothed: a node costs this on top of its share of the forward.
+    draft_per_node: f64,
 }
 
 impl ForwardCosts {
@@ -381,9 +387,29 @@ impl ForwardCosts {
         self.recent.push_back((rows as f64, secs));
     }
 
+    /// Whether enough steps were seen to fit a row's cost.
+    fn known(&self) -> bool {
+        self.recent.len() >= 8
+    }
+
+    /// The mean step time of recent decode steps (`None` before any).
+    fn mean_forward(&self) -> Option<f64> {
+        (!self.recent.is_empty())
+            .then(|| self.recent.iter().map(|r| r.1).sum::<f64>() / self.recent.len() as f64)
+    }
+
+    fn note_draft(&mut self, secs: f64, nodes: usize) {
+        if nodes > 0 {
+            let per = secs / nodes as f64;
+            self.draft_per_node =
+                if self.draft_per_node == 0.0 { per } else { 0.9 * self.draft_per_node + 0.1 * per };
+        }
+    }
+
     /// Whether a draft node accepted with probability `rate` buys more tokens per second
-    /// than the batch makes without it: `rate / cost of a row ≥ rows / forward time`.
-    /// Hopeful until the steps seen vary enough in size to fit the cost of a row.
+    /// than the batch makes without it: `rate / (cost of a row + drafting a node) ≥ rows /
+    /// forward time`. Hopeful until the steps seen vary enough in size to fit the cost of
+    /// a row.
     fn pays(&self, rate: f64) -> bool {
         let n = self.recent.len() as f64;
         if n < 8.0 {
@@ -397,7 +423,7 @@ impl ForwardCosts {
         if sxx < 1.0 || my <= 0.0 {
             return true;
         }
-        let per_row = (sxy / sxx).max(0.0);
+        let per_row = (sxy / sxx).max(0.0) + self.draft_per_node;
         rate * my >= per_row * mx
     }
 }
@@ -457,6 +483,7 @@ pub fn start(
         next_id: 1,
         drafter,
         costs: ForwardCosts::default(),
+        draft_turn: 0,
         #[cfg(feature = "cuda")]
         device_sampler: None,
     };
@@ -479,6 +506,8 @@ struct Loop {
     /// Proposes draft trees (with [`EngineOptions::speculation`]).
     drafter: Option<Box<dyn Drafter>>,
     costs: ForwardCosts,
+    /// Which row drafts first this step (rows take turns under the drafting budget).
+    draft_turn: usize,
     /// Made on the first step with device logits.
     #[cfg(feature = "cuda")]
     device_sampler: Option<DeviceSampler>,
@@ -616,9 +645,24 @@ impl Loop {
         let (Some(drafter), Some(spec)) = (&self.drafter, &self.options.speculation) else { return 0 };
         let stops = self.tokenizer.stop_tokens();
         let mut nodes = 0;
+        // Drafting runs on the step thread before the forward: a step spends at most a
+        // fraction of a forward on it (a grammar's alternatives in states whose masks were
+        // never computed can take milliseconds each). Rows take turns being first.
+        let budget = Duration::from_secs_f64(self.costs.mean_forward().map_or(0.002, |f| f * DRAFT_BUDGET));
+        let started = Instant::now();
+        self.draft_turn = self.draft_turn.wrapping_add(1);
+        let order: Vec<usize> =
+            (0..fwd.len()).map(|k| fwd[(k + self.draft_turn) % fwd.len().max(1)]).collect();
         for &i in fwd {
+            self.running[i].draft = None;
+        }
+        // Until the cost of a node is known, at most a node per row on average.
+        let cap = if self.costs.known() { usize::MAX } else { fwd.len().max(1) };
+        for i in order {
+            if started.elapsed() > budget || nodes >= cap {
+                break;
+            }
             let s = &mut self.running[i];
-            s.draft = None;
             // Prefill rows verify nothing: their prompt is the forward's work.
             if s.generated == 0 || s.pending.is_empty() {
                 continue;
@@ -632,7 +676,9 @@ impl Loop {
                 self.metrics.draft_backoffs.inc();
                 continue;
             }
-            let ctx = DraftContext { history: &s.history, stop_tokens: stops };
+            let ctx =
+                DraftContext { history: &s.history, stop_tokens: stops, deadline: Some(started + budget) };
+            let t0 = Instant::now();
             let tree = if s.constrained {
                 match self.batch.draft_grammar(s.id) {
                     Some(mut g) => drafter.draft(&ctx, Some(&mut g), spec),
@@ -641,13 +687,16 @@ impl Loop {
             } else {
                 drafter.draft(&ctx, None, spec)
             };
-            let Some(tree) = tree.filter(|t| t.len() > 1) else { continue };
-            if s.constrained && self.batch.set_draft(s.id, tree.clone()).is_err() {
+            let drafted = tree.as_ref().map_or(0, |d| d.tree.len() - 1);
+            // A row that drafted nothing still spent the time: counted against one node.
+            self.costs.note_draft(t0.elapsed().as_secs_f64(), drafted.max(1));
+            let Some(draft) = tree.filter(|d| d.tree.len() > 1) else { continue };
+            if s.constrained && self.batch.set_draft(s.id, draft.tree.clone()).is_err() {
                 continue;
             }
-            nodes += tree.len() - 1;
-            self.metrics.drafted.with_label_values(&[drafter.name()]).inc_by((tree.len() - 1) as u64);
-            s.draft = Some(tree);
+            nodes += draft.tree.len() - 1;
+            self.metrics.drafted.with_label_values(&[drafter.name()]).inc_by((draft.tree.len() - 1) as u64);
+            s.draft = Some(draft);
         }
         nodes
     }
@@ -683,7 +732,7 @@ impl Loop {
             .iter()
             .map(|&i| {
                 let s = &self.running[i];
-                ForwardRow { id: s.id, tokens: &s.pending, draft: s.draft.as_ref() }
+                ForwardRow { id: s.id, tokens: &s.pending, draft: s.draft.as_ref().map(|d| &d.tree) }
             })
             .collect();
         // Each row's logits rows: one, plus one per draft node.
@@ -713,10 +762,6 @@ impl Loop {
             }
         }
         let prefill = fwd.iter().filter(|&&i| self.running[i].generated == 0).count();
-        // Prefill steps say nothing of a decode row's cost.
-        if prefill == 0 {
-            self.costs.note(logits_rows, forward_t.as_secs_f64());
-        }
         let mut record =
             StepRecord { rows: ids.len(), prefill, forward: forward_t, draft_nodes, ..StepRecord::default() };
         // Rows the model or the fill failed end with the error, never with what is
@@ -785,11 +830,16 @@ impl Loop {
                     .into_par_iter()
                     .map(|(i, s, row, mask, tree_masks)| {
                         let walk = match (&s.draft, tree_masks) {
-                            (Some(tree), Some(m)) => {
-                                s.sampler.verify_tree(row, vocab, tree, |v| Some(m.row(v)), stops)
-                            }
-                            (Some(tree), None) if !s.constrained => {
-                                s.sampler.verify_tree(row, vocab, tree, |_| None, stops)
+                            (Some(d), Some(m)) => s.sampler.verify_tree(
+                                row,
+                                vocab,
+                                &d.tree,
+                                &d.forced,
+                                |v| Some(m.row(v)),
+                                stops,
+                            ),
+                            (Some(d), None) if !s.constrained => {
+                                s.sampler.verify_tree(row, vocab, &d.tree, &d.forced, |_| None, stops)
                             }
                             _ => {
                                 let pick = match mask {
@@ -855,6 +905,11 @@ impl Loop {
         self.metrics.sample_seconds.observe(record.sample.as_secs_f64());
         self.settle(picks, &failed, &mut record);
         record.step = t0.elapsed();
+        // What a logits row costs the whole step (forward, masks of its nodes, sampling):
+        // prefill steps say nothing of a decode row's cost.
+        if prefill == 0 {
+            self.costs.note(logits_rows, record.step.as_secs_f64());
+        }
         self.metrics.step_seconds.observe(record.step.as_secs_f64());
         if self.options.record_steps {
             self.shared.records.lock().unwrap_or_else(|p| p.into_inner()).push(record);
@@ -950,12 +1005,12 @@ impl Loop {
             let drawn: Vec<u32> = walk.tokens.iter().map(|t| t.0).collect();
             // Draws past where the grammar ended or forced text are not kept.
             s.sampler.forget(&drawn[kept.min(drawn.len())..]);
-            if let Some(tree) = &draft {
+            if let Some(d) = &draft {
                 let took = kept.min(walk.path.len());
                 self.metrics.accepted_per_verify.observe(took as f64);
                 self.metrics.draft_accepted.with_label_values(&[drafter]).inc_by(took as u64);
                 record.draft_accepted += took;
-                let rate = took as f64 / (tree.len() - 1).max(1) as f64;
+                let rate = took as f64 / (d.tree.len() - 1).max(1) as f64;
                 s.spec.rate = 0.7 * s.spec.rate + 0.3 * rate;
             }
             let mut reason = None;

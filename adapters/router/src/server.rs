@@ -34,6 +34,12 @@ pub struct LoadedTokenizer {
 }
 
 impl LoadedTokenizer {
+    /// This tokenizer as the encoder jump-forward writes forced text with
+    /// ([`BatchOptions::encoder`](crate::step::BatchOptions::encoder)).
+    pub fn encoder(&self) -> Arc<dyn TextEncoder + Send + Sync> {
+        Arc::new(HfEncoder(self.hf.clone()))
+    }
+
     /// From the bytes of `tokenizer.json` and `tokenizer_config.json`.
     pub fn from_bytes(json: &[u8], config: Option<&[u8]>) -> Result<Self, String> {
         let hf = tokenizers::Tokenizer::from_bytes(json).map_err(|e| format!("tokenizer.json: {e}"))?;
@@ -157,6 +163,7 @@ pub struct Router {
     pub engine: EngineHandle,
 }
 
+/// The tokenizer as jump-forward's encoder ([`LoadedTokenizer::encoder`]).
 struct HfEncoder(Arc<tokenizers::Tokenizer>);
 
 impl TextEncoder for HfEncoder {
@@ -170,7 +177,7 @@ impl Router {
     pub fn start(mut config: RouterConfig) -> Result<Self, String> {
         let metrics = Arc::new(Metrics::new());
         if config.jump_forward {
-            config.engine.batch.encoder = Some(Arc::new(HfEncoder(config.tokenizer.hf.clone())));
+            config.engine.batch.encoder = Some(config.tokenizer.encoder());
         }
         // Jump-forward never takes back a token already streamed to a client.
         config.engine.batch.rollback_ok = false;

@@ -4,9 +4,11 @@
 //! Two sources, and their union:
 //!
 //! - **grammar**: where the grammar leaves few legal continuations (an object key of a
-//!   schema, an enum value, `true`/`false`/`null`, a tag's begin string), every one of
-//!   them becomes a child, so whichever the model picks is already in the tree. What the
-//!   grammar forces outright needs no draft: jump-forward appends it.
+//!   schema, an enum value, `true`/`false`/`null`, a tag's begin string), the likeliest
+//!   looking of them become children. Below any node after which the grammar forces text
+//!   (jump-forward, when on), the forced tokens follow as a chain of *forced* nodes: the
+//!   tree goes on past them, and they are taken without a draw, as jump-forward would
+//!   append them.
 //! - **n-gram**: prompt lookup — the longest recent suffix of the sequence seen earlier in
 //!   it (prompt or output) proposes what followed it then (TGI's `--speculate` n-gram
 //!   mode, vLLM's `ngram`). On a constrained row each proposal is kept only if the grammar
@@ -19,6 +21,25 @@
 
 use crate::step::DraftGrammar;
 use grammask::matcher::DraftTree;
+
+/// A proposed tree, and which of its nodes are forced (the grammar's jump-forward tokens
+/// after their parent: taken without a draw).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Draft {
+    /// The tree (node 0: the row's last token).
+    pub tree: DraftTree,
+    /// Per node, whether it is forced (node 0: `false`). A forced node is its parent's
+    /// only child.
+    pub forced: Vec<bool>,
+}
+
+impl Draft {
+    /// A draft whose nodes are all drawn.
+    pub fn drawn(tree: DraftTree) -> Self {
+        let forced = vec![false; tree.len()];
+        Self { tree, forced }
+    }
+}
 
 /// Which drafter proposes a row's tree (`--drafter`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -88,6 +109,8 @@ pub struct DraftContext<'a> {
     pub history: &'a [u32],
     /// Tokens that end a sequence: never expanded further.
     pub stop_tokens: &'a [u32],
+    /// When drafting must stop (the step's drafting budget): the tree so far is proposed.
+    pub deadline: Option<std::time::Instant>,
 }
 
 /// Proposes a row's draft tree. An engine can plug in its own (a draft model, an MTP
@@ -106,7 +129,7 @@ pub trait Drafter: Send + Sync {
         ctx: &DraftContext<'_>,
         grammar: Option<&mut DraftGrammar<'_>>,
         options: &SpeculationOptions,
-    ) -> Option<DraftTree>;
+    ) -> Option<Draft>;
 }
 
 /// The built-in drafters ([`DrafterKind`]).
@@ -144,19 +167,22 @@ impl Drafter for BuiltinDrafter {
         ctx: &DraftContext<'_>,
         mut grammar: Option<&mut DraftGrammar<'_>>,
         options: &SpeculationOptions,
-    ) -> Option<DraftTree> {
+    ) -> Option<Draft> {
         let use_grammar = matches!(self.0, DrafterKind::Grammar | DrafterKind::Both);
         let use_ngram = matches!(self.0, DrafterKind::Ngram | DrafterKind::Both);
         if options.depth == 0 || (!use_ngram && grammar.is_none()) {
             return None;
         }
-        let (mut tokens, mut parents) = (vec![-1i64], vec![-1i64]);
+        let (mut tokens, mut parents, mut forced) = (vec![-1i64], vec![-1i64], vec![false]);
         // Breadth first, so that a node budget keeps the shallow nodes (the likelier).
         let mut frontier: Vec<(usize, Vec<u32>)> = vec![(0, Vec::new())];
         let mut seq = ctx.history.to_vec();
         'levels: for _ in 0..options.depth {
             let mut next = Vec::new();
             for (v, path) in frontier {
+                if ctx.deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                    break 'levels;
+                }
                 let mut children = None;
                 if use_grammar {
                     if let Some(g) = grammar.as_deref_mut() {
@@ -182,11 +208,28 @@ impl Drafter for BuiltinDrafter {
                     }
                     tokens.push(i64::from(t));
                     parents.push(v as i64);
-                    if !ctx.stop_tokens.contains(&t) {
-                        let mut p = path.clone();
-                        p.push(t);
-                        next.push((tokens.len() - 1, p));
+                    forced.push(false);
+                    if ctx.stop_tokens.contains(&t) {
+                        continue;
                     }
+                    let mut p = path.clone();
+                    p.push(t);
+                    // What the grammar forces after it follows as forced nodes (within the
+                    // budget: a chain cut short is taken as far as it goes).
+                    let mut last = tokens.len() - 1;
+                    if let Some(g) = grammar.as_deref_mut() {
+                        for f in g.forced_after(&p) {
+                            if tokens.len() > options.max_nodes {
+                                break;
+                            }
+                            tokens.push(i64::from(f));
+                            parents.push(last as i64);
+                            forced.push(true);
+                            last = tokens.len() - 1;
+                            p.push(f);
+                        }
+                    }
+                    next.push((last, p));
                 }
             }
             if next.is_empty() {
@@ -197,7 +240,8 @@ impl Drafter for BuiltinDrafter {
         if tokens.len() < 2 {
             return None;
         }
-        DraftTree::from_parents(&tokens, &parents).ok()
+        let tree = DraftTree::from_parents(&tokens, &parents).ok()?;
+        Some(Draft { tree, forced })
     }
 }
 
@@ -220,12 +264,17 @@ mod tests {
         let d = BuiltinDrafter(DrafterKind::Ngram);
         let opts = SpeculationOptions::new(4, 1, DrafterKind::Ngram);
         let history = [5, 6, 7, 8, 0, 9, 5, 6];
-        let tree = d.draft(&DraftContext { history: &history, stop_tokens: &[0] }, None, &opts).unwrap();
+        let tree = d
+            .draft(&DraftContext { history: &history, stop_tokens: &[0], deadline: None }, None, &opts)
+            .unwrap()
+            .tree;
         // 7, 8, then the stop token 0, not expanded.
         assert_eq!((1..tree.len()).map(|v| tree.token(v).unwrap()).collect::<Vec<_>>(), [7, 8, 0]);
         assert_eq!(tree.parent(3), Some(2));
         // The grammar drafter has nothing to say on an unconstrained row.
         let g = BuiltinDrafter(DrafterKind::Grammar);
-        assert!(g.draft(&DraftContext { history: &history, stop_tokens: &[0] }, None, &opts).is_none());
+        assert!(g
+            .draft(&DraftContext { history: &history, stop_tokens: &[0], deadline: None }, None, &opts)
+            .is_none());
     }
 }

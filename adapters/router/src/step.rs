@@ -278,6 +278,7 @@ impl Row {
 pub struct DraftGrammar<'a> {
     matcher: &'a mut GrammarMatcher,
     scratch: Vec<u32>,
+    encoder: Option<Arc<dyn TextEncoder + Send + Sync>>,
 }
 
 impl std::fmt::Debug for DraftGrammar<'_> {
@@ -290,6 +291,22 @@ impl DraftGrammar<'_> {
     /// How many leading tokens of `chain` the grammar accepts from here.
     pub fn validate(&mut self, chain: &[u32]) -> usize {
         self.matcher.validate_tokens(chain)
+    }
+
+    /// The tokens jump-forward appends after `prefix` (empty: jump-forward is off, nothing
+    /// is forced there, or `prefix` is rejected) — what accepting `prefix` would give.
+    pub fn forced_after(&mut self, prefix: &[u32]) -> Vec<u32> {
+        let Some(enc) = self.encoder.clone() else { return Vec::new() };
+        if self.matcher.is_terminated() || self.matcher.accept_tokens(prefix).is_err() {
+            return Vec::new();
+        }
+        let ids = if self.matcher.is_terminated() {
+            Vec::new()
+        } else {
+            self.matcher.jump_forward_tokens_within(enc.as_ref(), 0).map(|jf| jf.ids).unwrap_or_default()
+        };
+        let _ = self.matcher.rollback(prefix.len());
+        ids
     }
 
     /// The likeliest-looking of few legal continuations after `prefix`: when at most
@@ -921,17 +938,19 @@ impl StructuredBatch {
             Place::Home(row) => {
                 row.flush();
                 let words = words_per_row(self.vocab);
-                Some(DraftGrammar { matcher: &mut row.matcher, scratch: vec![0; words] })
+                let encoder = self.options.encoder.clone();
+                Some(DraftGrammar { matcher: &mut row.matcher, scratch: vec![0; words], encoder })
             }
             Place::Away { .. } => None,
         }
     }
 
     /// Accepts the tokens a verify step took for `id` (an accepted draft path, then the
-    /// token drawn after it), one by one as [`accept`](Self::accept) would, stopping
-    /// early where the grammar ends or forces text (jump-forward, when on): returns how
-    /// many of `tokens` were taken and what became of the row. Tokens after that point
-    /// are not accepted; the caller drops them (the forced tokens replace them).
+    /// token drawn after it), one by one as [`accept`](Self::accept) would. Where the
+    /// grammar forces text after a token (jump-forward, when on) and `tokens` goes on with
+    /// exactly the forced tokens, they are taken as part of the path; otherwise, and where
+    /// the grammar ends, it stops there. Returns how many of `tokens` were taken and what
+    /// became of the row (the forced tokens still to append); the caller drops the rest.
     pub fn accept_path(&mut self, id: SeqId, tokens: &[u32]) -> Result<(usize, Accepted), RowError> {
         let max_rollback = if self.options.rollback_ok { grammask::matcher::MAX_RETOKENIZED } else { 0 };
         let encoder = self.options.encoder.clone();
@@ -946,19 +965,26 @@ impl StructuredBatch {
             return Err(e.into());
         }
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let mut out = (0, Accepted::Continue { forced: JumpForward::default() });
-            for (i, &t) in tokens.iter().enumerate() {
-                let a = advance(&mut row.matcher, t, encoder.as_deref(), max_rollback)?;
-                let stop = match &a {
-                    Accepted::Finished => true,
-                    Accepted::Continue { forced } => !forced.ids.is_empty(),
-                };
-                out = (i + 1, a);
-                if stop {
-                    break;
+            let mut i = 0;
+            while i < tokens.len() {
+                let a = advance(&mut row.matcher, tokens[i], encoder.as_deref(), max_rollback)?;
+                i += 1;
+                match a {
+                    Accepted::Finished => return Ok((i, Accepted::Finished)),
+                    Accepted::Continue { forced } if !forced.ids.is_empty() => {
+                        // Forced text was accepted with the token: where the path goes on
+                        // with exactly those tokens (a draft's forced nodes), go on past them.
+                        let n = forced.ids.len();
+                        if forced.rollback == 0 && tokens.get(i..i + n) == Some(&forced.ids[..]) {
+                            i += n;
+                            continue;
+                        }
+                        return Ok((i, Accepted::Continue { forced }));
+                    }
+                    Accepted::Continue { .. } => {}
                 }
             }
-            Ok(out)
+            Ok((i, Accepted::Continue { forced: JumpForward::default() }))
         }))
         .unwrap_or_else(|p| {
             Err(grammask::Error::Panicked(grammask::batch::panic_message(p.as_ref())).into())

@@ -261,6 +261,26 @@ fn metric(text: &str, name: &str) -> f64 {
     text.lines().find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
 }
 
+/// Writes text as the longest vocabulary entries first (a valid tokenization, all
+/// jump-forward needs).
+struct Greedy(Arc<TokenizerInfo>);
+impl TextEncoder for Greedy {
+    fn encode_text(&self, text: &str) -> grammask::Result<Vec<u32>> {
+        let (bytes, mut at, mut out) = (text.as_bytes(), 0, Vec::new());
+        while at < bytes.len() {
+            let best = (0..self.0.vocab_size() as u32)
+                .filter(|&t| {
+                    !self.0.stop_tokens().contains(&t) && bytes[at..].starts_with(self.0.token_bytes(t))
+                })
+                .max_by_key(|&t| self.0.token_bytes(t).len())
+                .ok_or_else(|| grammask::Error::Shape(format!("no token for {:?}", &text[at..])))?;
+            at += self.0.token_bytes(best).len();
+            out.push(best);
+        }
+        Ok(out)
+    }
+}
+
 #[test]
 fn speculative_sampling_follows_the_distribution_of_sampling() {
     // A small language (≤ 30 strings) with shared prefixes, so that the grammar drafts
@@ -310,10 +330,13 @@ fn speculative_sampling_follows_the_distribution_of_sampling() {
         m
     };
     let model = || Box::new(SimulatedModel::new(info.vocab_size(), 9, ForwardTime::Sleep(Duration::ZERO)));
-    let plain = count(run_on(info.clone(), model(), None, &reqs(0), 256, None).0);
+    // Jump-forward on (forced text written by longest match over the vocabulary), so that
+    // drafts carry forced chains too.
+    let encoder: Arc<dyn TextEncoder + Send + Sync> = Arc::new(Greedy(info.clone()));
+    let plain = count(run_on(info.clone(), model(), Some(encoder.clone()), &reqs(0), 256, None).0);
     let spec_opts =
         Some(SpeculationOptions { backoff: false, ..SpeculationOptions::new(4, 6, DrafterKind::Grammar) });
-    let (outs, metrics) = run_on(info.clone(), model(), None, &reqs(1 << 32), 256, spec_opts);
+    let (outs, metrics) = run_on(info.clone(), model(), Some(encoder), &reqs(1 << 32), 256, spec_opts);
     let spec_counts = count(outs);
     let accepted = metric(&metrics.render(), "grammask_spec_accepted_total{drafter=\"grammar\"}");
     assert!(accepted > 10_000.0, "{accepted} draft tokens accepted");
@@ -384,7 +407,8 @@ fn drafts_the_grammar_refuses_are_zero_rows_and_never_taken() {
     logits[vocab + stop as usize] = 10.0;
     logits[3 * vocab + no as usize] = 100.0;
     let mut s = grammask_router::sampling::Sampler::new(SamplingParams::default());
-    let walk = s.verify_tree(&mut logits, vocab, &tree, |v| Some(masks.row(v)), info.stop_tokens());
+    let walk =
+        s.verify_tree(&mut logits, vocab, &tree, &[false; 6], |v| Some(masks.row(v)), info.stop_tokens());
     // The stop token is drawn at node 1 and ends the walk (node 3 is never a cache entry).
     assert_eq!(walk.path, [1]);
     assert_eq!(walk.tokens.iter().map(|t| t.0).collect::<Vec<_>>(), [yes as u32, stop]);

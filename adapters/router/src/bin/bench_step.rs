@@ -72,6 +72,10 @@ struct Args {
     /// Forward time, milliseconds.
     #[arg(long, default_value_t = 5.0)]
     forward_ms: f64,
+    /// Simulated model: forward time per token beyond one per row (prompt, jump-forward
+    /// and draft tokens), milliseconds.
+    #[arg(long, default_value_t = 0.0)]
+    forward_token_ms: f64,
     /// Tokens per request.
     #[arg(long, default_value_t = 64)]
     max_new_tokens: usize,
@@ -108,6 +112,19 @@ struct Args {
     /// cut off.
     #[arg(long)]
     repetition_penalty: Option<f32>,
+    /// Speculative setups (`spec-grammar`, `spec-ngram`, `spec-both`): most draft tokens
+    /// on a path.
+    #[arg(long, default_value_t = 4)]
+    speculate: usize,
+    /// Speculative setups: most siblings a grammar node drafts.
+    #[arg(long, default_value_t = 4)]
+    draft_width: usize,
+    /// Speculative setups: never back off (draft every step).
+    #[arg(long)]
+    no_backoff: bool,
+    /// Turn jump-forward (forced text appended without sampling) off.
+    #[arg(long)]
+    no_jump_forward: bool,
 }
 
 fn pct(mut v: Vec<f64>, p: f64) -> f64 {
@@ -178,12 +195,40 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut table = Vec::new();
     for &b in &a.batch {
         let mut base_tps = None;
-        for (setup, key, constrained, overlap, sample_under_masks, warm) in [
-            ("unconstrained", "unconstrained", false, true, true, false),
-            ("constrained", "constrained", true, true, true, false),
-            ("constrained, warm masks", "warm", true, true, true, true),
-            ("constrained, masks applied", "apply", true, true, false, false),
-            ("constrained, no overlap", "no-overlap", true, false, true, false),
+        use grammask_router::speculate::{DrafterKind, SpeculationOptions};
+        for (setup, key, constrained, overlap, sample_under_masks, warm, drafter) in [
+            ("unconstrained", "unconstrained", false, true, true, false, None),
+            ("constrained", "constrained", true, true, true, false, None),
+            ("constrained, warm masks", "warm", true, true, true, true, None),
+            ("constrained, masks applied", "apply", true, true, false, false, None),
+            ("constrained, no overlap", "no-overlap", true, false, true, false, None),
+            (
+                "constrained, speculative (grammar)",
+                "spec-grammar",
+                true,
+                true,
+                true,
+                false,
+                Some(DrafterKind::Grammar),
+            ),
+            (
+                "constrained, speculative (ngram)",
+                "spec-ngram",
+                true,
+                true,
+                true,
+                false,
+                Some(DrafterKind::Ngram),
+            ),
+            (
+                "constrained, speculative (both)",
+                "spec-both",
+                true,
+                true,
+                true,
+                false,
+                Some(DrafterKind::Both),
+            ),
         ] {
             if !a.setups.iter().any(|s| s == key) {
                 continue;
@@ -191,7 +236,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let vocab = tok.info.vocab_size();
             let model: Box<dyn Model> = match (&a.gguf, a.cuda) {
                 (Some(g), _) => Box::new(grammask_router::model::GgufModel::load(g)?),
-                (None, None) => Box::new(SimulatedModel::new(vocab, 5, ForwardTime::Sleep(forward))),
+                (None, None) => Box::new(
+                    SimulatedModel::new(vocab, 5, ForwardTime::Sleep(forward))
+                        .with_token_time(Duration::from_secs_f64(a.forward_token_ms.max(0.0) / 1e3)),
+                ),
                 #[cfg(feature = "cuda")]
                 (None, Some(n)) => Box::new(grammask_router::model::CudaSimulatedModel::new(
                     vocab,
@@ -212,12 +260,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 batch: BatchOptions {
                     fill_threads: a.fill_threads,
                     defer_accepts: !a.immediate_accepts,
+                    encoder: (!a.no_jump_forward).then(|| tok.encoder()),
                     ..BatchOptions::default()
                 },
                 record_steps: true,
+                speculation: drafter.map(|d| SpeculationOptions {
+                    backoff: !a.no_backoff,
+                    ..SpeculationOptions::new(a.speculate, a.draft_width, d)
+                }),
                 ..EngineOptions::default()
             };
-            let engine = engine::start(model, tok.info.clone(), options, Arc::new(Metrics::new()))?;
+            let metrics = Arc::new(Metrics::new());
+            let engine = engine::start(model, tok.info.clone(), options, metrics.clone())?;
             let mut receivers = Vec::new();
             // Compiled before the clock starts (compiles happen off the step thread, and a
             // request waits for its own in the queue), by a fresh compiler with the
@@ -273,15 +327,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 engine.submit(r)?;
             }
             let mut tokens = 0usize;
+            // Tokens of the answers that ended on their own (a looping answer cut off at
+            // max_new_tokens would inflate a rate, and its drafts' acceptance).
+            let mut completed_tokens = 0usize;
             let mut verdicts = Verdicts::default();
             // Which schemas' answers reached `max_new_tokens` (constrained setups: a rerun
             // with a larger limit can take just these).
             let mut cut_off_files = Vec::new();
             for (i, mut rx) in receivers.into_iter().enumerate() {
+                let mut mine = 0;
                 while let Some(ev) = rx.blocking_recv() {
                     match ev {
-                        Event::Token(_) => tokens += 1,
+                        Event::Token(_) => {
+                            tokens += 1;
+                            mine += 1;
+                        }
                         Event::End(e) => {
+                            if e.reason == engine::FinishReason::EosToken {
+                                completed_tokens += mine;
+                            }
                             if e.reason != engine::FinishReason::EosToken {
                                 verdicts.cut_off += 1;
                                 cut_off_files.push(schemas[i % schemas.len()].2.clone());
@@ -314,6 +378,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             // requests, which end when their grammar does, leave the batch emptier).
             let full_time: f64 = full.iter().map(|r| r.step.as_secs_f64()).sum();
             let tps = if full_time > 0.0 { (full.len() * b) as f64 / full_time } else { 0.0 };
+            // Every token the full steps made (drawn, accepted from drafts, forced).
+            let generated_tps = if full_time > 0.0 {
+                full.iter().map(|r| r.tokens).sum::<usize>() as f64 / full_time
+            } else {
+                0.0
+            };
+            let verifies = records.iter().filter(|r| r.draft_nodes > 0).count();
+            let drafted: usize = records.iter().map(|r| r.draft_nodes).sum();
+            let accepted: usize = records.iter().map(|r| r.draft_accepted).sum();
             let ratio = base_tps.map(|u| tps / u);
             if !constrained {
                 base_tps = Some(tps);
@@ -321,7 +394,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let row = json!({
                 "batch": b, "setup": setup, "model": model_name, "requests": n_requests, "schemas": schemas.len(),
                 "valid": verdicts.valid, "invalid": verdicts.invalid, "cut_off": verdicts.cut_off, "tokens": tokens, "wall_s": wall, "end_to_end_tokens_per_s": tokens as f64 / wall,
-                "tokens_per_s": tps,
+                "tokens_per_s": tps, "generated_tokens_per_s": generated_tps,
+                "completed_tokens": completed_tokens, "completed_tokens_per_s": completed_tokens as f64 / wall,
+                "completion_rate": verdicts.valid as f64 / n_requests.max(1) as f64,
+                "verify_steps": verifies, "draft_nodes": drafted, "draft_accepted": accepted,
+                "accepted_per_verify": if verifies > 0 { accepted as f64 / verifies as f64 } else { 0.0 },
+                "backoffs": metrics.draft_backoffs.get(),
                 "ratio_to_unconstrained": ratio, "steps": records.len(), "full_steps": full.len(),
                 "wait_us_p50": pct(us(|r| r.wait), 0.5), "wait_us_p99": pct(us(|r| r.wait), 0.99),
                 "fill_us_p50": pct(us(|r| r.fill), 0.5), "fill_us_p99": pct(us(|r| r.fill), 0.99),
@@ -335,18 +413,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             table.push(row);
         }
     }
-    println!("| batch | setup | decode tokens/s (full batch) | × unconstrained | end-to-end tokens/s | step p50 µs | fill p50 / p99 µs | wait p50 / p99 µs | apply p50 µs | sample p50 µs | compile p50 / p99 ms | valid / invalid / cut off |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| batch | setup | decode tokens/s (full batch) | × unconstrained | end-to-end tokens/s | completed-answer tokens/s | accepted per verify | step p50 µs | fill p50 / p99 µs | wait p50 / p99 µs | apply p50 µs | sample p50 µs | compile p50 / p99 ms | valid / invalid / cut off |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &table {
         let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
         let ratio = r["ratio_to_unconstrained"].as_f64().map_or("-".to_string(), |x| format!("{x:.3}"));
         println!(
-            "| {} | {} | {:.1} | {} | {:.1} | {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} | {:.0} | {:.1} / {:.1} | {} / {} / {} |",
+            "| {} | {} | {:.1} | {} | {:.1} | {:.1} | {:.2} | {:.0} | {:.0} / {:.0} | {:.0} / {:.0} | {:.0} | {:.0} | {:.1} / {:.1} | {} / {} / {} |",
             r["batch"],
             r["setup"].as_str().unwrap_or(""),
             f("tokens_per_s"),
             ratio,
             f("end_to_end_tokens_per_s"),
+            f("completed_tokens_per_s"),
+            f("accepted_per_verify"),
             f("step_us_p50"),
             f("fill_us_p50"),
             f("fill_us_p99"),

@@ -536,8 +536,9 @@ impl Sampler {
     /// while the token drawn is a child's, moves to that child and draws again from its
     /// row — each draw from the model's distribution at that node, penalized on the
     /// node's own context (the tokens drawn before it are noted first) and masked by the
-    /// node's mask. It stops at a token no child has (the bonus token), at a stop token,
-    /// or when nothing is allowed.
+    /// node's mask. A child marked in `forced` (the grammar's jump-forward tokens after
+    /// its parent) is taken without a draw, as jump-forward would append it. It stops at a
+    /// token no child has (the bonus token), at a stop token, or when nothing is allowed.
     ///
     /// Every token is thus drawn exactly as non-speculative decoding would draw it, given
     /// the same logits: greedy outputs are the same token for token, sampled ones follow
@@ -553,7 +554,7 @@ impl Sampler {
     /// let tree = DraftTree::from_parents(&[-1, 2, 0], &[-1, 0, 1])?;
     /// let mut rows = vec![0.0, 1.0, 5.0, /* node 1 */ 4.0, 1.0, 0.0, /* node 2 */ 0.0, 3.0, 1.0];
     /// let mut s = Sampler::new(SamplingParams::default());
-    /// let w = s.verify_tree(&mut rows, 3, &tree, |_| None, &[]);
+    /// let w = s.verify_tree(&mut rows, 3, &tree, &[false; 3], |_| None, &[]);
     /// assert_eq!(w.tokens.iter().map(|t| t.0).collect::<Vec<_>>(), [2, 0, 1]);
     /// assert_eq!(w.path, [1, 2]);
     /// # Ok::<(), grammask::Error>(())
@@ -563,12 +564,24 @@ impl Sampler {
         rows: &mut [f32],
         vocab: usize,
         tree: &grammask::matcher::DraftTree,
+        forced: &[bool],
         masks: impl Fn(usize) -> Option<&'m [u32]>,
         stop_tokens: &[u32],
     ) -> TreeWalk {
         let mut walk = TreeWalk::default();
         let mut at = 0;
+        let asks_top = self.params.top_logprobs > 0;
         loop {
+            // Forced children: taken as jump-forward takes them (log-probability 0).
+            while let Some(c) = tree.children(at).find(|&c| forced.get(c).copied().unwrap_or(false)) {
+                let Some(t) = tree.token(c) else { break };
+                self.record(&[t]);
+                let top = if asks_top { vec![(t, 0.0)] } else { Vec::new() };
+                walk.tokens.push((t, Some(0.0), top));
+                walk.forced.push(true);
+                walk.path.push(c);
+                at = c;
+            }
             let Some(row) = rows.get_mut(at * vocab..(at + 1) * vocab) else { break };
             let pick = match masks(at) {
                 Some(m) => self.sample_masked(row, m),
@@ -582,10 +595,14 @@ impl Sampler {
                 }
             };
             walk.tokens.push((t, lp, self.take_top()));
+            walk.forced.push(false);
             if stop_tokens.contains(&t) {
                 break;
             }
-            match tree.children(at).find(|&c| tree.token(c) == Some(t)) {
+            match tree
+                .children(at)
+                .find(|&c| tree.token(c) == Some(t) && !forced.get(c).copied().unwrap_or(false))
+            {
                 Some(c) => {
                     walk.path.push(c);
                     at = c;
@@ -603,6 +620,8 @@ pub struct TreeWalk {
     /// The tokens drawn, in order, with their log-probabilities and top tokens: the draft
     /// path's tokens, then the one drawn after it.
     pub tokens: Vec<(u32, Option<f32>, Vec<(u32, f32)>)>,
+    /// Per token, whether it was forced (taken without a draw).
+    pub forced: Vec<bool>,
     /// The draft nodes accepted, in order (`tokens[i]` is node `path[i]`'s token).
     pub path: Vec<usize>,
     /// Nothing was allowed at the last node reached.
