@@ -69,6 +69,52 @@ pub struct EndEvent {
     pub seed: u64,
     /// Prompt tokens.
     pub input_length: usize,
+    /// The prompt's tokens with their log-probabilities, when the job asked for them
+    /// ([`Job::prompt_logprobs`]); empty otherwise.
+    pub prefill: Vec<PromptToken>,
+}
+
+/// A prompt token as the model saw it: its log-probability after the tokens before it
+/// (the model's own distribution: no mask, no penalty, temperature 1; `None` for the
+/// first token) and the most likely tokens there.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptToken {
+    /// Token id.
+    pub id: u32,
+    /// Its log-probability (`None` for the first token, which nothing precedes).
+    pub logprob: Option<f32>,
+    /// The most likely tokens at its position with their log-probabilities, most likely
+    /// first (as many as [`Job::prompt_logprobs`] asks).
+    pub top: Vec<(u32, f32)>,
+}
+
+/// The log-probabilities of `prompt[1..]` from the logits after each of `prompt[..n−1]`
+/// (`rows`: `prompt.len() − 1` rows of `vocab`), and the `top` most likely tokens there.
+fn prompt_logprobs(rows: &[f32], vocab: usize, prompt: &[u32], top: usize) -> Vec<PromptToken> {
+    let mut out = Vec::with_capacity(prompt.len());
+    if let Some(&first) = prompt.first() {
+        out.push(PromptToken { id: first, logprob: None, top: Vec::new() });
+    }
+    for (row, &id) in rows.chunks(vocab.max(1)).zip(prompt.iter().skip(1)) {
+        let max = row.iter().copied().filter(|x| x.is_finite()).fold(f32::NEG_INFINITY, f32::max);
+        let z: f64 = row.iter().filter(|x| x.is_finite()).map(|&x| f64::from(x - max).exp()).sum();
+        let lp = |x: f32| (f64::from(x - max) - z.ln()) as f32;
+        let mut best: Vec<(u32, f32)> = Vec::new();
+        if top > 0 {
+            let mut idx: Vec<u32> = (0..row.len() as u32).filter(|&j| row[j as usize].is_finite()).collect();
+            let k = top.min(idx.len());
+            let by = |a: &u32, b: &u32| row[*b as usize].total_cmp(&row[*a as usize]).then(a.cmp(b));
+            if k > 0 && k < idx.len() {
+                idx.select_nth_unstable_by(k - 1, by);
+            }
+            idx.truncate(k);
+            idx.sort_by(by);
+            best = idx.into_iter().map(|j| (j, lp(row[j as usize]))).collect();
+        }
+        let logprob = row.get(id as usize).map(|&x| lp(x));
+        out.push(PromptToken { id, logprob, top: best });
+    }
+    out
 }
 
 /// What a request hears from the loop, in order: tokens, then one end or one error.
@@ -101,6 +147,10 @@ pub struct Job {
     /// Leave the stop sequence out of the text (OpenAI's and vLLM's contract; TGI keeps
     /// it): text that could begin one is held back until it cannot.
     pub strip_stop: bool,
+    /// Report the prompt's log-probabilities ([`EndEvent::prefill`]) with this many top
+    /// tokens per position (`None`: not asked). Needs host logits: the engine refuses it
+    /// on a model whose logits are on a device.
+    pub prompt_logprobs: Option<usize>,
 }
 
 /// A request ready to run.
@@ -342,6 +392,10 @@ struct Seq {
     draft: Option<Draft>,
     /// Whether drafting pays for it.
     spec: SpecStats,
+    /// Top tokens per prompt position when the prompt's log-probabilities were asked for.
+    prompt_logprobs: Option<usize>,
+    /// The prompt's log-probabilities, once its prefill ran (when asked).
+    prefill: Vec<PromptToken>,
 }
 
 /// A row's record of speculation: how much of its drafts was accepted.
@@ -584,6 +638,13 @@ impl Loop {
             if r.events.is_closed() {
                 continue;
             }
+            if r.job.prompt_logprobs.is_some() && self.model.device().is_some() {
+                let _ = r.events.send(Event::Error(
+                    "the prompt's log-probabilities are computed on host logits only; this model's are on a device"
+                        .into(),
+                ));
+                continue;
+            }
             let constrained = r.constraint.is_some();
             if let Some(m) = r.constraint {
                 if let Err(e) = self.batch.add(id, m) {
@@ -611,6 +672,8 @@ impl Loop {
                 history,
                 draft: None,
                 spec: SpecStats::default(),
+                prompt_logprobs: r.job.prompt_logprobs,
+                prefill: Vec::new(),
             });
         }
         self.metrics.queue_length.set(q.len() as i64);
@@ -732,7 +795,12 @@ impl Loop {
             .iter()
             .map(|&i| {
                 let s = &self.running[i];
-                ForwardRow { id: s.id, tokens: &s.pending, draft: s.draft.as_ref().map(|d| &d.tree) }
+                ForwardRow {
+                    id: s.id,
+                    tokens: &s.pending,
+                    draft: s.draft.as_ref().map(|d| &d.tree),
+                    all_logits: s.prompt_logprobs.is_some() && s.generated == 0,
+                }
             })
             .collect();
         // Each row's logits rows: one, plus one per draft node.
@@ -815,6 +883,15 @@ impl Loop {
                     }
                     let (row, tail) = std::mem::take(&mut rest).split_at_mut(size * vocab);
                     rest = tail;
+                    // A prefill that asked for the prompt's log-probabilities: its rows but
+                    // the last are the prompt's; the last is sampled.
+                    let (prompt_rows, row) =
+                        if s.prompt_logprobs.is_some() && s.generated == 0 && s.draft.is_none() {
+                            let (p, last) = row.split_at_mut(size.saturating_sub(1) * vocab);
+                            (Some(p), last)
+                        } else {
+                            (None, row)
+                        };
                     if late.contains(&s.id) {
                         s.held = Some(row.to_vec());
                         s.pending.clear();
@@ -823,12 +900,15 @@ impl Loop {
                         if let Some((_, fill)) = tree_masks {
                             self.metrics.draft_rejected.inc_by(fill.rejected.len() as u64);
                         }
-                        jobs.push((i, s, row, self.batch.step_mask(r), tree_masks.map(|m| m.0)));
+                        jobs.push((i, s, row, self.batch.step_mask(r), tree_masks.map(|m| m.0), prompt_rows));
                     }
                 }
                 Ok(jobs
                     .into_par_iter()
-                    .map(|(i, s, row, mask, tree_masks)| {
+                    .map(|(i, s, row, mask, tree_masks, prompt_rows)| {
+                        if let (Some(rows), Some(top)) = (prompt_rows, s.prompt_logprobs) {
+                            s.prefill = prompt_logprobs(rows, vocab, &s.pending, top);
+                        }
                         let walk = match (&s.draft, tree_masks) {
                             (Some(d), Some(m)) => s.sampler.verify_tree(
                                 row,
@@ -1074,6 +1154,7 @@ impl Loop {
                         text,
                         seed: s.sampler.params().seed,
                         input_length: s.prompt_len,
+                        prefill: s.prefill,
                     }));
                     self.metrics.finished.with_label_values(&[reason_label(reason)]).inc();
                 }

@@ -150,6 +150,7 @@ fn run(
             max_new_tokens: 160,
             stop: Vec::new(),
             strip_stop: false,
+            prompt_logprobs: None,
         };
         engine.submit(Request { job, constraint, events: tx }).unwrap();
     }

@@ -461,6 +461,18 @@ async fn bad_input_gets_a_4xx_with_a_message_and_disturbs_nothing() {
             "`top_n_tokens` must be <= 5",
         ),
         (
+            "/generate_stream",
+            json!({"inputs": "x", "parameters": {"decoder_input_details": true}}).to_string(),
+            422,
+            "`decoder_input_details` == true is not supported when streaming tokens",
+        ),
+        (
+            "/v1/completions",
+            json!({"model": "m", "prompt": "x", "echo": true, "logprobs": 1, "stream": true}).to_string(),
+            422,
+            "`echo` with `logprobs` cannot be streamed",
+        ),
+        (
             "/generate",
             json!({"inputs": "x", "parameters": {"best_of": 2, "seed": 1, "do_sample": true}}).to_string(),
             422,
@@ -1556,8 +1568,16 @@ async fn openai_fields_are_honored_or_refused_by_name() {
     let mut streamed_best = with("best_of", json!(2));
     streamed_best["stream"] = json!(true);
     assert_eq!(post(streamed_best).await.status(), 422);
+    // `echo` with `logprobs`: the prompt's tokens and log-probabilities first (the first
+    // `null`), then the generated ones; streamed, refused.
     let mut echo_lp = with("echo", json!(true));
     echo_lp["logprobs"] = json!(1);
+    let v: Value = post(echo_lp.clone()).await.json().await.unwrap();
+    let lp = &v["choices"][0]["logprobs"];
+    assert!(lp["token_logprobs"][0].is_null() && lp["top_logprobs"][0].is_null(), "{v}");
+    assert_eq!(lp["tokens"][0], "x", "{v}");
+    assert!(lp["token_logprobs"].as_array().unwrap()[1..].iter().all(|x| x.as_f64().is_some_and(|x| x <= 0.0)), "{v}");
+    echo_lp["stream"] = json!(true);
     assert_eq!(post(echo_lp).await.status(), 422);
     // TGI's chat extension of `response_format` (what its clients send to a TGI
     // server's OpenAI route): a regex, a schema given as JSON text, `json_schema` with

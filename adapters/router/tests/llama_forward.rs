@@ -126,10 +126,12 @@ fn check_tree_is_sequential(m: &mut GgufModel, prompt: &[u32], other: &[u32], to
         vec![vec![], vec![1], vec![2], vec![1, 3], vec![1, 4], vec![2, 5], vec![1, 3, 6]];
     let tok = |p: &[usize]| -> Vec<u32> { p.iter().map(|&n| tree.token(n).unwrap()).collect() };
     // The tree in a batch beside another row's prefill, and alone.
-    let both =
-        host(m, &[ForwardRow::new(2, other), ForwardRow { id: 1, tokens: prompt, draft: Some(&tree) }]);
+    let both = host(
+        m,
+        &[ForwardRow::new(2, other), ForwardRow { draft: Some(&tree), ..ForwardRow::new(1, prompt) }],
+    );
     m.release(1);
-    let alone = host(m, &[ForwardRow { id: 1, tokens: prompt, draft: Some(&tree) }]);
+    let alone = host(m, &[ForwardRow { draft: Some(&tree), ..ForwardRow::new(1, prompt) }]);
     assert!(same_bits(&both[v..], &alone), "the batch changed the tree's logits");
     for (node, path) in paths.iter().enumerate() {
         let want = sequential(m, prompt, &tok(path));
@@ -145,13 +147,30 @@ fn check_tree_is_sequential(m: &mut GgufModel, prompt: &[u32], other: &[u32], to
     path.push(tokens[4] as u32);
     assert!(same_bits(&next, &sequential(m, prompt, &path)), "after the commit");
     // Not a path: refused; a forward without a commit drops the draft.
-    host(m, &[ForwardRow { id: 1, tokens: &[3], draft: Some(&tree) }]);
+    host(m, &[ForwardRow { draft: Some(&tree), ..ForwardRow::new(1, &[3]) }]);
     assert!(m.commit(1, &[3]).is_err());
     let after = host(m, &[ForwardRow::new(1, &[5])]);
     path.extend([3, 5]);
     assert!(same_bits(&after, &sequential(m, prompt, &path)), "a draft left uncommitted");
     m.release(1);
     m.release(2);
+    // Every prompt position's logits (a prefill that keeps them: `decoder_input_details`),
+    // then a draft's, in one forward.
+    let all = host(m, &[ForwardRow { all_logits: true, draft: Some(&tree), ..ForwardRow::new(3, prompt) }]);
+    assert_eq!(all.len(), (prompt.len() + 6) * v);
+    for i in 0..prompt.len() {
+        let want = sequential(m, &prompt[..=i], &[]);
+        assert!(same_bits(&all[i * v..(i + 1) * v], &want), "prompt position {i}");
+    }
+    let last = prompt.len() - 1;
+    for (node, path) in paths.iter().enumerate().skip(1) {
+        let want = sequential(m, prompt, &tok(path));
+        assert!(
+            same_bits(&all[(last + node) * v..(last + node + 1) * v], &want),
+            "node {node} after every position"
+        );
+    }
+    m.release(3);
 }
 
 #[test]

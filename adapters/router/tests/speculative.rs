@@ -3,13 +3,14 @@
 //! drafter, dev schemas, llama.cpp grammars, regexes, a tool-call tag, unconstrained rows,
 //! one batch mixing them all, outputs cut by `max_new_tokens` inside an accepted path, a
 //! client gone mid-verify); sampling with speculation follows the distribution of sampling
-//! without it (chi-square); drafts the grammar refuses are zero rows never taken.
+//! without it (chi-square); drafts the grammar refuses are zero rows never taken; and
+//! greedy with speculation is greedy on SmolLM2-135M's real weights.
 
 use grammask::matcher::{DraftTree, TextEncoder};
 use grammask::{GrammarCompiler, GrammarMatcher, GrammarSpec, TokenizerInfo, TokenizerOptions};
 use grammask_router::engine::{self, EngineOptions, Event, FinishReason, Job, Request};
 use grammask_router::metrics::Metrics;
-use grammask_router::model::{ForwardTime, Model, SimulatedModel};
+use grammask_router::model::{ForwardTime, GgufModel, Model, SimulatedModel};
 use grammask_router::sampling::SamplingParams;
 use grammask_router::server::LoadedTokenizer;
 use grammask_router::speculate::{DrafterKind, SpeculationOptions};
@@ -105,6 +106,7 @@ fn run_on(
             max_new_tokens: r.max_new_tokens,
             stop: Vec::new(),
             strip_stop: false,
+            prompt_logprobs: None,
         };
         let constraint = r.spec.clone().map(GrammarMatcher::new);
         engine.submit(Request { job, constraint, events: tx }).unwrap();
@@ -415,4 +417,66 @@ fn drafts_the_grammar_refuses_are_zero_rows_and_never_taken() {
     let (taken, accepted) = batch.accept_path(1, &[yes as u32, stop]).unwrap();
     assert_eq!((taken, accepted), (2, grammask_router::step::Accepted::Finished));
     assert!(batch.is_empty());
+}
+
+/// Greedy with speculation gives greedy's tokens on real weights too: SmolLM2-135M (a few
+/// schemas × 64 tokens, the schema in the prompt, every drafter) and a tiny random-weight
+/// Llama (random token prompts, unconstrained and under a JSON grammar).
+#[test]
+fn greedy_speculation_is_exact_on_smollm2() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../.models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
+    if !path.exists() {
+        assert!(std::env::var_os("GRAMMASK_REQUIRE_MODELS").is_none(), "{} is missing", path.display());
+        eprintln!("skipped: {} is missing (adapters/mistralrs/scripts/fetch-smollm2.sh)", path.display());
+        return;
+    }
+    let tok = LoadedTokenizer::from_gguf(&path).unwrap();
+    let compiler = GrammarCompiler::new(tok.info.clone());
+    let schemas = [
+        r#"{"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}, "role": {"enum": ["admin", "user", "guest"]}}, "required": ["name", "age", "role"], "additionalProperties": false}"#,
+        r#"{"type": "array", "items": {"enum": ["red", "green", "blue"]}, "minItems": 3, "maxItems": 3}"#,
+        r#"{"type": "object", "properties": {"enabled": {"type": "boolean"}, "level": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["enabled", "level"], "additionalProperties": false}"#,
+    ];
+    let mut reqs: Vec<Req> = schemas
+        .iter()
+        .map(|s| Req {
+            spec: Some(compiler.compile(&GrammarSpec::json_schema(*s)).unwrap()),
+            prompt: tok
+                .hf
+                .encode(format!("Reply with JSON for this schema: {s}"), false)
+                .unwrap()
+                .get_ids()
+                .to_vec(),
+            sampling: SamplingParams { repetition_penalty: Some(1.2), ..SamplingParams::default() },
+            max_new_tokens: 64,
+            leaves: false,
+        })
+        .collect();
+    reqs.push(Req {
+        spec: None,
+        prompt: tok
+            .hf
+            .encode("The colours are red, green and blue. The colours are", false)
+            .unwrap()
+            .get_ids()
+            .to_vec(),
+        sampling: SamplingParams::default(),
+        max_new_tokens: 24,
+        leaves: false,
+    });
+    let model = || Box::new(GgufModel::load(&path).unwrap());
+    let (want, _) = run_on(tok.info.clone(), model(), Some(tok.encoder()), &reqs, 4, None);
+    for drafter in [DrafterKind::Grammar, DrafterKind::Ngram, DrafterKind::Both] {
+        let spec = SpeculationOptions { backoff: false, ..SpeculationOptions::new(4, 3, drafter) };
+        let (got, metrics) = run_on(tok.info.clone(), model(), Some(tok.encoder()), &reqs, 4, Some(spec));
+        assert_eq!(want, got, "{drafter:?}");
+        let text = metrics.render();
+        let drafted =
+            metric(&text, &format!("grammask_spec_drafted_total{{drafter=\"{}\"}}", drafter.name()));
+        let accepted =
+            metric(&text, &format!("grammask_spec_accepted_total{{drafter=\"{}\"}}", drafter.name()));
+        eprintln!("{drafter:?}: {accepted} of {drafted} draft nodes accepted");
+        assert!(drafted > 0.0, "{drafter:?} drafted nothing");
+    }
 }

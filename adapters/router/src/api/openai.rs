@@ -344,7 +344,13 @@ fn prepare_chat(s: &Service, req: &ChatRequest) -> Result<(Generation, Option<Ou
         .max_new_tokens(req.common.max_completion_tokens.or(req.common.max_tokens), prompt.len())
         .map_err(|e| e.to_string())?;
     let stop = stops(&req.common.stop);
-    Ok((Generation { job: Job { prompt, sampling, max_new_tokens, stop, strip_stop: true }, spec }, parser))
+    Ok((
+        Generation {
+            job: Job { prompt, sampling, max_new_tokens, stop, strip_stop: true, prompt_logprobs: None },
+            spec,
+        },
+        parser,
+    ))
 }
 
 /// The message shapes OpenAI's chat schema allows, each fault named by its place
@@ -552,8 +558,33 @@ fn chat_logprob(info: &TokenizerInfo, t: &TokenEvent) -> Value {
 /// The tokens of a completions answer (or of one streamed piece) as OpenAI's legacy
 /// `logprobs` object; `offset`: characters of text before the first.
 fn completion_logprobs(info: &TokenizerInfo, tokens: &[&TokenEvent], offset: usize) -> Value {
+    completion_logprobs_echoed(info, &[], tokens, offset)
+}
+
+/// [`completion_logprobs`] with the echoed prompt's tokens first (`echo` with `logprobs`):
+/// the first prompt token has a `null` log-probability and `null` top tokens, as OpenAI
+/// gives them.
+fn completion_logprobs_echoed(
+    info: &TokenizerInfo,
+    prompt: &[crate::engine::PromptToken],
+    tokens: &[&TokenEvent],
+    offset: usize,
+) -> Value {
     let (mut texts, mut lps, mut tops, mut offsets) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut at = offset;
+    let text_of = |id: u32| String::from_utf8_lossy(info.token_bytes(id)).into_owned();
+    for (k, p) in prompt.iter().enumerate() {
+        let text = text_of(p.id);
+        offsets.push(at);
+        at += text.chars().count();
+        texts.push(text);
+        lps.push(p.logprob.map_or(Value::Null, |x| json!(x)));
+        tops.push(if k == 0 {
+            Value::Null
+        } else {
+            Value::Object(p.top.iter().map(|&(id, lp)| (text_of(id), json!(lp))).collect())
+        });
+    }
     for t in tokens {
         let text = String::from_utf8_lossy(info.token_bytes(t.id)).into_owned();
         offsets.push(at);
@@ -564,7 +595,7 @@ fn completion_logprobs(info: &TokenizerInfo, tokens: &[&TokenEvent], offset: usi
             .map(|&(id, lp)| (String::from_utf8_lossy(info.token_bytes(id)).into_owned(), json!(lp)))
             .collect();
         texts.push(text);
-        lps.push(t.logprob.unwrap_or(0.0));
+        lps.push(json!(t.logprob.unwrap_or(0.0)));
         tops.push(Value::Object(top));
     }
     json!({"tokens": texts, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets})
@@ -816,11 +847,14 @@ fn prepare_completions(s: &Service, req: &CompletionRequest) -> Result<Completio
         // Ranked by log-probability: computed whether or not they are returned.
         sampling.logprobs |= b > n;
     }
-    if req.echo && want_logprobs {
-        return Err(
-            "`echo` with `logprobs` asks for the prompt's log-probabilities, which this server does not compute"
-                .into(),
-        );
+    // `echo` with `logprobs`: the prompt's log-probabilities too (from a prefill that keeps
+    // every position's logits); streamed, the prompt goes out before they exist.
+    let prompt_logprobs = (req.echo && want_logprobs).then_some(sampling.top_logprobs);
+    if prompt_logprobs.is_some() && req.common.stream {
+        return Err("`echo` with `logprobs` cannot be streamed (the prompt is sent before its log-probabilities are computed)".into());
+    }
+    if prompt_logprobs.is_some() && s.model_device_type != "cpu" {
+        return Err("`echo` with `logprobs`: the prompt's log-probabilities are computed on host logits only; this model's logits are on a device".into());
     }
     let spec = match &req.response_format {
         None | Some(Value::Null) => None,
@@ -840,8 +874,14 @@ fn prepare_completions(s: &Service, req: &CompletionRequest) -> Result<Completio
         prompt_tokens += prompt.len();
         let max_new_tokens =
             s.max_new_tokens(req.common.max_tokens, prompt.len()).map_err(|e| e.to_string())?;
-        let job =
-            Job { prompt, sampling: sampling.clone(), max_new_tokens, stop: stop.clone(), strip_stop: true };
+        let job = Job {
+            prompt,
+            sampling: sampling.clone(),
+            max_new_tokens,
+            stop: stop.clone(),
+            strip_stop: true,
+            prompt_logprobs,
+        };
         for g in choices(Generation { job, spec: spec.clone() }, per) {
             gens.push(g);
             echoes.push(if req.echo { text.clone() } else { String::new() });
@@ -918,9 +958,13 @@ async fn run_completions(s: Arc<Service>, body: Bytes) -> Result<Response, ApiEr
     for (index, ((c, end), echo)) in kept.into_iter().enumerate() {
         let end = &end;
         let logprobs = match &logprobs {
-            Some(info) => {
-                completion_logprobs(info, &c.tokens.iter().filter(|t| !t.special).collect::<Vec<_>>(), 0)
-            }
+            // (With `echo`, the prompt's tokens come first: `end.prefill`, empty otherwise.)
+            Some(info) => completion_logprobs_echoed(
+                info,
+                &end.prefill,
+                &c.tokens.iter().filter(|t| !t.special).collect::<Vec<_>>(),
+                0,
+            ),
             None => Value::Null,
         };
         list.push(json!({"index": index, "text": format!("{echo}{}", end.text), "logprobs": logprobs,

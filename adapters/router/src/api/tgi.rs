@@ -124,8 +124,8 @@ fn validate(s: &Service, inputs: &str, p: &Parameters) -> Result<Generation, Str
     if p.watermark == Some(true) {
         return Err("`watermark` is not supported by this server".into());
     }
-    if p.decoder_input_details == Some(true) {
-        return Err("`decoder_input_details` is not supported by this server".into());
+    if p.decoder_input_details == Some(true) && s.model_device_type != "cpu" {
+        return Err("`decoder_input_details`: the prompt's log-probabilities are computed on host logits only; this model's logits are on a device".into());
     }
     if p.adapter_id.is_some() {
         return Err("`adapter_id`: this server has no adapters".into());
@@ -168,7 +168,12 @@ fn validate(s: &Service, inputs: &str, p: &Parameters) -> Result<Generation, Str
         Some(Grammar::Regex(r)) => Some(GrammarSpec::Regex(r.clone())),
     };
     let stop = p.stop.clone().unwrap_or_default();
-    Ok(Generation { job: Job { prompt, sampling, max_new_tokens, stop, strip_stop: false }, spec })
+    // The prompt's log-probabilities (`details.prefill`), TGI's `decoder_input_details`.
+    let prompt_logprobs = (p.decoder_input_details == Some(true)).then_some(0);
+    Ok(Generation {
+        job: Job { prompt, sampling, max_new_tokens, stop, strip_stop: false, prompt_logprobs },
+        spec,
+    })
 }
 
 /// TGI's default `--max-top-n-tokens`.
@@ -248,7 +253,9 @@ async fn run_generate(s: Arc<Service>, body: Bytes) -> Result<Value, ApiError> {
             "finish_reason": finish_json(end.reason),
             "generated_tokens": end.generated_tokens,
             "seed": end.seed,
-            "prefill": [],
+            "prefill": end.prefill.iter().map(|t| json!({"id": t.id,
+                "text": String::from_utf8_lossy(s.info.token_bytes(t.id)), "logprob": t.logprob}))
+                .collect::<Vec<_>>(),
             "tokens": c.tokens.iter().map(token_json).collect::<Vec<_>>(),
         });
         if p.top_n_tokens.is_some_and(|n| n > 0) {
@@ -320,6 +327,12 @@ async fn start_stream(s: Arc<Service>, body: Bytes) -> Result<Response, ApiError
         return Err(ApiError::validation(
             Flavor::Tgi,
             "`best_of` != 1 is not supported when streaming tokens",
+        ));
+    }
+    if req.parameters.decoder_input_details == Some(true) {
+        return Err(ApiError::validation(
+            Flavor::Tgi,
+            "`decoder_input_details` == true is not supported when streaming tokens",
         ));
     }
     let rx = s.submit(generation).await.map_err(|e| ApiError::from_service(Flavor::Tgi, e))?;

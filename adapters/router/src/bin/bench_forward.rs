@@ -100,7 +100,7 @@ fn ours(a: &Args, format: WeightFormat) -> Result<(), Box<dyn std::error::Error>
         let mut times = Vec::new();
         for k in 0..a.repeats + 2 {
             let t = Instant::now();
-            m.forward(&[ForwardRow { id: 7, tokens: &[500 + k as u32], draft: Some(&tree) }])?;
+            m.forward(&[ForwardRow { draft: Some(&tree), ..ForwardRow::new(7, &[500 + k as u32]) }])?;
             if k >= 2 {
                 times.push(t.elapsed());
             }

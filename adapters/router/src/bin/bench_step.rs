@@ -319,6 +319,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     max_new_tokens: a.max_new_tokens,
                     stop: Vec::new(),
                     strip_stop: false,
+                    prompt_logprobs: None,
                 };
                 requests.push(Request { job, constraint, events: tx });
             }
@@ -385,6 +386,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 0.0
             };
             let verifies = records.iter().filter(|r| r.draft_nodes > 0).count();
+            // The mask work of a verify step (every node's mask) against its forward.
+            let verify_us = |f: fn(&StepRecord) -> Duration| {
+                records
+                    .iter()
+                    .filter(|r| r.draft_nodes > 0)
+                    .map(|r| f(r).as_secs_f64() * 1e6)
+                    .collect::<Vec<_>>()
+            };
             let drafted: usize = records.iter().map(|r| r.draft_nodes).sum();
             let accepted: usize = records.iter().map(|r| r.draft_accepted).sum();
             let ratio = base_tps.map(|u| tps / u);
@@ -400,6 +409,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "verify_steps": verifies, "draft_nodes": drafted, "draft_accepted": accepted,
                 "accepted_per_verify": if verifies > 0 { accepted as f64 / verifies as f64 } else { 0.0 },
                 "backoffs": metrics.draft_backoffs.get(),
+                "verify_fill_us_p50": pct(verify_us(|r| r.fill), 0.5), "verify_forward_us_p50": pct(verify_us(|r| r.forward), 0.5),
+                "verify_wait_us_p50": pct(verify_us(|r| r.wait), 0.5),
+                "verify_nodes_p50": pct(records.iter().filter(|r| r.draft_nodes > 0).map(|r| r.draft_nodes as f64).collect(), 0.5),
                 "ratio_to_unconstrained": ratio, "steps": records.len(), "full_steps": full.len(),
                 "wait_us_p50": pct(us(|r| r.wait), 0.5), "wait_us_p99": pct(us(|r| r.wait), 0.99),
                 "fill_us_p50": pct(us(|r| r.fill), 0.5), "fill_us_p99": pct(us(|r| r.fill), 0.99),

@@ -118,9 +118,9 @@ impl Model for GgufModel {
                         r,
                         ModelError(format!("{} draft nodes; at most {MAX_DRAFT_NODES}", t.len() - 1)),
                     ));
-                    args.push((row.id, row.tokens, None));
+                    args.push((row.id, row.tokens, None, row.all_logits));
                 }
-                _ => args.push((row.id, row.tokens, row.draft)),
+                _ => args.push((row.id, row.tokens, row.draft, row.all_logits)),
             }
         }
         let mut bad = self.llama.forward(&args, &mut self.logits);

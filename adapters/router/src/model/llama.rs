@@ -290,12 +290,12 @@ impl Llama {
         Ok(())
     }
 
-    /// The forward of `rows` (`(sequence, new tokens, draft)`): writes, per row, the logits
-    /// after its last new token and after each draft node, in order, into `logits`;
-    /// returns the rows that failed (their logits are zero).
+    /// The forward of `rows` (`(sequence, new tokens, draft, all)`): writes, per row, the
+    /// logits after its last new token (after every one with `all`) and after each draft
+    /// node, in order, into `logits`; returns the rows that failed (their logits are zero).
     pub fn forward(
         &mut self,
-        rows: &[(SeqId, &[u32], Option<&DraftTree>)],
+        rows: &[(SeqId, &[u32], Option<&DraftTree>, bool)],
         logits: &mut Vec<f32>,
     ) -> Vec<(usize, ModelError)> {
         let c = self.cfg.clone();
@@ -308,8 +308,8 @@ impl Llama {
         let mut ok = vec![true; rows.len()];
         let mut out_rows = 0;
         let mut bases = Vec::with_capacity(rows.len());
-        for (r, &(id, tokens, draft)) in rows.iter().enumerate() {
-            let n_out = draft.map_or(1, DraftTree::len);
+        for (r, &(id, tokens, draft, all)) in rows.iter().enumerate() {
+            let n_out = if all { tokens.len().max(1) } else { 1 } + draft.map_or(0, |t| t.len() - 1);
             bases.push(out_rows);
             out_rows += n_out;
             let cache = self.seqs.entry(id).or_default();
@@ -354,7 +354,7 @@ impl Llama {
             }
             let n = tokens.len();
             for (i, &t) in tokens.iter().enumerate() {
-                if i + 1 == n {
+                if all || i + 1 == n {
                     wanted.push(queries.len());
                 }
                 queries.push(Query { row: r, token: t, pos: cache.len + i, node: None, i });
@@ -379,13 +379,14 @@ impl Llama {
         x.chunks_mut(hidden).zip(&queries).for_each(|(row, q)| self.embed.row_f32(q.token as usize, row));
         // Node keys/values per row, per layer (node v at v − 1).
         let mut node_kv: HashMap<usize, (Vec<Vec<f32>>, Vec<Vec<f32>>)> = HashMap::new();
-        for (r, &(_, _, draft)) in rows.iter().enumerate() {
+        for (r, &(_, _, draft, _)) in rows.iter().enumerate() {
             if let (true, Some(t)) = (ok[r], draft) {
                 let empty = vec![vec![0.0f32; (t.len() - 1) * kv]; c.layers];
                 node_kv.insert(r, (empty.clone(), empty));
             }
         }
-        let lens: Vec<usize> = rows.iter().map(|(id, _, _)| self.seqs.get(id).map_or(0, |s| s.len)).collect();
+        let lens: Vec<usize> =
+            rows.iter().map(|(id, _, _, _)| self.seqs.get(id).map_or(0, |s| s.len)).collect();
         let mut h = vec![0.0f32; q_n * hidden];
         let mut qv = vec![0.0f32; q_n * hidden];
         let mut kk = vec![0.0f32; q_n * kv];
@@ -427,7 +428,7 @@ impl Llama {
             let seqs = &self.seqs;
             let node_kv_ref = &node_kv;
             let attend = |((out, q), qrow): ((&mut [f32], &Query), &[f32])| {
-                let (id, _, draft) = rows[q.row];
+                let (id, _, draft, _) = rows[q.row];
                 let Some(cache) = seqs.get(&id) else { return };
                 // Keys from the cache: the committed ones and the row's new tokens up to
                 // this one (nodes: all of them).
@@ -495,7 +496,7 @@ impl Llama {
             layer.down.matmul(&g, &mut dn);
             x.iter_mut().zip(&dn).for_each(|(a, b)| *a += b);
         }
-        for (r, &(id, tokens, _)) in rows.iter().enumerate() {
+        for (r, &(id, tokens, _, _)) in rows.iter().enumerate() {
             if !ok[r] {
                 continue;
             }
@@ -527,7 +528,8 @@ impl Llama {
             if !ok[r] {
                 continue;
             }
-            let n_out = rows[r].2.map_or(1, DraftTree::len);
+            let (_, tokens, draft, all) = rows[r];
+            let n_out = if all { tokens.len().max(1) } else { 1 } + draft.map_or(0, |t| t.len() - 1);
             logits[base * vocab..(base + n_out) * vocab]
                 .copy_from_slice(&out[k * vocab..(k + n_out) * vocab]);
             k += n_out;

@@ -47,17 +47,23 @@ pub struct ForwardRow<'a> {
     /// at the row's first logits row + `v` (node 0's: the logits after `tokens`). Draft
     /// nodes stay out of the cache until [`Model::commit`].
     pub draft: Option<&'a DraftTree>,
+    /// Logits after every one of `tokens`, not only the last (a prompt's log-probabilities:
+    /// TGI's `decoder_input_details`, OpenAI's `echo` with `logprobs`): the row's first
+    /// `tokens.len()` logits rows, in order, then the draft nodes'.
+    pub all_logits: bool,
 }
 
 impl<'a> ForwardRow<'a> {
-    /// A row without a draft.
+    /// A row without a draft, giving the logits after its last token.
     pub fn new(id: SeqId, tokens: &'a [u32]) -> Self {
-        Self { id, tokens, draft: None }
+        Self { id, tokens, draft: None, all_logits: false }
     }
 
-    /// Logits rows this row gives: one, plus one per draft node.
+    /// Logits rows this row gives: one (or one per token with
+    /// [`all_logits`](Self::all_logits)), plus one per draft node.
     pub fn logits_rows(&self) -> usize {
-        self.draft.map_or(1, DraftTree::len)
+        let own = if self.all_logits { self.tokens.len().max(1) } else { 1 };
+        own + self.draft.map_or(0, |t| t.len().saturating_sub(1))
     }
 }
 

@@ -115,10 +115,21 @@ impl SimulatedCache {
         self.plan_of(h)
     }
 
-    /// [`plan`](Self::plan), then one plan per draft node (its path appended), the
-    /// draft kept aside for [`commit`](Self::commit).
+    /// [`plan`](Self::plan) (with [`ForwardRow::all_logits`], one plan per token), then one
+    /// plan per draft node (its path appended), the draft kept aside for
+    /// [`commit`](Self::commit).
     pub fn plan_tree(&mut self, row: &ForwardRow<'_>, out: &mut Vec<RowPlan>) {
-        out.push(self.plan(row));
+        if row.all_logits && row.tokens.len() > 1 {
+            self.drafts.remove(&row.id);
+            let mut h = self.seqs.get(&row.id).copied().unwrap_or_else(|| mix(self.seed));
+            for &t in row.tokens {
+                h = extend(h, t);
+                out.push(self.plan_of(h));
+            }
+            self.seqs.insert(row.id, h);
+        } else {
+            out.push(self.plan(row));
+        }
         let Some(tree) = row.draft else { return };
         let root = self.seqs.get(&row.id).copied().unwrap_or_else(|| mix(self.seed));
         let mut hashes = vec![root; tree.len()];
@@ -327,7 +338,8 @@ mod tests {
         //   root(after [3, 4]) ─ 1:7 ─ 3:9
         //                     └ 2:8
         let tree = DraftTree::from_parents(&[-1, 7, 8, 9], &[-1, 0, 0, 1]).unwrap();
-        let rows = [ForwardRow { id: 1, tokens: &[3, 4], draft: Some(&tree) }, ForwardRow::new(2, &[3])];
+        let rows =
+            [ForwardRow { draft: Some(&tree), ..ForwardRow::new(1, &[3, 4]) }, ForwardRow::new(2, &[3])];
         let a = host(m.forward(&rows).unwrap());
         assert_eq!(a.len(), 5 * v);
         // Each node's logits are those of feeding its path one token at a time.
@@ -343,16 +355,30 @@ mod tests {
         assert_eq!(a[4 * v..], by_path(&[3])[..]);
         // Not a path: refused; then the path 1 → 3 is kept and the next token follows it.
         assert!(m.commit(1, &[3]).is_err());
-        let a = host(m.forward(&[ForwardRow { id: 1, tokens: &[3, 4], draft: Some(&tree) }]).unwrap());
+        let a = host(m.forward(&[ForwardRow { draft: Some(&tree), ..ForwardRow::new(1, &[3, 4]) }]).unwrap());
         assert_eq!(a[..v], by_path(&[3, 4, 3, 4])[..]);
         m.commit(1, &[1, 3]).unwrap();
         let b = host(m.forward(&[ForwardRow::new(1, &[5])]).unwrap());
         assert_eq!(b, by_path(&[3, 4, 3, 4, 7, 9, 5]));
         // A forward without a commit drops the draft.
-        m.forward(&[ForwardRow { id: 1, tokens: &[6], draft: Some(&tree) }]).unwrap();
+        m.forward(&[ForwardRow { draft: Some(&tree), ..ForwardRow::new(1, &[6]) }]).unwrap();
         let c = host(m.forward(&[ForwardRow::new(1, &[2])]).unwrap());
         assert_eq!(c, by_path(&[3, 4, 3, 4, 7, 9, 5, 6, 2]));
         assert!(m.commit(1, &[1]).is_err());
+        // Every token's logits, then a draft's.
+        let all = host(
+            m.forward(&[ForwardRow {
+                all_logits: true,
+                draft: Some(&tree),
+                ..ForwardRow::new(5, &[3, 4, 5])
+            }])
+            .unwrap(),
+        );
+        assert_eq!(all.len(), 6 * v);
+        assert_eq!(all[..v], by_path(&[3])[..]);
+        assert_eq!(all[v..2 * v], by_path(&[3, 4])[..]);
+        assert_eq!(all[2 * v..3 * v], by_path(&[3, 4, 5])[..]);
+        assert_eq!(all[3 * v..4 * v], by_path(&[3, 4, 5, 7])[..]);
     }
 
     #[test]

@@ -89,8 +89,14 @@ streamed = list(tgi.generate_stream("Hello", max_new_tokens=5, seed=11, top_n_to
 check([[x.id for x in s.top_tokens] for s in streamed] == [[x.id for x in t] for t in top],
       "tgi top_n_tokens: streamed as not streamed")
 refused(lambda: tgi.generate("Hello", max_new_tokens=2, top_n_tokens=6), "top_n_tokens", "tgi top_n_tokens over 5")
-refused(lambda: tgi.generate("Hello", max_new_tokens=2, decoder_input_details=True),
-        "decoder_input_details", "tgi decoder_input_details")
+r = tgi.generate("Hello there world", max_new_tokens=2, seed=5, decoder_input_details=True)
+pre = r.details.prefill
+check(len(pre) >= 3 and "".join(t.text for t in pre) == "Hello there world",
+      f"tgi decoder_input_details: the prompt's tokens {[t.text for t in pre]}")
+check(pre[0].logprob is None and all(t.logprob is not None and t.logprob <= 0 for t in pre[1:]),
+      "tgi decoder_input_details: log-probabilities, none for the first")
+check(r.generated_text == tgi.generate("Hello there world", max_new_tokens=2, seed=5).generated_text,
+      "tgi decoder_input_details: the same tokens as without")
 r = tgi.generate("Hello", max_new_tokens=4, do_sample=True, best_of=2)
 seqs = r.details.best_of_sequences
 check(seqs is not None and len(seqs) == 1, "tgi best_of: the other candidate")
@@ -185,7 +191,17 @@ r = oai.chat.completions.create(model="m", messages=[{"role": "user", "content":
 check(r.usage.completion_tokens <= 3, "openai penalties")
 refused(lambda: oai.completions.create(model="m", prompt="hi", max_tokens=2, n=2, best_of=1), "best_of",
         "openai best_of under n")
-refused(lambda: oai.completions.create(model="m", prompt="hi", max_tokens=2, echo=True, logprobs=1), "echo",
-        "openai echo with logprobs")
+r = oai.completions.create(model="m", prompt="hi there", max_tokens=2, echo=True, logprobs=2, temperature=0)
+lp = r.choices[0].logprobs
+k = len(lp.tokens) - len(oai.completions.create(model="m", prompt="hi there", max_tokens=2, logprobs=2,
+                                                temperature=0).choices[0].logprobs.tokens)
+check(r.choices[0].text.startswith("hi there") and "".join(lp.tokens[:k]) == "hi there",
+      f"openai echo with logprobs: the prompt's tokens first {lp.tokens}")
+check(lp.token_logprobs[0] is None and lp.top_logprobs[0] is None and all(x <= 0 for x in lp.token_logprobs[1:k]),
+      "openai echo with logprobs: the prompt's log-probabilities, none for the first")
+check(lp.text_offset[0] == 0 and lp.text_offset[k] == len("hi there"), "openai echo with logprobs: text offsets")
+check(all(len(t) <= 2 for t in lp.top_logprobs[1:]), "openai echo with logprobs: top tokens")
+refused(lambda: list(oai.completions.create(model="m", prompt="hi", max_tokens=2, echo=True, logprobs=1,
+                                            stream=True)), "echo", "openai echo with logprobs, streamed")
 
 print(f"ok: {checks} checks")
