@@ -85,7 +85,7 @@ fn flatten_content(m: &Value) -> Value {
         let text: String = parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect();
         o.insert("content".into(), Value::String(text));
     }
-    if o.get("content").map_or(true, Value::is_null) {
+    if o.get("content").is_none_or(Value::is_null) {
         o.insert("content".into(), Value::String(String::new()));
     }
     Value::Object(o)

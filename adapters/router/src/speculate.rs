@@ -142,7 +142,7 @@ const NGRAM_MAX: usize = 4;
 const NGRAM_WINDOW: usize = 4096;
 
 /// The token that followed the most recent earlier occurrence of the longest suffix of
-/// `seq` (of at most [`NGRAM_MAX`] tokens) within the last [`NGRAM_WINDOW`] tokens.
+/// `seq` (of at most 4 tokens) within the last 4,096 tokens.
 pub fn ngram_next(seq: &[u32]) -> Option<u32> {
     let n = seq.len();
     let lo = n.saturating_sub(NGRAM_WINDOW);

@@ -59,7 +59,7 @@ fn device_sampling_agrees_with_the_host_sampler() {
     let mut logits = vec![0f32; rows * vocab];
     for (i, x) in logits.iter_mut().enumerate() {
         let h = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
-        *x = if h % 3 == 0 { f32::NEG_INFINITY } else { (h % 1000) as f32 / 100.0 };
+        *x = if h.is_multiple_of(3) { f32::NEG_INFINITY } else { (h % 1000) as f32 / 100.0 };
     }
     // Row 4: ties at the maximum (the lowest id wins, as on the host); row 5: nothing allowed.
     for j in 0..vocab {

@@ -1576,7 +1576,10 @@ async fn openai_fields_are_honored_or_refused_by_name() {
     let lp = &v["choices"][0]["logprobs"];
     assert!(lp["token_logprobs"][0].is_null() && lp["top_logprobs"][0].is_null(), "{v}");
     assert_eq!(lp["tokens"][0], "x", "{v}");
-    assert!(lp["token_logprobs"].as_array().unwrap()[1..].iter().all(|x| x.as_f64().is_some_and(|x| x <= 0.0)), "{v}");
+    assert!(
+        lp["token_logprobs"].as_array().unwrap()[1..].iter().all(|x| x.as_f64().is_some_and(|x| x <= 0.0)),
+        "{v}"
+    );
     echo_lp["stream"] = json!(true);
     assert_eq!(post(echo_lp).await.status(), 422);
     // TGI's chat extension of `response_format` (what its clients send to a TGI

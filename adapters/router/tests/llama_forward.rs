@@ -227,9 +227,8 @@ fn greedy_outputs_match_candle_transformers_quantized_llama() {
         let x = Tensor::new(*prompt, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
         let mut theirs_seq = theirs.clone();
         let mut b = theirs_seq.forward(&x, 0).unwrap().squeeze(0).unwrap().to_vec1::<f32>().unwrap();
-        let mut pos = prompt.len();
         let (mut ta, mut tb) = (Vec::new(), Vec::new());
-        for step in 0..24 {
+        for (step, pos) in (0..24).zip(prompt.len()..) {
             let (na, nb) = (argmax(&a), argmax(&b));
             // Compared while both saw the same tokens: where our top two are further apart
             // than the noise, both must choose alike.
@@ -250,7 +249,6 @@ fn greedy_outputs_match_candle_transformers_quantized_llama() {
             a = host(&mut ours, &[ForwardRow::new(id, &[na])]);
             let x = Tensor::new(&[nb], &Device::Cpu).unwrap().unsqueeze(0).unwrap();
             b = theirs_seq.forward(&x, pos).unwrap().squeeze(0).unwrap().to_vec1::<f32>().unwrap();
-            pos += 1;
         }
         let same = ta.iter().zip(&tb).take_while(|(x, y)| x == y).count();
         eprintln!("prompt {k}: {same} of 24 greedy tokens agree; ours {ta:?}, candle {tb:?}");

@@ -205,7 +205,7 @@ fn deferred_accepts_give_the_same_masks_and_fail_late() {
 /// The lowest token id a mask row allows that is not a stop token.
 fn lowest_allowed(mask: Option<&[u32]>, vocab: usize, stops: &[u32]) -> u32 {
     (0..vocab as u32)
-        .find(|&t| mask.map_or(true, |m| m[t as usize / 32] >> (t % 32) & 1 == 1) && !stops.contains(&t))
+        .find(|&t| mask.is_none_or(|m| m[t as usize / 32] >> (t % 32) & 1 == 1) && !stops.contains(&t))
         .unwrap()
 }
 

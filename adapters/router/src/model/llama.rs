@@ -65,6 +65,9 @@ struct Cache {
     draft: Option<DraftKv>,
 }
 
+/// A row's draft nodes' keys and values in a forward, per layer (node `v` at `v − 1`).
+type NodeKv = (Vec<Vec<f32>>, Vec<Vec<f32>>);
+
 struct DraftKv {
     parents: Vec<Option<usize>>,
     k: Vec<Vec<f32>>,
@@ -343,7 +346,7 @@ impl Llama {
             } else {
                 draft.and_then(|t| {
                     (1..t.len())
-                        .find(|&v| t.token(v).map_or(true, |x| x as usize >= self.embed.rows()))
+                        .find(|&v| t.token(v).is_none_or(|x| x as usize >= self.embed.rows()))
                         .map(|v| format!("sequence {id}: draft node {v}'s token is outside the vocabulary"))
                 })
             };
@@ -378,7 +381,7 @@ impl Llama {
         let mut x = vec![0.0f32; q_n * hidden];
         x.chunks_mut(hidden).zip(&queries).for_each(|(row, q)| self.embed.row_f32(q.token as usize, row));
         // Node keys/values per row, per layer (node v at v − 1).
-        let mut node_kv: HashMap<usize, (Vec<Vec<f32>>, Vec<Vec<f32>>)> = HashMap::new();
+        let mut node_kv: HashMap<usize, NodeKv> = HashMap::new();
         for (r, &(_, _, draft, _)) in rows.iter().enumerate() {
             if let (true, Some(t)) = (ok[r], draft) {
                 let empty = vec![vec![0.0f32; (t.len() - 1) * kv]; c.layers];

@@ -50,7 +50,7 @@ impl Weights {
     pub fn from_gguf(kind: u32, rows: usize, cols: usize, bytes: &[u8]) -> Result<Self, WeightError> {
         let n = rows * cols;
         let need = |per_block: usize| -> Result<usize, WeightError> {
-            if cols % BLOCK != 0 {
+            if !cols.is_multiple_of(BLOCK) {
                 return Err(WeightError(format!("{cols} columns are not a whole number of blocks")));
             }
             let blocks = n / BLOCK;
@@ -302,6 +302,9 @@ impl Q8Rows {
     }
 }
 
+// The kernels walk blocks by index across several parallel arrays (scales, minimums,
+// quantized values): index loops are the clearer form there.
+#[allow(clippy::needless_range_loop)]
 pub(crate) mod kernels {
     use super::{Q8Rows, BLOCK};
 

@@ -614,12 +614,16 @@ impl Sampler {
     }
 }
 
+/// A token a walk took: its id, its log-probability (when asked for; 0 for a forced
+/// token) and the most likely tokens where it was drawn.
+pub type Drawn = (u32, Option<f32>, Vec<(u32, f32)>);
+
 /// What [`Sampler::verify_tree`] drew.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TreeWalk {
     /// The tokens drawn, in order, with their log-probabilities and top tokens: the draft
     /// path's tokens, then the one drawn after it.
-    pub tokens: Vec<(u32, Option<f32>, Vec<(u32, f32)>)>,
+    pub tokens: Vec<Drawn>,
     /// Per token, whether it was forced (taken without a draw).
     pub forced: Vec<bool>,
     /// The draft nodes accepted, in order (`tokens[i]` is node `path[i]`'s token).
