@@ -8,22 +8,7 @@ use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 use grammask::matcher::DraftTree;
 use grammask_router::model::{ForwardRow, GgufModel, Model, StepLogits, WeightFormat};
-use std::path::{Path, PathBuf};
-
-fn smollm2() -> Option<PathBuf> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../.models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if p.exists() {
-        return Some(p);
-    }
-    assert!(
-        std::env::var_os("GRAMMASK_REQUIRE_MODELS").is_none(),
-        "{} is missing: run adapters/mistralrs/scripts/fetch-smollm2.sh",
-        p.display()
-    );
-    eprintln!("skipped: {} is missing", p.display());
-    None
-}
+use std::path::Path;
 
 /// Writes a tiny Llama GGUF with random weights: 2 layers, hidden 64, 4 heads over 2 KV
 /// heads, vocabulary 96; Q4_1 layers, a Q8_0 embedding tied to the output.
@@ -194,8 +179,8 @@ fn the_tree_forward_is_sequential_decoding_bit_for_bit_on_a_tiny_random_llama() 
 }
 
 #[test]
-fn the_tree_forward_is_sequential_decoding_bit_for_bit_on_smollm2() {
-    let Some(path) = smollm2() else { return };
+fn the_tree_forward_is_sequential_decoding_bit_for_bit_on_smollm2_path() {
+    let Some(path) = smollm2_path() else { return };
     let mut m = GgufModel::load(&path).unwrap();
     let prompt: Vec<u32> = (0..40).map(|i| 100 + i * 37).collect();
     check_tree_is_sequential(&mut m, &prompt, &[17, 18, 19, 20], [-1, 1000, 2000, 3000, 4000, 5000, 6000]);
@@ -205,7 +190,7 @@ fn the_tree_forward_is_sequential_decoding_bit_for_bit_on_smollm2() {
 /// quantized Llama on the same file; and the largest logit difference on the way.
 #[test]
 fn greedy_outputs_match_candle_transformers_quantized_llama() {
-    let Some(path) = smollm2() else { return };
+    let Some(path) = smollm2_path() else { return };
     let mut ours = GgufModel::load(&path).unwrap();
     let mut file = std::fs::File::open(&path).unwrap();
     let content = gguf_file::Content::read(&mut file).unwrap();
@@ -273,3 +258,5 @@ fn greedy_outputs_match_candle_transformers_quantized_llama() {
 /// therefore agree until two tokens come within a logit or two of each other (after 3–9
 /// tokens here), then go their own ways.
 const NOISE: f32 = 2.0;
+
+include!("support/smollm2.rs");

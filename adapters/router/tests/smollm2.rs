@@ -14,24 +14,6 @@ use grammask_router::model::GgufModel;
 use grammask_router::server::{LoadedTokenizer, Router, RouterConfig};
 use grammask_router::service::Limits;
 use serde_json::{json, Value};
-use std::path::PathBuf;
-
-fn model_path() -> Option<PathBuf> {
-    let p = std::env::var_os("GRAMMASK_SMOLLM2").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../.models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
-    });
-    if p.exists() {
-        return Some(p);
-    }
-    assert!(
-        std::env::var_os("GRAMMASK_REQUIRE_MODELS").is_none(),
-        "{} is missing: run adapters/mistralrs/scripts/fetch-smollm2.sh",
-        p.display()
-    );
-    eprintln!("skipped: {} is missing (adapters/mistralrs/scripts/fetch-smollm2.sh fetches it)", p.display());
-    None
-}
 
 fn schemas() -> Vec<(&'static str, Value)> {
     vec![
@@ -83,7 +65,7 @@ async fn serve(path: &std::path::Path, tokenizer: LoadedTokenizer) -> (Router, S
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn smollm2_served_answers_are_valid() {
-    let Some(path) = model_path() else { return };
+    let Some(path) = smollm2_path() else { return };
     let tokenizer = LoadedTokenizer::from_gguf(&path).unwrap();
     // The chat template and the end of turn come from the file.
     assert!(tokenizer.config.as_deref().is_some_and(|c| c.contains("im_start")));
@@ -177,6 +159,7 @@ async fn smollm2_served_answers_are_valid() {
 }
 
 include!("support/clients.rs");
+include!("support/smollm2.rs");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn smollm2_calls_tools_through_the_openai_client_with_every_tool_choice() {
@@ -186,7 +169,7 @@ async fn smollm2_calls_tools_through_the_openai_client_with_every_tool_choice() 
     // (`tests/clients/smollm2_tools.py`); every call must read back with arguments valid
     // against its tool's schema (the `jsonschema` crate), `required` and the named tool
     // must call, `none` must not.
-    let (Some(path), Some(python)) = (model_path(), clients_python()) else { return };
+    let (Some(path), Some(python)) = (smollm2_path(), clients_python()) else { return };
     let (router, base) = serve(&path, LoadedTokenizer::from_gguf(&path).unwrap()).await;
     let stdout = run_client_script(python, "smollm2_tools.py", base).await;
     let schemas = [

@@ -424,13 +424,7 @@ fn drafts_the_grammar_refuses_are_zero_rows_and_never_taken() {
 /// Llama (random token prompts, unconstrained and under a JSON grammar).
 #[test]
 fn greedy_speculation_is_exact_on_smollm2() {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../.models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if !path.exists() {
-        assert!(std::env::var_os("GRAMMASK_REQUIRE_MODELS").is_none(), "{} is missing", path.display());
-        eprintln!("skipped: {} is missing (adapters/mistralrs/scripts/fetch-smollm2.sh)", path.display());
-        return;
-    }
+    let Some(path) = smollm2_path() else { return };
     let tok = LoadedTokenizer::from_gguf(&path).unwrap();
     let compiler = GrammarCompiler::new(tok.info.clone());
     let schemas = [
@@ -480,3 +474,5 @@ fn greedy_speculation_is_exact_on_smollm2() {
         assert!(drafted > 0.0, "{drafter:?} drafted nothing");
     }
 }
+
+include!("support/smollm2.rs");
