@@ -15,7 +15,9 @@
 //! - [`run`]: validity (valid / invalid / cut off / errors, special tokens, same seed
 //!   same output) with panics and hangs contained, and overhead (constrained against
 //!   unconstrained tokens/s, per-step costs);
-//! - [`report`]: the markdown table, the chart, the one-line JSON summary.
+//! - [`report`]: the markdown table, the chart, the one-line JSON summary;
+//! - [`clients`]: the official Python clients (`text_generation`, `openai`) against the
+//!   router, their verdict in the report.
 //!
 //! `cargo run --release -p grammask-conformance -- report` writes
 //! `docs/conformance/report.md`; see the binary's `--help`.
@@ -30,6 +32,7 @@
 #![deny(missing_docs)]
 
 pub mod case;
+pub mod clients;
 pub mod engine;
 pub mod engines;
 pub mod report;

@@ -21,6 +21,8 @@ pub struct Report {
     /// Adapters whose forward takes at least 5 ms (a real model, or the router's simulated
     /// one at `--forward-ms 5` or more): the throughput goal applies to them.
     pub real_forward: Vec<String>,
+    /// The official clients' verdict (`clients::run_official_clients`), when run.
+    pub clients: Option<String>,
 }
 
 impl Report {
@@ -33,6 +35,13 @@ impl Report {
     pub fn markdown(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "# Conformance report\n\n{}\n", self.settings);
+        if let Some(c) = &self.clients {
+            let _ = writeln!(
+                s,
+                "## Official clients\n\nHugging Face's `text_generation` and `openai`, pinned, driving the router \
+                 (`adapters/router/tests/clients/contract.py`): {c}\n"
+            );
+        }
         let _ = writeln!(s, "## Validity\n");
         let _ = writeln!(
             s,

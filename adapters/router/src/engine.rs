@@ -396,6 +396,10 @@ struct Seq {
     prompt_logprobs: Option<usize>,
     /// The prompt's log-probabilities, once its prefill ran (when asked).
     prefill: Vec<PromptToken>,
+    /// Another sequence of the same prompt admitted with it, whose prefill this one shares
+    /// (its first forward copies that sequence's context: [`ForwardRow::fork_of`]), and the
+    /// prompt, to prefill on its own if that sequence is gone by then.
+    fork: Option<(SeqId, Vec<u32>)>,
 }
 
 /// A row's record of speculation: how much of its drafts was accepted.
@@ -624,6 +628,10 @@ impl Loop {
         }
         let mut budget = self.options.max_batch_prefill_tokens;
         let mut admitted_any = false;
+        // Prompts admitted in this call: a later request with the same prompt (the `n`
+        // choices of one request) shares the first one's prefill when the model can fork.
+        let mut fresh: Vec<(SeqId, usize)> = Vec::new();
+        let can_fork = self.model.can_fork();
         while self.running.len() < self.options.max_batch_size {
             let Some(front) = q.front() else { break };
             // A prompt over the budget still runs, but alone in its prefill.
@@ -631,10 +639,20 @@ impl Loop {
                 break;
             }
             let Some(r) = q.pop_front() else { break };
-            budget = budget.saturating_sub(r.job.prompt.len());
-            admitted_any = true;
             let id = self.next_id;
             self.next_id += 1;
+            let leader = if can_fork && r.job.prompt_logprobs.is_none() {
+                fresh
+                    .iter()
+                    .find(|&&(_, k)| self.running.get(k).is_some_and(|s| s.pending == r.job.prompt))
+                    .map(|p| p.0)
+            } else {
+                None
+            };
+            if leader.is_none() {
+                budget = budget.saturating_sub(r.job.prompt.len());
+            }
+            admitted_any = true;
             if r.events.is_closed() {
                 continue;
             }
@@ -655,11 +673,23 @@ impl Loop {
             let mut sampler = Sampler::new(r.job.sampling);
             sampler.see_prompt(&r.job.prompt);
             let history = if self.drafter.is_some() { r.job.prompt.clone() } else { Vec::new() };
+            let (pending, fork) = match leader {
+                Some(l) => {
+                    self.metrics.prefill_shared.inc();
+                    (Vec::new(), Some((l, r.job.prompt)))
+                }
+                None => {
+                    if can_fork {
+                        fresh.push((id, self.running.len()));
+                    }
+                    (r.job.prompt, None)
+                }
+            };
             self.running.push(Seq {
                 id,
                 constrained,
-                prompt_len: r.job.prompt.len(),
-                pending: r.job.prompt,
+                prompt_len: pending.len().max(fork.as_ref().map_or(0, |f| f.1.len())),
+                pending,
                 generated: 0,
                 bytes: Vec::new(),
                 sent: 0,
@@ -674,6 +704,7 @@ impl Loop {
                 spec: SpecStats::default(),
                 prompt_logprobs: r.job.prompt_logprobs,
                 prefill: Vec::new(),
+                fork,
             });
         }
         self.metrics.queue_length.set(q.len() as i64);
@@ -767,6 +798,7 @@ impl Loop {
     fn step(&mut self) {
         let _span = tracing::debug_span!("step", rows = self.running.len()).entered();
         let t0 = Instant::now();
+        self.order_forks();
         // Rows sitting out (their masks late) keep their logits and wait; the rest forward.
         let fwd: Vec<usize> = (0..self.running.len()).filter(|&i| self.running[i].held.is_none()).collect();
         if fwd.is_empty() {
@@ -800,6 +832,7 @@ impl Loop {
                     tokens: &s.pending,
                     draft: s.draft.as_ref().map(|d| &d.tree),
                     all_logits: s.prompt_logprobs.is_some() && s.generated == 0,
+                    fork_of: s.fork.as_ref().map(|f| f.0),
                 }
             })
             .collect();
@@ -817,6 +850,10 @@ impl Loop {
         };
         let forward_t = forward_t.elapsed();
         drop(rows);
+        // A fork's context is its own from now on (whether or not its row sits this step out).
+        for &i in &fwd {
+            self.running[i].fork = None;
+        }
         let Forward { logits, failed: model_failed } = match forward {
             Ok(f) => f,
             Err(e) => {
@@ -993,6 +1030,31 @@ impl Loop {
         self.metrics.step_seconds.observe(record.step.as_secs_f64());
         if self.options.record_steps {
             self.shared.records.lock().unwrap_or_else(|p| p.into_inner()).push(record);
+        }
+    }
+
+    /// Puts every row that shares another's prefill after that row (a fork's source must
+    /// come first in the forward), and gives a row whose source is gone or not prefilling in
+    /// this step its own prompt back.
+    fn order_forks(&mut self) {
+        if self.running.iter().all(|s| s.fork.is_none()) {
+            return;
+        }
+        // Stable: rows keep their order otherwise.
+        self.running.sort_by_key(|s| s.fork.is_some());
+        let ready: std::collections::HashSet<SeqId> = self
+            .running
+            .iter()
+            .filter(|s| s.fork.is_none() && s.generated == 0 && s.held.is_none() && !s.pending.is_empty())
+            .map(|s| s.id)
+            .collect();
+        for s in &mut self.running {
+            if let Some((from, prompt)) = &s.fork {
+                if !ready.contains(from) {
+                    s.pending = prompt.clone();
+                    s.fork = None;
+                }
+            }
         }
     }
 

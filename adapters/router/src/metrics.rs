@@ -53,6 +53,9 @@ pub struct Metrics {
     /// Speculative decoding: rows that did not draft in a step because drafting did not
     /// pay for them (measured acceptance against the measured cost of extra nodes).
     pub draft_backoffs: IntCounter,
+    /// Sequences whose prompt's prefill was shared with another of the same prompt (the
+    /// `n` choices of one request).
+    pub prefill_shared: IntCounter,
 }
 
 fn histogram(name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
@@ -148,6 +151,11 @@ impl Metrics {
                 "Draft nodes the grammar refused (their subtrees dropped)",
             )
             .unwrap_or_else(|e| panic!("{e}")),
+            prefill_shared: IntCounter::new(
+                "grammask_prefill_shared_total",
+                "Sequences that shared another sequence's prefill of the same prompt",
+            )
+            .unwrap_or_else(|e| panic!("{e}")),
             draft_backoffs: IntCounter::new(
                 "grammask_spec_backoffs_total",
                 "Rows that skipped drafting in a step because it did not pay",
@@ -177,6 +185,7 @@ impl Metrics {
             Box::new(m.draft_accepted.clone()),
             Box::new(m.draft_rejected.clone()),
             Box::new(m.draft_backoffs.clone()),
+            Box::new(m.prefill_shared.clone()),
         ];
         for c in all {
             // Distinct names, registered once: cannot fail.

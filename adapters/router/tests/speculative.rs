@@ -4,7 +4,7 @@
 //! one batch mixing them all, outputs cut by `max_new_tokens` inside an accepted path, a
 //! client gone mid-verify); sampling with speculation follows the distribution of sampling
 //! without it (chi-square); drafts the grammar refuses are zero rows never taken; and
-//! greedy with speculation is greedy on SmolLM2-135M's real weights.
+//! greedy with speculation is greedy on real weights (SmolLM2-135M, a tiny random Llama).
 
 use grammask::matcher::{DraftTree, TextEncoder};
 use grammask::{GrammarCompiler, GrammarMatcher, GrammarSpec, TokenizerInfo, TokenizerOptions};
@@ -476,3 +476,128 @@ fn greedy_speculation_is_exact_on_smollm2() {
 }
 
 include!("support/smollm2.rs");
+
+/// Greedy with speculation gives greedy's tokens on a tiny random-weight Llama (a GGUF this
+/// test writes; 96 tokens: the printable ASCII characters and an end token): JSON schemas, a
+/// regex and a plain row, every drafter.
+#[test]
+fn greedy_speculation_is_exact_on_a_tiny_random_llama() {
+    let dir = std::env::temp_dir().join(format!("grammask-spec-tiny-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tiny.gguf");
+    tiny_gguf(&path);
+    let mut vocab: Vec<Vec<u8>> = (0x20u8..0x7F).map(|b| vec![b]).collect();
+    vocab.push(b"<eos>".to_vec());
+    let stop = vocab.len() as u32 - 1;
+    let opts = TokenizerOptions { stop_tokens: Some(vec![stop]), ..Default::default() };
+    let info = Arc::new(TokenizerInfo::from_byte_tokens(vocab, &opts).unwrap());
+    let compiler = GrammarCompiler::new(info.clone());
+    let specs = [
+        GrammarSpec::json_schema(
+            r#"{"type": "object", "properties": {"ok": {"type": "boolean"}, "kind": {"enum": ["alpha", "beta"]}}, "required": ["ok", "kind"], "additionalProperties": false}"#,
+        ),
+        GrammarSpec::json_schema(
+            r#"{"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 99}, "maxItems": 4}"#,
+        ),
+        GrammarSpec::Regex("(yes|no|maybe) [a-z]{2,6}".into()),
+    ];
+    let text = |s: &str| s.bytes().map(|b| u32::from(b - 0x20)).collect::<Vec<u32>>();
+    let mut reqs: Vec<Req> = specs
+        .iter()
+        .enumerate()
+        .map(|(k, spec)| Req {
+            spec: Some(compiler.compile(spec).unwrap()),
+            prompt: text(&format!("answer {k}: \"ok\": true, \"kind\": \"alpha\" [1, 2, 3] maybe")),
+            sampling: SamplingParams { repetition_penalty: Some(1.1), ..SamplingParams::default() },
+            max_new_tokens: 48,
+            leaves: false,
+        })
+        .collect();
+    reqs.push(Req {
+        spec: None,
+        prompt: text("abc abc abc abc"),
+        sampling: SamplingParams::default(),
+        max_new_tokens: 20,
+        leaves: false,
+    });
+    let encoder: Arc<dyn TextEncoder + Send + Sync> = Arc::new(Greedy(info.clone()));
+    let model = || Box::new(GgufModel::load(&path).unwrap());
+    let (want, _) = run_on(info.clone(), model(), Some(encoder.clone()), &reqs, 3, None);
+    for drafter in [DrafterKind::Grammar, DrafterKind::Ngram, DrafterKind::Both] {
+        let spec = SpeculationOptions { backoff: false, ..SpeculationOptions::new(4, 3, drafter) };
+        let (got, metrics) = run_on(info.clone(), model(), Some(encoder.clone()), &reqs, 3, Some(spec));
+        assert_eq!(want, got, "{drafter:?}");
+        let drafted = metric(
+            &metrics.render(),
+            &format!("grammask_spec_drafted_total{{drafter=\"{}\"}}", drafter.name()),
+        );
+        assert!(drafted > 0.0, "{drafter:?} drafted nothing");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+include!("support/tiny_llama.rs");
+
+/// Requests of one prompt admitted together (the `n` choices of one request) share its
+/// prefill — the model copies the first one's context for the others — and each answers as
+/// it would alone: on the simulated model and on a tiny random Llama's real caches.
+#[test]
+fn choices_of_one_prompt_share_its_prefill_and_answer_as_alone() {
+    let dir = std::env::temp_dir().join(format!("grammask-fork-tiny-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tiny.gguf");
+    tiny_gguf(&path);
+    let mut vocab: Vec<Vec<u8>> = (0x20u8..0x7F).map(|b| vec![b]).collect();
+    vocab.push(b"<eos>".to_vec());
+    let stop = vocab.len() as u32 - 1;
+    let opts = TokenizerOptions { stop_tokens: Some(vec![stop]), ..Default::default() };
+    let info = Arc::new(TokenizerInfo::from_byte_tokens(vocab, &opts).unwrap());
+    let spec = GrammarCompiler::new(info.clone())
+        .compile(&GrammarSpec::Regex("(yes|no|maybe) [a-z]{2,8}".into()))
+        .unwrap();
+    let prompt: Vec<u32> = "the same prompt for every choice".bytes().map(|b| u32::from(b - 0x20)).collect();
+    // A first request keeps the engine busy while the choices queue, so that they are
+    // admitted together.
+    let mut reqs = vec![Req {
+        spec: None,
+        prompt: (0..200).map(|i| i % 90).collect(),
+        sampling: SamplingParams::default(),
+        max_new_tokens: 3,
+        leaves: false,
+    }];
+    for k in 0..4u64 {
+        reqs.push(Req {
+            spec: (k % 2 == 0).then(|| spec.clone()),
+            prompt: prompt.clone(),
+            sampling: SamplingParams {
+                do_sample: true,
+                temperature: 1.5,
+                seed: 40 + k,
+                ..SamplingParams::default()
+            },
+            max_new_tokens: 12,
+            leaves: false,
+        });
+    }
+    type MakeModel<'a> = Box<dyn Fn() -> Box<dyn Model> + 'a>;
+    let models: [(&str, MakeModel<'_>); 2] = [
+        (
+            "simulated",
+            Box::new(|| Box::new(SimulatedModel::new(96, 3, ForwardTime::Sleep(Duration::from_millis(30))))),
+        ),
+        ("tiny llama", Box::new(|| Box::new(GgufModel::load(&path).unwrap()))),
+    ];
+    for (name, model) in &models {
+        let (together, metrics) = run_on(info.clone(), model(), None, &reqs, 8, None);
+        // (How many share depends on how the queue was admitted: all three when they queue
+        // behind the first request's step, as they almost always do.)
+        let shared = metric(&metrics.render(), "grammask_prefill_shared_total");
+        eprintln!("{name}: {shared} of 3 choices shared the first one's prefill");
+        assert!(shared >= 1.0, "{name}: no prefill was shared");
+        for (k, r) in reqs.iter().enumerate().skip(1) {
+            let (alone, _) = run_on(info.clone(), model(), None, std::slice::from_ref(r), 8, None);
+            assert_eq!(together[k], alone[0], "{name}: choice {k}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

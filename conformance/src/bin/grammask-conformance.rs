@@ -65,8 +65,8 @@ struct ReportArgs {
     /// The router's simulated forward time for the overhead runs, milliseconds.
     #[arg(long, default_value_t = 5.0)]
     forward_ms: f64,
-    /// Run the router and mistral.rs adapters on a real model (a Llama-family GGUF: candle
-    /// on the CPU in the router, mistral.rs's own loader; e.g. SmolLM2 from
+    /// Run the router and mistral.rs adapters on a real model (a Llama-family GGUF: the
+    /// router's own forward on the CPU, mistral.rs's own loader; e.g. SmolLM2 from
     /// `adapters/mistralrs/scripts/fetch-smollm2.sh`) instead of the random-weight ones
     /// (slow: the real-model part of the suite).
     #[arg(long, value_name = "PATH")]
@@ -78,6 +78,10 @@ struct ReportArgs {
     /// Where the report goes.
     #[arg(long, default_value = "docs/conformance")]
     out: PathBuf,
+    /// Leave out the official Python clients' contract against the router (run by default
+    /// when `.venv-clients/` is installed; the report says when it is not).
+    #[arg(long)]
+    no_clients: bool,
 }
 
 fn make(
@@ -157,7 +161,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                          Qwen3's tokenizer; mistral.rs: a tiny random Llama)"
                     .to_string(),
                 Some(g) => format!(
-                    "router and mistral.rs adapters on {} (router: candle; both on the CPU); the reference loop on \
+                    "router and mistral.rs adapters on {} (router: its own Llama forward; both on the CPU); the reference loop on \
                      the random-weight simulated model",
                     g.display()
                 ),
@@ -219,6 +223,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
             }
         }
+    }
+    if !a.no_clients {
+        eprintln!("== official clients");
+        let verdict =
+            grammask_conformance::clients::run_official_clients(grammask_conformance::engines::tokenizer()?);
+        eprintln!("official clients: {}", verdict.line());
+        report.clients = Some(verdict.line());
     }
     std::fs::create_dir_all(&a.out)?;
     std::fs::write(a.out.join("report.md"), report.markdown())?;

@@ -50,14 +50,23 @@ pub struct RouterSetup {
     pub max_batch_size: usize,
     /// Threads filling masks.
     pub fill_threads: usize,
-    /// A real model (Llama-family GGUF, candle on the CPU) instead of the simulated one;
+    /// A real model (Llama-family GGUF, the router's own forward on the CPU) instead of the simulated one;
     /// its own tokenizer then replaces the one given to [`RouterEngine::start`].
     pub gguf: Option<std::path::PathBuf>,
+    /// The tool-calling format (`None`: the router's detection).
+    pub tool_call_format: Option<Family>,
 }
 
 impl Default for RouterSetup {
     fn default() -> Self {
-        Self { forward: Duration::from_millis(1), seed: 11, max_batch_size: 32, fill_threads: 1, gguf: None }
+        Self {
+            forward: Duration::from_millis(1),
+            seed: 11,
+            max_batch_size: 32,
+            fill_threads: 1,
+            gguf: None,
+            tool_call_format: None,
+        }
     }
 }
 
@@ -81,6 +90,11 @@ impl Drop for RouterEngine {
 }
 
 impl RouterEngine {
+    /// The router's address (`http://127.0.0.1:PORT`).
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
     /// Starts a router on `tok` and a loopback port, spoken to through `api`.
     pub fn start(tok: LoadedTokenizer, api: Api, setup: &RouterSetup) -> Result<Self, EngineError> {
         let err = |e: &dyn std::fmt::Display| EngineError(format!("starting the router: {e}"));
@@ -114,7 +128,7 @@ impl RouterEngine {
             model_id: "conformance".into(),
             mask_precompute: grammask_router::server::DEFAULT_MASK_PRECOMPUTE,
             api_key: None,
-            tool_call_format: None,
+            tool_call_format: setup.tool_call_format,
         };
         let router = Router::start(config).map_err(|e| err(&e))?;
         let app = router.app();

@@ -30,6 +30,9 @@
 //! the pool that filled them and applied by grammask-gpu's kernel, and tokens are drawn
 //! on the device.
 
+// The JSON line of a setup has more fields than `json!`'s default recursion allows.
+#![recursion_limit = "256"]
+
 /// mimalloc, as the `grammask` binary: grammar compiles allocate many small nodes.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -229,6 +232,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 false,
                 Some(DrafterKind::Both),
             ),
+            // Half the requests constrained, half not: the unconstrained rows' own rate with
+            // and without speculation beside them.
+            ("mixed", "mixed", true, true, true, false, None),
+            ("mixed, speculative (both)", "mixed-spec", true, true, true, false, Some(DrafterKind::Both)),
         ] {
             if !a.setups.iter().any(|s| s == key) {
                 continue;
@@ -292,9 +299,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     compiler.compile(spec)?.precompute();
                 }
             }
+            let mixed = key.starts_with("mixed");
             let mut requests = Vec::new();
             for i in 0..n_requests {
-                let constraint = if constrained {
+                let constraint = if constrained && !(mixed && i % 2 == 1) {
                     let t = Instant::now();
                     let compiled = compiler.compile(&specs[i % specs.len()])?;
                     compile_ms.push(t.elapsed().as_secs_f64() * 1e3);
@@ -335,15 +343,42 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             // Which schemas' answers reached `max_new_tokens` (constrained setups: a rerun
             // with a larger limit can take just these).
             let mut cut_off_files = Vec::new();
-            for (i, mut rx) in receivers.into_iter().enumerate() {
+            // Each request's events read on a thread of its own, timed as they come: a row's
+            // own rate is its tokens over the time from its first token to its end.
+            let readers: Vec<_> = receivers
+                .into_iter()
+                .map(|mut rx| {
+                    std::thread::spawn(move || {
+                        let mut got = Vec::new();
+                        while let Some(ev) = rx.blocking_recv() {
+                            let last = !matches!(ev, Event::Token(_));
+                            got.push((Instant::now(), ev));
+                            if last {
+                                break;
+                            }
+                        }
+                        got
+                    })
+                })
+                .collect();
+            let mut plain_rates = Vec::new();
+            for (i, reader) in readers.into_iter().enumerate() {
+                let events = reader.join().map_err(|_| "a reader thread panicked")?;
+                let first = events.first().map(|e| e.0);
                 let mut mine = 0;
-                while let Some(ev) = rx.blocking_recv() {
+                for (at, ev) in events {
                     match ev {
                         Event::Token(_) => {
                             tokens += 1;
                             mine += 1;
                         }
                         Event::End(e) => {
+                            if mixed && i % 2 == 1 {
+                                let secs = first.map_or(0.0, |f| at.duration_since(f).as_secs_f64());
+                                if secs > 0.0 && mine > 1 {
+                                    plain_rates.push((mine - 1) as f64 / secs);
+                                }
+                            }
                             if e.reason == engine::FinishReason::EosToken {
                                 completed_tokens += mine;
                             }
@@ -409,6 +444,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "verify_steps": verifies, "draft_nodes": drafted, "draft_accepted": accepted,
                 "accepted_per_verify": if verifies > 0 { accepted as f64 / verifies as f64 } else { 0.0 },
                 "backoffs": metrics.draft_backoffs.get(),
+                "unconstrained_row_tokens_per_s_p50": pct(plain_rates.clone(), 0.5),
+                "unconstrained_row_tokens_per_s_mean": plain_rates.iter().sum::<f64>() / plain_rates.len().max(1) as f64,
                 "verify_fill_us_p50": pct(verify_us(|r| r.fill), 0.5), "verify_forward_us_p50": pct(verify_us(|r| r.forward), 0.5),
                 "verify_wait_us_p50": pct(verify_us(|r| r.wait), 0.5),
                 "verify_nodes_p50": pct(records.iter().filter(|r| r.draft_nodes > 0).map(|r| r.draft_nodes as f64).collect(), 0.5),

@@ -7,7 +7,7 @@
 //! `tokenizer_config.json` with the chat template and special tokens) from the same
 //! file's metadata, so `--gguf PATH` alone serves the model.
 
-use super::llama::{Llama, WeightFormat};
+use super::llama::{Llama, Row, WeightFormat};
 use super::{Forward, ForwardRow, Model, ModelError, StepLogits};
 use crate::step::SeqId;
 use candle_core::quantized::gguf_file;
@@ -118,9 +118,21 @@ impl Model for GgufModel {
                         r,
                         ModelError(format!("{} draft nodes; at most {MAX_DRAFT_NODES}", t.len() - 1)),
                     ));
-                    args.push((row.id, row.tokens, None, row.all_logits));
+                    args.push(Row {
+                        id: row.id,
+                        tokens: row.tokens,
+                        draft: None,
+                        all: row.all_logits,
+                        fork_of: None,
+                    });
                 }
-                _ => args.push((row.id, row.tokens, row.draft, row.all_logits)),
+                _ => args.push(Row {
+                    id: row.id,
+                    tokens: row.tokens,
+                    draft: row.draft,
+                    all: row.all_logits,
+                    fork_of: row.fork_of,
+                }),
             }
         }
         let mut bad = self.llama.forward(&args, &mut self.logits);
@@ -134,6 +146,10 @@ impl Model for GgufModel {
 
     fn max_draft_nodes(&self) -> usize {
         MAX_DRAFT_NODES
+    }
+
+    fn can_fork(&self) -> bool {
+        true
     }
 
     fn commit(&mut self, id: SeqId, path: &[usize]) -> Result<(), ModelError> {

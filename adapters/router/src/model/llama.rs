@@ -74,6 +74,34 @@ struct DraftKv {
     v: Vec<Vec<f32>>,
 }
 
+/// One row of [`Llama::forward`] (see `ForwardRow`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Row<'a> {
+    pub id: SeqId,
+    pub tokens: &'a [u32],
+    pub draft: Option<&'a DraftTree>,
+    /// Logits after every new token.
+    pub all: bool,
+    /// A new sequence copying this one's context after the forward.
+    pub fork_of: Option<SeqId>,
+}
+
+impl Row<'_> {
+    /// Logits rows of its own tokens (one, or one per token with `all`).
+    fn own_rows(&self) -> usize {
+        if self.all {
+            self.tokens.len().max(1)
+        } else {
+            1
+        }
+    }
+
+    /// All its logits rows (its own, then its draft nodes').
+    fn logits_rows(&self) -> usize {
+        self.own_rows() + self.draft.map_or(0, |t| t.len().saturating_sub(1))
+    }
+}
+
 /// One query token of a forward.
 #[derive(Clone, Copy)]
 struct Query {
@@ -293,14 +321,11 @@ impl Llama {
         Ok(())
     }
 
-    /// The forward of `rows` (`(sequence, new tokens, draft, all)`): writes, per row, the
-    /// logits after its last new token (after every one with `all`) and after each draft
-    /// node, in order, into `logits`; returns the rows that failed (their logits are zero).
-    pub fn forward(
-        &mut self,
-        rows: &[(SeqId, &[u32], Option<&DraftTree>, bool)],
-        logits: &mut Vec<f32>,
-    ) -> Vec<(usize, ModelError)> {
+    /// The forward of `rows`: writes, per row, the logits after its last new token (after
+    /// every one with `all`) and after each draft node, in order, into `logits` (a fork: a
+    /// copy of its source's row after its last token); returns the rows that failed (their
+    /// logits are zero).
+    pub fn forward(&mut self, rows: &[Row<'_>], logits: &mut Vec<f32>) -> Vec<(usize, ModelError)> {
         let c = self.cfg.clone();
         let (hidden, kv, hd) = (c.hidden, c.kv_heads * c.head_dim, c.head_dim);
         let vocab = self.vocab();
@@ -311,10 +336,27 @@ impl Llama {
         let mut ok = vec![true; rows.len()];
         let mut out_rows = 0;
         let mut bases = Vec::with_capacity(rows.len());
-        for (r, &(id, tokens, draft, all)) in rows.iter().enumerate() {
-            let n_out = if all { tokens.len().max(1) } else { 1 } + draft.map_or(0, |t| t.len() - 1);
+        // Forks: `(row, its source's row)`.
+        let mut forks = Vec::new();
+        for (r, row) in rows.iter().enumerate() {
+            let Row { id, tokens, draft, all, fork_of } = *row;
             bases.push(out_rows);
-            out_rows += n_out;
+            out_rows += row.logits_rows();
+            if let Some(from) = fork_of {
+                match rows[..r].iter().position(|x| x.id == from && x.fork_of.is_none()).filter(|&s| ok[s]) {
+                    Some(src) if tokens.is_empty() && draft.is_none() => forks.push((r, src)),
+                    _ => {
+                        failed.push((
+                            r,
+                            ModelError(format!(
+                                "sequence {id}: a fork of {from} needs {from}'s row earlier in the forward, and no tokens of its own"
+                            )),
+                        ));
+                        ok[r] = false;
+                    }
+                }
+                continue;
+            }
             let cache = self.seqs.entry(id).or_default();
             cache.draft = None;
             if cache.k.is_empty() {
@@ -382,14 +424,13 @@ impl Llama {
         x.chunks_mut(hidden).zip(&queries).for_each(|(row, q)| self.embed.row_f32(q.token as usize, row));
         // Node keys/values per row, per layer (node v at v − 1).
         let mut node_kv: HashMap<usize, NodeKv> = HashMap::new();
-        for (r, &(_, _, draft, _)) in rows.iter().enumerate() {
+        for (r, &Row { draft, .. }) in rows.iter().enumerate() {
             if let (true, Some(t)) = (ok[r], draft) {
                 let empty = vec![vec![0.0f32; (t.len() - 1) * kv]; c.layers];
                 node_kv.insert(r, (empty.clone(), empty));
             }
         }
-        let lens: Vec<usize> =
-            rows.iter().map(|(id, _, _, _)| self.seqs.get(id).map_or(0, |s| s.len)).collect();
+        let lens: Vec<usize> = rows.iter().map(|row| self.seqs.get(&row.id).map_or(0, |s| s.len)).collect();
         let mut h = vec![0.0f32; q_n * hidden];
         let mut qv = vec![0.0f32; q_n * hidden];
         let mut kk = vec![0.0f32; q_n * kv];
@@ -413,7 +454,7 @@ impl Llama {
                 let (kr, vr) = (&kk[qi * kv..(qi + 1) * kv], &vv[qi * kv..(qi + 1) * kv]);
                 match q.node {
                     None => {
-                        let id = rows[q.row].0;
+                        let id = rows[q.row].id;
                         if let Some(cache) = self.seqs.get_mut(&id) {
                             cache.k[l].extend_from_slice(kr);
                             cache.v[l].extend_from_slice(vr);
@@ -431,11 +472,11 @@ impl Llama {
             let seqs = &self.seqs;
             let node_kv_ref = &node_kv;
             let attend = |((out, q), qrow): ((&mut [f32], &Query), &[f32])| {
-                let (id, _, draft, _) = rows[q.row];
+                let Row { id, draft, .. } = rows[q.row];
                 let Some(cache) = seqs.get(&id) else { return };
                 // Keys from the cache: the committed ones and the row's new tokens up to
                 // this one (nodes: all of them).
-                let upto = lens[q.row] + q.i.min(rows[q.row].1.len() - 1) + 1;
+                let upto = lens[q.row] + q.i.min(rows[q.row].tokens.len() - 1) + 1;
                 let mut path: Vec<usize> = Vec::new();
                 if let (Some(mut v), Some(t)) = (q.node, draft) {
                     while v != 0 {
@@ -499,19 +540,31 @@ impl Llama {
             layer.down.matmul(&g, &mut dn);
             x.iter_mut().zip(&dn).for_each(|(a, b)| *a += b);
         }
-        for (r, &(id, tokens, _, _)) in rows.iter().enumerate() {
-            if !ok[r] {
+        for (r, &Row { id, tokens, fork_of, .. }) in rows.iter().enumerate() {
+            if !ok[r] || fork_of.is_some() {
                 continue;
             }
             if let Some(cache) = self.seqs.get_mut(&id) {
                 cache.len += tokens.len();
                 if let Some((k, v)) = node_kv.remove(&r) {
-                    let parents = match rows[r].2 {
+                    let parents = match rows[r].draft {
                         Some(t) => (0..t.len()).map(|v| t.parent(v)).collect(),
                         None => Vec::new(),
                     };
                     cache.draft = Some(DraftKv { parents, k, v });
                 }
+            }
+        }
+        // Forks start as copies of their sources' caches (their new tokens included).
+        for &(r, src) in &forks {
+            let copy = self.seqs.get(&rows[src].id).map(|c| Cache {
+                len: c.len,
+                k: c.k.clone(),
+                v: c.v.clone(),
+                draft: None,
+            });
+            if let Some(copy) = copy {
+                self.seqs.insert(rows[r].id, copy);
             }
         }
         // The final norm and the output product, for the tokens that give logits only.
@@ -528,14 +581,18 @@ impl Llama {
         // `wanted` is in row order: each ok row's logits rows, in order.
         let mut k = 0;
         for (r, &base) in bases.iter().enumerate() {
-            if !ok[r] {
+            if !ok[r] || rows[r].fork_of.is_some() {
                 continue;
             }
-            let (_, tokens, draft, all) = rows[r];
-            let n_out = if all { tokens.len().max(1) } else { 1 } + draft.map_or(0, |t| t.len() - 1);
+            let n_out = rows[r].logits_rows();
             logits[base * vocab..(base + n_out) * vocab]
                 .copy_from_slice(&out[k * vocab..(k + n_out) * vocab]);
             k += n_out;
+        }
+        // A fork's row: its source's after the source's last token.
+        for &(r, src) in &forks {
+            let from = bases[src] + rows[src].own_rows() - 1;
+            logits.copy_within(from * vocab..(from + 1) * vocab, bases[r] * vocab);
         }
         failed
     }

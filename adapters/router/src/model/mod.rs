@@ -51,12 +51,17 @@ pub struct ForwardRow<'a> {
     /// TGI's `decoder_input_details`, OpenAI's `echo` with `logprobs`): the row's first
     /// `tokens.len()` logits rows, in order, then the draft nodes'.
     pub all_logits: bool,
+    /// A new sequence that starts as a copy of `fork_of`'s context after this forward (its
+    /// prefill shared: `n` choices of one prompt), with no `tokens` of its own; its logits
+    /// row is a copy of `fork_of`'s row after its last token. `fork_of`'s row must come
+    /// earlier in the same forward. Only for a model whose [`Model::can_fork`] is true.
+    pub fork_of: Option<SeqId>,
 }
 
 impl<'a> ForwardRow<'a> {
     /// A row without a draft, giving the logits after its last token.
     pub fn new(id: SeqId, tokens: &'a [u32]) -> Self {
-        Self { id, tokens, draft: None, all_logits: false }
+        Self { id, tokens, draft: None, all_logits: false, fork_of: None }
     }
 
     /// Logits rows this row gives: one (or one per token with
@@ -128,6 +133,12 @@ pub trait Model: Send + 'static {
 
     /// Frees a sequence's cache (finished, cancelled). Unknown ids are ignored.
     fn release(&mut self, id: SeqId);
+
+    /// Whether rows may start as copies of other rows' sequences
+    /// ([`ForwardRow::fork_of`]): `n` choices of one prompt then share its prefill.
+    fn can_fork(&self) -> bool {
+        false
+    }
 
     /// Most draft nodes (root excluded) this model verifies in one row of a forward; `0`
     /// (the default): it does not verify drafts, and no row gets one.

@@ -119,6 +119,14 @@ impl SimulatedCache {
     /// plan per draft node (its path appended), the draft kept aside for
     /// [`commit`](Self::commit).
     pub fn plan_tree(&mut self, row: &ForwardRow<'_>, out: &mut Vec<RowPlan>) {
+        if let Some(from) = row.fork_of {
+            // A copy of `from`'s context (its row came earlier in this forward).
+            self.drafts.remove(&row.id);
+            let h = self.seqs.get(&from).copied().unwrap_or_else(|| mix(self.seed));
+            self.seqs.insert(row.id, h);
+            out.push(self.plan_of(h));
+            return;
+        }
         if row.all_logits && row.tokens.len() > 1 {
             self.drafts.remove(&row.id);
             let mut h = self.seqs.get(&row.id).copied().unwrap_or_else(|| mix(self.seed));
@@ -283,6 +291,10 @@ impl Model for SimulatedModel {
         MAX_DRAFT_NODES
     }
 
+    fn can_fork(&self) -> bool {
+        true
+    }
+
     fn commit(&mut self, id: SeqId, path: &[usize]) -> Result<(), ModelError> {
         self.cache.commit(id, path)
     }
@@ -365,6 +377,17 @@ mod tests {
         let c = host(m.forward(&[ForwardRow::new(1, &[2])]).unwrap());
         assert_eq!(c, by_path(&[3, 4, 3, 4, 7, 9, 5, 6, 2]));
         assert!(m.commit(1, &[1]).is_err());
+        // A fork: the copy's logits are its source's, and it goes on as the source would.
+        let f = host(
+            m.forward(&[
+                ForwardRow::new(6, &[3, 4]),
+                ForwardRow { fork_of: Some(6), ..ForwardRow::new(7, &[]) },
+            ])
+            .unwrap(),
+        );
+        assert_eq!(f[..v], f[v..]);
+        let g = host(m.forward(&[ForwardRow::new(7, &[9])]).unwrap());
+        assert_eq!(g, by_path(&[3, 4, 9]));
         // Every token's logits, then a draft's.
         let all = host(
             m.forward(&[ForwardRow {
