@@ -327,6 +327,22 @@ impl EngineHandle {
         Ok(())
     }
 
+    /// Queues requests together (the choices of one client request), or none of them when
+    /// they do not all fit or the engine stopped: the loop admits them in one go.
+    pub fn submit_many(&self, requests: Vec<Request>) -> Result<(), SubmitError> {
+        let mut q = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(why) = self.down() {
+            return Err(SubmitError::Down(why));
+        }
+        if q.len() + requests.len() > self.shared.max_queue {
+            return Err(SubmitError::QueueFull(q.len()));
+        }
+        q.extend(requests);
+        drop(q);
+        self.shared.wake.notify_one();
+        Ok(())
+    }
+
     /// Why the engine stopped, if it has.
     pub fn down(&self) -> Option<String> {
         self.shared.down.lock().unwrap_or_else(|p| p.into_inner()).clone()

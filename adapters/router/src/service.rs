@@ -366,8 +366,49 @@ impl Service {
         matcher
     }
 
-    /// Compiles the constraint and queues the generation; the events follow.
+    /// Checks a generation against the limits, compiles its constraint (off this thread,
+    /// bounded) and queues it; the events come on the returned channel.
     pub async fn submit(&self, g: Generation) -> Result<UnboundedReceiver<Event>, ServiceError> {
+        let (request, rx) = self.ready(g).await?;
+        self.engine.submit(request).map_err(|e| self.submit_error(e))?;
+        Ok(rx)
+    }
+
+    /// [`submit`](Self::submit) for the generations of one request (`n` choices, `best_of`
+    /// candidates, a list of prompts): all are checked and compiled first, then queued
+    /// together, so that the engine admits them together and the choices of one prompt
+    /// share its prefill; none is queued if one is refused.
+    pub async fn submit_many(
+        &self,
+        gens: Vec<Generation>,
+    ) -> Result<Vec<UnboundedReceiver<Event>>, ServiceError> {
+        let mut requests = Vec::with_capacity(gens.len());
+        let mut rxs = Vec::with_capacity(gens.len());
+        for g in gens {
+            let (request, rx) = self.ready(g).await?;
+            requests.push(request);
+            rxs.push(rx);
+        }
+        self.engine.submit_many(requests).map_err(|e| self.submit_error(e))?;
+        Ok(rxs)
+    }
+
+    fn submit_error(&self, e: crate::engine::SubmitError) -> ServiceError {
+        match e {
+            crate::engine::SubmitError::QueueFull(_) => {
+                self.metrics.errors.with_label_values(&["overloaded"]).inc();
+                ServiceError::Overloaded(e.to_string())
+            }
+            crate::engine::SubmitError::Down(_) => {
+                self.metrics.errors.with_label_values(&["unavailable"]).inc();
+                ServiceError::Unavailable(e.to_string())
+            }
+        }
+    }
+
+    /// A generation checked against the limits and its constraint compiled: the request
+    /// to queue and where its events will come.
+    async fn ready(&self, g: Generation) -> Result<(Request, UnboundedReceiver<Event>), ServiceError> {
         // TGI's `max_total_tokens` check: a row must never outgrow the model's context in
         // the middle of a batch (its forward would fail every row of it).
         let total = g.job.prompt.len() + g.job.max_new_tokens;
@@ -392,18 +433,7 @@ impl Service {
             None => None,
         };
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let request = Request { job: g.job, constraint, events: tx };
-        self.engine.submit(request).map_err(|e| match e {
-            crate::engine::SubmitError::QueueFull(_) => {
-                self.metrics.errors.with_label_values(&["overloaded"]).inc();
-                ServiceError::Overloaded(e.to_string())
-            }
-            crate::engine::SubmitError::Down(_) => {
-                self.metrics.errors.with_label_values(&["unavailable"]).inc();
-                ServiceError::Unavailable(e.to_string())
-            }
-        })?;
-        Ok(rx)
+        Ok((Request { job: g.job, constraint, events: tx }, rx))
     }
 }
 

@@ -56,8 +56,10 @@ impl Model for TestModel {
         }
         let mut failed = Vec::new();
         for (r, row) in rows.iter().enumerate() {
+            // A fork starts with its source's context (its source came earlier in `rows`).
+            let from = row.fork_of.and_then(|f| self.lengths.get(&f).copied()).unwrap_or(0);
             let len = self.lengths.entry(row.id).or_default();
-            *len += row.tokens.len();
+            *len += from + row.tokens.len();
             if let Some(cache) = self.cache.filter(|&c| *len > c) {
                 failed.push((
                     r,
@@ -78,6 +80,9 @@ impl Model for TestModel {
     }
     fn max_context(&self) -> Option<usize> {
         self.context
+    }
+    fn can_fork(&self) -> bool {
+        self.inner.can_fork()
     }
 }
 
@@ -1488,8 +1493,11 @@ async fn openai_fields_are_honored_or_refused_by_name() {
     };
     let mut body = with("n", json!(3));
     body["temperature"] = json!(0.9);
+    let shared = metric(&c, &server.base, "grammask_prefill_shared_total").await;
     let three = texts(&post(body.clone()).await.json().await.unwrap());
     assert_eq!(three.len(), 3);
+    // Queued together, the three choices shared one prefill of their prompt.
+    assert_eq!(metric(&c, &server.base, "grammask_prefill_shared_total").await - shared, 2.0);
     for (k, t) in three.iter().enumerate() {
         let mut one = body.clone();
         one["n"] = json!(1);

@@ -100,11 +100,8 @@ async fn submit_all(
     s: &Service,
     gens: Vec<Generation>,
 ) -> Result<Vec<tokio::sync::mpsc::UnboundedReceiver<Event>>, ApiError> {
-    let mut rxs = Vec::with_capacity(gens.len());
-    for g in gens {
-        rxs.push(s.submit(g).await.map_err(|e| ApiError::from_service(Flavor::OpenAi, e))?);
-    }
-    Ok(rxs)
+    // Queued together: the choices of one prompt share its prefill.
+    s.submit_many(gens).await.map_err(|e| ApiError::from_service(Flavor::OpenAi, e))
 }
 
 /// The fields OpenAI's chat and completions requests may carry that this server honors

@@ -221,14 +221,16 @@ async fn run_generate(s: Arc<Service>, body: Bytes) -> Result<Value, ApiError> {
     // `best_of`: that many candidates, each with a seed of its own; the answer is the one
     // whose tokens' log-probabilities sum highest, the others its `best_of_sequences`.
     let best_of = req.parameters.best_of.unwrap_or(1).max(1);
-    let mut rxs = Vec::new();
+    let mut gens = Vec::new();
     for k in 0..best_of {
         let mut g = generation.clone();
         if k > 0 {
             g.job.sampling.seed = rand::random();
         }
-        rxs.push(s.submit(g).await.map_err(|e| ApiError::from_service(Flavor::Tgi, e))?);
+        gens.push(g);
     }
+    // Queued together: the candidates share the prompt's prefill.
+    let rxs = s.submit_many(gens).await.map_err(|e| ApiError::from_service(Flavor::Tgi, e))?;
     let mut answers = Vec::new();
     for c in futures::future::join_all(rxs.into_iter().map(collect)).await {
         let c = c.map_err(|e| ApiError::from_service(Flavor::Tgi, e))?;
