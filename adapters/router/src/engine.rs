@@ -436,7 +436,7 @@ impl Default for SpecStats {
 /// Steps a row waits, after drafting did not pay, before it drafts again to re-measure.
 const SPEC_PROBE_EVERY: u32 = 8;
 
-/// The most a step spends drafting, as a fraction of the mean forward time.
+/// The most a step spends drafting, as a fraction of the mean decode step time.
 const DRAFT_BUDGET: f64 = 0.2;
 
 /// A step's cost per logits row, fitted on recent decode steps (least squares of step time
@@ -467,7 +467,7 @@ impl ForwardCosts {
     }
 
     /// The mean step time of recent decode steps (`None` before any).
-    fn mean_forward(&self) -> Option<f64> {
+    fn mean_step(&self) -> Option<f64> {
         (!self.recent.is_empty())
             .then(|| self.recent.iter().map(|r| r.1).sum::<f64>() / self.recent.len() as f64)
     }
@@ -758,7 +758,7 @@ impl Loop {
         // Drafting runs on the step thread before the forward: a step spends at most a
         // fraction of a forward on it (a grammar's alternatives in states whose masks were
         // never computed can take milliseconds each). Rows take turns being first.
-        let budget = Duration::from_secs_f64(self.costs.mean_forward().map_or(0.002, |f| f * DRAFT_BUDGET));
+        let budget = Duration::from_secs_f64(self.costs.mean_step().map_or(0.002, |f| f * DRAFT_BUDGET));
         let started = Instant::now();
         self.draft_turn = self.draft_turn.wrapping_add(1);
         let order: Vec<usize> =

@@ -486,11 +486,7 @@ fn greedy_speculation_is_exact_on_a_tiny_random_llama() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("tiny.gguf");
     tiny_gguf(&path);
-    let mut vocab: Vec<Vec<u8>> = (0x20u8..0x7F).map(|b| vec![b]).collect();
-    vocab.push(b"<eos>".to_vec());
-    let stop = vocab.len() as u32 - 1;
-    let opts = TokenizerOptions { stop_tokens: Some(vec![stop]), ..Default::default() };
-    let info = Arc::new(TokenizerInfo::from_byte_tokens(vocab, &opts).unwrap());
+    let info = ascii_tokenizer();
     let compiler = GrammarCompiler::new(info.clone());
     let specs = [
         GrammarSpec::json_schema(
@@ -536,6 +532,14 @@ fn greedy_speculation_is_exact_on_a_tiny_random_llama() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The tiny Llama's vocabulary: the 95 printable ASCII characters, then an end token (96).
+fn ascii_tokenizer() -> Arc<TokenizerInfo> {
+    let mut vocab: Vec<Vec<u8>> = (0x20u8..0x7F).map(|b| vec![b]).collect();
+    vocab.push(b"<eos>".to_vec());
+    let opts = TokenizerOptions { stop_tokens: Some(vec![vocab.len() as u32 - 1]), ..Default::default() };
+    Arc::new(TokenizerInfo::from_byte_tokens(vocab, &opts).unwrap())
+}
+
 include!("support/tiny_llama.rs");
 
 /// Requests of one prompt admitted together (the `n` choices of one request) share its
@@ -547,11 +551,7 @@ fn choices_of_one_prompt_share_its_prefill_and_answer_as_alone() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("tiny.gguf");
     tiny_gguf(&path);
-    let mut vocab: Vec<Vec<u8>> = (0x20u8..0x7F).map(|b| vec![b]).collect();
-    vocab.push(b"<eos>".to_vec());
-    let stop = vocab.len() as u32 - 1;
-    let opts = TokenizerOptions { stop_tokens: Some(vec![stop]), ..Default::default() };
-    let info = Arc::new(TokenizerInfo::from_byte_tokens(vocab, &opts).unwrap());
+    let info = ascii_tokenizer();
     let spec = GrammarCompiler::new(info.clone())
         .compile(&GrammarSpec::Regex("(yes|no|maybe) [a-z]{2,8}".into()))
         .unwrap();

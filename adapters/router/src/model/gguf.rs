@@ -7,7 +7,7 @@
 //! `tokenizer_config.json` with the chat template and special tokens) from the same
 //! file's metadata, so `--gguf PATH` alone serves the model.
 
-use super::llama::{Llama, Row, WeightFormat};
+use super::llama::{Llama, WeightFormat};
 use super::{Forward, ForwardRow, Model, ModelError, StepLogits};
 use crate::step::SeqId;
 use candle_core::quantized::gguf_file;
@@ -109,34 +109,7 @@ impl Model for GgufModel {
     }
 
     fn forward(&mut self, rows: &[ForwardRow<'_>]) -> Result<Forward<'_>, ModelError> {
-        let mut failed = Vec::new();
-        let mut args = Vec::with_capacity(rows.len());
-        for (r, row) in rows.iter().enumerate() {
-            match row.draft {
-                Some(t) if t.len() > MAX_DRAFT_NODES + 1 => {
-                    failed.push((
-                        r,
-                        ModelError(format!("{} draft nodes; at most {MAX_DRAFT_NODES}", t.len() - 1)),
-                    ));
-                    args.push(Row {
-                        id: row.id,
-                        tokens: row.tokens,
-                        draft: None,
-                        all: row.all_logits,
-                        fork_of: None,
-                    });
-                }
-                _ => args.push(Row {
-                    id: row.id,
-                    tokens: row.tokens,
-                    draft: row.draft,
-                    all: row.all_logits,
-                    fork_of: row.fork_of,
-                }),
-            }
-        }
-        let mut bad = self.llama.forward(&args, &mut self.logits);
-        failed.append(&mut bad);
+        let failed = self.llama.forward(rows, MAX_DRAFT_NODES, &mut self.logits);
         Ok(Forward { logits: StepLogits::Host(&mut self.logits), failed })
     }
 

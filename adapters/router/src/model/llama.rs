@@ -14,10 +14,9 @@
 //! for bit those of sequential decoding of its path, in any batch.
 
 use super::quant::{Weights, BLOCK};
-use super::ModelError;
+use super::{ForwardRow, ModelError};
 use crate::step::SeqId;
 use candle_core::quantized::gguf_file;
-use grammask::matcher::DraftTree;
 use rayon::prelude::*;
 use std::collections::HashMap;
 
@@ -72,34 +71,6 @@ struct DraftKv {
     parents: Vec<Option<usize>>,
     k: Vec<Vec<f32>>,
     v: Vec<Vec<f32>>,
-}
-
-/// One row of [`Llama::forward`] (see `ForwardRow`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Row<'a> {
-    pub id: SeqId,
-    pub tokens: &'a [u32],
-    pub draft: Option<&'a DraftTree>,
-    /// Logits after every new token.
-    pub all: bool,
-    /// A new sequence copying this one's context after the forward.
-    pub fork_of: Option<SeqId>,
-}
-
-impl Row<'_> {
-    /// Logits rows of its own tokens (one, or one per token with `all`).
-    fn own_rows(&self) -> usize {
-        if self.all {
-            self.tokens.len().max(1)
-        } else {
-            1
-        }
-    }
-
-    /// All its logits rows (its own, then its draft nodes').
-    fn logits_rows(&self) -> usize {
-        self.own_rows() + self.draft.map_or(0, |t| t.len().saturating_sub(1))
-    }
 }
 
 /// One query token of a forward.
@@ -325,7 +296,12 @@ impl Llama {
     /// every one with `all`) and after each draft node, in order, into `logits` (a fork: a
     /// copy of its source's row after its last token); returns the rows that failed (their
     /// logits are zero).
-    pub fn forward(&mut self, rows: &[Row<'_>], logits: &mut Vec<f32>) -> Vec<(usize, ModelError)> {
+    pub fn forward(
+        &mut self,
+        rows: &[ForwardRow<'_>],
+        max_draft_nodes: usize,
+        logits: &mut Vec<f32>,
+    ) -> Vec<(usize, ModelError)> {
         let c = self.cfg.clone();
         let (hidden, kv, hd) = (c.hidden, c.kv_heads * c.head_dim, c.head_dim);
         let vocab = self.vocab();
@@ -339,7 +315,7 @@ impl Llama {
         // Forks: `(row, its source's row)`.
         let mut forks = Vec::new();
         for (r, row) in rows.iter().enumerate() {
-            let Row { id, tokens, draft, all, fork_of } = *row;
+            let ForwardRow { id, tokens, draft, all_logits: all, fork_of } = *row;
             bases.push(out_rows);
             out_rows += row.logits_rows();
             if let Some(from) = fork_of {
@@ -373,7 +349,9 @@ impl Llama {
                 d
             };
             let deepest = draft.map_or(0, |t| (0..t.len()).map(depth).max().unwrap_or(0));
-            let bad = if tokens.is_empty() {
+            let bad = if let Some(n) = draft.map(|t| t.len() - 1).filter(|&n| n > max_draft_nodes) {
+                Some(format!("sequence {id}: {n} draft nodes; at most {max_draft_nodes}"))
+            } else if tokens.is_empty() {
                 Some(format!("sequence {id}: a forward row without tokens"))
             } else if let Some(t) =
                 tokens.iter().chain(draft.map(|_| &0u32)).find(|&&t| t as usize >= self.embed.rows())
@@ -424,7 +402,7 @@ impl Llama {
         x.chunks_mut(hidden).zip(&queries).for_each(|(row, q)| self.embed.row_f32(q.token as usize, row));
         // Node keys/values per row, per layer (node v at v − 1).
         let mut node_kv: HashMap<usize, NodeKv> = HashMap::new();
-        for (r, &Row { draft, .. }) in rows.iter().enumerate() {
+        for (r, &ForwardRow { draft, .. }) in rows.iter().enumerate() {
             if let (true, Some(t)) = (ok[r], draft) {
                 let empty = vec![vec![0.0f32; (t.len() - 1) * kv]; c.layers];
                 node_kv.insert(r, (empty.clone(), empty));
@@ -472,7 +450,7 @@ impl Llama {
             let seqs = &self.seqs;
             let node_kv_ref = &node_kv;
             let attend = |((out, q), qrow): ((&mut [f32], &Query), &[f32])| {
-                let Row { id, draft, .. } = rows[q.row];
+                let ForwardRow { id, draft, .. } = rows[q.row];
                 let Some(cache) = seqs.get(&id) else { return };
                 // Keys from the cache: the committed ones and the row's new tokens up to
                 // this one (nodes: all of them).
@@ -540,7 +518,7 @@ impl Llama {
             layer.down.matmul(&g, &mut dn);
             x.iter_mut().zip(&dn).for_each(|(a, b)| *a += b);
         }
-        for (r, &Row { id, tokens, fork_of, .. }) in rows.iter().enumerate() {
+        for (r, &ForwardRow { id, tokens, fork_of, .. }) in rows.iter().enumerate() {
             if !ok[r] || fork_of.is_some() {
                 continue;
             }

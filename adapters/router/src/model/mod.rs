@@ -67,8 +67,16 @@ impl<'a> ForwardRow<'a> {
     /// Logits rows this row gives: one (or one per token with
     /// [`all_logits`](Self::all_logits)), plus one per draft node.
     pub fn logits_rows(&self) -> usize {
-        let own = if self.all_logits { self.tokens.len().max(1) } else { 1 };
-        own + self.draft.map_or(0, |t| t.len().saturating_sub(1))
+        self.own_rows() + self.draft.map_or(0, |t| t.len().saturating_sub(1))
+    }
+
+    /// Logits rows of its own tokens: one, or one per token with `all_logits`.
+    pub(crate) fn own_rows(&self) -> usize {
+        if self.all_logits {
+            self.tokens.len().max(1)
+        } else {
+            1
+        }
     }
 }
 
