@@ -7,6 +7,12 @@ use grammask::tool_calling::Family;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
+/// The member order the corpus's JSON schemas are generated in: the schema's, the one
+/// order llguidance knows, so that llguidance can judge every output and cut-off prefix
+/// (grammask's default, any order, is checked member order by member order against the
+/// `jsonschema` crate by core's `json_exactness` tests).
+pub const PROPERTY_ORDER: grammask::json_schema::PropertyOrder = grammask::json_schema::PropertyOrder::Schema;
+
 /// What kind of constraint a case is (a column group of the report).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
@@ -83,7 +89,7 @@ impl Constraint {
     ) -> Result<(grammask::GrammarSpec, Option<grammask::tool_calling::Preset>), String> {
         use grammask::GrammarSpec;
         Ok(match self {
-            Constraint::JsonSchema(s) => (GrammarSpec::json_schema(s.to_string()), None),
+            Constraint::JsonSchema(s) => (json_spec(s), None),
             Constraint::JsonObject => (GrammarSpec::json_schema(r#"{"type": "object"}"#), None),
             Constraint::Ebnf(t) => (GrammarSpec::ebnf(t.clone()), None),
             Constraint::Regex(r) => (GrammarSpec::Regex(r.clone()), None),
@@ -105,6 +111,12 @@ impl Constraint {
     }
 }
 
+/// A JSON schema's spec in the corpus's member order ([`PROPERTY_ORDER`]).
+pub fn json_spec(schema: &Value) -> grammask::GrammarSpec {
+    let options = grammask::JsonSchemaOptions { property_order: PROPERTY_ORDER, ..Default::default() };
+    grammask::GrammarSpec::JsonSchema { schema: schema.to_string(), options }
+}
+
 /// One case of the corpus.
 #[derive(Debug)]
 pub struct Case {
@@ -122,6 +134,30 @@ impl Case {
     /// The case's kind.
     pub fn kind(&self) -> Kind {
         self.constraint.kind()
+    }
+
+    /// `{"id", "kind", <language>: <text or schema>}` — the constraint as a peer takes it
+    /// (`json_schema`, `ebnf`, `regex`, `lark`, or, for tools, the preset's
+    /// `structural_tag`; `error`: grammask could not build the spec), for the peers'
+    /// helpers (`benches/peers/xgrammar_oracle.py`).
+    pub fn to_json(&self) -> Value {
+        use grammask::GrammarSpec;
+        let mut o = json!({"id": self.id, "kind": self.kind().name()});
+        let (key, value) = match &self.constraint {
+            Constraint::JsonSchema(s) => ("json_schema", s.clone()),
+            Constraint::JsonObject => ("json_schema", json!({"type": "object"})),
+            Constraint::Ebnf(t) => ("ebnf", json!(t)),
+            Constraint::Regex(r) => ("regex", json!(r)),
+            Constraint::Lark(t) => ("lark", json!(t)),
+            Constraint::Tools { .. } => match self.constraint.grammask_spec() {
+                Ok((GrammarSpec::StructuralTag(t), _)) => ("structural_tag", json!(t)),
+                Ok((GrammarSpec::Regex(r), _)) => ("regex", json!(r)),
+                Ok(_) => ("error", json!("not a structural tag")),
+                Err(e) => ("error", json!(e)),
+            },
+        };
+        o[key] = value;
+        o
     }
 }
 

@@ -56,15 +56,23 @@ pub struct Generation {
 /// Per-step cost breakdown of a run, where the engine can see it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StepTimes {
-    /// Steps measured.
+    /// Steps measured (for engines that mask one row per call, rows).
     pub steps: u64,
+    /// Rows over those steps (constrained or not).
+    pub rows: u64,
     /// Mask fill time per step (on the step's critical path or not).
     pub fill: Duration,
     /// Time a step waited for masks.
     pub wait: Duration,
-    /// Applying masks to logits.
+    /// Applying masks to logits (zero where masking is folded into sampling).
     pub apply: Duration,
-    /// The adapter's other per-step work (slot tables, accepting tokens, copies).
+    /// Sampling (masked, where the engine samples under the masks).
+    pub sample: Duration,
+    /// Accepting drawn tokens into the grammars.
+    pub accept: Duration,
+    /// Jump-forward: forced text found, re-tokenized, accepted.
+    pub jump_forward: Duration,
+    /// The adapter's other per-step work (slot tables, copies).
     pub other: Duration,
 }
 
@@ -73,18 +81,36 @@ impl StepTimes {
     pub fn plus(&self, o: &StepTimes) -> StepTimes {
         StepTimes {
             steps: self.steps + o.steps,
+            rows: self.rows + o.rows,
             fill: self.fill + o.fill,
             wait: self.wait + o.wait,
             apply: self.apply + o.apply,
+            sample: self.sample + o.sample,
+            accept: self.accept + o.accept,
+            jump_forward: self.jump_forward + o.jump_forward,
             other: self.other + o.other,
         }
     }
 
-    /// Per-step means in µs: (fill, wait, apply, other).
-    pub fn per_step_us(&self) -> (f64, f64, f64, f64) {
-        let n = self.steps.max(1) as f64;
-        let us = |d: Duration| d.as_secs_f64() * 1e6 / n;
-        (us(self.fill), us(self.wait), us(self.apply), us(self.other))
+    /// `d` per step, in µs.
+    pub fn per_step_us(&self, d: Duration) -> f64 {
+        d.as_secs_f64() * 1e6 / self.steps.max(1) as f64
+    }
+
+    /// Rows per step.
+    pub fn rows_per_step(&self) -> f64 {
+        self.rows.max(self.steps) as f64 / self.steps.max(1) as f64
+    }
+
+    /// The adapter's work beyond the fill, per step in µs: waiting for masks, applying
+    /// them, accepting tokens, jump-forward, the rest — and what sampling under masks
+    /// costs over sampling without (`unconstrained`: the same engine's unconstrained
+    /// run), when more.
+    pub fn beyond_fill_us(&self, unconstrained: Option<&StepTimes>) -> f64 {
+        let own = self.per_step_us(self.wait + self.apply + self.accept + self.jump_forward + self.other);
+        let sampling =
+            unconstrained.map_or(0.0, |u| (self.per_step_us(self.sample) - u.per_step_us(u.sample)).max(0.0));
+        own + sampling
     }
 }
 

@@ -7,6 +7,7 @@
 
 use crate::case::{Case, Kind};
 use crate::engine::{Engine, EngineError, Finish, Generation, Request, Sampling, StepTimes};
+use crate::llg::{Llg, LlgCase};
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc;
@@ -43,14 +44,23 @@ impl Default for RunOptions {
 /// What became of one output.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
-    /// Complete, stopped for a stated reason, accepted by the validator.
+    /// Complete, stopped for a stated reason, accepted by every oracle that judges it.
     Valid,
-    /// Complete but rejected (the reason says why), or special tokens leaked, or the same
-    /// seed gave another text.
+    /// Complete but rejected by an oracle (the reason names it), or special tokens leaked,
+    /// or the same seed gave another text.
     Invalid(String),
-    /// Cut off by `max_new_tokens` (never counted valid).
-    CutOff,
-    /// The engine failed the request (refused, panicked, hung).
+    /// Cut off by `max_new_tokens` (never counted valid); `checked`: an oracle found the
+    /// prefix completable (else none can judge prefixes of the case).
+    CutOff {
+        /// Whether a prefix oracle judged it.
+        checked: bool,
+    },
+    /// Cut off, and the prefix can no longer be completed (the reason names the oracle).
+    CutOffInvalid(String),
+    /// The engine refused a case grammask refuses to compile (the typed error).
+    Refused(String),
+    /// The engine failed the request otherwise (panicked, hung, refused a case grammask
+    /// compiles).
     Error(String),
 }
 
@@ -63,8 +73,14 @@ pub struct Tally {
     pub valid: usize,
     /// Invalid ones.
     pub invalid: usize,
-    /// Cut off.
+    /// Cut off (judged as prefixes or not).
     pub cut_off: usize,
+    /// Cut-off outputs a prefix oracle judged (invalid ones included).
+    pub cut_off_checked: usize,
+    /// Cut-off outputs whose prefix cannot be completed.
+    pub cut_off_invalid: usize,
+    /// Outputs of cases grammask refuses (each an error naming why).
+    pub refused: usize,
     /// Engine errors.
     pub errors: usize,
 }
@@ -75,7 +91,16 @@ impl Tally {
         match v {
             Verdict::Valid => self.valid += 1,
             Verdict::Invalid(_) => self.invalid += 1,
-            Verdict::CutOff => self.cut_off += 1,
+            Verdict::CutOff { checked } => {
+                self.cut_off += 1;
+                self.cut_off_checked += usize::from(*checked);
+            }
+            Verdict::CutOffInvalid(_) => {
+                self.cut_off += 1;
+                self.cut_off_checked += 1;
+                self.cut_off_invalid += 1;
+            }
+            Verdict::Refused(_) => self.refused += 1,
             Verdict::Error(_) => self.errors += 1,
         }
     }
@@ -86,8 +111,61 @@ impl Tally {
         self.valid += other.valid;
         self.invalid += other.invalid;
         self.cut_off += other.cut_off;
+        self.cut_off_checked += other.cut_off_checked;
+        self.cut_off_invalid += other.cut_off_invalid;
+        self.refused += other.refused;
         self.errors += other.errors;
     }
+}
+
+/// Every case's verdicts before any engine runs: whether grammask compiles it (on the
+/// suite's tokenizer) and what llguidance makes of it (its compiled matcher is the
+/// peer oracle of [`judge`]).
+pub struct Oracles {
+    /// grammask's compile, per case: `Err` with the typed error when it refuses.
+    pub grammask: Vec<Result<(), String>>,
+    /// llguidance's, per case.
+    pub llg: Vec<LlgCase>,
+}
+
+impl Oracles {
+    /// Compiles every case with grammask (over `tok`) and with llguidance.
+    pub fn new(cases: &[Case], tok: &std::sync::Arc<grammask::TokenizerInfo>) -> Result<Self, String> {
+        let compiler = grammask::GrammarCompiler::new(tok.clone());
+        let llg = Llg::new()?;
+        let grammask = cases
+            .iter()
+            .map(|c| {
+                let (spec, _) = c.constraint.grammask_spec()?;
+                compiler.compile(&spec).map(|_| ()).map_err(|e| e.to_string())
+            })
+            .collect();
+        Ok(Self { grammask, llg: cases.iter().map(|c| llg.compile(&c.constraint)).collect() })
+    }
+
+    /// The oracles that judge `case`'s outputs, for the report.
+    pub fn names(&self, case: &Case, i: usize) -> Vec<&'static str> {
+        let mut v = vec![case.validator.oracle()];
+        if matches!(self.llg.get(i), Some(LlgCase::Compiled(_))) {
+            v.push("llguidance");
+        }
+        v
+    }
+}
+
+/// An output and its verdict.
+#[derive(Debug, Clone)]
+pub struct Judged {
+    /// Its case (index in the corpus).
+    pub case: usize,
+    /// Its seed.
+    pub seed: u64,
+    /// Its text.
+    pub text: String,
+    /// Whether the calls of a tool-calling output are in its text (not reported apart).
+    pub calls_in_text: bool,
+    /// [`Verdict::Valid`] or a [`Verdict::CutOff`].
+    pub verdict: Verdict,
 }
 
 /// One adapter's validity results.
@@ -103,6 +181,16 @@ pub struct ValidityReport {
     pub failures: Vec<String>,
     /// The outputs cut off by `max_new_tokens` (case and seed).
     pub cut_offs: Vec<String>,
+    /// Each output's length in tokens (errors excluded).
+    pub lengths: Vec<usize>,
+    /// The outputs judged valid or cut off (for oracles run after the engines:
+    /// [`crate::xgrammar`]).
+    pub outputs: Vec<Judged>,
+    /// The oracles that judged this adapter's outputs.
+    pub oracles: std::collections::BTreeSet<&'static str>,
+    /// Outputs an oracle run after the engines rejected while the others passed them
+    /// ([`crate::xgrammar::fold`]), each with its reason.
+    pub disagreements: Vec<String>,
     /// Wall time of the run.
     pub wall: Duration,
     /// Per-step costs the engine reported.
@@ -214,10 +302,39 @@ impl Isolated {
     }
 }
 
-/// Judges one output of `case`.
-pub fn judge(case: &Case, g: &Generation, forbidden: &[String]) -> Verdict {
+/// Judges one output of `case` (`llg`: llguidance's verdict on the case): a complete
+/// output by the case's validator and llguidance; a cut-off one as a prefix, by
+/// llguidance or the validator's prefix check where either can.
+pub fn judge(case: &Case, llg: Option<&LlgCase>, g: &Generation, forbidden: &[String]) -> Verdict {
+    let peer = match llg {
+        Some(LlgCase::Compiled(m)) => Some(m),
+        _ => None,
+    };
     match &g.finish {
-        Some(Finish::Length) => return Verdict::CutOff,
+        Some(Finish::Length) => {
+            if !g.special_ids.is_empty() {
+                return Verdict::CutOffInvalid(format!(
+                    "special or padding ids generated: {:?}",
+                    g.special_ids
+                ));
+            }
+            // An output cut inside a character ends in U+FFFD (its text is decoded
+            // lossily); the bytes before it are the prefix.
+            let text = g.text.strip_suffix('\u{FFFD}').unwrap_or(&g.text);
+            let mut checked = false;
+            if let Some(m) = peer {
+                if let Err(why) = m.check(text.as_bytes(), false) {
+                    return Verdict::CutOffInvalid(why);
+                }
+                checked = true;
+            }
+            match case.validator.check_prefix(text, g.tool_calls.as_deref()) {
+                Some(Err(why)) => return Verdict::CutOffInvalid(why),
+                Some(Ok(())) => checked = true,
+                None => {}
+            }
+            return Verdict::CutOff { checked };
+        }
         Some(Finish::Stop) => {}
         Some(Finish::Other(r)) => return Verdict::Invalid(format!("stopped for an unexpected reason: {r}")),
         None => return Verdict::Invalid("no stop reason".into()),
@@ -230,15 +347,20 @@ pub fn judge(case: &Case, g: &Generation, forbidden: &[String]) -> Verdict {
             return Verdict::Invalid(format!("special token text {t:?} in the output"));
         }
     }
-    match case.validator.check(&g.text, g.tool_calls.as_deref()) {
-        Ok(()) => Verdict::Valid,
-        Err(why) => Verdict::Invalid(why),
+    if let Err(why) = case.validator.check(&g.text, g.tool_calls.as_deref()) {
+        return Verdict::Invalid(why);
     }
+    if let Some(m) = peer {
+        if let Err(why) = m.check(g.text.as_bytes(), true) {
+            return Verdict::Invalid(why);
+        }
+    }
+    Verdict::Valid
 }
 
 /// Runs every case the engine supports × every seed, constrained; see the
 /// [module docs](self).
-pub fn validity(engine: &mut Isolated, cases: &[Case], o: &RunOptions) -> ValidityReport {
+pub fn validity(engine: &mut Isolated, cases: &[Case], oracles: &Oracles, o: &RunOptions) -> ValidityReport {
     let started = Instant::now();
     let mut report = ValidityReport { name: engine.name.clone(), ..Default::default() };
     let todo: Vec<(usize, u64)> = (0..cases.len())
@@ -255,23 +377,41 @@ pub fn validity(engine: &mut Isolated, cases: &[Case], o: &RunOptions) -> Validi
         };
         for (i, &(c, seed)) in chunk.iter().enumerate() {
             let case = &cases[c];
+            let refused = oracles.grammask.get(c).and_then(|r| r.as_ref().err());
             let mut verdict = match &first {
                 Err(e) => Verdict::Error(e.clone()),
                 Ok(v) => match &v[i] {
                     // The first line: engines attach backtraces to their errors.
-                    Err(e) => Verdict::Error(e.0.lines().next().unwrap_or_default().to_string()),
-                    Ok(g) => judge(case, g, &engine.forbidden),
+                    Err(e) => {
+                        let line = e.0.lines().next().unwrap_or_default().to_string();
+                        match refused {
+                            Some(_) => Verdict::Refused(line),
+                            None => Verdict::Error(line),
+                        }
+                    }
+                    Ok(g) => {
+                        report.lengths.push(g.tokens);
+                        report.oracles.extend(oracles.names(case, c));
+                        match refused {
+                            // grammask refuses the case, yet the engine answered.
+                            Some(e) => {
+                                Verdict::Invalid(format!("an output for a case grammask refuses ({e})"))
+                            }
+                            None => judge(case, oracles.llg.get(c), g, &engine.forbidden),
+                        }
+                    }
                 },
             };
+            let cut = matches!(verdict, Verdict::CutOff { .. } | Verdict::CutOffInvalid(_));
             if let (Ok(v), Some(Ok(w))) = (&first, &again) {
                 if let (Ok(a), Ok(b)) = (&v[i], &w[i]) {
-                    if a.text != b.text && verdict != Verdict::CutOff {
+                    if a.text != b.text && !cut {
                         verdict =
                             Verdict::Invalid(format!("seed {seed} gave {:?}, then {:?}", a.text, b.text));
                     }
                 }
             }
-            if verdict == Verdict::CutOff {
+            if cut {
                 let tail = match &first {
                     Ok(v) => v[i]
                         .as_ref()
@@ -281,8 +421,29 @@ pub fn validity(engine: &mut Isolated, cases: &[Case], o: &RunOptions) -> Validi
                 };
                 report.cut_offs.push(format!("{} / seed {seed}: …{tail:?}", case.id));
             }
-            if !matches!(verdict, Verdict::Valid | Verdict::CutOff) {
-                report.failures.push(format!("{} / {} / seed {seed}: {verdict:?}", report.name, case.id));
+            if !matches!(verdict, Verdict::Valid | Verdict::CutOff { .. } | Verdict::Refused(_)) {
+                // The output's text (its last 300 characters) with its verdict.
+                let text = match &first {
+                    Ok(v) => v[i].as_ref().map_or(String::new(), |g| {
+                        let tail: String = g.text.chars().rev().take(300).collect();
+                        format!(" — output …{:?}", tail.chars().rev().collect::<String>())
+                    }),
+                    Err(_) => String::new(),
+                };
+                report
+                    .failures
+                    .push(format!("{} / {} / seed {seed}: {verdict:?}{text}", report.name, case.id));
+            }
+            if matches!(verdict, Verdict::Valid | Verdict::CutOff { .. }) {
+                if let Ok(Ok(g)) = first.as_ref().map(|v| &v[i]) {
+                    report.outputs.push(Judged {
+                        case: c,
+                        seed,
+                        text: g.text.strip_suffix('\u{FFFD}').unwrap_or(&g.text).to_string(),
+                        calls_in_text: g.tool_calls.is_none(),
+                        verdict: verdict.clone(),
+                    });
+                }
             }
             report.by_kind.entry(case.kind()).or_default().add(&verdict);
         }
@@ -305,6 +466,12 @@ pub struct Overhead {
     pub constrained_tps: f64,
     /// Per-step costs of the constrained run.
     pub steps: Option<StepTimes>,
+    /// Per-step costs of the unconstrained run (its sampling is the baseline of the
+    /// constrained run's).
+    pub unconstrained_steps: Option<StepTimes>,
+    /// Jump-forward on (the router's default), off (masking alone), or not the engine's
+    /// (`None`).
+    pub jump_forward: Option<bool>,
 }
 
 impl Overhead {
@@ -336,7 +503,7 @@ pub fn overhead(
     }
     let mut totals = [(0usize, Duration::ZERO); 2];
     let _ = engine.take_step_times();
-    let mut steps: Option<StepTimes> = None;
+    let mut steps: [Option<StepTimes>; 2] = [None, None];
     let per_run = 4 * batch.max(1);
     for round in 0..rounds {
         for constrained in [false, true] {
@@ -353,12 +520,11 @@ pub fn overhead(
             slot.0 += tokens;
             slot.1 += wall;
             let t = engine.take_step_times();
-            if constrained {
-                steps = match (steps, t) {
-                    (Some(a), Some(b)) => Some(a.plus(&b)),
-                    (a, b) => a.or(b),
-                };
-            }
+            let s = &mut steps[usize::from(constrained)];
+            *s = match (s.take(), t) {
+                (Some(a), Some(b)) => Some(a.plus(&b)),
+                (a, b) => a.or(b),
+            };
         }
     }
     let tps = |(n, d): (usize, Duration)| if d.is_zero() { 0.0 } else { n as f64 / d.as_secs_f64() };
@@ -367,6 +533,8 @@ pub fn overhead(
         batch,
         unconstrained_tps: tps(totals[0]),
         constrained_tps: tps(totals[1]),
-        steps,
+        unconstrained_steps: steps[0].take(),
+        steps: steps[1].take(),
+        jump_forward: None,
     })
 }

@@ -1,11 +1,14 @@
 //! Validators independent of the matcher that produced an output: the `jsonschema` crate
 //! for JSON, the `regex` crate for regexes, grammask's brute-force Earley recognizer for
-//! grammars (it shares nothing with the automata or the matcher), and for tool calls the
-//! output parser plus `jsonschema` on every call's arguments.
+//! grammars (it shares nothing with the automata or the matcher; it judges prefixes
+//! too), and for tool calls the suite's own reader of each family's published format
+//! ([`crate::tool_reader`], not grammask's `OutputParser`) plus `jsonschema` on every
+//! call's arguments.
 
+use crate::tool_reader::ReadCall;
 use grammask::grammar::Grammar;
+use grammask::tool_calling::ToolChoice;
 use grammask::tool_calling::{Family, PresetOptions, Tool};
-use grammask::tool_calling::{OutputParser, ToolChoice};
 use serde_json::Value;
 use std::collections::HashMap;
 
@@ -23,11 +26,15 @@ pub enum Validator {
     Regex(regex::Regex),
     /// A string of the grammar's language (brute-force Earley).
     Grammar(Box<oracle::Bnf>),
-    /// A tool-calling output: read back by the preset's parser; every call names a tool
-    /// and its arguments are valid against the tool's parameters; the choice holds.
+    /// A tool-calling output: read back by the suite's reader of the family's format;
+    /// every call names a tool and its arguments are valid against the tool's
+    /// parameters; the choice holds.
     Tools {
-        /// Reads outputs back (`None`: `tool_choice: none`, free text).
-        parser: Option<Box<OutputParser>>,
+        /// Whose format the calls are in.
+        family: Family,
+        /// The tools as OpenAI sends them (their parameter schemas type the arguments of
+        /// formats that do not write types).
+        tools: Vec<Value>,
         /// Each tool's parameter schema.
         schemas: HashMap<String, jsonschema::Validator>,
         /// The choice.
@@ -92,7 +99,7 @@ impl Validator {
     /// Tool-call outputs of a request with OpenAI `tools` and `tool_choice`, for a model
     /// of `family` (the pieces of a `Constraint::Tools`).
     pub fn tools(family: &Family, tools: &[Value], tool_choice: &Value) -> Result<Self, String> {
-        let (parsed, options) = tool_request(tools, tool_choice)?;
+        let (_, options) = tool_request(tools, tool_choice)?;
         let mut schemas = HashMap::new();
         for t in tools {
             let f = &t["function"];
@@ -100,15 +107,47 @@ impl Validator {
             let params = f.get("parameters").cloned().unwrap_or(serde_json::json!({"type": "object"}));
             schemas.insert(name, jsonschema::validator_for(&params).map_err(|e| e.to_string())?);
         }
-        let parser = match grammask::tool_calling::chat_constraint(Some(*family), &parsed, &options, None)
-            .map_err(|e| e.to_string())?
-        {
-            grammask::tool_calling::ChatConstraint::Tools { preset, .. } => {
-                Some(Box::new(OutputParser::new(&preset).map_err(|e| e.to_string())?))
+        Ok(Validator::Tools { family: *family, tools: tools.to_vec(), schemas, choice: options.tool_choice })
+    }
+
+    /// The oracle's name, for the report.
+    pub fn oracle(&self) -> &'static str {
+        match self {
+            Validator::Json(_) | Validator::PrefixedJson(..) => "jsonschema",
+            Validator::Regex(_) => "regex",
+            Validator::Grammar(_) => "earley",
+            Validator::Tools { .. } => "tool_reader+jsonschema",
+        }
+    }
+
+    /// Judges a cut-off output as a prefix where this validator can: grammars (the Earley
+    /// recognizer: every byte keeps an item alive) and tool calls read from the text
+    /// (calls closed before the cut valid, the rest a beginning of the format). `None`:
+    /// it cannot (JSON and regexes: llguidance judges their prefixes).
+    pub fn check_prefix(&self, text: &str, calls: Option<&[(String, String)]>) -> Option<Result<(), String>> {
+        match self {
+            Validator::Grammar(bnf) => {
+                let mut r = oracle::Recognizer::new(bnf);
+                let dead = text.bytes().position(|b| !r.push(b));
+                Some(match dead {
+                    None => Ok(()),
+                    Some(at) => Err(format!("earley: no sentence of the grammar starts with byte {at}")),
+                })
+            }
+            Validator::Tools { choice: ToolChoice::None, .. } if calls.is_none() => Some(Ok(())),
+            Validator::Tools { family, tools, schemas, choice } if calls.is_none() => {
+                Some(crate::tool_reader::read_with_tools(*family, text, false, tools).and_then(|out| {
+                    check_calls(schemas, &out.calls)?;
+                    match choice {
+                        ToolChoice::Function { name } if out.calls.iter().any(|c| &c.name != name) => {
+                            Err(format!("tool_choice names {name}; calls: {:?}", out.calls))
+                        }
+                        _ => Ok(()),
+                    }
+                }))
             }
             _ => None,
-        };
-        Ok(Validator::Tools { parser, schemas, choice: options.tool_choice })
+        }
     }
 
     /// Checks `text`, and for tool calling the calls an API reported (`calls`: name and
@@ -128,30 +167,28 @@ impl Validator {
                 let viable = text.bytes().all(|b| r.push(b));
                 (viable && r.accepts()).then_some(()).ok_or_else(|| "not in the grammar's language".into())
             }
-            Validator::Tools { parser, schemas, choice } => {
-                let read: Vec<(String, String)> = match (calls, parser) {
-                    (Some(c), _) => c.to_vec(),
-                    (None, Some(p)) => p
-                        .parse(text)
-                        .map_err(|e| format!("tool output: {e}"))?
-                        .tool_calls
-                        .into_iter()
-                        .map(|c| (c.name, c.arguments))
-                        .collect(),
-                    (None, None) => Vec::new(),
+            Validator::Tools { family, tools, schemas, choice } => {
+                let read: Vec<ReadCall> = match calls {
+                    Some(c) => c
+                        .iter()
+                        .map(|(name, args)| Ok(ReadCall { name: name.clone(), arguments: json_doc(args)? }))
+                        .collect::<Result<_, String>>()?,
+                    // Under `none` the output is free text, whatever it holds.
+                    None if *choice == ToolChoice::None => Vec::new(),
+                    None => {
+                        crate::tool_reader::read_with_tools(*family, text, true, tools)
+                            .map_err(|e| format!("tool output: {e}"))?
+                            .calls
+                    }
                 };
-                for (name, args) in &read {
-                    let v = schemas.get(name).ok_or_else(|| format!("a call of unknown tool `{name}`"))?;
-                    let doc = json_doc(args)?;
-                    v.validate(&doc).map_err(|e| format!("arguments of {name}: {e}"))?;
-                }
+                check_calls(schemas, &read)?;
                 match choice {
                     ToolChoice::None if !read.is_empty() => Err("a call under tool_choice none".into()),
                     ToolChoice::Required if read.is_empty() => {
                         Err("no call under tool_choice required".into())
                     }
                     ToolChoice::Function { name }
-                        if read.is_empty() || read.iter().any(|(n, _)| n != name) =>
+                        if read.is_empty() || read.iter().any(|c| &c.name != name) =>
                     {
                         Err(format!("tool_choice names {name}; calls: {read:?}"))
                     }
@@ -160,4 +197,13 @@ impl Validator {
             }
         }
     }
+}
+
+/// Every call names a tool, with arguments valid against its parameters.
+fn check_calls(schemas: &HashMap<String, jsonschema::Validator>, calls: &[ReadCall]) -> Result<(), String> {
+    for c in calls {
+        let v = schemas.get(&c.name).ok_or_else(|| format!("a call of unknown tool `{}`", c.name))?;
+        v.validate(&c.arguments).map_err(|e| format!("arguments of {}: {e}", c.name))?;
+    }
+    Ok(())
 }

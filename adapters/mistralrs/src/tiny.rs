@@ -132,12 +132,30 @@ pub fn write_tiny_llama(
 }
 
 /// A processor placed before grammask's that records every context it sees and adds
-/// `bias` to the logits of `boosted` tokens (see the [module docs](self)).
+/// `bias` to the logits of `boosted` tokens — and, with a ramp, more for each step past
+/// the first ones (see the [module docs](self)).
 #[derive(Default)]
 pub struct Recorder {
     contexts: Mutex<Vec<Vec<u32>>>,
     boosted: Vec<u32>,
     bias: f32,
+    ramp: Option<Ramp>,
+    /// Tokens pushed up by an amount of their own (a tool format's tags), ramped as the
+    /// closers are.
+    tags: (Vec<u32>, f32),
+}
+
+/// How a [`Recorder`]'s push grows with the output.
+#[derive(Debug, Clone, Copy)]
+struct Ramp {
+    /// Steps before it starts.
+    after: usize,
+    /// Added to every boosted token per step past `after`.
+    per_token: f32,
+    /// The stop tokens' ramp on top (a few stop tokens against thousands of closers).
+    stop_per_token: f32,
+    /// How many of `boosted`, from the start, are stop tokens.
+    stops: usize,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -148,14 +166,27 @@ impl std::fmt::Debug for Recorder {
 
 impl CustomLogitsProcessor for Recorder {
     fn apply(&self, logits: &Tensor, context: &[u32]) -> candle_core::Result<Tensor> {
-        self.contexts.lock().unwrap_or_else(|p| p.into_inner()).push(context.to_vec());
+        let step = {
+            let mut c = self.contexts.lock().unwrap_or_else(|p| p.into_inner());
+            c.push(context.to_vec());
+            c.len() - 1
+        };
         if self.boosted.is_empty() {
             return Ok(logits.clone());
         }
+        let past = |r: &Ramp| step.saturating_sub(r.after) as f32;
+        let ramp = self.ramp.map_or(0.0, |r| r.per_token * past(&r));
+        let stop_ramp = self.ramp.map_or(0.0, |r| r.stop_per_token * past(&r));
+        let stops = self.ramp.map_or(0, |r| r.stops);
         let mut v: Vec<f32> = logits.to_vec1()?;
-        for &id in &self.boosted {
+        for (k, &id) in self.boosted.iter().enumerate() {
             if let Some(x) = v.get_mut(id as usize) {
-                *x += self.bias;
+                *x += self.bias + ramp + if k < stops { stop_ramp } else { 0.0 };
+            }
+        }
+        for &id in &self.tags.0 {
+            if let Some(x) = v.get_mut(id as usize) {
+                *x += self.tags.1 + ramp;
             }
         }
         let n = v.len();
@@ -172,13 +203,38 @@ impl Recorder {
     /// A recorder that boosts tokens holding any of the bytes `closers`, and the stop
     /// tokens, by `bias`.
     pub fn boosting(tok: &grammask::TokenizerInfo, closers: &[u8], bias: f32) -> Arc<Self> {
-        let boosted = (0..tok.tokenizer_size() as u32)
-            .filter(|&id| {
-                tok.stop_tokens().contains(&id)
-                    || (!tok.is_special(id) && tok.token_bytes(id).iter().any(|b| closers.contains(b)))
-            })
+        Arc::new(Self {
+            contexts: Mutex::default(),
+            boosted: closing_ids(tok, closers),
+            bias,
+            ramp: None,
+            tags: (Vec::new(), 0.0),
+        })
+    }
+
+    /// [`boosting`](Self::boosting), the boost growing by `per_token` each step past the
+    /// first `after` and the stop tokens' by `stop_per_token` more (one recorder per
+    /// request: its steps are the output's tokens), so that random outputs end rather than
+    /// run into the token limit, free text included; `tags` (a tool format's tags: a
+    /// reasoning block's end, a call's begin and end) pushed up by `tags.1`, ramped as the
+    /// closers (the stop tokens' steeper ramp overtakes them, so free text ends).
+    pub fn ramping(
+        tok: &grammask::TokenizerInfo,
+        closers: &[u8],
+        bias: f32,
+        after: usize,
+        per_token: f32,
+        stop_per_token: f32,
+        tags: (Vec<u32>, f32),
+    ) -> Arc<Self> {
+        let stops: Vec<u32> = tok.stop_tokens().to_vec();
+        let boosted: Vec<u32> = stops
+            .iter()
+            .copied()
+            .chain(closing_ids(tok, closers).into_iter().filter(|t| !stops.contains(t)))
             .collect();
-        Arc::new(Self { contexts: Mutex::default(), boosted, bias })
+        let ramp = Ramp { after, per_token, stop_per_token, stops: stops.len() };
+        Arc::new(Self { contexts: Mutex::default(), boosted, bias, ramp: Some(ramp), tags })
     }
 
     /// Every context seen so far, in call order.
@@ -192,4 +248,14 @@ impl Recorder {
         let prompt = c.iter().map(Vec::len).min().unwrap_or(0);
         c.iter().map(|x| x[prompt..].to_vec()).collect()
     }
+}
+
+/// The stop tokens and the tokens holding any of the bytes `closers`.
+fn closing_ids(tok: &grammask::TokenizerInfo, closers: &[u8]) -> Vec<u32> {
+    (0..tok.tokenizer_size() as u32)
+        .filter(|&id| {
+            tok.stop_tokens().contains(&id)
+                || (!tok.is_special(id) && tok.token_bytes(id).iter().any(|b| closers.contains(b)))
+        })
+        .collect()
 }

@@ -223,6 +223,10 @@ pub struct StepRecord {
     pub apply: Duration,
     /// Sampling.
     pub sample: Duration,
+    /// Accepting the drawn tokens into their grammars.
+    pub accept: Duration,
+    /// Jump-forward after them.
+    pub jump_forward: Duration,
     /// Rows that sat the step out, their masks not ready.
     pub late: usize,
     /// Draft nodes verified (all rows).
@@ -1037,6 +1041,12 @@ impl Loop {
         record.late = self.running.iter().filter(|s| s.held.is_some()).count();
         self.metrics.sample_seconds.observe(record.sample.as_secs_f64());
         self.settle(picks, &failed, &mut record);
+        let costs = self.batch.take_accept_costs();
+        (record.accept, record.jump_forward) = (costs.accept, costs.jump_forward);
+        if record.constrained > 0 {
+            self.metrics.accept_seconds.observe(costs.accept.as_secs_f64());
+            self.metrics.jump_forward_seconds.observe(costs.jump_forward.as_secs_f64());
+        }
         record.step = t0.elapsed();
         // What a logits row costs the whole step (forward, masks of its nodes, sampling):
         // prefill steps say nothing of a decode row's cost.

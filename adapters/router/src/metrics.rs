@@ -21,6 +21,11 @@ pub struct Metrics {
     pub apply_seconds: Histogram,
     /// Sampling time per step.
     pub sample_seconds: Histogram,
+    /// Accepting a step's drawn tokens into their grammars, on the step thread.
+    pub accept_seconds: Histogram,
+    /// A step's jump-forward (forced text found, re-tokenized, accepted), on the step
+    /// thread.
+    pub jump_forward_seconds: Histogram,
     /// Whole step time.
     pub step_seconds: Histogram,
     /// Grammar compile time (cache misses).
@@ -98,6 +103,16 @@ impl Metrics {
                 micro_buckets(),
             ),
             sample_seconds: histogram("grammask_sample_seconds", "Sampling time per step", micro_buckets()),
+            accept_seconds: histogram(
+                "grammask_accept_seconds",
+                "Accepting a step's drawn tokens into their grammars (step thread)",
+                micro_buckets(),
+            ),
+            jump_forward_seconds: histogram(
+                "grammask_jump_forward_seconds",
+                "A step's jump-forward: forced text found, re-tokenized and accepted (step thread)",
+                micro_buckets(),
+            ),
             step_seconds: histogram("grammask_step_seconds", "Step time", micro_buckets()),
             compile_seconds: histogram("grammask_compile_seconds", "Grammar compile time", micro_buckets()),
             cache_hits: IntCounter::new("grammask_compile_cache_hits", "Compiles answered by the cache")
@@ -170,6 +185,8 @@ impl Metrics {
             Box::new(m.wait_seconds.clone()),
             Box::new(m.apply_seconds.clone()),
             Box::new(m.sample_seconds.clone()),
+            Box::new(m.accept_seconds.clone()),
+            Box::new(m.jump_forward_seconds.clone()),
             Box::new(m.step_seconds.clone()),
             Box::new(m.compile_seconds.clone()),
             Box::new(m.cache_hits.clone()),

@@ -112,6 +112,10 @@ pub struct RouterConfig {
     /// The tool-calling format, whatever the chat template says (`--tool-call-format`);
     /// `None`: detected from the template ([`tool_calling_family`]).
     pub tool_call_format: Option<Family>,
+    /// The member order of objects in `json_schema` constraints (`--json-property-order`):
+    /// any order (JSON Schema's meaning, the default) or the schema's (as XGrammar and
+    /// llguidance generate; what a conformance oracle that knows only that order needs).
+    pub json_property_order: grammask::json_schema::PropertyOrder,
 }
 
 /// Where the router's tool-calling format came from (`/info`).
@@ -236,6 +240,7 @@ impl Router {
             model_description: description,
             max_batch_size,
             max_queue,
+            json_property_order: config.json_property_order,
         });
         Ok(Self { service, engine })
     }

@@ -162,6 +162,9 @@ pub struct Service {
     pub max_batch_size: usize,
     /// Most requests waiting (`/info`).
     pub max_queue: usize,
+    /// The member order of objects in `json_schema` constraints
+    /// ([`crate::server::RouterConfig::json_property_order`]).
+    pub json_property_order: grammask::json_schema::PropertyOrder,
 }
 
 impl std::fmt::Debug for Service {
@@ -281,7 +284,10 @@ impl Service {
     }
 
     /// Compiles `spec` off the async threads, within the size and time limits.
-    pub async fn compile(&self, spec: GrammarSpec) -> Result<GrammarMatcher, ServiceError> {
+    pub async fn compile(&self, mut spec: GrammarSpec) -> Result<GrammarMatcher, ServiceError> {
+        if let GrammarSpec::JsonSchema { options, .. } = &mut spec {
+            options.property_order = self.json_property_order;
+        }
         let size = spec_len(&spec);
         if size > self.limits.max_grammar_bytes {
             self.metrics.errors.with_label_values(&["validation"]).inc();

@@ -117,9 +117,15 @@ fn advance(
     token: u32,
     encoder: Option<&(dyn TextEncoder + Send + Sync)>,
     max_rollback: usize,
+    costs: &mut AcceptCosts,
 ) -> Result<Accepted, RowError> {
+    let t0 = Instant::now();
     m.accept_token(token)?;
-    if m.is_terminated() {
+    let finished = m.is_terminated();
+    let t1 = Instant::now();
+    costs.accept += t1 - t0;
+    costs.tokens += 1;
+    if finished {
         return Ok(Accepted::Finished);
     }
     let mut forced = JumpForward::default();
@@ -130,8 +136,22 @@ fn advance(
             m.accept_tokens(&jf.ids)?;
             forced = jf;
         }
+        costs.jump_forward += t1.elapsed();
     }
     Ok(Accepted::Continue { forced })
+}
+
+/// What accepting tokens cost on the step thread since the last
+/// [`StructuredBatch::take_accept_costs`]: the grammar's accept, and jump-forward (finding
+/// the forced text, re-tokenizing it, accepting its tokens) apart.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct AcceptCosts {
+    /// Accepting the drawn tokens (and checking whether the grammar ended).
+    pub accept: Duration,
+    /// Jump-forward after them.
+    pub jump_forward: Duration,
+    /// Drawn tokens accepted.
+    pub tokens: u64,
 }
 
 /// Timings and results of one step's masks.
@@ -454,6 +474,8 @@ pub struct StructuredBatch {
     masked_rows: Vec<Option<SeqId>>,
     /// The step's masks side by side, for an apply on host logits.
     host: TokenBitmask,
+    /// Accepting tokens since the last report.
+    costs: AcceptCosts,
     #[cfg(feature = "cuda")]
     upload: Option<Arc<std::sync::Mutex<MaskUpload>>>,
 }
@@ -495,6 +517,7 @@ impl StructuredBatch {
             indices: Vec::new(),
             masked_rows: Vec::new(),
             host: TokenBitmask::new(0, vocab),
+            costs: AcceptCosts::default(),
         })
     }
 
@@ -847,6 +870,11 @@ impl StructuredBatch {
         self.accept_all(&[(id, token)]).pop().unwrap_or(Err(RowError::Unknown(id)))
     }
 
+    /// What accepting tokens cost since the last call ([`AcceptCosts`]).
+    pub fn take_accept_costs(&mut self) -> AcceptCosts {
+        std::mem::take(&mut self.costs)
+    }
+
     /// [`accept`](Self::accept) for every `(id, token)` of a step, in `picks`' order;
     /// an id named twice gets [`RowError::Unknown`] the second time.
     ///
@@ -886,7 +914,7 @@ impl StructuredBatch {
             }
             // A grammar that panics fails this row alone (it leaves the batch).
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                advance(&mut row.matcher, token, encoder.as_deref(), max_rollback)
+                advance(&mut row.matcher, token, encoder.as_deref(), max_rollback, &mut self.costs)
             }))
             .unwrap_or_else(|p| {
                 Err(grammask::Error::Panicked(grammask::batch::panic_message(p.as_ref())).into())
@@ -967,7 +995,8 @@ impl StructuredBatch {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut i = 0;
             while i < tokens.len() {
-                let a = advance(&mut row.matcher, tokens[i], encoder.as_deref(), max_rollback)?;
+                let a =
+                    advance(&mut row.matcher, tokens[i], encoder.as_deref(), max_rollback, &mut self.costs)?;
                 i += 1;
                 match a {
                     Accepted::Finished => return Ok((i, Accepted::Finished)),

@@ -124,6 +124,7 @@ fn test_config(tok: LoadedTokenizer, model: Box<dyn Model>) -> RouterConfig {
         mask_precompute: grammask_router::server::DEFAULT_MASK_PRECOMPUTE,
         api_key: None,
         tool_call_format: None,
+        json_property_order: Default::default(),
     }
 }
 
@@ -611,6 +612,7 @@ async fn compiles_compute_masks_before_the_request_joins_the_batch() {
             mask_precompute: budget,
             api_key: None,
             tool_call_format: None,
+            json_property_order: Default::default(),
         })
         .unwrap();
         let spec = grammask::GrammarSpec::JsonSchema { schema: schema.into(), options: Default::default() };
@@ -622,6 +624,32 @@ async fn compiles_compute_masks_before_the_request_joins_the_batch() {
         } else {
             assert_eq!(done, 0, "no budget: masks computed while compiling");
         }
+        router.engine.shutdown();
+    }
+}
+
+/// `--json-property-order`: any order by default; the schema's when configured (both APIs
+/// compile through `Service::compile`, where the setting applies).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_property_order_is_the_routers_setting() {
+    use grammask::json_schema::PropertyOrder;
+    let schema = r#"{"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}"#;
+    for order in [PropertyOrder::Any, PropertyOrder::Schema] {
+        let tok = tokenizer();
+        let model = Box::new(SimulatedModel::new(
+            tok.info.vocab_size(),
+            11,
+            ForwardTime::Sleep(Duration::from_millis(1)),
+        ));
+        let router =
+            Router::start(RouterConfig { json_property_order: order, ..test_config(tok, model) }).unwrap();
+        let spec = grammask::GrammarSpec::JsonSchema { schema: schema.into(), options: Default::default() };
+        let matcher = router.service.compile(spec).await.unwrap();
+        let mut in_order = matcher.clone();
+        assert!(in_order.accept_string(r#"{"a": 1, "b": 2}"#).is_ok(), "{order:?}");
+        let mut reversed = matcher.clone();
+        let took = reversed.accept_string(r#"{"b": 2, "a": 1}"#).is_ok();
+        assert_eq!(took, order == PropertyOrder::Any, "{order:?}");
         router.engine.shutdown();
     }
 }
@@ -957,6 +985,7 @@ async fn answers_match_the_published_wire_formats() {
     };
     let config = RouterConfig {
         tool_call_format: Some(grammask::tool_calling::Family::Hermes),
+        json_property_order: Default::default(),
         ..test_config(tokenizer(), Box::new(TestModel::new(ForwardTime::Sleep(Duration::ZERO))))
     };
     let server = serve_config(config).await;
@@ -1627,6 +1656,7 @@ async fn official_clients_work_unchanged() {
     let config = RouterConfig {
         engine: EngineOptions { max_batch_size: 8, ..EngineOptions::default() },
         tool_call_format: Some(grammask::tool_calling::Family::Hermes),
+        json_property_order: Default::default(),
         ..test_config(tokenizer(), Box::new(model))
     };
     let server = serve_config(config).await;

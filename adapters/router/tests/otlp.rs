@@ -59,6 +59,7 @@ fn spans_are_exported_to_the_configured_collector() {
         mask_precompute: grammask_router::server::DEFAULT_MASK_PRECOMPUTE,
         api_key: None,
         tool_call_format: None,
+        json_property_order: Default::default(),
     };
     let router = Router::start(config).unwrap();
     let app = router.app();

@@ -54,6 +54,7 @@ async fn serve(path: &std::path::Path, tokenizer: LoadedTokenizer) -> (Router, S
         mask_precompute: grammask_router::server::DEFAULT_MASK_PRECOMPUTE,
         api_key: None,
         tool_call_format: None,
+        json_property_order: Default::default(),
     };
     let router = Router::start(config).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -1,6 +1,7 @@
 //! `grammask-conformance report`: runs the corpus through the adapters and writes the
 //! report (markdown and chart) to `--out`; the last stdout line is the JSON summary
-//! `{"adapters": [{"name", "cases", "valid", "invalid", "cut_off", "errors", "overhead_pct"}]}`.
+//! `{"adapters": [{"name", "cases", "valid", "invalid", "cut_off", "cut_off_checked",
+//! "cut_off_invalid", "refused", "errors", "oracle", "overhead_pct"}]}`.
 
 use clap::{Parser, Subcommand};
 use grammask_conformance::case::{corpus, maskbench_cases, Case, CorpusOptions, Kind};
@@ -8,14 +9,25 @@ use grammask_conformance::engine::Engine;
 use grammask_conformance::engines::mistralrs::MistralRsEngine;
 use grammask_conformance::engines::reference::ReferenceEngine;
 use grammask_conformance::engines::router::{Api, RouterEngine, RouterSetup};
-use grammask_conformance::report::Report;
-use grammask_conformance::run::{overhead, validity, Isolated, RunOptions};
+use grammask_conformance::engines::Bias;
+use grammask_conformance::report::{CompileVerdicts, Report};
+use grammask_conformance::run::{overhead, validity, Isolated, Oracles, RunOptions};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-const ADAPTERS: [&str; 6] =
-    ["reference", "router-tgi", "router-tgi-stream", "router-openai", "router-openai-stream", "mistralrs"];
+const ADAPTERS: [&str; 10] = [
+    "reference",
+    "reference-unbiased",
+    "router-tgi",
+    "router-tgi-stream",
+    "router-openai",
+    "router-openai-stream",
+    "router-completions",
+    "router-completions-stream",
+    "router-cuda",
+    "mistralrs",
+];
 
 #[derive(Parser)]
 #[command(about = "grammask's conformance suite: every adapter, one corpus")]
@@ -32,8 +44,9 @@ enum Command {
 
 #[derive(clap::Args)]
 struct ReportArgs {
-    /// Adapters to run (default: all of reference, router-tgi, router-tgi-stream,
-    /// router-openai, router-openai-stream, mistralrs).
+    /// Adapters to run (default: all of reference, reference-unbiased, router-tgi,
+    /// router-tgi-stream, router-openai, router-openai-stream, router-completions,
+    /// router-completions-stream, router-cuda, mistralrs).
     #[arg(long = "adapter")]
     adapters: Vec<String>,
     /// Extra MaskBench files or folders, as JSON-schema cases (`--limit` per path).
@@ -82,6 +95,11 @@ struct ReportArgs {
     /// when `.venv-clients/` is installed; the report says when it is not).
     #[arg(long)]
     no_clients: bool,
+    /// A Python with XGrammar 0.2.8 importable: XGrammar then compiles every case (the
+    /// report's compile verdicts) and judges the tool-calling outputs with its own matcher
+    /// (`benches/peers/xgrammar_oracle.py`; no torch needed).
+    #[arg(long, value_name = "PYTHON")]
+    xgrammar: Option<PathBuf>,
 }
 
 fn make(
@@ -90,16 +108,36 @@ fn make(
     batch: usize,
     gguf: Option<&PathBuf>,
     scratch: &std::path::Path,
+    jump_forward: bool,
 ) -> Result<Box<dyn Engine>, String> {
     let tok = grammask_conformance::engines::tokenizer()?;
-    let setup = RouterSetup { forward, max_batch_size: batch, gguf: gguf.cloned(), ..RouterSetup::default() };
+    let setup = RouterSetup {
+        forward,
+        max_batch_size: batch,
+        gguf: gguf.cloned(),
+        jump_forward,
+        ..RouterSetup::default()
+    };
     let router = |api| RouterEngine::start(tok.clone(), api, &setup).map(|e| Box::new(e) as Box<dyn Engine>);
     let e: Box<dyn Engine> = match name {
         "reference" => Box::new(ReferenceEngine::new(tok.clone(), 11)),
+        "reference-unbiased" => Box::new(ReferenceEngine::with_bias(tok.clone(), 11, Bias::None)),
         "router-tgi" => router(Api::Tgi).map_err(|e| e.0)?,
         "router-tgi-stream" => router(Api::TgiStream).map_err(|e| e.0)?,
         "router-openai" => router(Api::OpenAi).map_err(|e| e.0)?,
         "router-openai-stream" => router(Api::OpenAiStream).map_err(|e| e.0)?,
+        "router-completions" => router(Api::Completions).map_err(|e| e.0)?,
+        "router-completions-stream" => router(Api::CompletionsStream).map_err(|e| e.0)?,
+        // OpenAI's chat API on the router's CUDA path (device 0): where no GPU or driver is
+        // there, starting fails with the reason, which the report prints.
+        "router-cuda" => Box::new(
+            RouterEngine::start(
+                tok.clone(),
+                Api::OpenAi,
+                &RouterSetup { cuda_device: Some(0), ..setup.clone() },
+            )
+            .map_err(|e| e.0)?,
+        ),
         "mistralrs" => Box::new(
             match gguf {
                 Some(p) => MistralRsEngine::start_gguf(p),
@@ -132,6 +170,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         cases.retain(|c| a.kinds.iter().any(|k| k == c.kind().name()));
     }
+    let tok = grammask_conformance::engines::tokenizer()?;
+    let oracles = Oracles::new(&cases, &tok.info)?;
     let cases = Arc::new(cases);
     let adapters: Vec<String> = if a.adapters.is_empty() {
         ADAPTERS.iter().map(|s| s.to_string()).collect()
@@ -177,23 +217,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     for name in &adapters {
         eprintln!("== {name}");
-        let engine = match make(name, Duration::from_millis(1), 32, a.gguf.as_ref(), &scratch) {
+        let engine = match make(name, Duration::from_millis(1), 32, a.gguf.as_ref(), &scratch, true) {
             Ok(e) => e,
             Err(e) => {
                 eprintln!("{name}: cannot start: {e}");
+                report.not_run.push((name.clone(), e));
                 continue;
             }
         };
         let mut iso = Isolated::new(engine, cases.clone(), opts.temperature);
-        let v = validity(&mut iso, &cases, &opts);
+        let v = validity(&mut iso, &cases, &oracles, &opts);
         let t = v.total();
         eprintln!(
-            "{name}: {} cases, {} outputs: {} valid, {} invalid, {} cut off, {} errors ({:.1} s)",
+            "{name}: {} cases, {} outputs: {} valid, {} invalid, {} cut off ({} checked, {} invalid), {} refused, \
+             {} errors ({:.1} s)",
             v.cases,
             t.outputs,
             t.valid,
             t.invalid,
             t.cut_off,
+            t.cut_off_checked,
+            t.cut_off_invalid,
+            t.refused,
             t.errors,
             v.wall.as_secs_f64()
         );
@@ -202,28 +247,81 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         report.validity.push(v);
         drop(iso);
-        if !a.overhead.is_empty() {
+        if !a.overhead.is_empty() && name != "reference-unbiased" {
             let forward = Duration::from_secs_f64(a.forward_ms / 1e3);
             let o = RunOptions { max_new_tokens: 64, timeout: Duration::from_secs(900), ..opts.clone() };
-            for &b in &a.overhead {
-                // A fresh engine per batch size (the router's max_batch_size is b).
-                let engine = make(name, forward, b, a.gguf.as_ref(), &scratch)?;
-                let mut iso = Isolated::new(engine, cases.clone(), 0.0);
-                match overhead(&mut iso, &cases, &o, b, 2) {
-                    Ok(m) => {
-                        eprintln!(
-                            "{name} batch {b}: {:.1} vs {:.1} tok/s ({:.2} %)",
-                            m.constrained_tps,
-                            m.unconstrained_tps,
-                            m.pct()
-                        );
-                        report.overhead.push(m);
+            // The router twice: jump-forward on (its default) and off (masking alone).
+            let jfs: &[Option<bool>] =
+                if name.starts_with("router") { &[Some(true), Some(false)] } else { &[None] };
+            for &jf in jfs {
+                for &b in &a.overhead {
+                    // A fresh engine per batch size (the router's max_batch_size is b).
+                    let engine = make(name, forward, b, a.gguf.as_ref(), &scratch, jf.unwrap_or(true))?;
+                    let mut iso = Isolated::new(engine, cases.clone(), 0.0);
+                    match overhead(&mut iso, &cases, &o, b, 2) {
+                        Ok(mut m) => {
+                            m.jump_forward = jf;
+                            eprintln!(
+                                "{name} batch {b} jump-forward {jf:?}: {:.1} vs {:.1} tok/s ({:.2} %)",
+                                m.constrained_tps,
+                                m.unconstrained_tps,
+                                m.pct()
+                            );
+                            report.overhead.push(m);
+                        }
+                        Err(e) => eprintln!("{name} batch {b}: {e}"),
                     }
-                    Err(e) => eprintln!("{name} batch {b}: {e}"),
                 }
             }
         }
     }
+    let mut xgrammar = None;
+    if let Some(python) = &a.xgrammar {
+        eprintln!("== xgrammar");
+        let tokenizer_json = scratch.join(format!("grammask-conformance-qwen3-{}.json", std::process::id()));
+        std::fs::write(&tokenizer_json, grammask_router::server::embedded_qwen3()?.0)?;
+        let picked: Vec<Vec<usize>> =
+            report.validity.iter().map(|v| grammask_conformance::xgrammar::picked(&cases, v)).collect();
+        let texts: Vec<(usize, String, bool)> = report
+            .validity
+            .iter()
+            .zip(&picked)
+            .flat_map(|(v, p)| {
+                p.iter().map(|&i| {
+                    let o = &v.outputs[i];
+                    let complete = o.verdict == grammask_conformance::run::Verdict::Valid;
+                    (
+                        o.case,
+                        grammask_conformance::xgrammar::text_for(&cases[o.case], &o.text, complete),
+                        complete,
+                    )
+                })
+            })
+            .collect();
+        let asked: Vec<(usize, &str, bool)> = texts.iter().map(|(c, t, k)| (*c, t.as_str(), *k)).collect();
+        let answer = grammask_conformance::xgrammar::ask(
+            python,
+            &tokenizer_json,
+            tok.info.stop_tokens(),
+            &cases,
+            &asked,
+        );
+        let _ = std::fs::remove_file(&tokenizer_json);
+        let answer = answer?;
+        let mut from = 0;
+        for (v, p) in report.validity.iter_mut().zip(&picked) {
+            grammask_conformance::xgrammar::fold(&cases, v, p, &answer.outputs[from..from + p.len()]);
+            from += p.len();
+        }
+        eprintln!(
+            "xgrammar {}: {} compile verdicts, {} outputs judged",
+            answer.version,
+            answer.compiles.len(),
+            from
+        );
+        xgrammar = Some(answer.compiles);
+    }
+    report.compiles = CompileVerdicts::of(&cases, &oracles, xgrammar.as_ref());
     if !a.no_clients {
         eprintln!("== official clients");
         let verdict =

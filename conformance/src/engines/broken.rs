@@ -1,5 +1,5 @@
 //! Engines that misbehave on purpose, to check that the suite reports them and goes on:
-//! one answers invalid text, one panics, one hangs.
+//! one answers invalid text (whole or cut off), one panics, one hangs.
 
 use crate::case::Constraint;
 use crate::engine::{Engine, EngineError, Finish, Generation, Request};
@@ -10,6 +10,9 @@ use std::time::Duration;
 pub enum Fault {
     /// Answers `}{` to everything, as a complete output.
     Invalid,
+    /// Answers `}{` to everything, cut off by `max_new_tokens` (a prefix no constraint of
+    /// the corpus but free text can complete).
+    InvalidCutOff,
     /// Panics on every request.
     Panic,
     /// Never answers.
@@ -31,12 +34,12 @@ impl Engine for BrokenEngine {
 
     fn generate(&mut self, requests: &[Request<'_>]) -> Vec<Result<Generation, EngineError>> {
         match self.0 {
-            Fault::Invalid => requests
+            Fault::Invalid | Fault::InvalidCutOff => requests
                 .iter()
                 .map(|_| {
                     Ok(Generation {
                         text: "}{".into(),
-                        finish: Some(Finish::Stop),
+                        finish: Some(if self.0 == Fault::Invalid { Finish::Stop } else { Finish::Length }),
                         tokens: 2,
                         ..Generation::default()
                     })

@@ -31,7 +31,7 @@ pub struct MistralRsEngine {
     times: StepTimes,
     forbidden: Vec<String>,
     /// Push up closing tokens (the random model only: a real model is left as it is).
-    boost: bool,
+    bias: super::Bias,
     /// The tiny model's scratch folder, removed on drop (none for a GGUF).
     scratch: bool,
 }
@@ -91,7 +91,7 @@ impl MistralRsEngine {
             dir,
             times: StepTimes::default(),
             forbidden,
-            boost: random,
+            bias: if random { super::Bias::Closing } else { super::Bias::None },
             scratch: random,
         }
     }
@@ -124,7 +124,24 @@ impl MistralRsEngine {
     ) -> Result<(Generation, Option<grammask_mistralrs::ProcessorStats>), EngineError> {
         let err = |e: &dyn std::fmt::Display| EngineError(e.to_string());
         let tok = self.grammask.vocab().tokenizer();
-        let recorder = if self.boost { Recorder::boosting(tok, b"\"}]", 4.0) } else { Recorder::new() };
+        let recorder = match self.bias {
+            super::Bias::Closing => Recorder::ramping(
+                tok,
+                super::CLOSING_BYTES,
+                4.0,
+                super::RAMP_AFTER as usize,
+                // Twice the simulated model's ramps: the tiny Llama's logits spread wider.
+                2.0 * super::CLOSER_RAMP,
+                2.0 * (super::STOP_RAMP - super::CLOSER_RAMP),
+                // The tags only where a tool format uses them (in a JSON string they are
+                // just text).
+                match r.constraint {
+                    Some(Constraint::Tools { .. }) => (super::tag_ids(tok), 12.0),
+                    _ => (Vec::new(), 0.0),
+                },
+            ),
+            super::Bias::None => Recorder::new(),
+        };
         let request = RequestBuilder::new()
             .add_message(TextMessageRole::User, r.prompt)
             .set_sampler_temperature(f64::from(r.sampling.temperature))
@@ -137,8 +154,10 @@ impl MistralRsEngine {
             Some(Constraint::JsonObject) => {
                 self.grammask.constrain_response_format(request, &ResponseFormat::JsonObject)
             }
+            // The spec itself: mistral.rs's `Constraint::JsonSchema` has no member order, and
+            // the corpus's is the schema's (`case::PROPERTY_ORDER`).
             Some(Constraint::JsonSchema(s)) => {
-                self.grammask.constrain(request.set_constraint(mistralrs::Constraint::JsonSchema(s.clone())))
+                self.grammask.constrain_with(request, Some(crate::case::json_spec(s)))
             }
             Some(Constraint::Regex(re)) => {
                 self.grammask.constrain(request.set_constraint(mistralrs::Constraint::Regex(re.clone())))
@@ -179,6 +198,17 @@ impl MistralRsEngine {
         }
         g.special_ids.sort_unstable();
         g.special_ids.dedup();
+        // A constrained output is judged on the tokens the grammar took, not on
+        // mistral.rs's `content`, which is a view of them (its reasoning parser moves
+        // `<think>` blocks to `reasoning_content` and drops tags; a tag a grammar allows
+        // inside a JSON string would cut the content there). Stopped, they are all there
+        // (the last sampled token is the stop token); cut off, all but the last — still a
+        // prefix of the output.
+        if r.constraint.is_some() {
+            let bytes: Vec<u8> =
+                generated.iter().flat_map(|&id| tok.token_bytes(id).iter().copied()).collect();
+            g.text = String::from_utf8_lossy(&bytes).into_owned();
+        }
         Ok((g, processor.map(|p| p.stats())))
     }
 }
@@ -204,6 +234,7 @@ impl Engine for MistralRsEngine {
                 r.map(|(g, stats)| {
                     if let Some(s) = stats {
                         self.times.steps += s.calls;
+                        self.times.rows += s.calls;
                         self.times.fill += Duration::from_nanos(s.fill_ns);
                         self.times.apply += Duration::from_nanos(s.apply_ns);
                         self.times.other += Duration::from_nanos(s.table_ns + s.advance_ns);

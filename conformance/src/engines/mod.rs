@@ -14,14 +14,19 @@ pub fn tokenizer() -> Result<LoadedTokenizer, String> {
     LoadedTokenizer::embedded()
 }
 
-/// Tokens to push up on random models so that their documents end: those holding a byte
-/// that closes a string, object or array, and the stop tokens.
+/// The bytes that close what a random model writes: a string, an object, an array.
+/// (`<`, for the XML-like tags of tool formats' arguments, was tried: it ends those
+/// outputs but fills JSON strings with `<`, and more JSON outputs run into the limit.)
+pub const CLOSING_BYTES: &[u8] = b"\"}]";
+
+/// Tokens to push up on random models so that their documents end: those holding one of
+/// [`CLOSING_BYTES`], and the stop tokens.
 pub fn closers(tok: &LoadedTokenizer) -> Vec<u32> {
     let info = &tok.info;
     (0..info.tokenizer_size() as u32)
         .filter(|&id| {
             info.stop_tokens().contains(&id)
-                || (!info.is_special(id) && info.token_bytes(id).iter().any(|c| b"\"}]".contains(c)))
+                || (!info.is_special(id) && info.token_bytes(id).iter().any(|c| CLOSING_BYTES.contains(c)))
         })
         .collect()
 }
@@ -33,7 +38,11 @@ const TAGS: [&str; 4] = ["<think>", "</think>", "<tool_call>", "</tool_call>"];
 /// `</think>`: one token each in Qwen3's vocabulary), pushed up harder so that reasoning
 /// blocks and calls open and close.
 pub fn tags(tok: &LoadedTokenizer) -> Vec<u32> {
-    let info = &tok.info;
+    tag_ids(&tok.info)
+}
+
+/// [`tags`] of a vocabulary.
+pub fn tag_ids(info: &grammask::TokenizerInfo) -> Vec<u32> {
     (0..info.tokenizer_size() as u32)
         .filter(|&id| TAGS.iter().any(|t| info.token_bytes(id) == t.as_bytes()))
         .collect()
@@ -44,16 +53,44 @@ pub const CLOSER_BIAS: f32 = 6.0;
 /// How much the tags are pushed up: past the spikes (up to 11.75) and the closers.
 pub const TAG_BIAS: f32 = 14.0;
 
-/// The simulated model of `seed` over `tok`, with the closers and tags pushed up.
+/// Output tokens after which the closing ramp starts.
+pub const RAMP_AFTER: u32 = 24;
+/// The closers' ramp per output token past [`RAMP_AFTER`].
+pub const CLOSER_RAMP: f32 = 0.25;
+/// The stop tokens' ramp per output token past [`RAMP_AFTER`]: steeper than the closers'
+/// (a few stop tokens against thousands of closers), so that free text ends too.
+pub const STOP_RAMP: f32 = 0.5;
+
+/// Whether a random model is pushed towards ending its outputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Bias {
+    /// Closers and tags pushed up, and the closers and stop tokens more as the output
+    /// grows: nearly every output ends, so it is judged whole.
+    #[default]
+    Closing,
+    /// The model as its seed makes it: long outputs run into `max_new_tokens` and are
+    /// judged as prefixes.
+    None,
+}
+
+/// The simulated model of `seed` over `tok`: with [`Bias::Closing`], the closers and tags
+/// pushed up and the closing ramp on.
 pub fn simulated(
     tok: &LoadedTokenizer,
     seed: u64,
     forward: std::time::Duration,
+    bias: Bias,
 ) -> grammask_router::model::SimulatedModel {
     use grammask_router::model::{ForwardTime, SimulatedModel};
-    SimulatedModel::new(tok.info.vocab_size(), seed, ForwardTime::Sleep(forward))
-        .with_boost(closers(tok), CLOSER_BIAS)
-        .with_boost(tags(tok), TAG_BIAS)
+    let model = SimulatedModel::new(tok.info.vocab_size(), seed, ForwardTime::Sleep(forward));
+    match bias {
+        Bias::None => model,
+        Bias::Closing => model
+            .with_boost(closers(tok), CLOSER_BIAS)
+            .with_boost(tags(tok), TAG_BIAS)
+            .with_closing_ramp(closers(tok), RAMP_AFTER, CLOSER_RAMP)
+            .with_closing_ramp(tok.info.stop_tokens().to_vec(), RAMP_AFTER, STOP_RAMP - CLOSER_RAMP),
+    }
 }
 
 /// The special tokens' texts: an output's text must hold none of them.

@@ -18,14 +18,26 @@ pub struct ReferenceEngine {
     model: SimulatedModel,
     next_id: u64,
     times: StepTimes,
+    name: &'static str,
 }
 
 impl ReferenceEngine {
-    /// The loop on `tok` with the simulated model of `seed`.
+    /// The loop on `tok` with the simulated model of `seed`, pushed towards ending its
+    /// outputs ([`super::Bias::Closing`]).
     pub fn new(tok: LoadedTokenizer, seed: u64) -> Self {
+        Self::with_bias(tok, seed, super::Bias::Closing)
+    }
+
+    /// The loop with the model's `bias` (the unbiased run's outputs reach
+    /// `max_new_tokens` and are judged as prefixes).
+    pub fn with_bias(tok: LoadedTokenizer, seed: u64, bias: super::Bias) -> Self {
         let compiler = GrammarCompiler::new(tok.info.clone());
-        let model = super::simulated(&tok, seed, Duration::ZERO);
-        Self { tok, compiler, model, next_id: 1, times: StepTimes::default() }
+        let model = super::simulated(&tok, seed, Duration::ZERO, bias);
+        let name = match bias {
+            super::Bias::Closing => "reference",
+            super::Bias::None => "reference-unbiased",
+        };
+        Self { tok, compiler, model, next_id: 1, times: StepTimes::default(), name }
     }
 
     fn run(&mut self, r: &Request<'_>) -> Result<Generation, EngineError> {
@@ -79,6 +91,7 @@ impl ReferenceEngine {
                 self.times.fill += t1 - t0;
                 self.times.apply += t1.elapsed();
                 self.times.steps += 1;
+                self.times.rows += 1;
             }
             let token = match sampler.sample(logits) {
                 Ok((t, _)) => t,
@@ -90,7 +103,7 @@ impl ReferenceEngine {
                 Some(m) => {
                     let t0 = Instant::now();
                     let accepted = m.accept_token(token);
-                    self.times.other += t0.elapsed();
+                    self.times.accept += t0.elapsed();
                     if let Err(e) = accepted {
                         break Err(err(&e));
                     }
@@ -119,7 +132,7 @@ impl ReferenceEngine {
 
 impl Engine for ReferenceEngine {
     fn name(&self) -> String {
-        "reference".into()
+        self.name.into()
     }
 
     fn supports(&self, _: &Constraint) -> bool {

@@ -1,5 +1,6 @@
 //! The router over HTTP on loopback, through TGI's API (`/generate`, `/generate_stream`)
-//! or OpenAI's (`/v1/chat/completions`, streamed or not), exactly as a client sees it.
+//! or OpenAI's (`/v1/chat/completions` and `/v1/completions`, streamed or not), exactly
+//! as a client sees it.
 //! The router runs in process on the simulated model (seeded random logits over the
 //! embedded Qwen3 tokenizer); a batch of requests is sent at once, so the router batches
 //! them.
@@ -26,6 +27,11 @@ pub enum Api {
     OpenAi,
     /// OpenAI's `/v1/chat/completions` with `stream: true` (SSE deltas).
     OpenAiStream,
+    /// OpenAI's `/v1/completions` (a raw prompt; regexes, grammars and tool calls as
+    /// structural tags in `response_format`).
+    Completions,
+    /// `/v1/completions` with `stream: true`.
+    CompletionsStream,
 }
 
 impl Api {
@@ -35,6 +41,8 @@ impl Api {
             Api::TgiStream => "router-tgi-stream",
             Api::OpenAi => "router-openai",
             Api::OpenAiStream => "router-openai-stream",
+            Api::Completions => "router-completions",
+            Api::CompletionsStream => "router-completions-stream",
         }
     }
 }
@@ -55,6 +63,13 @@ pub struct RouterSetup {
     pub gguf: Option<std::path::PathBuf>,
     /// The tool-calling format (`None`: the router's detection).
     pub tool_call_format: Option<Family>,
+    /// The simulated model's push towards ending outputs.
+    pub bias: super::Bias,
+    /// Jump-forward (the router's default: on).
+    pub jump_forward: bool,
+    /// The simulated model's logits on this CUDA device (the router's device path: masks
+    /// uploaded, applied and sampled on the GPU); `None`: on the host.
+    pub cuda_device: Option<usize>,
 }
 
 impl Default for RouterSetup {
@@ -66,6 +81,9 @@ impl Default for RouterSetup {
             fill_threads: 1,
             gguf: None,
             tool_call_format: None,
+            bias: super::Bias::Closing,
+            jump_forward: true,
+            cuda_device: None,
         }
     }
 }
@@ -80,7 +98,7 @@ pub struct RouterEngine {
     family: Option<Family>,
     forbidden: Vec<String>,
     /// The metrics' totals at the last `take_step_times`.
-    last_sums: (f64, f64, f64, f64),
+    last_sums: Sums,
 }
 
 impl Drop for RouterEngine {
@@ -104,8 +122,21 @@ impl RouterEngine {
             .build()
             .map_err(|e| err(&e))?;
         let (tok, model): (LoadedTokenizer, Box<dyn grammask_router::model::Model>) = match &setup.gguf {
+            // The device model has no closing push: its outputs run longer.
+            None if setup.cuda_device.is_some() => {
+                let time = grammask_router::model::ForwardTime::Sleep(setup.forward);
+                let n = setup.cuda_device.unwrap_or(0);
+                let model = grammask_router::model::CudaSimulatedModel::new(
+                    tok.info.vocab_size(),
+                    setup.seed,
+                    time,
+                    n,
+                )
+                .map_err(|e| err(&e))?;
+                (tok, Box::new(model))
+            }
             None => {
-                let model = Box::new(super::simulated(&tok, setup.seed, setup.forward));
+                let model = Box::new(super::simulated(&tok, setup.seed, setup.forward, setup.bias));
                 (tok, model)
             }
             Some(path) => (
@@ -124,11 +155,12 @@ impl RouterEngine {
                 ..EngineOptions::default()
             },
             limits: Limits::default(),
-            jump_forward: true,
+            jump_forward: setup.jump_forward,
             model_id: "conformance".into(),
             mask_precompute: grammask_router::server::DEFAULT_MASK_PRECOMPUTE,
             api_key: None,
             tool_call_format: setup.tool_call_format,
+            json_property_order: crate::case::PROPERTY_ORDER,
         };
         let router = Router::start(config).map_err(|e| err(&e))?;
         let app = router.app();
@@ -147,12 +179,12 @@ impl RouterEngine {
             client: reqwest::Client::new(),
             family,
             forbidden,
-            last_sums: (0.0, 0.0, 0.0, 0.0),
+            last_sums: Sums::default(),
         })
     }
 
-    /// The metrics' running totals of fill, wait and apply seconds and steps.
-    fn metric_sums(&self) -> Option<(f64, f64, f64, f64)> {
+    /// The metrics' running totals.
+    fn metric_sums(&self) -> Option<Sums> {
         let text = self.rt.block_on(async {
             self.client.get(format!("{}/metrics", self.base)).send().await.ok()?.text().await.ok()
         })?;
@@ -162,13 +194,30 @@ impl RouterEngine {
                 .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
                 .sum::<f64>()
         };
-        Some((
-            sum("grammask_mask_fill_seconds_sum"),
-            sum("grammask_mask_wait_seconds_sum"),
-            sum("grammask_mask_apply_seconds_sum"),
-            sum("grammask_step_seconds_count"),
-        ))
+        Some(Sums {
+            fill: sum("grammask_mask_fill_seconds_sum"),
+            wait: sum("grammask_mask_wait_seconds_sum"),
+            apply: sum("grammask_mask_apply_seconds_sum"),
+            sample: sum("grammask_sample_seconds_sum"),
+            accept: sum("grammask_accept_seconds_sum"),
+            jump_forward: sum("grammask_jump_forward_seconds_sum"),
+            steps: sum("grammask_step_seconds_count"),
+            rows: sum("grammask_batch_size_sum"),
+        })
     }
+}
+
+/// The router's metrics' running totals (seconds, steps, rows).
+#[derive(Debug, Clone, Copy, Default)]
+struct Sums {
+    fill: f64,
+    wait: f64,
+    apply: f64,
+    sample: f64,
+    accept: f64,
+    jump_forward: f64,
+    steps: f64,
+    rows: f64,
 }
 
 fn finish_of(reason: &str) -> Finish {
@@ -220,6 +269,38 @@ fn openai_body(r: &Request<'_>, stream: bool) -> Result<Value, EngineError> {
     Ok(body)
 }
 
+/// `/v1/completions`: JSON schemas as `json_schema`, regexes, grammars and tool calls
+/// (the family preset's tag) as `structural_tag` formats; the text holds the calls.
+fn completions_body(r: &Request<'_>, stream: bool) -> Result<Value, EngineError> {
+    let mut body = json!({"model": "conformance", "prompt": r.prompt, "max_tokens": r.max_new_tokens,
+        "seed": r.sampling.seed, "temperature": r.sampling.temperature, "stream": stream});
+    if stream {
+        body["stream_options"] = json!({"include_usage": true});
+    }
+    let tag = |format: Value| json!({"type": "structural_tag", "format": format});
+    body["response_format"] = match r.constraint {
+        None => return Ok(body),
+        Some(Constraint::JsonSchema(s)) => {
+            json!({"type": "json_schema", "json_schema": {"name": "case", "schema": s}})
+        }
+        Some(Constraint::JsonObject) => json!({"type": "json_object"}),
+        Some(Constraint::Regex(re)) => tag(json!({"type": "regex", "pattern": re})),
+        Some(Constraint::Ebnf(g)) => tag(json!({"type": "grammar", "grammar": g})),
+        Some(c @ Constraint::Tools { .. }) => match c.grammask_spec().map_err(EngineError)? {
+            (grammask::GrammarSpec::StructuralTag(t), _) => {
+                serde_json::from_str(&t).map_err(|e| EngineError(format!("the preset's tag: {e}")))?
+            }
+            // `tool_choice: none`: free text.
+            (grammask::GrammarSpec::Regex(re), _) => tag(json!({"type": "regex", "pattern": re})),
+            _ => return Err(EngineError("the preset gives no structural tag".into())),
+        },
+        Some(other) => {
+            return Err(EngineError(format!("/v1/completions has no {:?} constraint", other.kind())))
+        }
+    };
+    Ok(body)
+}
+
 /// The `data:` payloads of an SSE body.
 fn sse_events(body: &str) -> Vec<Value> {
     body.lines()
@@ -242,6 +323,8 @@ async fn send(
         Api::TgiStream => ("/generate_stream", tgi_body(r, true)?),
         Api::OpenAi => ("/v1/chat/completions", openai_body(r, false)?),
         Api::OpenAiStream => ("/v1/chat/completions", openai_body(r, true)?),
+        Api::Completions => ("/v1/completions", completions_body(r, false)?),
+        Api::CompletionsStream => ("/v1/completions", completions_body(r, true)?),
     };
     let resp = client.post(format!("{base}{path}")).json(&body).send().await.map_err(|e| err(&e))?;
     let status = resp.status();
@@ -351,6 +434,30 @@ async fn send(
                 g.tool_calls = Some(calls);
             }
         }
+        Api::Completions => {
+            let v: Value = serde_json::from_str(&text).map_err(|e| err(&e))?;
+            let c = &v["choices"][0];
+            g.text = c["text"].as_str().unwrap_or_default().to_string();
+            g.finish = Some(finish_of(c["finish_reason"].as_str().unwrap_or_default()));
+            g.tokens = v["usage"]["completion_tokens"].as_u64().unwrap_or(0) as usize;
+        }
+        Api::CompletionsStream => {
+            for e in sse_events(&text) {
+                if let Some(err) = e.get("error") {
+                    return Err(EngineError(format!("stream error: {err}")));
+                }
+                if let Some(n) = e["usage"]["completion_tokens"].as_u64() {
+                    g.tokens = n as usize;
+                }
+                let Some(c) = e["choices"].get(0) else { continue };
+                if let Some(t) = c["text"].as_str() {
+                    g.text.push_str(t);
+                }
+                if let Some(f) = c["finish_reason"].as_str() {
+                    g.finish = Some(finish_of(f));
+                }
+            }
+        }
     }
     Ok(g)
 }
@@ -370,6 +477,14 @@ impl Engine for RouterEngine {
             (Api::OpenAi | Api::OpenAiStream, Constraint::Tools { family, .. }) => {
                 Some(*family) == self.family
             }
+            (
+                Api::Completions | Api::CompletionsStream,
+                Constraint::JsonSchema(_)
+                | Constraint::JsonObject
+                | Constraint::Regex(_)
+                | Constraint::Ebnf(_)
+                | Constraint::Tools { .. },
+            ) => true,
             _ => false,
         }
     }
@@ -384,10 +499,14 @@ impl Engine for RouterEngine {
         let last = std::mem::replace(&mut self.last_sums, now);
         let d = |a: f64, b: f64| Duration::from_secs_f64((a - b).max(0.0));
         Some(StepTimes {
-            steps: (now.3 - last.3).max(0.0) as u64,
-            fill: d(now.0, last.0),
-            wait: d(now.1, last.1),
-            apply: d(now.2, last.2),
+            steps: (now.steps - last.steps).max(0.0) as u64,
+            rows: (now.rows - last.rows).max(0.0) as u64,
+            fill: d(now.fill, last.fill),
+            wait: d(now.wait, last.wait),
+            apply: d(now.apply, last.apply),
+            sample: d(now.sample, last.sample),
+            accept: d(now.accept, last.accept),
+            jump_forward: d(now.jump_forward, last.jump_forward),
             other: Duration::ZERO,
         })
     }

@@ -57,6 +57,10 @@ struct Args {
     /// the chat template says; default: detected, or Hermes-style for a ChatML template.
     #[arg(long, value_name = "FAMILY")]
     tool_call_format: Option<String>,
+    /// The member order of objects in JSON-schema constraints: `any` (JSON Schema's
+    /// meaning) or `schema` (the order of `properties`, as XGrammar and llguidance write).
+    #[arg(long, default_value = "any", value_name = "ORDER")]
+    json_property_order: String,
     /// Work units one mask fill may spend on a row (0: unbounded); past it that request
     /// ends with an error and the batch goes on.
     #[arg(long, default_value_t = grammask::matcher::DEFAULT_FILL_WORK_LIMIT)]
@@ -210,6 +214,13 @@ async fn serve(a: Args) -> Result<(), Box<dyn std::error::Error>> {
         tool_call_format: match &a.tool_call_format {
             None => None,
             Some(name) => Some(grammask::tool_calling::Family::from_name(name).map_err(|e| e.to_string())?),
+        },
+        json_property_order: match a.json_property_order.as_str() {
+            "any" => grammask::json_schema::PropertyOrder::Any,
+            "schema" => grammask::json_schema::PropertyOrder::Schema,
+            other => {
+                return Err(format!("--json-property-order: `{other}`: expected `any` or `schema`").into())
+            }
         },
     };
     let router = Router::start(config)?;

@@ -72,6 +72,9 @@ pub(crate) fn spike_value(i: usize) -> f32 {
 pub(crate) struct RowPlan {
     pub base: u32,
     pub spikes: [u32; SPIKES],
+    /// Tokens the sequence has taken after its first forward (its prompt) up to this row:
+    /// how far into its output the row is.
+    pub generated: u32,
 }
 
 /// The sequences' rolling hashes: the part of the simulated model that is the same on
@@ -80,9 +83,19 @@ pub(crate) struct RowPlan {
 pub(crate) struct SimulatedCache {
     pub vocab: usize,
     pub seed: u64,
-    seqs: HashMap<SeqId, u64>,
-    /// The last forward's draft per sequence: each node's parent and context hash.
-    drafts: HashMap<SeqId, (Vec<Option<usize>>, Vec<u64>)>,
+    /// Each sequence's context hash and the tokens it took after its first forward.
+    seqs: HashMap<SeqId, (u64, u32)>,
+    /// The last forward's draft per sequence.
+    drafts: HashMap<SeqId, Draft>,
+}
+
+/// A forward's draft tree as the cache keeps it until the commit: each node's parent,
+/// context hash and output position.
+#[derive(Debug)]
+struct Draft {
+    parents: Vec<Option<usize>>,
+    hashes: Vec<u64>,
+    generated: Vec<u32>,
 }
 
 /// The context hash after one more token.
@@ -95,24 +108,30 @@ impl SimulatedCache {
         Self { vocab, seed, seqs: HashMap::new(), drafts: HashMap::new() }
     }
 
-    fn plan_of(&self, h: u64) -> RowPlan {
+    fn plan_of(&self, h: u64, generated: u32) -> RowPlan {
         let v = self.vocab.max(1) as u64;
         let mut spikes = [0u32; SPIKES];
         for (i, s) in spikes.iter_mut().enumerate() {
             *s = (mix(h.wrapping_add(i as u64)) % v) as u32;
         }
-        RowPlan { base: (h % BASE_ROWS as u64) as u32, spikes }
+        RowPlan { base: (h % BASE_ROWS as u64) as u32, spikes, generated }
     }
 
     /// Appends the row's tokens to its sequence and says how its logits are made.
     pub fn plan(&mut self, row: &ForwardRow<'_>) -> RowPlan {
         self.drafts.remove(&row.id);
-        let h = self.seqs.entry(row.id).or_insert(mix(self.seed));
+        let seed = mix(self.seed);
+        // The first forward is the prompt: the output starts after it.
+        let generated = self.seqs.contains_key(&row.id);
+        let h = self.seqs.entry(row.id).or_insert((seed, 0));
         for &t in row.tokens {
-            *h = extend(*h, t);
+            h.0 = extend(h.0, t);
         }
-        let h = *h;
-        self.plan_of(h)
+        if generated {
+            h.1 = h.1.saturating_add(row.tokens.len() as u32);
+        }
+        let (h, g) = *h;
+        self.plan_of(h, g)
     }
 
     /// [`plan`](Self::plan) (with [`ForwardRow::all_logits`], one plan per token), then one
@@ -122,25 +141,28 @@ impl SimulatedCache {
         if let Some(from) = row.fork_of {
             // A copy of `from`'s context (its row came earlier in this forward).
             self.drafts.remove(&row.id);
-            let h = self.seqs.get(&from).copied().unwrap_or_else(|| mix(self.seed));
+            let h = self.seqs.get(&from).copied().unwrap_or((mix(self.seed), 0));
             self.seqs.insert(row.id, h);
-            out.push(self.plan_of(h));
+            out.push(self.plan_of(h.0, h.1));
             return;
         }
         if row.all_logits && row.tokens.len() > 1 {
             self.drafts.remove(&row.id);
-            let mut h = self.seqs.get(&row.id).copied().unwrap_or_else(|| mix(self.seed));
+            let known = self.seqs.get(&row.id).copied();
+            let (mut h, mut g) = known.unwrap_or((mix(self.seed), 0));
             for &t in row.tokens {
                 h = extend(h, t);
-                out.push(self.plan_of(h));
+                g = g.saturating_add(u32::from(known.is_some()));
+                out.push(self.plan_of(h, g));
             }
-            self.seqs.insert(row.id, h);
+            self.seqs.insert(row.id, (h, g));
         } else {
             out.push(self.plan(row));
         }
         let Some(tree) = row.draft else { return };
-        let root = self.seqs.get(&row.id).copied().unwrap_or_else(|| mix(self.seed));
+        let (root, root_generated) = self.seqs.get(&row.id).copied().unwrap_or((mix(self.seed), 0));
         let mut hashes = vec![root; tree.len()];
+        let mut depths = vec![root_generated; tree.len()];
         let mut parents = vec![None; tree.len()];
         // A node may come before its parent in the tree's numbering: each node's hash is
         // resolved from its nearest known ancestor, once.
@@ -156,12 +178,13 @@ impl SimulatedCache {
             for &w in path.iter().rev() {
                 let p = tree.parent(w).unwrap_or(0);
                 hashes[w] = extend(hashes[p], tree.token(w).unwrap_or(0));
+                depths[w] = depths[p].saturating_add(1);
                 parents[w] = tree.parent(w);
                 known[w] = true;
             }
-            out.push(self.plan_of(hashes[v]));
+            out.push(self.plan_of(hashes[v], depths[v]));
         }
-        self.drafts.insert(row.id, (parents, hashes));
+        self.drafts.insert(row.id, Draft { parents, hashes, generated: depths });
     }
 
     /// Keeps the draft path `path` of the last forward in the sequence's context.
@@ -170,7 +193,7 @@ impl SimulatedCache {
             self.drafts.remove(&id);
             return Ok(());
         }
-        let (parents, hashes) = self
+        let Draft { parents, hashes, generated: depths } = self
             .drafts
             .remove(&id)
             .ok_or_else(|| ModelError(format!("sequence {id}: no draft to commit")))?;
@@ -181,7 +204,7 @@ impl SimulatedCache {
             }
             at = v;
         }
-        self.seqs.insert(id, hashes[at]);
+        self.seqs.insert(id, (hashes[at], depths[at]));
         Ok(())
     }
 
@@ -204,6 +227,9 @@ pub struct SimulatedModel {
     logits: Vec<f32>,
     /// Tokens pushed up, and by how much.
     boosts: Vec<(Vec<u32>, f32)>,
+    /// Tokens pushed up more the further a row is into its output: (tokens, after how
+    /// many output tokens, bias per token past that).
+    ramps: Vec<(Vec<u32>, u32, f32)>,
     plans: Vec<RowPlan>,
 }
 
@@ -218,6 +244,7 @@ impl SimulatedModel {
             base,
             logits: Vec::new(),
             boosts: Vec::new(),
+            ramps: Vec::new(),
             plans: Vec::new(),
         }
     }
@@ -235,6 +262,16 @@ impl SimulatedModel {
     /// harsher: without the mask it would close structures everywhere.
     pub fn with_boost(mut self, tokens: Vec<u32>, bias: f32) -> Self {
         self.boosts.push((tokens, bias));
+        self
+    }
+
+    /// Adds `per_token × (n − after)` to the logits of `tokens` in a row `n` tokens into
+    /// its output, once `n > after` (the prompt's forward is not output). Pushing the
+    /// closers and stop tokens up harder as an output grows makes nearly every random
+    /// output end, however long its free strings, while its first tokens are as random as
+    /// without: a suite can then judge complete outputs rather than cut-off ones.
+    pub fn with_closing_ramp(mut self, tokens: Vec<u32>, after: u32, per_token: f32) -> Self {
+        self.ramps.push((tokens, after, per_token));
         self
     }
 }
@@ -262,6 +299,18 @@ impl Model for SimulatedModel {
                 out[t as usize] = spike_value(i);
             }
             for (tokens, bias) in &self.boosts {
+                for &t in tokens {
+                    if let Some(x) = out.get_mut(t as usize) {
+                        *x += bias;
+                    }
+                }
+            }
+            for (tokens, after, per_token) in &self.ramps {
+                let past = plan.generated.saturating_sub(*after);
+                if past == 0 {
+                    continue;
+                }
+                let bias = per_token * past as f32;
                 for &t in tokens {
                     if let Some(x) = out.get_mut(t as usize) {
                         *x += bias;
