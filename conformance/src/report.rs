@@ -136,37 +136,9 @@ impl Report {
         let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
         for v in &self.validity {
             for (k, t) in &v.by_kind {
-                let _ = writeln!(
-                    s,
-                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                    v.name,
-                    k.name(),
-                    t.outputs / v.seeds().max(1),
-                    t.outputs,
-                    t.valid,
-                    t.invalid,
-                    t.cut_off,
-                    t.cut_off_checked,
-                    t.cut_off_invalid,
-                    t.refused,
-                    t.errors
-                );
+                tally_row(&mut s, &v.name, k.name(), t.outputs / v.seeds().max(1), t, false);
             }
-            let t = v.total();
-            let _ = writeln!(
-                s,
-                "| **{}** | **all** | **{}** | **{}** | **{}** | **{}** | **{}** | **{}** | **{}** | **{}** | **{}** |",
-                v.name,
-                v.cases,
-                t.outputs,
-                t.valid,
-                t.invalid,
-                t.cut_off,
-                t.cut_off_checked,
-                t.cut_off_invalid,
-                t.refused,
-                t.errors
-            );
+            tally_row(&mut s, &v.name, "all", v.cases, &v.total(), true);
         }
         let _ = writeln!(s, "\n### Output lengths\n");
         let _ =
@@ -466,6 +438,46 @@ impl ValidityReport {
     pub fn oracle_names(&self) -> String {
         self.oracles.iter().copied().collect::<Vec<_>>().join("+")
     }
+
+    /// One line of counts, for a log.
+    pub fn line(&self) -> String {
+        let t = self.total();
+        format!(
+            "{}: {} cases, {} outputs: {} valid, {} invalid, {} cut off ({} checked, {} invalid), {} refused, {} \
+             errors ({:.1} s; oracles {})",
+            self.name,
+            self.cases,
+            t.outputs,
+            t.valid,
+            t.invalid,
+            t.cut_off,
+            t.cut_off_checked,
+            t.cut_off_invalid,
+            t.refused,
+            t.errors,
+            self.wall.as_secs_f64(),
+            self.oracle_names()
+        )
+    }
+}
+
+/// A validity table row: `adapter | kind | cases | outputs | …counts` (bold for a total).
+fn tally_row(s: &mut String, name: &str, kind: &str, cases: usize, t: &crate::run::Tally, bold: bool) {
+    let cells = [
+        name.to_string(),
+        kind.to_string(),
+        cases.to_string(),
+        t.outputs.to_string(),
+        t.valid.to_string(),
+        t.invalid.to_string(),
+        t.cut_off.to_string(),
+        t.cut_off_checked.to_string(),
+        t.cut_off_invalid.to_string(),
+        t.refused.to_string(),
+        t.errors.to_string(),
+    ];
+    let cells: Vec<String> = cells.into_iter().map(|c| if bold { format!("**{c}**") } else { c }).collect();
+    let _ = writeln!(s, "| {} |", cells.join(" | "));
 }
 
 /// The kinds in report order.

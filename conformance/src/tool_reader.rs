@@ -476,6 +476,101 @@ impl<'a> Reader<'a> {
             self.bad(format!("{what} is not the beginning of a JSON value: {}", snippet(body)))
         }
     }
+
+    /// Refuses nesting deeper than [`MAX_DEPTH`] (the readers of nested values recurse).
+    fn check_depth(&self, depth: usize) -> Result<(), Stop> {
+        if depth > MAX_DEPTH {
+            Err(self.bad("arguments nested too deep"))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Only whitespace may follow: `what` ends the message.
+    fn nothing_after(&mut self, what: &str) -> Result<(), Stop> {
+        self.skip_ws();
+        if self.at_end() {
+            Ok(())
+        } else {
+            Err(self.bad(format!("text after {what}: {}", snippet(self.rest()))))
+        }
+    }
+
+    /// A call's JSON arguments, then (after optional whitespace) `end`, which closes the
+    /// call (`what` names what `end` closes).
+    fn json_arguments(&mut self, end: &str, what: &str) -> Result<Value, Stop> {
+        let args = self.json_object("the call's arguments")?;
+        self.skip_ws();
+        self.expect(end, what)?;
+        Ok(Value::Object(args))
+    }
+
+    /// A tag naming a function, `open` NAME `end`: the name. Each literal comes with
+    /// what it is, for messages.
+    fn function_tag(
+        &mut self,
+        (open, open_what): (&str, &str),
+        (end, end_what): (&str, &str),
+    ) -> Result<&'a str, Stop> {
+        self.expect(open, open_what)?;
+        let name = self.run_of(name_char, "a function name")?;
+        self.expect(end, end_what)?;
+        Ok(name)
+    }
+
+    /// An untyped parameter `open` KEY `key_end` VALUE `</parameter>` (Qwen's
+    /// `<parameter=KEY>`, MiniMax M2's `<parameter name="KEY">`): its key and raw value.
+    /// Each literal comes with what it is, for messages.
+    fn parameter(
+        &mut self,
+        (open, open_what): (&str, &str),
+        (key_end, tag_what): (&str, &str),
+    ) -> Result<(&'a str, &'a str), Stop> {
+        self.expect(open, open_what)?;
+        let key = self.run_of(key_char, "a parameter name")?;
+        self.expect(key_end, tag_what)?;
+        let body = self.take_until("</parameter>", "a parameter value")?;
+        Ok((key, body))
+    }
+
+    /// Elements up to `close` (consumed), whitespace between them free, each read by
+    /// `element`, which is given the offset it starts at. Returns how many were read.
+    /// The calls of a block, the arguments of a call and the members of a nested value
+    /// are read this way.
+    fn elements(
+        &mut self,
+        close: &str,
+        what: &str,
+        mut element: impl FnMut(&mut Self, usize) -> Result<(), Stop>,
+    ) -> Result<usize, Stop> {
+        let mut count = 0;
+        loop {
+            self.skip_ws();
+            if self.eat(close, what)? {
+                return Ok(count);
+            }
+            let at = self.pos;
+            element(&mut *self, at)?;
+            count += 1;
+        }
+    }
+
+    /// An XML-style argument list up to `close` (consumed): `arg` reads one argument,
+    /// given its offset, into its key and value. A key given twice is refused as soon as
+    /// it is read.
+    fn arg_list<K: AsRef<str>>(
+        &mut self,
+        close: &str,
+        what: &str,
+        mut arg: impl FnMut(&mut Self, usize) -> Result<(K, Value), Stop>,
+    ) -> Result<Map<String, Value>, Stop> {
+        let mut args = Map::new();
+        self.elements(close, what, |r, at| {
+            let (key, value) = arg(r, at)?;
+            insert_arg(&mut args, key.as_ref(), value, at)
+        })?;
+        Ok(args)
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -535,6 +630,15 @@ fn attr<'v>(attrs: &'v [(&str, String)], name: &str) -> Option<&'v str> {
     attrs.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str())
 }
 
+/// Attribute `name` of a tag read at byte `at`, which must be there and not empty
+/// (`missing` says what the tag is without it).
+fn nonempty_attr(attrs: &[(&str, String)], name: &str, at: usize, missing: &str) -> Result<String, Stop> {
+    match attr(attrs, name) {
+        Some(v) if !v.is_empty() => Ok(v.to_string()),
+        _ => Err(Stop::Bad(format!("byte {at}: {missing}"))),
+    }
+}
+
 /// Qwen's templates write a value between newlines (`<parameter=k>\nVALUE\n</parameter>`).
 fn strip_newlines(s: &str) -> &str {
     let s = s.strip_prefix('\n').unwrap_or(s);
@@ -546,6 +650,50 @@ fn insert_arg(args: &mut Map<String, Value>, key: &str, value: Value, at: usize)
         return Err(Stop::Bad(format!("byte {at}: argument {key:?} given twice")));
     }
     args.insert(key.to_string(), value);
+    Ok(())
+}
+
+/// The object of `members` (key, value, offset) read before, a key given twice refused.
+fn object_of<K: AsRef<str>>(
+    members: impl IntoIterator<Item = (K, Value, usize)>,
+) -> Result<Map<String, Value>, Stop> {
+    let mut map = Map::new();
+    for (key, value, at) in members {
+        insert_arg(&mut map, key.as_ref(), value, at)?;
+    }
+    Ok(map)
+}
+
+/// One block `open` … `close` holding one or more items, each read by `item` (given
+/// its offset). `what` names the block in messages, `item_name` what it holds.
+fn block<'a>(
+    r: &mut Reader<'a>,
+    open: &str,
+    close: &str,
+    what: &str,
+    item_name: &str,
+    item: impl FnMut(&mut Reader<'a>, usize) -> Result<(), Stop>,
+) -> Result<(), Stop> {
+    let block_at = r.pos;
+    r.expect(open, &format!("a {what}"))?;
+    if r.elements(close, &format!("the {what}"), item)? == 0 {
+        return Err(Stop::Bad(format!("byte {block_at}: a {what} with no {item_name}")));
+    }
+    Ok(())
+}
+
+/// Any number of [`block`]s in free text.
+fn blocks<'a>(
+    r: &mut Reader<'a>,
+    open: &str,
+    close: &str,
+    what: &str,
+    item_name: &str,
+    mut item: impl FnMut(&mut Reader<'a>, usize) -> Result<(), Stop>,
+) -> Result<(), Stop> {
+    while r.free_text(open)? {
+        block(r, open, close, what, item_name, &mut item)?;
+    }
     Ok(())
 }
 
@@ -1042,52 +1190,26 @@ fn mistral(r: &mut Reader<'_>) -> Result<(), Stop> {
         }
         r.expect(",", "`,` or `]` in the calls array")?;
     }
-    r.skip_ws();
-    if !r.at_end() {
-        return Err(r.bad(format!(
-            "text after the [TOOL_CALLS] array, which ends the message: {}",
-            snippet(r.rest())
-        )));
-    }
-    Ok(())
+    r.nothing_after("the [TOOL_CALLS] array, which ends the message")
 }
 
 /// Kimi K2 / K2.5 (`docs/tool_call_guidance.md`): sections
 /// `<|tool_calls_section_begin|>` … `<|tool_calls_section_end|>` in free text, each
 /// holding calls `<|tool_call_begin|>functions.NAME:INDEX<|tool_call_argument_begin|>{…}<|tool_call_end|>`.
 fn kimi_k2(r: &mut Reader<'_>) -> Result<(), Stop> {
-    const SECTION_BEGIN: &str = "<|tool_calls_section_begin|>";
-    const SECTION_END: &str = "<|tool_calls_section_end|>";
-    const CALL_BEGIN: &str = "<|tool_call_begin|>";
-    const ARGUMENT_BEGIN: &str = "<|tool_call_argument_begin|>";
-    const CALL_END: &str = "<|tool_call_end|>";
-    while r.free_text(SECTION_BEGIN)? {
-        let section_at = r.pos;
-        r.expect(SECTION_BEGIN, "a tool-calls section")?;
-        let mut count = 0;
-        loop {
-            r.skip_ws();
-            if r.eat(SECTION_END, "the tool-calls section")? {
-                break;
-            }
-            r.expect(CALL_BEGIN, "a call or the section's end")?;
-            r.skip_ws();
-            r.expect("functions.", "a call id `functions.NAME:INDEX`")?;
-            let name = r.run_of(name_char, "a function name")?;
-            r.expect(":", "a call id `functions.NAME:INDEX`")?;
-            r.digits("the call's index")?;
-            r.expect(ARGUMENT_BEGIN, "a call")?;
-            let args = r.json_object("the call's arguments")?;
-            r.skip_ws();
-            r.expect(CALL_END, "a call")?;
-            r.push_call(name, Value::Object(args));
-            count += 1;
-        }
-        if count == 0 {
-            return Err(Stop::Bad(format!("byte {section_at}: a tool-calls section with no call")));
-        }
-    }
-    Ok(())
+    let (open, close) = ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>");
+    blocks(r, open, close, "tool-calls section", "call", |r, _| {
+        r.expect("<|tool_call_begin|>", "a call or the section's end")?;
+        r.skip_ws();
+        r.expect("functions.", "a call id `functions.NAME:INDEX`")?;
+        let name = r.run_of(name_char, "a function name")?;
+        r.expect(":", "a call id `functions.NAME:INDEX`")?;
+        r.digits("the call's index")?;
+        r.expect("<|tool_call_argument_begin|>", "a call")?;
+        let args = r.json_arguments("<|tool_call_end|>", "a call")?;
+        r.push_call(name, args);
+        Ok(())
+    })
 }
 
 const DS_CALLS_BEGIN: &str = "<｜tool▁calls▁begin｜>";
@@ -1107,12 +1229,10 @@ fn deepseek_r1(r: &mut Reader<'_>) -> Result<(), Stop> {
         let name = r.run_of(name_char, "a function name")?;
         r.expect("\n", "a newline after the function name")?;
         r.expect("```json", "the arguments' ```json fence")?;
-        let args = r.json_object("the call's arguments")?;
-        r.skip_ws();
-        r.expect("```", "the arguments' closing fence")?;
+        let args = r.json_arguments("```", "the arguments' closing fence")?;
         r.skip_ws();
         r.expect(DS_CALL_END, "a call")?;
-        r.push_call(name, Value::Object(args));
+        r.push_call(name, args);
         Ok(())
     })
 }
@@ -1124,10 +1244,8 @@ fn deepseek_v3_1(r: &mut Reader<'_>) -> Result<(), Stop> {
         r.expect(DS_CALL_BEGIN, "a call or the section's end")?;
         let name = r.run_of(name_char, "a function name")?;
         r.expect(DS_SEP, "a call")?;
-        let args = r.json_object("the call's arguments")?;
-        r.skip_ws();
-        r.expect(DS_CALL_END, "a call")?;
-        r.push_call(name, Value::Object(args));
+        let args = r.json_arguments(DS_CALL_END, "a call")?;
+        r.push_call(name, args);
         Ok(())
     })
 }
@@ -1137,23 +1255,7 @@ fn deepseek_sections<'a>(
     r: &mut Reader<'a>,
     call: impl Fn(&mut Reader<'a>) -> Result<(), Stop>,
 ) -> Result<(), Stop> {
-    while r.free_text(DS_CALLS_BEGIN)? {
-        let section_at = r.pos;
-        r.expect(DS_CALLS_BEGIN, "a tool-calls section")?;
-        let mut count = 0;
-        loop {
-            r.skip_ws();
-            if r.eat(DS_CALLS_END, "the tool-calls section")? {
-                break;
-            }
-            call(&mut *r)?;
-            count += 1;
-        }
-        if count == 0 {
-            return Err(Stop::Bad(format!("byte {section_at}: a tool-calls section with no call")));
-        }
-    }
-    Ok(())
+    blocks(r, DS_CALLS_BEGIN, DS_CALLS_END, "tool-calls section", "call", |r, _| call(r))
 }
 
 /// Harmony (gpt-oss; OpenAI's harmony cookbook and the gpt-oss chat template). The prompt
@@ -1206,10 +1308,8 @@ fn harmony(r: &mut Reader<'_>) -> Result<(), Stop> {
         }
         match recipient {
             Some(to) => {
-                let args = r.json_object("the call's arguments")?;
-                r.skip_ws();
-                r.expect("<|call|>", "the call's end <|call|>")?;
-                r.push_call(to.strip_prefix("functions.").unwrap_or(to), Value::Object(args));
+                let args = r.json_arguments("<|call|>", "the call's end <|call|>")?;
+                r.push_call(to.strip_prefix("functions.").unwrap_or(to), args);
             }
             None => {
                 let (body, end) = r.until_any(ENDS, "a message")?;
@@ -1225,11 +1325,7 @@ fn harmony(r: &mut Reader<'_>) -> Result<(), Stop> {
                     r.content.push_str(body);
                 }
                 if end == "<|return|>" {
-                    r.skip_ws();
-                    if !r.at_end() {
-                        return Err(r.bad(format!("text after <|return|>: {}", snippet(r.rest()))));
-                    }
-                    return Ok(());
+                    return r.nothing_after("<|return|>");
                 }
             }
         }
@@ -1262,9 +1358,7 @@ fn gemma4(r: &mut Reader<'_>) -> Result<(), Stop> {
 const GEMMA_QUOTE: &str = "<|\"|>";
 
 fn gemma_value(r: &mut Reader<'_>, depth: usize) -> Result<Value, Stop> {
-    if depth > MAX_DEPTH {
-        return Err(r.bad("arguments nested too deep"));
-    }
+    r.check_depth(depth)?;
     r.skip_ws();
     if r.eat(GEMMA_QUOTE, "a <|\"|> string")? {
         return Ok(Value::String(r.take_until(GEMMA_QUOTE, "a <|\"|> string")?.to_string()));
@@ -1305,13 +1399,8 @@ fn gemma_number(r: &mut Reader<'_>) -> Result<Value, Stop> {
 }
 
 fn gemma_object(r: &mut Reader<'_>, depth: usize) -> Result<Value, Stop> {
-    r.expect("{", "`{`")?;
     let mut map = Map::new();
-    r.skip_ws();
-    if r.eat("}", "`}`")? {
-        return Ok(Value::Object(map));
-    }
-    loop {
+    gemma_list(r, "{", "}", |r| {
         r.skip_ws();
         let at = r.pos;
         let key = if r.eat(GEMMA_QUOTE, "a key")? {
@@ -1324,29 +1413,41 @@ fn gemma_object(r: &mut Reader<'_>, depth: usize) -> Result<Value, Stop> {
         r.skip_ws();
         r.expect(":", "`:` after a key")?;
         let value = gemma_value(r, depth)?;
-        insert_arg(&mut map, key, value, at)?;
-        r.skip_ws();
-        if r.eat("}", "`}`")? {
-            return Ok(Value::Object(map));
-        }
-        r.expect(",", "`,` or `}`")?;
-    }
+        insert_arg(&mut map, key, value, at)
+    })?;
+    Ok(Value::Object(map))
 }
 
 fn gemma_array(r: &mut Reader<'_>, depth: usize) -> Result<Value, Stop> {
-    r.expect("[", "`[`")?;
     let mut items = Vec::new();
+    gemma_list(r, "[", "]", |r| {
+        items.push(gemma_value(r, depth)?);
+        Ok(())
+    })?;
+    Ok(Value::Array(items))
+}
+
+/// `open`, then items read by `item` joined by `,`, then `close` (Gemma's `{…}` and
+/// `[…]`; whitespace around the items is free).
+fn gemma_list<'a>(
+    r: &mut Reader<'a>,
+    open: &str,
+    close: &str,
+    mut item: impl FnMut(&mut Reader<'a>) -> Result<(), Stop>,
+) -> Result<(), Stop> {
+    let close_what = format!("`{close}`");
+    r.expect(open, &format!("`{open}`"))?;
     r.skip_ws();
-    if r.eat("]", "`]`")? {
-        return Ok(Value::Array(items));
+    if r.eat(close, &close_what)? {
+        return Ok(());
     }
     loop {
-        items.push(gemma_value(r, depth)?);
+        item(&mut *r)?;
         r.skip_ws();
-        if r.eat("]", "`]`")? {
-            return Ok(Value::Array(items));
+        if r.eat(close, &close_what)? {
+            return Ok(());
         }
-        r.expect(",", "`,` or `]`")?;
+        r.expect(",", &format!("`,` or {close_what}"))?;
     }
 }
 
@@ -1362,23 +1463,12 @@ fn qwen_xml_calls(r: &mut Reader<'_>) -> Result<(), Stop> {
     while r.free_text("<tool_call>")? {
         r.expect("<tool_call>", "a <tool_call> block")?;
         r.skip_ws();
-        r.expect("<function=", "a <function=NAME> tag")?;
-        let name = r.run_of(name_char, "a function name")?;
-        r.expect(">", "a <function=NAME> tag")?;
-        let mut args = Map::new();
-        loop {
-            r.skip_ws();
-            if r.eat("</function>", "</function>")? {
-                break;
-            }
-            let at = r.pos;
-            r.expect("<parameter=", "a <parameter=KEY> tag or </function>")?;
-            let key = r.run_of(key_char, "a parameter name")?;
-            r.expect(">", "a <parameter=KEY> tag")?;
-            let body = r.take_until("</parameter>", "a parameter value")?;
-            let value = untyped_scalar(strip_newlines(body), r.arg_schema(name, key));
-            insert_arg(&mut args, key, value, at)?;
-        }
+        let name = r.function_tag(("<function=", "a <function=NAME> tag"), (">", "a <function=NAME> tag"))?;
+        let args = r.arg_list("</function>", "</function>", |r, _| {
+            let tag = ("<parameter=", "a <parameter=KEY> tag or </function>");
+            let (key, body) = r.parameter(tag, (">", "a <parameter=KEY> tag"))?;
+            Ok((key, untyped_scalar(strip_newlines(body), r.arg_schema(name, key))))
+        })?;
         r.skip_ws();
         r.expect("</tool_call>", "a <tool_call> block")?;
         r.push_call(name, Value::Object(args));
@@ -1394,13 +1484,7 @@ fn glm(r: &mut Reader<'_>) -> Result<(), Stop> {
         r.expect("<tool_call>", "a <tool_call> block")?;
         r.skip_ws();
         let name = r.run_of(name_char, "a function name")?;
-        let mut args = Map::new();
-        loop {
-            r.skip_ws();
-            if r.eat("</tool_call>", "</tool_call>")? {
-                break;
-            }
-            let at = r.pos;
+        let args = r.arg_list("</tool_call>", "</tool_call>", |r, at| {
             r.expect("<arg_key>", "<arg_key> or </tool_call>")?;
             let key = r.take_until("</arg_key>", "an argument name")?;
             if key.is_empty() || key.contains(['<', '>']) {
@@ -1409,9 +1493,8 @@ fn glm(r: &mut Reader<'_>) -> Result<(), Stop> {
             r.skip_ws();
             r.expect("<arg_value>", "<arg_value>")?;
             let body = r.take_until("</arg_value>", "an argument value")?;
-            let value = untyped_scalar(body, r.arg_schema(name, key));
-            insert_arg(&mut args, key, value, at)?;
-        }
+            Ok((key, untyped_scalar(body, r.arg_schema(name, key))))
+        })?;
         r.push_call(name, Value::Object(args));
     }
     Ok(())
@@ -1421,42 +1504,18 @@ fn glm(r: &mut Reader<'_>) -> Result<(), Stop> {
 /// `<minimax:tool_call>\n<invoke name="NAME">\n<parameter name="KEY">VALUE</parameter>\n</invoke>\n…</minimax:tool_call>`.
 /// Values carry no type.
 fn minimax_m2(r: &mut Reader<'_>) -> Result<(), Stop> {
-    const OPEN: &str = "<minimax:tool_call>";
-    const CLOSE: &str = "</minimax:tool_call>";
-    while r.free_text(OPEN)? {
-        let block_at = r.pos;
-        r.expect(OPEN, "a <minimax:tool_call> block")?;
-        let mut count = 0;
-        loop {
-            r.skip_ws();
-            if r.eat(CLOSE, "the <minimax:tool_call> block")? {
-                break;
-            }
-            r.expect("<invoke name=\"", "an <invoke> or </minimax:tool_call>")?;
-            let name = r.run_of(name_char, "a function name")?;
-            r.expect("\">", "an <invoke name=\"…\"> tag")?;
-            let mut args = Map::new();
-            loop {
-                r.skip_ws();
-                if r.eat("</invoke>", "</invoke>")? {
-                    break;
-                }
-                let at = r.pos;
-                r.expect("<parameter name=\"", "a <parameter> or </invoke>")?;
-                let key = r.run_of(key_char, "a parameter name")?;
-                r.expect("\">", "a <parameter name=\"…\"> tag")?;
-                let body = r.take_until("</parameter>", "a parameter value")?;
-                let value = untyped_scalar(body, r.arg_schema(name, key));
-                insert_arg(&mut args, key, value, at)?;
-            }
-            r.push_call(name, Value::Object(args));
-            count += 1;
-        }
-        if count == 0 {
-            return Err(Stop::Bad(format!("byte {block_at}: a <minimax:tool_call> block with no call")));
-        }
-    }
-    Ok(())
+    let (open, close) = ("<minimax:tool_call>", "</minimax:tool_call>");
+    blocks(r, open, close, "<minimax:tool_call> block", "call", |r, _| {
+        let tag = ("<invoke name=\"", "an <invoke> or </minimax:tool_call>");
+        let name = r.function_tag(tag, ("\">", "an <invoke name=\"…\"> tag"))?;
+        let args = r.arg_list("</invoke>", "</invoke>", |r, _| {
+            let tag = ("<parameter name=\"", "a <parameter> or </invoke>");
+            let (key, body) = r.parameter(tag, ("\">", "a <parameter name=\"…\"> tag"))?;
+            Ok((key, untyped_scalar(body, r.arg_schema(name, key))))
+        })?;
+        r.push_call(name, Value::Object(args));
+        Ok(())
+    })
 }
 
 /// The DSML tag names of one DeepSeek generation.
@@ -1487,52 +1546,34 @@ fn dsml(r: &mut Reader<'_>, names: &Dsml) -> Result<(), Stop> {
     let invoke_close = format!("</｜DSML｜{}>", names.invoke);
     let param_open = format!("<｜DSML｜{} name=\"", names.parameter);
     let param_close = format!("</｜DSML｜{}>", names.parameter);
-    while r.free_text(&open)? {
-        let block_at = r.pos;
-        r.expect(&open, "a DSML calls block")?;
-        let mut count = 0;
-        loop {
-            r.skip_ws();
-            if r.eat(&close, "the DSML calls block")? {
-                break;
-            }
-            r.expect(&invoke_open, "an invoke or the calls block's end")?;
-            let name = r.run_of(name_char, "a function name")?;
-            r.expect("\">", "an invoke tag")?;
-            let mut args = Map::new();
-            loop {
-                r.skip_ws();
-                if r.eat(&invoke_close, "the invoke's end")? {
-                    break;
-                }
-                let at = r.pos;
-                r.expect(&param_open, "a parameter or the invoke's end")?;
-                let key = r.run_of(key_char, "a parameter name")?;
-                r.expect("\" string=\"", "a parameter's string attribute")?;
-                let is_string = if r.eat("true\">", "a parameter tag")? {
-                    true
-                } else if r.eat("false\">", "a parameter tag")? {
-                    false
-                } else {
-                    return Err(r.fail("string=\"true\" or string=\"false\""));
-                };
-                let body_at = r.pos;
-                let value = match r.body_until(&param_close) {
-                    Some(body) if is_string => Value::String(body.to_string()),
-                    Some(body) => json_body(body, body_at, "a string=\"false\" parameter")?,
-                    None if is_string => return Err(r.cut("a parameter value")),
-                    None => return Err(r.json_tail(&param_close, "a string=\"false\" parameter")),
-                };
-                insert_arg(&mut args, key, value, at)?;
-            }
-            r.push_call(name, Value::Object(args));
-            count += 1;
-        }
-        if count == 0 {
-            return Err(Stop::Bad(format!("byte {block_at}: a DSML calls block with no invoke")));
-        }
-    }
-    Ok(())
+    blocks(r, &open, &close, "DSML calls block", "invoke", |r, _| {
+        let name = r.function_tag(
+            (invoke_open.as_str(), "an invoke or the calls block's end"),
+            ("\">", "an invoke tag"),
+        )?;
+        let args = r.arg_list(&invoke_close, "the invoke's end", |r, _| {
+            r.expect(&param_open, "a parameter or the invoke's end")?;
+            let key = r.run_of(key_char, "a parameter name")?;
+            r.expect("\" string=\"", "a parameter's string attribute")?;
+            let is_string = if r.eat("true\">", "a parameter tag")? {
+                true
+            } else if r.eat("false\">", "a parameter tag")? {
+                false
+            } else {
+                return Err(r.fail("string=\"true\" or string=\"false\""));
+            };
+            let body_at = r.pos;
+            let value = match r.body_until(&param_close) {
+                Some(body) if is_string => Value::String(body.to_string()),
+                Some(body) => json_body(body, body_at, "a string=\"false\" parameter")?,
+                None if is_string => return Err(r.cut("a parameter value")),
+                None => return Err(r.json_tail(&param_close, "a string=\"false\" parameter")),
+            };
+            Ok((key, value))
+        })?;
+        r.push_call(name, Value::Object(args));
+        Ok(())
+    })
 }
 
 /// Kimi K3 (XTML; vLLM `kimi_k3`): the prompt opens the first block, so the output is
@@ -1568,54 +1609,33 @@ fn kimi_k3(r: &mut Reader<'_>) -> Result<(), Stop> {
         r.eat(RESPONSE_OPEN, "the response block")?;
     }
     let response_at = r.pos;
-    match r.body_until(RESPONSE_CLOSE) {
-        Some(body) => {
-            if has_marker(body) {
-                return Err(Stop::Bad(format!(
-                    "byte {response_at}: a block marker inside the response block"
-                )));
-            }
-            r.content.push_str(body);
-        }
+    // A response cut off before its closing marker holds the text up to the cut.
+    let (body, closed) = match r.body_until(RESPONSE_CLOSE) {
+        Some(body) => (body, true),
         None => {
             let rest = r.rest();
-            let body = &rest[..rest.len() - partial_suffix_len(rest, RESPONSE_CLOSE)];
-            if has_marker(body) {
-                return Err(Stop::Bad(format!(
-                    "byte {response_at}: a block marker inside the response block"
-                )));
-            }
-            r.content.push_str(body);
-            return Err(r.cut("the response block"));
+            (&rest[..rest.len() - partial_suffix_len(rest, RESPONSE_CLOSE)], false)
         }
+    };
+    if has_marker(body) {
+        return Err(Stop::Bad(format!("byte {response_at}: a block marker inside the response block")));
+    }
+    r.content.push_str(body);
+    if !closed {
+        return Err(r.cut("the response block"));
     }
     r.skip_ws();
     if r.eat(TOOLS_OPEN, "the tools block")? {
         let tools_at = r.pos;
-        let mut count = 0;
-        loop {
-            r.skip_ws();
-            if r.eat(TOOLS_CLOSE, "the tools block")? {
-                break;
-            }
-            let call_at = r.pos;
+        let count = r.elements(TOOLS_CLOSE, "the tools block", |r, call_at| {
             r.expect("<|open|>call ", "a call block or the tools block's end")?;
             let attrs = r.attributes("<|sep|>", "a call's attributes")?;
-            let name = match attr(&attrs, "tool") {
-                Some(n) if !n.is_empty() => n.to_string(),
-                _ => return Err(Stop::Bad(format!("byte {call_at}: a call block without a tool name"))),
-            };
+            let name = nonempty_attr(&attrs, "tool", call_at, "a call block without a tool name")?;
             if !attr(&attrs, "index").is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
             {
                 return Err(Stop::Bad(format!("byte {call_at}: a call block without a numeric index")));
             }
-            let mut args = Map::new();
-            loop {
-                r.skip_ws();
-                if r.eat(CALL_CLOSE, "the call block")? {
-                    break;
-                }
-                let at = r.pos;
+            let args = r.arg_list(CALL_CLOSE, "the call block", |r, at| {
                 r.expect("<|open|>argument ", "an argument block or the call's end")?;
                 let attrs = r.attributes("<|sep|>", "an argument's attributes")?;
                 let (Some(key), Some(ty)) = (attr(&attrs, "key"), attr(&attrs, "type")) else {
@@ -1627,22 +1647,18 @@ fn kimi_k3(r: &mut Reader<'_>) -> Result<(), Stop> {
                     None if ty == "string" => return Err(r.cut("an argument value")),
                     None => return Err(r.json_tail(ARG_CLOSE, "a typed argument value")),
                 };
-                insert_arg(&mut args, key, value, at)?;
-            }
+                Ok((key.to_string(), value))
+            })?;
             r.push_call(&name, Value::Object(args));
-            count += 1;
-        }
+            Ok(())
+        })?;
         if count == 0 {
             return Err(Stop::Bad(format!("byte {tools_at}: a tools block with no call")));
         }
         r.skip_ws();
     }
     r.expect(MESSAGE_CLOSE, "the message's end <|close|>message<|sep|>")?;
-    r.skip_ws();
-    if !r.at_end() {
-        return Err(r.bad(format!("text after the message's end: {}", snippet(r.rest()))));
-    }
-    Ok(())
+    r.nothing_after("the message's end")
 }
 
 /// A Kimi K3 argument value of declared type `ty`.
@@ -1680,37 +1696,15 @@ fn minimax_m3(r: &mut Reader<'_>) -> Result<(), Stop> {
     if !r.free_text(&open)? {
         return Ok(());
     }
-    let block_at = r.pos;
-    r.expect(&open, "the tool-call block")?;
-    let mut count = 0;
-    loop {
-        r.skip_ws();
-        if r.eat(&close, "the tool-call block")? {
-            break;
-        }
-        r.expect(&invoke_open, "an invoke or the block's end")?;
-        let name = r.run_of(name_char, "a function name")?;
-        r.expect("\">", "an invoke tag")?;
+    block(r, &open, &close, "tool-call block", "invoke", |r, _| {
+        let name =
+            r.function_tag((invoke_open.as_str(), "an invoke or the block's end"), ("\">", "an invoke tag"))?;
         let schema = r.tool_schema(name);
-        let members = m3_members(r, schema, &invoke_close, 0)?;
-        let mut args = Map::new();
-        for (key, value, at) in members {
-            insert_arg(&mut args, key, value, at)?;
-        }
+        let args = object_of(m3_members(r, schema, &invoke_close, 0)?)?;
         r.push_call(name, Value::Object(args));
-        count += 1;
-    }
-    if count == 0 {
-        return Err(Stop::Bad(format!("byte {block_at}: a tool-call block with no invoke")));
-    }
-    r.skip_ws();
-    if !r.at_end() {
-        return Err(r.bad(format!(
-            "text after the tool-call block (MiniMax M3 writes one block, which ends the message): {}",
-            snippet(r.rest())
-        )));
-    }
-    Ok(())
+        Ok(())
+    })?;
+    r.nothing_after("the tool-call block (MiniMax M3 writes one block, which ends the message)")
 }
 
 /// Elements `NS<KEY>…NS</KEY>` up to `close` (consumed), with their offsets. `schema` is
@@ -1725,12 +1719,7 @@ fn m3_members<'a>(
         schema.and_then(schema_types).is_some_and(|t| t.contains(&"array") && !t.contains(&"object"));
     let open = format!("{M3_NS}<");
     let mut out = Vec::new();
-    loop {
-        r.skip_ws();
-        if r.eat(close, "an element's end")? {
-            return Ok(out);
-        }
-        let at = r.pos;
+    r.elements(close, "an element's end", |r, at| {
         r.expect(&open, "an element or the enclosing element's end")?;
         if r.looking_at("/") {
             return Err(Stop::Bad(format!("byte {at}: a closing tag that closes no open element")));
@@ -1740,7 +1729,9 @@ fn m3_members<'a>(
         let child = if in_array { items_schema(schema) } else { member_schema(schema, key) };
         let value = m3_value(r, key, child, depth + 1)?;
         out.push((key, value, at));
-    }
+        Ok(())
+    })?;
+    Ok(out)
 }
 
 /// The value of element `key` (its opening tag read), up to and including its closing
@@ -1751,9 +1742,7 @@ fn m3_value<'a>(
     schema: Option<&'a Value>,
     depth: usize,
 ) -> Result<Value, Stop> {
-    if depth > MAX_DEPTH {
-        return Err(r.bad("arguments nested too deep"));
-    }
+    r.check_depth(depth)?;
     let close = format!("{M3_NS}</{key}>");
     let open_child = format!("{M3_NS}<");
     let start = r.pos;
@@ -1768,11 +1757,7 @@ fn m3_value<'a>(
         if as_array {
             return Ok(Value::Array(members.into_iter().map(|(_, v, _)| v).collect()));
         }
-        let mut map = Map::new();
-        for (k, v, at) in members {
-            insert_arg(&mut map, k, v, at)?;
-        }
-        return Ok(Value::Object(map));
+        return Ok(Value::Object(object_of(members)?));
     }
     // A scalar: text up to the next namespace marker, which must close this element.
     r.pos = start;
@@ -1793,40 +1778,25 @@ fn m3_value<'a>(
 /// `<|START_THINKING|>…<|END_THINKING|>`. Raw text is taken as written (no XML entity
 /// decoding, as grammask's grammar writes none).
 fn cohere(r: &mut Reader<'_>) -> Result<(), Stop> {
-    const OPEN: &str = "<cofl:tool_calls>";
-    const CLOSE: &str = "</cofl:tool_calls>";
-    while r.free_text(OPEN)? {
-        let block_at = r.pos;
-        r.expect(OPEN, "a <cofl:tool_calls> block")?;
-        let mut count = 0;
-        loop {
-            r.skip_ws();
-            if r.eat(CLOSE, "the <cofl:tool_calls> block")? {
-                break;
-            }
-            let call_at = r.pos;
-            r.expect("<cofl:tool_call ", "a <cofl:tool_call> or </cofl:tool_calls>")?;
-            let attrs = r.attributes(">", "a call's attributes")?;
-            let name = match attr(&attrs, "name") {
-                Some(n) if !n.is_empty() => n.to_string(),
-                _ => return Err(Stop::Bad(format!("byte {call_at}: a <cofl:tool_call> without a name"))),
-            };
-            if attr(&attrs, "id").is_none() {
-                return Err(Stop::Bad(format!("byte {call_at}: a <cofl:tool_call> without an id")));
-            }
-            let members = cohere_values(r, true, "</cofl:tool_call>", 0)?;
-            let mut args = Map::new();
-            for (key, value, at) in members {
-                insert_arg(&mut args, key.as_deref().unwrap_or_default(), value, at)?;
-            }
-            r.push_call(&name, Value::Object(args));
-            count += 1;
+    let (open, close) = ("<cofl:tool_calls>", "</cofl:tool_calls>");
+    blocks(r, open, close, "<cofl:tool_calls> block", "call", |r, call_at| {
+        r.expect("<cofl:tool_call ", "a <cofl:tool_call> or </cofl:tool_calls>")?;
+        let attrs = r.attributes(">", "a call's attributes")?;
+        let name = nonempty_attr(&attrs, "name", call_at, "a <cofl:tool_call> without a name")?;
+        if attr(&attrs, "id").is_none() {
+            return Err(Stop::Bad(format!("byte {call_at}: a <cofl:tool_call> without an id")));
         }
-        if count == 0 {
-            return Err(Stop::Bad(format!("byte {block_at}: a <cofl:tool_calls> block with no call")));
-        }
-    }
-    Ok(())
+        let args = cohere_object(r, "</cofl:tool_call>", 0)?;
+        r.push_call(&name, Value::Object(args));
+        Ok(())
+    })
+}
+
+/// Named `<cofl:value>` elements up to `close` (consumed) as an object: a call's
+/// arguments or a `dict`.
+fn cohere_object(r: &mut Reader<'_>, close: &str, depth: usize) -> Result<Map<String, Value>, Stop> {
+    let members = cohere_values(r, true, close, depth)?;
+    object_of(members.into_iter().map(|(key, value, at)| (key.unwrap_or_default(), value, at)))
 }
 
 /// `<cofl:value>` elements up to `close` (consumed): named ones (`named`: a call's
@@ -1838,16 +1808,9 @@ fn cohere_values(
     depth: usize,
 ) -> Result<Vec<(Option<String>, Value, usize)>, Stop> {
     const VALUE_CLOSE: &str = "</cofl:value>";
-    if depth > MAX_DEPTH {
-        return Err(r.bad("arguments nested too deep"));
-    }
+    r.check_depth(depth)?;
     let mut out = Vec::new();
-    loop {
-        r.skip_ws();
-        if r.eat(close, "an element's end")? {
-            return Ok(out);
-        }
-        let at = r.pos;
+    r.elements(close, "an element's end", |r, at| {
         r.expect("<cofl:value ", "a <cofl:value> element or the enclosing element's end")?;
         let attrs = r.attributes(">", "a value's attributes")?;
         let key = attr(&attrs, "name").map(str::to_string);
@@ -1862,14 +1825,7 @@ fn cohere_values(
                 Some(body) => json_body(body, body_at, "a json value")?,
                 None => return Err(r.json_tail(VALUE_CLOSE, "a json value")),
             },
-            "dict" => {
-                let members = cohere_values(r, true, VALUE_CLOSE, depth + 1)?;
-                let mut map = Map::new();
-                for (k, v, member_at) in members {
-                    insert_arg(&mut map, k.as_deref().unwrap_or_default(), v, member_at)?;
-                }
-                Value::Object(map)
-            }
+            "dict" => Value::Object(cohere_object(r, VALUE_CLOSE, depth + 1)?),
             "list" => {
                 let items = cohere_values(r, false, VALUE_CLOSE, depth + 1)?;
                 Value::Array(items.into_iter().map(|(_, v, _)| v).collect())
@@ -1877,7 +1833,9 @@ fn cohere_values(
             other => return Err(Stop::Bad(format!("byte {at}: unknown value type {other:?}"))),
         };
         out.push((key, value, at));
-    }
+        Ok(())
+    })?;
+    Ok(out)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1921,6 +1879,24 @@ mod tests {
     fn assert_two(out: &ReadOutput) {
         let calls: Vec<(&str, &Value)> = out.calls.iter().map(|c| (c.name.as_str(), &c.arguments)).collect();
         assert_eq!(calls, vec![("get_weather", &weather()), ("convert_currency", &convert())], "{out:?}");
+    }
+
+    /// A complete output holding the two test calls, with `content` beside them.
+    fn ok_two(family: Family, text: &str, content: &str) {
+        let out = ok(family, text);
+        assert_two(&out);
+        assert_eq!(out.content, content);
+    }
+
+    /// A family's usual checks: `text` holds the two test calls beside "Checking.", each
+    /// of `broken` is refused as a complete output, and `cut_off`, cut off, closed the
+    /// first call.
+    fn check(family: Family, text: &str, broken: &[&str], cut_off: &str) {
+        ok_two(family, text, "Checking.");
+        for b in broken {
+            bad(family, b, true);
+        }
+        assert_first(&cut(family, cut_off));
     }
 
     /// The one call every cut-off test output closed.
@@ -1979,15 +1955,13 @@ mod tests {
     #[test]
     fn hermes_qwen3_exaone() {
         let two = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Lyon\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"convert_currency\", \"arguments\": {\"amount\": 20, \"from\": \"EUR\", \"to\": \"USD\"}}\n</tool_call>";
-        let out = ok(Family::Hermes, &format!("Let me check.\n{two}"));
-        assert_two(&out);
-        assert_eq!(out.content, "Let me check.");
-        let out = ok(Family::Qwen3, &format!("I should call both.</think>\n\nLet me check.\n{two}"));
-        assert_two(&out);
-        assert_eq!(out.content, "Let me check.");
-        let out = ok(Family::Qwen3, &format!("<think>\nhmm\n</think>\n\n{two}"));
-        assert_two(&out);
-        assert_eq!(out.content, "");
+        ok_two(Family::Hermes, &format!("Let me check.\n{two}"), "Let me check.");
+        ok_two(
+            Family::Qwen3,
+            &format!("I should call both.</think>\n\nLet me check.\n{two}"),
+            "Let me check.",
+        );
+        ok_two(Family::Qwen3, &format!("<think>\nhmm\n</think>\n\n{two}"), "");
         let exaone = "<think>\nok\n</think>\n\nSure<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Lyon\"}}</tool_call><tool_call>{\"name\": \"convert_currency\", \"arguments\": {\"amount\": 20, \"from\": \"EUR\", \"to\": \"USD\"}}</tool_call>";
         assert_two(&ok(Family::Exaone, exaone));
 
@@ -2014,9 +1988,7 @@ mod tests {
     fn qwen_xml() {
         let two = "<tool_call>\n<function=get_weather>\n<parameter=city>\nLyon\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=convert_currency>\n<parameter=amount>\n20\n</parameter>\n<parameter=from>\nEUR\n</parameter>\n<parameter=to>\nUSD\n</parameter>\n</function>\n</tool_call>";
         for f in [Family::Qwen3Coder, Family::Qwen3_5] {
-            let out = ok(f, &format!("reasoning</think>\n\nChecking.\n{two}"));
-            assert_two(&out);
-            assert_eq!(out.content, "Checking.");
+            ok_two(f, &format!("reasoning</think>\n\nChecking.\n{two}"), "Checking.");
             bad(
                 f,
                 "<tool_call>\n<function=get_weather>\n<parameter=city>\nLyon\n</function>\n</tool_call>",
@@ -2027,9 +1999,7 @@ mod tests {
             assert_first(&out);
         }
         let mimo = "Checking.<tool_call><function=get_weather><parameter=city>Lyon</parameter></function></tool_call><tool_call><function=convert_currency><parameter=amount>20</parameter><parameter=from>EUR</parameter><parameter=to>USD</parameter></function></tool_call>";
-        let out = ok(Family::Mimo, mimo);
-        assert_two(&out);
-        assert_eq!(out.content, "Checking.");
+        ok_two(Family::Mimo, mimo, "Checking.");
         bad(
             Family::Mimo,
             "<tool_call><function=get_weather><parameter=city>Lyon</parameter></tool_call>",
@@ -2051,26 +2021,22 @@ mod tests {
 
     #[test]
     fn glm() {
-        let f = Family::Glm4_7;
         let text = "thinking</think>Checking.<tool_call>get_weather<arg_key>city</arg_key><arg_value>Lyon</arg_value></tool_call><tool_call>convert_currency<arg_key>amount</arg_key><arg_value>20</arg_value><arg_key>from</arg_key><arg_value>EUR</arg_value><arg_key>to</arg_key><arg_value>USD</arg_value></tool_call>";
-        let out = ok(f, text);
-        assert_two(&out);
-        assert_eq!(out.content, "Checking.");
-        bad(f, "<tool_call>get_weather<arg_key>city</arg_key>Lyon</tool_call>", true);
-        bad(f, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Lyon</arg_value>", true);
-        assert_first(&cut(f, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Lyon</arg_value></tool_call><tool_call>convert_currency<arg_key>amo"));
+        let broken = [
+            "<tool_call>get_weather<arg_key>city</arg_key>Lyon</tool_call>",
+            "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Lyon</arg_value>",
+        ];
+        check(Family::Glm4_7, text, &broken, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Lyon</arg_value></tool_call><tool_call>convert_currency<arg_key>amo");
     }
 
     #[test]
     fn minimax() {
-        let f = Family::Minimax;
         let text = "thinking</think>\n\nChecking.\n<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Lyon</parameter>\n</invoke>\n<invoke name=\"convert_currency\">\n<parameter name=\"amount\">20</parameter>\n<parameter name=\"from\">EUR</parameter>\n<parameter name=\"to\">USD</parameter>\n</invoke>\n</minimax:tool_call>";
-        let out = ok(f, text);
-        assert_two(&out);
-        assert_eq!(out.content, "Checking.");
-        bad(f, "<minimax:tool_call>\n</minimax:tool_call>", true);
-        bad(f, "<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Lyon</parameter>\n</minimax:tool_call>", true);
-        assert_first(&cut(f, &text[..text.len() - 60]));
+        let broken = [
+            "<minimax:tool_call>\n</minimax:tool_call>",
+            "<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Lyon</parameter>\n</minimax:tool_call>",
+        ];
+        check(Family::Minimax, text, &broken, &text[..text.len() - 60]);
     }
 
     #[test]
@@ -2080,9 +2046,7 @@ mod tests {
         let text = format!(
             "<mm:think>plan</mm:think>Checking.{ns}<tool_call>\n{ns}<invoke name=\"get_weather\">{ns}<city>Lyon{ns}</city>{ns}</invoke>\n{ns}<invoke name=\"convert_currency\">{ns}<amount>20{ns}</amount>{ns}<from>EUR{ns}</from>{ns}<to>USD{ns}</to>{ns}</invoke>\n{ns}</tool_call>"
         );
-        let out = ok(f, &text);
-        assert_two(&out);
-        assert_eq!(out.content, "Checking.");
+        ok_two(f, &text, "Checking.");
         let nested = format!(
             "{ns}<tool_call>\n{ns}<invoke name=\"f\">{ns}<filters>{ns}<tags>{ns}<item>a{ns}</item>{ns}<item>b{ns}</item>{ns}</tags>{ns}<fresh>true{ns}</fresh>{ns}</filters>{ns}</invoke>\n{ns}</tool_call>"
         );
@@ -2103,15 +2067,12 @@ mod tests {
 
     #[test]
     fn kimi_k2() {
-        let f = Family::Kimi;
         let text = "plan</think>Checking.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{\"city\": \"Lyon\"}<|tool_call_end|><|tool_call_begin|>functions.convert_currency:1<|tool_call_argument_begin|>{\"amount\": 20, \"from\": \"EUR\", \"to\": \"USD\"}<|tool_call_end|><|tool_calls_section_end|>";
-        let out = ok(f, text);
-        assert_two(&out);
-        assert_eq!(out.content, "Checking.");
-        bad(f, "<|tool_calls_section_begin|><|tool_call_begin|>get_weather:0<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>", true);
-        bad(f, "<|tool_calls_section_begin|><|tool_calls_section_end|>", true);
-        let out = cut(f, "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{\"city\": \"Lyon\"}<|tool_call_end|><|tool_call_begin|>functions.convert_currency:1<|tool_call_argument_begin|>{\"amount\": 2");
-        assert_first(&out);
+        let broken = [
+            "<|tool_calls_section_begin|><|tool_call_begin|>get_weather:0<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
+            "<|tool_calls_section_begin|><|tool_calls_section_end|>",
+        ];
+        check(Family::Kimi, text, &broken, "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{\"city\": \"Lyon\"}<|tool_call_end|><|tool_call_begin|>functions.convert_currency:1<|tool_call_argument_begin|>{\"amount\": 2");
     }
 
     #[test]
@@ -2119,9 +2080,7 @@ mod tests {
         let f = Family::KimiK3;
         let tools = "<|open|>tools<|sep|><|open|>call tool=\"get_weather\" index=\"1\"<|sep|><|open|>argument key=\"city\" type=\"string\"<|sep|>Lyon<|close|>argument<|sep|><|close|>call<|sep|><|open|>call tool=\"convert_currency\" index=\"2\"<|sep|><|open|>argument key=\"amount\" type=\"number\"<|sep|>20<|close|>argument<|sep|><|open|>argument key=\"from\" type=\"string\"<|sep|>EUR<|close|>argument<|sep|><|open|>argument key=\"to\" type=\"string\"<|sep|>USD<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>";
         let text = format!("plan<|close|>think<|sep|><|open|>response<|sep|>Checking.<|close|>response<|sep|>{tools}<|close|>message<|sep|>");
-        let out = ok(f, &text);
-        assert_two(&out);
-        assert_eq!(out.content, "Checking.");
+        ok_two(f, &text, "Checking.");
         // Reasoning disabled: the output starts inside the response block.
         let out = ok(f, &format!("Checking.<|close|>response<|sep|>{tools}<|close|>message<|sep|>"));
         assert_two(&out);
@@ -2140,9 +2099,7 @@ mod tests {
         let f = Family::DeepseekR1;
         let a = ds_call_r1("get_weather", "{\"city\": \"Lyon\"}");
         let b = ds_call_r1("convert_currency", "{\"amount\": 20, \"from\": \"EUR\", \"to\": \"USD\"}");
-        let out = ok(f, &format!("plan</think>\n\nChecking.{DS_CALLS_BEGIN}{a}\n{b}{DS_CALLS_END}"));
-        assert_two(&out);
-        assert_eq!(out.content, "Checking.");
+        ok_two(f, &format!("plan</think>\n\nChecking.{DS_CALLS_BEGIN}{a}\n{b}{DS_CALLS_END}"), "Checking.");
         bad(f, &format!("{DS_CALLS_BEGIN}{DS_CALL_BEGIN}function{DS_SEP}get_weather\n{{\"city\": \"Lyon\"}}{DS_CALL_END}{DS_CALLS_END}"), true);
         bad(f, &format!("{DS_CALLS_BEGIN}{a}"), true);
         assert_first(&cut(f, &format!("{DS_CALLS_BEGIN}{a}\n{}", &b[..b.len() - 20])));
@@ -2153,9 +2110,7 @@ mod tests {
         let f = Family::DeepseekV3_1;
         let a = format!("{DS_CALL_BEGIN}get_weather{DS_SEP}{{\"city\": \"Lyon\"}}{DS_CALL_END}");
         let b = format!("{DS_CALL_BEGIN}convert_currency{DS_SEP}{{\"amount\": 20, \"from\": \"EUR\", \"to\": \"USD\"}}{DS_CALL_END}");
-        let out = ok(f, &format!("plan</think>Checking.{DS_CALLS_BEGIN}{a}{b}{DS_CALLS_END}"));
-        assert_two(&out);
-        assert_eq!(out.content, "Checking.");
+        ok_two(f, &format!("plan</think>Checking.{DS_CALLS_BEGIN}{a}{b}{DS_CALLS_END}"), "Checking.");
         bad(
             f,
             &format!("{DS_CALLS_BEGIN}{DS_CALL_BEGIN}get_weather{DS_SEP}[1]{DS_CALL_END}{DS_CALLS_END}"),
@@ -2187,9 +2142,7 @@ mod tests {
             (Family::DeepseekV4_1, &DSML_V4_1),
         ] {
             let text = dsml_text(names);
-            let out = ok(f, &text);
-            assert_two(&out);
-            assert_eq!(out.content, "Checking.");
+            ok_two(f, &text, "Checking.");
             // A raw string marked as JSON.
             bad(f, &text.replace("string=\"true\">Lyon", "string=\"false\">Lyon"), true);
             // Cut inside a JSON-typed value: fine while it is a JSON prefix.
@@ -2204,9 +2157,7 @@ mod tests {
     fn harmony() {
         let f = Family::Harmony;
         let text = "<|channel|>analysis<|message|>Need both.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Lyon\"}<|call|><|start|>assistant to=functions.convert_currency<|channel|>commentary json<|message|>{\"amount\": 20, \"from\": \"EUR\", \"to\": \"USD\"}<|call|><|start|>assistant<|channel|>final<|message|>Done.<|return|>";
-        let out = ok(f, text);
-        assert_two(&out);
-        assert_eq!(out.content, "Done.");
+        ok_two(f, text, "Done.");
         // grammask's spelling, no space before <|constrain|>.
         let out = ok(f, "<|channel|>commentary to=functions.get_weather<|constrain|>json<|message|>{\"city\": \"Lyon\"}<|call|>");
         assert_first(&out);
@@ -2253,9 +2204,7 @@ mod tests {
     fn gemma4() {
         let f = Family::Gemma4;
         let text = "<|channel>thought\nplan<channel|>Checking.<|tool_call>call:get_weather{city:<|\"|>Lyon<|\"|>}<tool_call|><|tool_call>call:convert_currency{amount:20,from:<|\"|>EUR<|\"|>,to:<|\"|>USD<|\"|>}<tool_call|>";
-        let out = ok(f, text);
-        assert_two(&out);
-        assert_eq!(out.content, "Checking.");
+        ok_two(f, text, "Checking.");
         let nested = "<|tool_call>call:f{a:[1,<|\"|>x<|\"|>,{b:null}],c:true}<tool_call|>";
         assert_eq!(ok(f, nested).calls[0].arguments, json!({"a": [1, "x", {"b": null}], "c": true}));
         // Plain JSON arguments (what grammask's preset writes) are not Gemma 4's syntax.
@@ -2270,23 +2219,20 @@ mod tests {
     fn cohere() {
         let f = Family::Cohere;
         let text = "plan<|END_THINKING|>Checking.<cofl:tool_calls><cofl:tool_call id=\"0\" name=\"get_weather\"><cofl:value name=\"city\" type=\"raw\">Lyon</cofl:value></cofl:tool_call><cofl:tool_call id=\"1\" name=\"convert_currency\"><cofl:value name=\"amount\" type=\"json\">20</cofl:value><cofl:value name=\"from\" type=\"raw\">EUR</cofl:value><cofl:value name=\"to\" type=\"raw\">USD</cofl:value></cofl:tool_call></cofl:tool_calls>";
-        let out = ok(f, text);
-        assert_two(&out);
-        assert_eq!(out.content, "Checking.");
         let nested = "<cofl:tool_calls><cofl:tool_call id=\"0\" name=\"f\"><cofl:value name=\"filters\" type=\"dict\"><cofl:value name=\"fresh\" type=\"json\">true</cofl:value><cofl:value name=\"tags\" type=\"list\"><cofl:value type=\"raw\">music</cofl:value></cofl:value></cofl:value></cofl:tool_call></cofl:tool_calls>";
         assert_eq!(ok(f, nested).calls[0].arguments, json!({"filters": {"fresh": true, "tags": ["music"]}}));
-        bad(f, "<cofl:tool_calls><cofl:tool_call id=\"0\" name=\"f\"><cofl:value name=\"n\" type=\"json\">abc</cofl:value></cofl:tool_call></cofl:tool_calls>", true);
-        bad(f, "<cofl:tool_calls><cofl:tool_call id=\"0\" name=\"f\"></cofl:tool_call>", true);
-        assert_first(&cut(f, &text[..text.len() - 70]));
+        let broken = [
+            "<cofl:tool_calls><cofl:tool_call id=\"0\" name=\"f\"><cofl:value name=\"n\" type=\"json\">abc</cofl:value></cofl:tool_call></cofl:tool_calls>",
+            "<cofl:tool_calls><cofl:tool_call id=\"0\" name=\"f\"></cofl:tool_call>",
+        ];
+        check(f, text, &broken, &text[..text.len() - 70]);
     }
 
     #[test]
     fn mistral() {
         let f = Family::Mistral;
         let text = "Checking.[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Lyon\"}}, {\"name\": \"convert_currency\", \"arguments\": {\"amount\": 20, \"from\": \"EUR\", \"to\": \"USD\"}}]";
-        let out = ok(f, text);
-        assert_two(&out);
-        assert_eq!(out.content, "Checking.");
+        ok_two(f, text, "Checking.");
         assert_two(&ok(f, &text.replace("[TOOL_CALLS][", "[TOOL_CALLS] [")));
         bad(f, &format!("{text} and more"), true);
         bad(f, "[TOOL_CALLS][{\"name\": \"get_weather\", \"args\": {\"city\": \"Lyon\"}}]", true);

@@ -51,22 +51,7 @@ fn run(engine: Box<dyn Engine>, seeds: Vec<u64>) -> ValidityReport {
 
 fn assert_conforms(v: &ValidityReport, kinds: &[Kind]) {
     let t = v.total();
-    eprintln!(
-        "{}: {} cases, {} outputs: {} valid, {} invalid, {} cut off ({} checked, {} invalid), {} refused, \
-         {} errors ({:.1} s; oracles {})",
-        v.name,
-        v.cases,
-        t.outputs,
-        t.valid,
-        t.invalid,
-        t.cut_off,
-        t.cut_off_checked,
-        t.cut_off_invalid,
-        t.refused,
-        t.errors,
-        v.wall.as_secs_f64(),
-        v.oracle_names()
-    );
+    eprintln!("{}", v.line());
     for c in &v.cut_offs {
         eprintln!("  cut off (a live prefix): {c}");
     }

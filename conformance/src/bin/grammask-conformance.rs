@@ -227,21 +227,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         let mut iso = Isolated::new(engine, cases.clone(), opts.temperature);
         let v = validity(&mut iso, &cases, &oracles, &opts);
-        let t = v.total();
-        eprintln!(
-            "{name}: {} cases, {} outputs: {} valid, {} invalid, {} cut off ({} checked, {} invalid), {} refused, \
-             {} errors ({:.1} s)",
-            v.cases,
-            t.outputs,
-            t.valid,
-            t.invalid,
-            t.cut_off,
-            t.cut_off_checked,
-            t.cut_off_invalid,
-            t.refused,
-            t.errors,
-            v.wall.as_secs_f64()
-        );
+        eprintln!("{}", v.line());
         for f in v.failures.iter().take(10) {
             eprintln!("  {f}");
         }

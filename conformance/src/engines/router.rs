@@ -400,7 +400,8 @@ async fn send(
                 g.tool_calls = Some(Vec::new());
             }
         }
-        Api::OpenAiStream => {
+        // Both OpenAI streams: content deltas (chat) or text pieces (completions).
+        Api::OpenAiStream | Api::CompletionsStream => {
             let mut calls: Vec<(String, String)> = Vec::new();
             for e in sse_events(&text) {
                 if let Some(err) = e.get("error") {
@@ -411,7 +412,8 @@ async fn send(
                 }
                 let Some(c) = e["choices"].get(0) else { continue };
                 let d = &c["delta"];
-                if let Some(t) = d["content"].as_str() {
+                let piece = if api == Api::OpenAiStream { &d["content"] } else { &c["text"] };
+                if let Some(t) = piece.as_str() {
                     g.text.push_str(t);
                 }
                 for t in d["tool_calls"].as_array().into_iter().flatten() {
@@ -430,7 +432,8 @@ async fn send(
                     g.finish = Some(finish_of(f));
                 }
             }
-            if r.constraint.is_some_and(|c| matches!(c, Constraint::Tools { .. })) {
+            if api == Api::OpenAiStream && r.constraint.is_some_and(|c| matches!(c, Constraint::Tools { .. }))
+            {
                 g.tool_calls = Some(calls);
             }
         }
@@ -440,23 +443,6 @@ async fn send(
             g.text = c["text"].as_str().unwrap_or_default().to_string();
             g.finish = Some(finish_of(c["finish_reason"].as_str().unwrap_or_default()));
             g.tokens = v["usage"]["completion_tokens"].as_u64().unwrap_or(0) as usize;
-        }
-        Api::CompletionsStream => {
-            for e in sse_events(&text) {
-                if let Some(err) = e.get("error") {
-                    return Err(EngineError(format!("stream error: {err}")));
-                }
-                if let Some(n) = e["usage"]["completion_tokens"].as_u64() {
-                    g.tokens = n as usize;
-                }
-                let Some(c) = e["choices"].get(0) else { continue };
-                if let Some(t) = c["text"].as_str() {
-                    g.text.push_str(t);
-                }
-                if let Some(f) = c["finish_reason"].as_str() {
-                    g.finish = Some(finish_of(f));
-                }
-            }
         }
     }
     Ok(g)
