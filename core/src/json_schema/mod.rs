@@ -389,8 +389,8 @@ pub fn json_schema_to_grammar(schema: &Value, options: &JsonSchemaOptions) -> Re
 }
 
 /// Like [`json_schema_to_grammar`], also returning the approximations made (non-empty
-/// only with [`JsonSchemaOptions::lenient`], or for unknown formats and `oneOf`/long-string
-/// notes).
+/// only with [`JsonSchemaOptions::lenient`], or for unknown formats, formats a regex
+/// checks only in part ([`format::format_caveat`]) and `oneOf`/long-string notes).
 pub fn json_schema_to_grammar_with_warnings(
     schema: &Value,
     options: &JsonSchemaOptions,

@@ -509,7 +509,16 @@ pub(crate) fn build(
     if let Some(f) = m.get("format") {
         let f = f.as_str().ok_or_else(|| b.not_schema("`format` must be a string", ptr))?;
         match super::format::format_regex(f) {
-            Some(re) => regexes.push((re, "format")),
+            Some(re) => {
+                if let Some(caveat) = super::format::format_caveat(f) {
+                    b.warnings.push(super::SchemaWarning {
+                        keyword: "format".into(),
+                        pointer: ptr.into(),
+                        approximation: caveat.into(),
+                    });
+                }
+                regexes.push((re, "format"))
+            }
             None if super::format::is_defined_format(f) => b.unsupported(
                 "format",
                 &format!("format `{f}` is not enforced"),
