@@ -128,15 +128,19 @@ const IPRIVATE: &str = r"\uE000-\uF8FF\u{F0000}-\u{FFFFD}\u{100000}-\u{10FFFD}";
 /// RFC 3986 `URI` (`relative: false`) or `URI-reference` (`relative: true`); with
 /// `iri`, RFC 3987's IRI: `ucschar` wherever `unreserved` is allowed and `iprivate` in
 /// the query.
-fn uri(relative: bool, iri: bool) -> String {
+fn uri(relative: bool, iri: bool, ip_literals: bool) -> String {
     let unreserved = if iri { format!("A-Za-z0-9\\-._~{UCSCHAR}") } else { r"A-Za-z0-9\-._~".to_string() };
     let pchar = format!("(?:[{unreserved}!$&'()*+,;=:@]|%[0-9A-Fa-f]{{2}})");
     let pchar_nc = format!("(?:[{unreserved}!$&'()*+,;=@]|%[0-9A-Fa-f]{{2}})");
     // An IP literal host: an IPv6 address or RFC 3986's `IPvFuture` (`v` in either case,
     // ABNF strings being case-insensitive).
-    let ip_literal = format!("\\[(?:{}|[vV][0-9A-Fa-f]+\\.[A-Za-z0-9\\-._~!$&'()*+,;=:]+)\\]", ipv6());
+    let ip_literal = if ip_literals {
+        format!("\\[(?:{}|[vV][0-9A-Fa-f]+\\.[A-Za-z0-9\\-._~!$&'()*+,;=:]+)\\]|", ipv6())
+    } else {
+        String::new()
+    };
     let auth = format!(
-        "//(?:(?:[{unreserved}!$&'()*+,;=:]|%[0-9A-Fa-f]{{2}})*@)?(?:{ip_literal}|(?:[{unreserved}!$&'()*+,;=]|%[0-9A-Fa-f]{{2}})*)(?::\\d*)?"
+        "//(?:(?:[{unreserved}!$&'()*+,;=:]|%[0-9A-Fa-f]{{2}})*@)?(?:{ip_literal}(?:[{unreserved}!$&'()*+,;=]|%[0-9A-Fa-f]{{2}})*)(?::\\d*)?"
     );
     let private = if iri { IPRIVATE } else { "" };
     let query = format!("(?:{pchar}|[/?{private}])*");
@@ -241,10 +245,10 @@ fn build_format_regex(name: &str) -> Option<String> {
         "ipv4" => format!("{OCTET}(?:\\.{OCTET}){{3}}"),
         "ipv6" => ipv6(),
         "uuid" => r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}".to_string(),
-        "uri" => uri(false, false),
-        "uri-reference" => uri(true, false),
-        "iri" => uri(false, true),
-        "iri-reference" => uri(true, true),
+        "uri" => uri(false, false, true),
+        "uri-reference" => uri(true, false, true),
+        "iri" => uri(false, true, true),
+        "iri-reference" => uri(true, true, true),
         "json-pointer" => r"(?:/(?:[^~/]|~[01])*)*".to_string(),
         "relative-json-pointer" => r"(?:0|[1-9][0-9]*)(?:#|(?:/(?:[^~/]|~[01])*)*)".to_string(),
         // Internationalized labels (`LabelChars::idn`), separated by any of the four
@@ -268,6 +272,26 @@ fn build_format_regex(name: &str) -> Option<String> {
         _ => return None,
     };
     Some(format!("^(?:{body})$"))
+}
+
+/// A narrower regex for a format's `regex` ([`format_regex`]) and what it leaves out, for
+/// where the exact one is too large to intersect with the string's other keywords (a
+/// `uri` under `maxLength: 255`: its IPv6 literals make the joint automaton of every
+/// character count over the intersection limit). Every string it takes is valid.
+pub fn narrower(regex: &str) -> Option<(String, &'static str)> {
+    let [relative, iri] = [
+        ("uri", false, false),
+        ("uri-reference", true, false),
+        ("iri", false, true),
+        ("iri-reference", true, true),
+    ]
+    .into_iter()
+    .find(|(name, ..)| format_regex(name).as_deref() == Some(regex))
+    .map(|(_, r, i)| [r, i])?;
+    Some((
+        format!("^(?:{})$", uri(relative, iri, false)),
+        "no IP-literal host (`[::1]`): with these lengths the exact intersection is over the state limit",
+    ))
 }
 
 /// What a supported format's regex does not check, for the schema's warnings: each of

@@ -58,6 +58,76 @@ pub(crate) fn any_number(syntax: NumberSyntax) -> Expr {
     ])
 }
 
+/// Largest decimal digits of an integer written with an exponent that
+/// [`exponent_integers`] takes: every such value is inside the i64 range of a plain
+/// `integer`, whatever its spelling.
+pub(crate) const EXPONENT_INTEGER_DIGITS: u32 = 18;
+
+/// Integers of at most [`EXPONENT_INTEGER_DIGITS`] digits written with an exponent
+/// (`6e3`, `6.0E+3`, `1.5e1`, `600e-2`, `0e5`), within `syntax`'s digit limits: a
+/// mantissa whose fraction ends (before its trailing zeros) no further right than the
+/// exponent reaches, or, for a negative exponent, an integer part with that many trailing
+/// zeros. Regular because the exponent is bounded; the automaton remembers the
+/// mantissa's integer digits and significant fraction digits (each at most 18) until
+/// the exponent is read. `None` when `syntax` allows no exponent.
+pub(crate) fn exponent_integers(syntax: NumberSyntax) -> Option<Expr> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock, PoisonError};
+    static BUILT: OnceLock<Mutex<HashMap<(u32, u32), Option<Expr>>>> = OnceLock::new();
+    let key = (syntax.max_int_digits, syntax.max_exponent_digits);
+    let built = BUILT.get_or_init(Default::default);
+    if let Some(e) = built.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
+        return e.clone();
+    }
+    let e = exponent_integers_regex(syntax).and_then(|re| {
+        let limits = crate::regex::RegexLimits { max_size: 1_000_000, ..Default::default() };
+        crate::regex::regex_to_expr(&re, &limits).ok()
+    });
+    built.lock().unwrap_or_else(PoisonError::into_inner).insert(key, e.clone());
+    e
+}
+
+fn exponent_integers_regex(syntax: NumberSyntax) -> Option<String> {
+    let max_exp = syntax.max_exponent_digits;
+    if max_exp == 0 {
+        return None;
+    }
+    let top = EXPONENT_INTEGER_DIGITS;
+    // The exponent `e` written with up to `max_exp` digits (leading zeros allowed, as
+    // JSON allows them), or nothing when `e` needs more digits than that.
+    let written = |e: u32, sign: &str| -> Option<String> {
+        let len = e.to_string().len() as u32;
+        (len <= max_exp).then(|| format!("[eE]{sign}0{{0,{}}}{e}", max_exp - len))
+    };
+    let mut alts = vec![
+        // Zero, with any exponent.
+        format!("0(?:\\.0+)?[eE][+-]?[0-9]{{1,{max_exp}}}"),
+        // `-0`, `-00`: an exponent of zero.
+        format!("[1-9][0-9]{{0,{}}}(?:\\.0+)?[eE]-0{{1,{max_exp}}}", syntax.max_int_digits.min(top) - 1),
+    ];
+    for e in 0..top {
+        let Some(exp) = written(e, "\\+?") else { break };
+        // Integer digits `a` with `a + e <= top`; significant fraction digits at most `e`.
+        let int_digits = (top - e).min(syntax.max_int_digits);
+        let frac = if e == 0 {
+            "(?:\\.0+)?".to_string()
+        } else {
+            format!("(?:\\.[0-9]{{0,{}}}[1-9]0*|\\.0+)?", e - 1)
+        };
+        alts.push(format!("[1-9][0-9]{{0,{}}}{frac}{exp}", int_digits - 1));
+        if e > 0 {
+            alts.push(format!("0\\.[0-9]{{0,{}}}[1-9]0*{exp}", e - 1));
+        }
+    }
+    for m in 1..syntax.max_int_digits {
+        let Some(exp) = written(m, "-") else { break };
+        // `1 + j + m` integer digits, `m` of them the trailing zeros the exponent removes.
+        let j = (syntax.max_int_digits - 1 - m).min(top - 1);
+        alts.push(format!("[1-9][0-9]{{0,{j}}}0{{{m}}}(?:\\.0+)?{exp}"));
+    }
+    Some(format!("-?(?:{})", alts.join("|")))
+}
+
 /// Canonical integers with `a.len() == b.len()` digits between `a` and `b` inclusive.
 fn same_len(a: &[u8], b: &[u8]) -> Expr {
     let n = a.len();

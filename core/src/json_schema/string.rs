@@ -272,6 +272,23 @@ fn constrained_body(
             return joint_body(b, &set, |label| label & all_mine == all_mine && label & words_bit == 0, ptr)
         }
         Err(e) if matches!(e.kind, RegexErrorKind::TooLarge { .. }) => {
+            // A format with a narrower regex that may fit: every string it takes is
+            // valid, and what it leaves out is said.
+            for (i, (re, kw)) in regexes.iter().enumerate() {
+                if *kw != "format" {
+                    continue;
+                }
+                if let Some((narrow, left_out)) = super::format::narrower(re) {
+                    b.warnings.push(super::SchemaWarning {
+                        keyword: "format".into(),
+                        pointer: ptr.into(),
+                        approximation: left_out.into(),
+                    });
+                    let mut regexes = regexes.to_vec();
+                    regexes[i].0 = narrow;
+                    return constrained_body(b, &regexes, min, max, not_in, ptr);
+                }
+            }
             format!("the intersection has over {} states", b.opts.limits.max_intersection_size)
         }
         Err(e) => return Err(b.err(SchemaErrorKind::Regex(e), ptr)),

@@ -418,6 +418,24 @@ impl<'a> Builder<'a> {
         seq(vec![n, Expr::Repeat { expr: Box::new(zeros), min: 0, max: Some(1) }])
     }
 
+    /// Integers written with an exponent where a schema's type is `integer` and
+    /// [`JsonSchemaOptions::integer_zero_fractions`](super::JsonSchemaOptions) is on: for
+    /// an integer without bounds or `multipleOf`, those of at most
+    /// [`EXPONENT_INTEGER_DIGITS`](super::number::EXPONENT_INTEGER_DIGITS) digits
+    /// ([`exponent_integers`](super::number::exponent_integers)); with bounds, none (a
+    /// bound over exponent spellings is not built).
+    fn exponent_integral(&mut self, m: &Map<String, Value>) -> Result<Option<Expr>, SchemaError> {
+        const BOUNDS: [&str; 5] =
+            ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"];
+        if !self.opts.integer_zero_fractions || BOUNDS.iter().any(|k| m.contains_key(*k)) {
+            return Ok(None);
+        }
+        match super::number::exponent_integers(self.opts.numbers) {
+            Some(e) => self.leaf_rule(e, "integer").map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// The integers in `lo..=hi`, placed as [`Builder::placed_number`] does. Built once per range: every plain `integer`
     /// is the same ~60-state i64 range, and building it, then hashing it to find its
     /// leaf rule, was a twentieth of a large Kubernetes schema's compile.
@@ -744,6 +762,11 @@ impl<'a> Builder<'a> {
             let n = super::number::build(self, m, integer, ptr)?;
             let n = self.placed_number(n)?;
             alts.push(if integer { self.integral(n) } else { n });
+            if integer {
+                if let Some(e) = self.exponent_integral(m)? {
+                    alts.push(e);
+                }
+            }
         }
         if types & STRING != 0 {
             let not_in: Vec<&str> = not.iter().filter_map(Value::as_str).collect();

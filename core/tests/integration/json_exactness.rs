@@ -426,3 +426,129 @@ fn format_approximations_are_warned() {
         );
     }
 }
+
+/// The decimal digits of `text`'s value if it is an integer (0 for zero), `None` if not:
+/// exact decimal arithmetic on the spelling, since `f64` cannot tell `1e17 + 0.5` from
+/// an integer.
+fn integral_digits(text: &str) -> Option<usize> {
+    let t = text.trim_start_matches('-');
+    let (mantissa, exp) = match t.find(['e', 'E']) {
+        Some(i) => (&t[..i], t[i + 1..].parse::<i64>().unwrap()),
+        None => (t, 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits = format!("{int}{frac}");
+    let shift = exp - frac.len() as i64;
+    let digits = digits.trim_start_matches('0');
+    if digits.is_empty() {
+        return Some(0);
+    }
+    if shift >= 0 {
+        return Some(digits.len() + shift as usize);
+    }
+    let cut = (-shift) as usize;
+    let zeros = digits.len() - digits.trim_end_matches('0').len();
+    (zeros >= cut).then(|| digits.len() - cut)
+}
+
+/// With `integer_zero_fractions`, an integer without bounds also takes exponent forms of
+/// values up to 18 digits, exactly: every spelling of an integral value accepted, every
+/// other refused (judged by exact decimal arithmetic, and by the `jsonschema` crate
+/// where `f64` represents the value exactly).
+#[test]
+fn integers_with_exponents_are_part_of_the_option() {
+    let on = JsonSchemaOptions { integer_zero_fractions: true, ..Default::default() };
+    let g = compile(&json!({"type": "integer"}), &on).unwrap();
+    let validator = jsonschema::validator_for(&json!({"type": "integer"})).unwrap();
+    let fixed = [
+        ("6e3", true),
+        ("6.0E+3", true),
+        ("1.5e1", true),
+        ("1.25e1", false),
+        ("600e-2", true),
+        ("601e-2", false),
+        ("0e5", true),
+        ("-0.0e-3", true),
+        ("6e-0", true),
+        ("1.5e-1", false),
+        ("0.5e1", true),
+        ("-0.05e2", true),
+        ("123456789012345678e0", true),
+        ("1e17", true),
+        ("6e03", true),
+    ];
+    for (text, valid) in fixed {
+        assert_eq!(integral_digits(text).is_some(), valid, "{text}");
+        let doc: Value = serde_json::from_str(text).unwrap();
+        assert_eq!(validator.is_valid(&doc), valid, "oracle: {text}");
+        assert_eq!(accepts(&g, text), valid, "{text}");
+    }
+    // The limit, said in the option's documentation: 19 digits and more are not taken
+    // in exponent form (1e18 is an integer, and inside i64, but outside the 18 digits).
+    assert!(!accepts(&g, "1e18") && accepts(&g, "1000000000000000000"));
+    // Off by default; with bounds, zero fractions only.
+    assert!(!accepts(&compile(&json!({"type": "integer"}), &JsonSchemaOptions::default()).unwrap(), "6e3"));
+    let bounded = compile(&json!({"type": "integer", "minimum": 0}), &on).unwrap();
+    assert!(!accepts(&bounded, "6e3") && accepts(&bounded, "6000.0"));
+    // Random spellings of random values: integral ones of up to 18 digits accepted,
+    // the rest refused.
+    let mut rng = Rng(48);
+    let (mut taken, mut refused) = (0, 0);
+    for _ in 0..3000 {
+        let len = 1 + rng.below(18);
+        let mut digits: String = (0..len)
+            .map(|i| char::from(b'1' - u8::from(i > 0) + rng.below(if i == 0 { 9 } else { 10 }) as u8))
+            .collect();
+        if rng.below(3) == 0 {
+            digits.push_str(&"0".repeat(rng.below(4)));
+        }
+        let point = rng.below(digits.len() + 1);
+        let (int, frac) = digits.split_at(point);
+        let int = if int.is_empty() { "0" } else { int };
+        let mantissa = if frac.is_empty() { int.to_string() } else { format!("{int}.{frac}") };
+        let exp = rng.below(24) as i64 - 6;
+        let sign = if rng.below(2) == 0 { "-" } else { "" };
+        let text = format!("{sign}{mantissa}e{exp}");
+        let expected = integral_digits(&text).is_some_and(|d| d <= 18);
+        assert_eq!(accepts(&g, &text), expected, "{text}");
+        if expected {
+            taken += 1;
+        } else {
+            refused += 1;
+        }
+    }
+    assert!(taken > 500 && refused > 500, "{taken} taken, {refused} refused");
+}
+
+/// A `uri` under length bounds: its exact regex (IPv6 literal hosts included) makes the
+/// joint automaton of every character count too large, so the narrower regex without IP
+/// literals is intersected instead — every string it takes is still a valid URI of the
+/// right length, and the schema's warnings say what was left out. Alone, the `uri` takes
+/// IP literals.
+#[test]
+fn uri_under_lengths_falls_back_to_a_narrower_exact_regex() {
+    let bounded = json!({"type": "string", "format": "uri", "minLength": 1, "maxLength": 255});
+    let (_, warnings) =
+        grammask::json_schema::json_schema_to_grammar_with_warnings(&bounded, &JsonSchemaOptions::default())
+            .unwrap();
+    assert!(
+        warnings.iter().any(|w| w.keyword == "format" && w.approximation.contains("IP-literal")),
+        "{warnings:?}"
+    );
+    let g = compile(&bounded, &JsonSchemaOptions::default()).unwrap();
+    let alone = compile(&json!({"type": "string", "format": "uri"}), &JsonSchemaOptions::default()).unwrap();
+    let long = format!("http://example.com/{}", "a".repeat(236));
+    assert_eq!(long.len(), 255);
+    for (text, in_bounded, in_alone) in [
+        ("http://example.com/x", true, true),
+        (long.as_str(), true, true),
+        ("http://[::1]/", false, true),
+        ("not a uri", false, false),
+    ] {
+        let doc = Value::String(text.to_string()).to_string();
+        assert_eq!(accepts(&g, &doc), in_bounded, "bounded {text}");
+        assert_eq!(accepts(&alone, &doc), in_alone, "alone {text}");
+    }
+    let over = Value::String(format!("{long}a")).to_string();
+    assert!(!accepts(&g, &over) && accepts(&alone, &over));
+}
