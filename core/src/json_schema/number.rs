@@ -73,7 +73,9 @@ pub(crate) const EXPONENT_INTEGER_DIGITS: u32 = 18;
 pub(crate) fn exponent_integers(syntax: NumberSyntax) -> Option<Expr> {
     use std::collections::HashMap;
     use std::sync::{Mutex, OnceLock, PoisonError};
-    static BUILT: OnceLock<Mutex<HashMap<(u32, u32), Option<Expr>>>> = OnceLock::new();
+    /// Built per `(max_int_digits, max_exponent_digits)`.
+    type Built = Mutex<HashMap<(u32, u32), Option<Expr>>>;
+    static BUILT: OnceLock<Built> = OnceLock::new();
     let key = (syntax.max_int_digits, syntax.max_exponent_digits);
     let built = BUILT.get_or_init(Default::default);
     if let Some(e) = built.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
