@@ -67,9 +67,9 @@ impl LabelChars {
     /// took a first mask from 1.5 to 6 ms: its class has hundreds of ranges): see
     /// [`format_caveat`].
     fn idn() -> LabelChars {
-        let all = class(
-            r"[[\u{A0}-\u{D7FF}\u{F900}-\u{FDCF}\u{FDF0}-\u{FFEF}\u{10000}-\u{EFFFD}]--[\u{640}\u{7FA}\u{302E}\u{302F}\u{3031}-\u{3035}\u{303B}\u{3002}\u{FF0E}\u{FF61}]]",
-        );
+        let all = class(&format!(
+            r"[[{UCSCHAR}]--[\u{{640}}\u{{7FA}}\u{{302E}}\u{{302F}}\u{{3031}}-\u{{3035}}\u{{303B}}\u{{3002}}\u{{FF0E}}\u{{FF61}}]]"
+        ));
         LabelChars {
             first: format!("[A-Za-z0-9{all}]"),
             inner: format!("[A-Za-z0-9{all}-]"),
@@ -263,23 +263,22 @@ fn build_format_regex(name: &str) -> Option<String> {
                 LabelChars::idn().hostname("\\.")
             )
         }
-        // RFC 6570 level 4: literals, percent-escapes and `{op? var(:n|*)?, …}`.
+        // RFC 6570 level 4: literals (its ASCII set, `ucschar` and `iprivate`; `'` too,
+        // as the suite reads it), percent-escapes and `{op? var(:n|*)?, …}`.
         "uri-template" => {
             let varchar = r"(?:[A-Za-z0-9_]|%[0-9A-Fa-f]{2})";
             let var = format!("{varchar}(?:\\.?{varchar})*(?::[1-9][0-9]{{0,3}}|\\*)?");
-            format!("(?:[^\\x00-\\x20\"%<>\\\\^`{{|}}\\x7F]|%[0-9A-Fa-f]{{2}}|\\{{[+#./;?&=,!@|]?{var}(?:,{var})*\\}})*")
+            format!("(?:[!#$&'()*+,\\-./0-9:;=?@A-Z\\[\\]_a-z~{UCSCHAR}{IPRIVATE}]|%[0-9A-Fa-f]{{2}}|\\{{[+#./;?&=,!@|]?{var}(?:,{var})*\\}})*")
         }
         _ => return None,
     };
     Some(format!("^(?:{body})$"))
 }
 
-/// A narrower regex for a format's `regex` ([`format_regex`]) and what it leaves out, for
-/// where the exact one is too large to intersect with the string's other keywords (a
-/// `uri` under `maxLength: 255`: its IPv6 literals make the joint automaton of every
-/// character count over the intersection limit). Every string it takes is valid.
-pub fn narrower(regex: &str) -> Option<(String, &'static str)> {
-    let [relative, iri] = [
+/// Whether `regex` is one of the `uri` family's regexes ([`format_regex`]), and which:
+/// `(relative, iri)`.
+fn uri_kind(regex: &str) -> Option<(bool, bool)> {
+    [
         ("uri", false, false),
         ("uri-reference", true, false),
         ("iri", false, true),
@@ -287,10 +286,24 @@ pub fn narrower(regex: &str) -> Option<(String, &'static str)> {
     ]
     .into_iter()
     .find(|(name, ..)| format_regex(name).as_deref() == Some(regex))
-    .map(|(_, r, i)| [r, i])?;
+    .map(|(_, relative, iri)| (relative, iri))
+}
+
+/// Whether [`narrower`] has a regex for this format regex.
+pub fn has_narrower(regex: &str) -> bool {
+    uri_kind(regex).is_some()
+}
+
+/// A narrower regex for a format's `regex` ([`format_regex`]) and what it leaves out, for
+/// where the whole one is too large to intersect with the string's other keywords (a
+/// `uri` under `maxLength: 255`: its IPv6 literals make the joint automaton of every
+/// character count over the intersection limit). Sound: every string it takes is valid;
+/// narrower: IP-literal hosts (`[::1]`) are not taken.
+pub fn narrower(regex: &str) -> Option<(String, &'static str)> {
+    let (relative, iri) = uri_kind(regex)?;
     Some((
         format!("^(?:{})$", uri(relative, iri, false)),
-        "no IP-literal host (`[::1]`): with these lengths the exact intersection is over the state limit",
+        "no IP-literal host (`[::1]`): its intersection with the other string keywords is over a quarter of the state limit",
     ))
 }
 
@@ -301,10 +314,10 @@ pub fn narrower(regex: &str) -> Option<(String, &'static str)> {
 pub fn format_caveat(name: &str) -> Option<&'static str> {
     match name {
         "hostname" | "email" => Some(
-            "a domain of 1 to 4 labels, the fourth at most 61 characters; an `xn--` A-label is checked as letters, digits and hyphens, its Punycode not decoded",
+            "a domain of 1 to 4 labels, the fourth at most 61 characters; an `xn--` A-label is checked as letters, digits and hyphens, its Punycode not decoded; `--` in a label's third and fourth positions (reserved by RFC 5891) is not refused",
         ),
         "idn-hostname" | "idn-email" => Some(
-            "IDNA2008 labels by character class: the contextual rules (RFC 5892 appendix A), the Bidi rule (RFC 5893), a leading combining mark and A-label decoding are not checked; 1 to 4 labels, the fourth at most 61 characters",
+            "IDNA2008 labels by character class: the contextual rules (RFC 5892 appendix A), the Bidi rule (RFC 5893), a leading combining mark, `--` in a label's third and fourth positions and A-label decoding are not checked, and a label's 63 are counted in characters, not in its A-label's octets; 1 to 4 labels, the fourth at most 61 characters",
         ),
         "time" | "date-time" => Some("a leap second only as 23:59:60 UTC (with `Z` or a zero offset)"),
         _ => None,

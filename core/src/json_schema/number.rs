@@ -63,8 +63,9 @@ pub(crate) fn any_number(syntax: NumberSyntax) -> Expr {
 /// `integer`, whatever its spelling.
 pub(crate) const EXPONENT_INTEGER_DIGITS: u32 = 18;
 
-/// Integers of at most [`EXPONENT_INTEGER_DIGITS`] digits written with an exponent
-/// (`6e3`, `6.0E+3`, `1.5e1`, `600e-2`, `0e5`), within `syntax`'s digit limits: a
+/// Integers of at most [`EXPONENT_INTEGER_DIGITS`] digits written with an exponent of
+/// magnitude at most 17 (`6e3`, `6.0E+3`, `1.5e1`, `600e-2`, `0e5`; not `0.1e18`), within
+/// `syntax`'s digit limits: a
 /// mantissa whose fraction ends (before its trailing zeros) no further right than the
 /// exponent reaches, or, for a negative exponent, an integer part with that many trailing
 /// zeros. Regular because the exponent is bounded; the automaton remembers the
@@ -83,7 +84,11 @@ pub(crate) fn exponent_integers(syntax: NumberSyntax) -> Option<Expr> {
     }
     let e = exponent_integers_regex(syntax).and_then(|re| {
         let limits = crate::regex::RegexLimits { max_size: 1_000_000, ..Default::default() };
-        crate::regex::regex_to_expr(&re, &limits).ok()
+        let e = crate::regex::regex_to_expr(&re, &limits);
+        // Our own regex, within these limits for every digit syntax the options allow
+        // (`json_exactness::integers_with_exponents_are_part_of_the_option`).
+        debug_assert!(e.is_ok(), "{e:?}");
+        e.ok()
     });
     built.lock().unwrap_or_else(PoisonError::into_inner).insert(key, e.clone());
     e
