@@ -90,8 +90,8 @@ impl LabelChars {
     /// that a name is never over 253 characters (RFC 1123 §2.1 with RFC 1034's limit)
     /// without counting its characters. The exact rule (four labels of 62 or 63
     /// characters told apart) was measured at 20 ms to a first mask (1 ms without);
-    /// what this leaves out — five labels or more, a fourth
-    /// label of 62 or 63 characters — is said in [`format_caveat`].
+    /// what this leaves out — five labels or more, a fourth label of 62 or 63
+    /// characters — is said in [`format_caveat`].
     fn hostname(&self, sep: &str) -> String {
         let any = self.label(63);
         format!("{any}(?:{sep}{any}){{0,2}}(?:{sep}{})?", self.label(61))
@@ -200,8 +200,8 @@ pub fn is_defined_format(name: &str) -> bool {
 }
 
 /// The anchored regex for a supported `format`, or `None`. Built once per process and
-/// format: some are large (a time's leap seconds, the IDNA classes) and a schema may
-/// name the same format many times.
+/// format: some are large (a `uri`'s IPv6 literals, the IDNA classes) and a schema may
+/// name the same format many times (a tool list: a `date-time` in every tool).
 pub fn format_regex(name: &str) -> Option<String> {
     use std::collections::HashMap;
     use std::sync::{Mutex, OnceLock, PoisonError};

@@ -65,10 +65,9 @@ pub(crate) const EXPONENT_INTEGER_DIGITS: u32 = 18;
 
 /// Integers of at most [`EXPONENT_INTEGER_DIGITS`] digits written with an exponent of
 /// magnitude at most 17 (`6e3`, `6.0E+3`, `1.5e1`, `600e-2`, `0e5`; not `0.1e18`), within
-/// `syntax`'s digit limits: a
-/// mantissa whose fraction ends (before its trailing zeros) no further right than the
-/// exponent reaches, or, for a negative exponent, an integer part with that many trailing
-/// zeros. Regular because the exponent is bounded; the automaton remembers the
+/// `syntax`'s digit limits: a mantissa whose fraction ends (before its trailing zeros) no
+/// further right than the exponent reaches, or, for a negative exponent, an integer part
+/// with that many trailing zeros. Regular because the exponent is bounded; the automaton remembers the
 /// mantissa's integer digits and significant fraction digits (each at most 18) until
 /// the exponent is read. `None` when `syntax` allows no exponent.
 pub(crate) fn exponent_integers(syntax: NumberSyntax) -> Option<Expr> {
