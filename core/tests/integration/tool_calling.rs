@@ -463,3 +463,33 @@ fn tags_with_many_tools_compile_staged_and_mask_like_unstaged() {
         }
     }
 }
+
+/// Qwen 3.5 / Qwen 3 Coder under `auto`: free text holds no `<tool_call>` but a call's own
+/// (the published parsers start a call at any `<tool_call>`), while a call still opens
+/// with `<tool_call>\n<function=`, and text without it ends freely — whether special
+/// tokens are kept out of text or not.
+#[test]
+fn qwen_xml_free_text_holds_no_stray_tool_call() {
+    let tok = tokenizer("qwen3");
+    let compiler = GrammarCompiler::new(tok.clone());
+    for fam in ["qwen_3_coder", "qwen_3_5"] {
+        for exclude in [true, false] {
+            let opts = PresetOptions {
+                exclude_special_tokens: exclude,
+                reasoning: ReasoningMode::Disabled,
+                ..options(json!("auto"), true)
+            };
+            let preset = model_structural_tag(family(fam), &tools(), &opts).unwrap();
+            let g = compiler.compile(&GrammarSpec::StructuralTag(preset.structural_tag.to_string())).unwrap();
+            let takes = |text: &str| GrammarMatcher::new(g.clone()).accept_string(text).is_ok();
+            let ends = |text: &str| {
+                let mut m = GrammarMatcher::new(g.clone());
+                m.accept_string(text).is_ok() && m.can_terminate()
+            };
+            assert!(ends("Hello there."), "{fam} exclude={exclude}");
+            assert!(takes("Sure.\n<tool_call>\n<function=get_weather>\n"), "{fam} exclude={exclude}");
+            assert!(!takes("I will use <tool_call> now"), "{fam} exclude={exclude}");
+            assert!(!ends("a <tool_call>"), "{fam} exclude={exclude}");
+        }
+    }
+}

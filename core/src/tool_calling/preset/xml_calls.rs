@@ -11,8 +11,14 @@ const THINK_TOKENS: &[&str] = &["<think>", "</think>"];
 
 /// Qwen 3.5 and Qwen 3 Coder:
 /// `<tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>…\n</function>\n</tool_call>`.
+/// The trigger is `<tool_call>` itself, so free text holds no `<tool_call>` but a call's
+/// own: the published parsers (vLLM's `qwen3_coder`, the model card's) start a call at
+/// any `<tool_call>`, so one not followed by `\n<function=` would be read as a broken
+/// call. XGrammar's preset triggers on `<tool_call>\n<function=` and lets a bare
+/// `<tool_call>` through; here the tag deviates from XGrammar's on purpose, in that one
+/// string (`tool_presets.rs`).
 pub(super) fn qwen_3_5(ctx: &mut Ctx<'_>) -> Result<Value, ToolError> {
-    let suffix = ctx.triggered_calls("<tool_call>\n<function=", THINK_TOKENS, THINK_TOKENS, |k, f| {
+    let suffix = ctx.triggered_calls("<tool_call>", THINK_TOKENS, THINK_TOKENS, |k, f| {
         tag(
             &format!("<tool_call>\n<function={}>\n", f.name),
             k.args(params(f), "qwen_xml"),
