@@ -56,6 +56,7 @@ pub mod grammar;
 pub mod json_schema;
 pub mod lark;
 pub mod matcher;
+mod memo;
 pub mod regex;
 pub mod structural_tag;
 pub mod tokenizer;

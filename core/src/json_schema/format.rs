@@ -101,22 +101,12 @@ impl LabelChars {
 /// The ranges of a `regex-syntax` class (which has set difference, unlike ECMA-262) as
 /// the inside of an ECMA-262 class.
 fn class(rust_class: &str) -> String {
-    use regex_syntax::hir::{Class, HirKind};
-    let hir = regex_syntax::Parser::new().parse(rust_class);
-    let mut out = String::new();
-    if let Ok(hir) = hir {
-        if let HirKind::Class(Class::Unicode(c)) = hir.kind() {
-            for r in c.iter() {
-                let (a, b) = (r.start() as u32, r.end() as u32);
-                out.push_str(&format!("\\u{{{a:X}}}"));
-                if b > a {
-                    out.push_str(&format!("-\\u{{{b:X}}}"));
-                }
-            }
-        }
-    }
-    debug_assert!(!out.is_empty(), "class {rust_class} did not parse");
-    out
+    let ranges = crate::regex::class_ranges(rust_class).unwrap_or_default();
+    debug_assert!(!ranges.is_empty(), "class {rust_class} did not parse");
+    ranges
+        .iter()
+        .map(|&(a, b)| if b > a { format!("\\u{{{a:X}}}-\\u{{{b:X}}}") } else { format!("\\u{{{a:X}}}") })
+        .collect()
 }
 
 const OCTET: &str = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)";
@@ -203,18 +193,11 @@ pub fn is_defined_format(name: &str) -> bool {
 /// format: some are large (a `uri`'s IPv6 literals, the IDNA classes) and a schema may
 /// name the same format many times (a tool list: a `date-time` in every tool).
 pub fn format_regex(name: &str) -> Option<String> {
-    use std::collections::HashMap;
-    use std::sync::{Mutex, OnceLock, PoisonError};
-    static BUILT: OnceLock<Mutex<HashMap<String, Option<String>>>> = OnceLock::new();
-    let built = BUILT.get_or_init(Default::default);
-    if let Some(re) = built.lock().unwrap_or_else(PoisonError::into_inner).get(name) {
-        return re.clone();
-    }
-    let re = build_format_regex(name);
-    if re.is_some() {
-        built.lock().unwrap_or_else(PoisonError::into_inner).insert(name.to_string(), re.clone());
-    }
-    re
+    // Unknown names are not kept: a schema chooses them.
+    static BUILT: crate::memo::Memo<String, String> = crate::memo::Memo::new();
+    is_defined_format(name)
+        .then(|| BUILT.get_or(name, || build_format_regex(name).unwrap_or_default()))
+        .filter(|re| !re.is_empty())
 }
 
 fn build_format_regex(name: &str) -> Option<String> {

@@ -71,26 +71,17 @@ pub(crate) const EXPONENT_INTEGER_DIGITS: u32 = 18;
 /// mantissa's integer digits and significant fraction digits (each at most 18) until
 /// the exponent is read. `None` when `syntax` allows no exponent.
 pub(crate) fn exponent_integers(syntax: NumberSyntax) -> Option<Expr> {
-    use std::collections::HashMap;
-    use std::sync::{Mutex, OnceLock, PoisonError};
     /// Built per `(max_int_digits, max_exponent_digits)`.
-    type Built = Mutex<HashMap<(u32, u32), Option<Expr>>>;
-    static BUILT: OnceLock<Built> = OnceLock::new();
-    let key = (syntax.max_int_digits, syntax.max_exponent_digits);
-    let built = BUILT.get_or_init(Default::default);
-    if let Some(e) = built.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
-        return e.clone();
-    }
-    let e = exponent_integers_regex(syntax).and_then(|re| {
+    static BUILT: crate::memo::Memo<(u32, u32), Option<Expr>> = crate::memo::Memo::new();
+    BUILT.get_or(&(syntax.max_int_digits, syntax.max_exponent_digits), || {
+        let re = exponent_integers_regex(syntax)?;
         let limits = crate::regex::RegexLimits { max_size: 1_000_000, ..Default::default() };
         let e = crate::regex::regex_to_expr(&re, &limits);
         // Our own regex, within these limits for every digit syntax the options allow
         // (`json_exactness::integers_with_exponents_are_part_of_the_option`).
         debug_assert!(e.is_ok(), "{e:?}");
         e.ok()
-    });
-    built.lock().unwrap_or_else(PoisonError::into_inner).insert(key, e.clone());
-    e
+    })
 }
 
 fn exponent_integers_regex(syntax: NumberSyntax) -> Option<String> {

@@ -157,18 +157,9 @@ fn none_of(words: &[&str]) -> Option<Expr> {
 /// own constants, and a date-time's regex takes longer to convert than the rest of a
 /// typical tool's schema together.
 fn format_expr(pattern: &str) -> Result<Expr, crate::regex::RegexError> {
-    static CONVERTED: std::sync::OnceLock<std::sync::Mutex<rustc_hash::FxHashMap<String, Expr>>> =
-        std::sync::OnceLock::new();
-    let memo = CONVERTED.get_or_init(Default::default);
-    // A poisoned lock only means another conversion panicked: convert afresh.
-    if let Some(e) = memo.lock().ok().and_then(|m| m.get(pattern).cloned()) {
-        return Ok(e);
-    }
-    let e = regex_to_json_string_expr(pattern, 0, None, &RegexLimits::default())?;
-    if let Ok(mut m) = memo.lock() {
-        m.insert(pattern.to_string(), e.clone());
-    }
-    Ok(e)
+    static CONVERTED: crate::memo::Memo<String, Result<Expr, crate::regex::RegexError>> =
+        crate::memo::Memo::new();
+    CONVERTED.get_or(pattern, || regex_to_json_string_expr(pattern, 0, None, &RegexLimits::default()))
 }
 
 /// The regex limits of a joint automaton: at most

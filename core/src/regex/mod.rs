@@ -53,6 +53,7 @@ mod parse;
 
 use crate::grammar::{Expr, Grammar, Rule, RuleId};
 use lower::{check_size, node_to_expr, restrict_branch_len, split_anchors, Branch, Encoding};
+pub(crate) use parse::class_ranges;
 use parse::{Node, Parser};
 use std::fmt;
 

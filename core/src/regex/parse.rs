@@ -421,7 +421,13 @@ fn unicode_property(name: &str) -> Option<Vec<(u32, u32)>> {
     if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '=') {
         return None;
     }
-    let hir = regex_syntax::ParserBuilder::new().build().parse(&format!("\\p{{{name}}}")).ok()?;
+    class_ranges(&format!("\\p{{{name}}}"))
+}
+
+/// Ranges of a class in `regex-syntax`'s own syntax (properties, set difference `--`):
+/// the Unicode tables behind `\p{…}`, and classes the library writes for itself.
+pub(crate) fn class_ranges(class: &str) -> Option<Vec<(u32, u32)>> {
+    let hir = regex_syntax::ParserBuilder::new().build().parse(class).ok()?;
     match hir.kind() {
         regex_syntax::hir::HirKind::Class(regex_syntax::hir::Class::Unicode(c)) => {
             Some(c.ranges().iter().map(|r| (r.start() as u32, r.end() as u32)).collect())
