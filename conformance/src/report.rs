@@ -126,8 +126,10 @@ impl Report {
              that cannot be completed. *refused*: outputs of cases grammask refuses to compile (a typed error, \
              see Compile verdicts); errors = the engine failed otherwise (panicked, hung, or refused a case \
              grammask compiles). Cases an adapter's API cannot express are not counted. The random models are \
-             pushed towards ending (closers and stop tokens boosted, more with every token past the 24th), \
-             except in the `-unbiased` run.\n"
+             pushed towards ending (closers and stop tokens boosted, more with every token past the 24th; \
+             past it, tokens starting with `<` pushed up too and whitespace-only ones down, so that a tool \
+             format's next tag wins over endless whitespace), except in the `-unbiased` run. Every failed \
+             output is in `failures.jsonl` beside this report, whole.\n"
         );
         let _ = writeln!(
             s,

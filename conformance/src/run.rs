@@ -179,6 +179,10 @@ pub struct ValidityReport {
     pub by_kind: BTreeMap<Kind, Tally>,
     /// What went wrong, one line per output.
     pub failures: Vec<String>,
+    /// The same failures with the whole output (adapter, case, seed, verdict, text), for
+    /// `failures.jsonl` beside the report: the report's lines keep 300 characters, and a
+    /// reader settling a verdict needs every byte.
+    pub failed_outputs: Vec<serde_json::Value>,
     /// The outputs cut off by `max_new_tokens` (case and seed).
     pub cut_offs: Vec<String>,
     /// Each output's length in tokens (errors excluded).
@@ -433,6 +437,11 @@ pub fn validity(engine: &mut Isolated, cases: &[Case], oracles: &Oracles, o: &Ru
                 report
                     .failures
                     .push(format!("{} / {} / seed {seed}: {verdict:?}{text}", report.name, case.id));
+                let whole = first.as_ref().ok().and_then(|v| v[i].as_ref().ok()).map(|g| g.text.clone());
+                report.failed_outputs.push(serde_json::json!({
+                    "adapter": report.name, "case": case.id, "seed": seed,
+                    "verdict": format!("{verdict:?}"), "text": whole,
+                }));
             }
             if matches!(verdict, Verdict::Valid | Verdict::CutOff { .. }) {
                 if let Ok(Ok(g)) = first.as_ref().map(|v| &v[i]) {

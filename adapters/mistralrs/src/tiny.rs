@@ -143,6 +143,9 @@ pub struct Recorder {
     /// Tokens pushed up by an amount of their own (a tool format's tags), ramped as the
     /// closers are.
     tags: (Vec<u32>, f32),
+    /// Further tokens moved by their own amount per step past the ramp's start (negative:
+    /// sunk), with no boost before it.
+    ramps: Vec<(Vec<u32>, f32)>,
 }
 
 /// How a [`Recorder`]'s push grows with the output.
@@ -189,6 +192,15 @@ impl CustomLogitsProcessor for Recorder {
                 *x += self.tags.1 + ramp;
             }
         }
+        if let Some(r) = self.ramp {
+            for (ids, per_token) in &self.ramps {
+                for &id in ids {
+                    if let Some(x) = v.get_mut(id as usize) {
+                        *x += per_token * past(&r);
+                    }
+                }
+            }
+        }
         let n = v.len();
         Tensor::from_vec(v, n, logits.device())
     }
@@ -209,6 +221,7 @@ impl Recorder {
             bias,
             ramp: None,
             tags: (Vec::new(), 0.0),
+            ramps: Vec::new(),
         })
     }
 
@@ -217,7 +230,11 @@ impl Recorder {
     /// request: its steps are the output's tokens), so that random outputs end rather than
     /// run into the token limit, free text included; `tags` (a tool format's tags: a
     /// reasoning block's end, a call's begin and end) pushed up by `tags.1`, ramped as the
-    /// closers (the stop tokens' steeper ramp overtakes them, so free text ends).
+    /// closers (the stop tokens' steeper ramp overtakes them, so free text ends); `ramps`:
+    /// further tokens ramped by their own amount per step (negative: sunk), e.g.
+    /// whitespace, which a random model otherwise writes without end where a grammar
+    /// allows it beside a tag.
+    #[allow(clippy::too_many_arguments)]
     pub fn ramping(
         tok: &grammask::TokenizerInfo,
         closers: &[u8],
@@ -226,6 +243,7 @@ impl Recorder {
         per_token: f32,
         stop_per_token: f32,
         tags: (Vec<u32>, f32),
+        ramps: Vec<(Vec<u32>, f32)>,
     ) -> Arc<Self> {
         let stops: Vec<u32> = tok.stop_tokens().to_vec();
         let boosted: Vec<u32> = stops
@@ -234,7 +252,7 @@ impl Recorder {
             .chain(closing_ids(tok, closers).into_iter().filter(|t| !stops.contains(t)))
             .collect();
         let ramp = Ramp { after, per_token, stop_per_token, stops: stops.len() };
-        Arc::new(Self { contexts: Mutex::default(), boosted, bias, ramp: Some(ramp), tags })
+        Arc::new(Self { contexts: Mutex::default(), boosted, bias, ramp: Some(ramp), tags, ramps })
     }
 
     /// Every context seen so far, in call order.

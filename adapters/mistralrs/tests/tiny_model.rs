@@ -166,6 +166,11 @@ struct Tally {
     failures: Vec<String>,
 }
 
+/// Runs `case` as `n` requests (one choice each, sent together so that mistral.rs batches
+/// them) and judges every output on the tokens the grammar took, read from the request's
+/// own recorder — not on mistral.rs's `content`, which is a view of them: its reasoning
+/// parser moves a `<think>` block to `reasoning_content`, and a `<think>` a grammar allows
+/// inside a JSON string cut the content there (an unfinished text judged invalid).
 async fn run_case(
     model: &Model,
     grammask: &Grammask,
@@ -174,40 +179,52 @@ async fn run_case(
     n: usize,
     max_len: usize,
 ) -> Tally {
-    let recorder = Recorder::boosting(grammask.vocab().tokenizer(), b"\"}]", 4.0);
-    let request = RequestBuilder::new()
-        .add_message(TextMessageRole::User, format!("Answer (seed {seed})."))
-        .set_sampler_temperature(1.0)
-        .set_sampler_topk(0)
-        .set_sampler_topp(1.0)
-        .set_sampler_n_choices(n)
-        .set_sampler_max_len(max_len)
-        .add_logits_processor(recorder.clone());
-    let constrained = match &case.spec {
-        SpecKind::Mistral(c) => grammask.constrain(request.set_constraint(c.clone())),
-        SpecKind::Grammask(s) => grammask.constrain_with(request, Some(s.clone())),
-    }
-    .expect("constraint compiles");
-    let compiled = constrained.processor().unwrap().compiled().clone();
-    let response = model.send_chat_request(constrained).await;
-    let mut t = Tally::default();
-    let response = match response {
-        Ok(r) => r,
-        Err(e) => {
-            t.failures.push(format!("{}: request failed: {e}", case.name));
-            return t;
+    let one = |k: usize| async move {
+        let recorder = Recorder::boosting(grammask.vocab().tokenizer(), b"\"}]", 4.0);
+        let request = RequestBuilder::new()
+            .add_message(TextMessageRole::User, format!("Answer (seed {seed}, choice {k})."))
+            .set_sampler_temperature(1.0)
+            .set_sampler_topk(0)
+            .set_sampler_topp(1.0)
+            .set_sampler_max_len(max_len)
+            .add_logits_processor(recorder.clone());
+        let constrained = match &case.spec {
+            SpecKind::Mistral(c) => grammask.constrain(request.set_constraint(c.clone())),
+            SpecKind::Grammask(s) => grammask.constrain_with(request, Some(s.clone())),
         }
+        .expect("constraint compiles");
+        let compiled = constrained.processor().unwrap().compiled().clone();
+        (model.send_chat_request(constrained).await, recorder, compiled)
     };
+    let mut t = Tally::default();
     let tok = grammask.vocab().tokenizer();
-    for ids in recorder.generated() {
-        if let Some(&bad) = ids.iter().find(|&&id| tok.is_special(id) || id as usize >= tok.tokenizer_size())
+    for (response, recorder, compiled) in futures::future::join_all((0..n).map(one)).await {
+        let response = match response {
+            Ok(r) => r,
+            Err(e) => {
+                t.failures.push(format!("{}: request failed: {e}", case.name));
+                continue;
+            }
+        };
+        let Some(choice) = response.choices.first() else {
+            t.failures.push(format!("{}: no choice in the answer", case.name));
+            continue;
+        };
+        t.outputs += 1;
+        // The last context holds the prompt and every generated token but the last, which
+        // is the stop token when the output stopped (the first contexts may be shorter:
+        // mistral.rs's prefix cache hands over only the uncached tail).
+        let contexts = recorder.contexts();
+        let last = contexts.last().map_or(&[][..], Vec::as_slice);
+        let generated =
+            &last[last.len().saturating_sub(response.usage.completion_tokens.saturating_sub(1))..];
+        if let Some(&bad) =
+            generated.iter().find(|&&id| tok.is_special(id) || id as usize >= tok.tokenizer_size())
         {
             t.failures.push(format!("{}: generated special or padding id {bad}", case.name));
         }
-    }
-    for choice in &response.choices {
-        t.outputs += 1;
-        let text = choice.message.content.clone().unwrap_or_default();
+        let bytes: Vec<u8> = generated.iter().flat_map(|&id| tok.token_bytes(id).iter().copied()).collect();
+        let text = String::from_utf8_lossy(&bytes).into_owned();
         match grammask.outcome(&compiled, &text, &choice.finish_reason) {
             Outcome::CutOff => t.cut_off += 1,
             Outcome::Invalid(why) => t.failures.push(format!("{}: {why}: {text:?}", case.name)),
@@ -226,6 +243,7 @@ async fn random_weights_every_output_valid() {
     let (model, grammask) = tiny_model("valid").await;
     let cases = cases(&grammask, 50);
     let seeds = [1u64, 2];
+    // (Two requests per case and seed, the outputs judged on their tokens: see run_case.)
     let mut total = Tally::default();
     let started = std::time::Instant::now();
     // Requests go in concurrently, so that mistral.rs batches their sequences.
@@ -244,7 +262,7 @@ async fn random_weights_every_output_valid() {
         }
     }
     eprintln!(
-        "{} cases x {} seeds x 2 choices: {} outputs, {} valid, {} cut off by max_len, {} failures ({:.1} s)",
+        "{} cases x {} seeds x 2 requests: {} outputs, {} valid, {} cut off by max_len, {} failures ({:.1} s)",
         cases.len(),
         seeds.len(),
         total.outputs,

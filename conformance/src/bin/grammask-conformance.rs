@@ -317,6 +317,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     std::fs::create_dir_all(&a.out)?;
     std::fs::write(a.out.join("report.md"), report.markdown())?;
+    // Every failed output whole, one JSON object per line (empty when none failed).
+    let failed: String =
+        report.validity.iter().flat_map(|v| &v.failed_outputs).map(|f| format!("{f}\n")).collect();
+    std::fs::write(a.out.join("failures.jsonl"), failed)?;
     if !report.overhead.is_empty() {
         report.chart(&a.out.join("overhead.svg"))?;
     }

@@ -139,6 +139,10 @@ impl MistralRsEngine {
                     Some(Constraint::Tools { .. }) => (super::tag_ids(tok), 12.0),
                     _ => (Vec::new(), 0.0),
                 },
+                vec![
+                    (super::opener_ids(tok), 2.0 * super::CLOSER_RAMP),
+                    (super::blank_ids(tok), -2.0 * super::BLANK_RAMP),
+                ],
             ),
             super::Bias::None => Recorder::new(),
         };

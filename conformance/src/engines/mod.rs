@@ -31,6 +31,50 @@ pub fn closers(tok: &LoadedTokenizer) -> Vec<u32> {
         .collect()
 }
 
+/// Tokens made of whitespace alone (not special): sunk as an output grows. Where a
+/// grammar allows whitespace or a marker (between a tool format's XML elements, between
+/// JSON members), a random model picks whitespace most of the time — Qwen3's vocabulary
+/// holds hundreds of runs of spaces, tabs and newlines against one or two `<` — and pushing
+/// closers up does not help where no closer is allowed, so such outputs ran into the limit.
+pub fn blanks(tok: &LoadedTokenizer) -> Vec<u32> {
+    blank_ids(&tok.info)
+}
+
+/// [`blanks`] of a vocabulary.
+pub fn blank_ids(info: &grammask::TokenizerInfo) -> Vec<u32> {
+    (0..info.tokenizer_size() as u32)
+        .filter(|&id| {
+            let b = info.token_bytes(id);
+            !info.is_special(id) && !b.is_empty() && b.iter().all(u8::is_ascii_whitespace)
+        })
+        .collect()
+}
+
+/// Tokens that start with `<` (not special, not one of the [`tags`], which have their own
+/// push, nor a closer): ramped up as closers are, so that free text
+/// and whitespace give way to a tool format's next tag (`<|tool_call>`, `<｜DSML｜…`,
+/// `<parameter=…`), which a random model otherwise spells out by chance alone. Only
+/// ramped, not boosted from the first token: a `<` boosted from the start filled JSON
+/// strings (see [`CLOSING_BYTES`]); ramped, it stays below the closers there.
+pub fn openers(tok: &LoadedTokenizer) -> Vec<u32> {
+    opener_ids(&tok.info)
+}
+
+/// [`openers`] of a vocabulary.
+pub fn opener_ids(info: &grammask::TokenizerInfo) -> Vec<u32> {
+    (0..info.tokenizer_size() as u32)
+        .filter(|&id| {
+            let b = info.token_bytes(id);
+            // A token that also closes (`<>("`) is ramped as a closer already: twice
+            // ramped, it would outrun the stop tokens and fill free text.
+            !info.is_special(id)
+                && b.first() == Some(&b'<')
+                && !b.iter().any(|c| CLOSING_BYTES.contains(c))
+                && !TAGS.iter().any(|t| b == t.as_bytes())
+        })
+        .collect()
+}
+
 /// The tags of the corpus's tool-calling presets (`qwen_3`, `hermes`).
 const TAGS: [&str; 4] = ["<think>", "</think>", "<tool_call>", "</tool_call>"];
 
@@ -60,6 +104,8 @@ pub const CLOSER_RAMP: f32 = 0.25;
 /// The stop tokens' ramp per output token past [`RAMP_AFTER`]: steeper than the closers'
 /// (a few stop tokens against thousands of closers), so that free text ends too.
 pub const STOP_RAMP: f32 = 0.5;
+/// How much whitespace-only tokens are sunk per output token past [`RAMP_AFTER`].
+pub const BLANK_RAMP: f32 = 0.25;
 
 /// Whether a random model is pushed towards ending its outputs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -89,7 +135,9 @@ pub fn simulated(
             .with_boost(closers(tok), CLOSER_BIAS)
             .with_boost(tags(tok), TAG_BIAS)
             .with_closing_ramp(closers(tok), RAMP_AFTER, CLOSER_RAMP)
-            .with_closing_ramp(tok.info.stop_tokens().to_vec(), RAMP_AFTER, STOP_RAMP - CLOSER_RAMP),
+            .with_closing_ramp(tok.info.stop_tokens().to_vec(), RAMP_AFTER, STOP_RAMP - CLOSER_RAMP)
+            .with_closing_ramp(openers(tok), RAMP_AFTER, CLOSER_RAMP)
+            .with_closing_ramp(blanks(tok), RAMP_AFTER, -BLANK_RAMP),
     }
 }
 

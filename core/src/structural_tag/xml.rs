@@ -29,7 +29,8 @@
 //! | `deepseek_xml` | `<｜DSML｜parameter name="KEY" string="true">` RAW `</｜DSML｜parameter>`, or `string="false">` ws JSON ws `</…>` |
 //! | `deepseek_v4_1_xml` | the same with `<｜DSML｜ parameter` and `</｜DSML｜ parameter>` |
 //!
-//! where V is the raw text alone for an unconstrained string, else `ws (RAW | JSON) ws`.
+//! where V is the raw text alone for an unconstrained string, else `RAW | ws JSON ws`
+//! (`\n RAW \n` in `qwen_xml`) — see the deliberate differences below.
 //!
 //! `minimax_m3_xml` is recursive: `]<]minimax[>[<KEY>` V `]<]minimax[>[</KEY>`, where V
 //! is a string as any text without the marker `]<]minimax[>[`, another scalar as bare
@@ -49,6 +50,13 @@
 //!   and required ones present (the structural tag's meaning of `any_order`, see the
 //!   module docs of [`super`]); XGrammar's looser form also accepts repeated and missing
 //!   ones.
+//! - A constrained string value (`enum`, `const`, `pattern`, `format`, lengths) has no
+//!   whitespace around it, except in `qwen_xml`, where it sits between exactly one newline
+//!   on each side (`<parameter=unit>\ncelsius\n</parameter>`, as Qwen's templates write
+//!   it). XGrammar writes `ws RAW ws`, but the families' parsers keep that whitespace in
+//!   the value (vLLM's `qwen3_coder` strips one newline per side, the GLM and MiniMax
+//!   readers nothing), so `<parameter=from> RID </parameter>` gave `" RID "` for a
+//!   `^[A-Z]{3}$` parameter: valid by the grammar, invalid to the application.
 //! - `cohere_xml` (recursive, with a type attribute per value), and `excludes`, are
 //!   refused with a typed error (not written yet).
 //! - A recursive `$ref` under `minimax_m3_xml` is unrolled until a nesting limit and then
@@ -124,38 +132,50 @@ impl XmlStyle {
     /// The markers of the style; `None` for `cohere_xml` (not converted).
     fn markers(self) -> Option<Markers> {
         Some(match self {
-            XmlStyle::Qwen => {
-                Markers { open: "<parameter=", key_end: ">", close: "</parameter>", mid: Mid::Fixed(">") }
-            }
+            XmlStyle::Qwen => Markers {
+                open: "<parameter=",
+                key_end: ">",
+                close: "</parameter>",
+                mid: Mid::Fixed(">"),
+                newlines: true,
+            },
             XmlStyle::Minimax => Markers {
                 open: "<parameter name=\"",
                 key_end: "\"",
                 close: "</parameter>",
                 mid: Mid::Fixed("\">"),
+                newlines: false,
             },
-            XmlStyle::Glm => {
-                Markers { open: "<arg_key>", key_end: "</arg_key>", close: "</arg_value>", mid: Mid::Glm }
-            }
+            XmlStyle::Glm => Markers {
+                open: "<arg_key>",
+                key_end: "</arg_key>",
+                close: "</arg_value>",
+                mid: Mid::Glm,
+                newlines: false,
+            },
             XmlStyle::KimiK3 => Markers {
                 open: "<|open|>argument key=\"",
                 key_end: "\"",
                 close: "<|close|>argument<|sep|>",
                 mid: Mid::Kimi,
+                newlines: false,
             },
             XmlStyle::Deepseek => Markers {
                 open: "<｜DSML｜parameter name=\"",
                 key_end: "\"",
                 close: "</｜DSML｜parameter>",
                 mid: Mid::Deepseek,
+                newlines: false,
             },
             XmlStyle::DeepseekV4_1 => Markers {
                 open: "<｜DSML｜ parameter name=\"",
                 key_end: "\"",
                 close: "</｜DSML｜ parameter>",
                 mid: Mid::Deepseek,
+                newlines: false,
             },
             XmlStyle::MinimaxM3 => {
-                Markers { open: "]<]minimax[>[<", key_end: ">", close: M3_NS, mid: Mid::M3 }
+                Markers { open: "]<]minimax[>[<", key_end: ">", close: M3_NS, mid: Mid::M3, newlines: false }
             }
             XmlStyle::Cohere => return None,
         })
@@ -170,6 +190,11 @@ struct Markers {
     key_end: &'static str,
     close: &'static str,
     mid: Mid,
+    /// A raw string value is written between single newlines (`>\nVALUE\n</parameter>`):
+    /// Qwen's templates write it so and the published parsers (vLLM's `qwen3_coder`) strip
+    /// exactly one newline on each side. The other styles' parsers take the text between
+    /// the markers as it is.
+    newlines: bool,
 }
 
 /// What comes between the key and the value.
@@ -236,6 +261,46 @@ impl Split {
     /// Only unconstrained text: written without the whitespace around it.
     fn plain_only(&self) -> bool {
         self.json.is_empty() && !self.raw.is_empty() && self.raw.iter().all(|r| *r == Raw::Plain)
+    }
+}
+
+/// The texts `T` whose value, as vLLM's `qwen3_coder` parser reads it (one leading and one
+/// trailing newline stripped), is a string of `raw`: `\n X \n`, `\n X`, `X \n` or `X`
+/// for `X` in `raw`, where the forms without a newline on a side take only the `X` that do
+/// not start (end) with one — else the parser would strip the value's own newline. A
+/// `raw` that never holds a newline (nearly every pattern, enum and format) needs no
+/// intersection; the rest intersect `raw` with the edge conditions.
+fn between_newlines(raw: Expr) -> Expr {
+    let nl = || lit("\n");
+    let opt_nl = || Expr::Repeat { expr: Box::new(nl()), min: 0, max: Some(1) };
+    if !may_hold_newline(&raw) {
+        return seq([opt_nl(), raw, opt_nl()]);
+    }
+    const ANY: &[(u32, u32)] = &[(0, 0x10FFFF)];
+    let not_nl = || Expr::Class(vec![(0, 9), (11, 0x10FFFF)]);
+    let any = || Expr::Repeat { expr: Box::new(Expr::Class(ANY.to_vec())), min: 0, max: None };
+    let not_first = alt([Expr::Empty, seq([not_nl(), any()])]);
+    let not_last = alt([Expr::Empty, seq([any(), not_nl()])]);
+    let neither = alt([Expr::Empty, not_nl(), seq([not_nl(), any(), not_nl()])]);
+    alt([
+        seq([nl(), raw.clone(), nl()]),
+        seq([nl(), Expr::And(vec![raw.clone(), not_last])]),
+        seq([Expr::And(vec![raw.clone(), not_first]), nl()]),
+        Expr::And(vec![raw, neither]),
+    ])
+}
+
+/// Whether `e` may match a string holding a newline (conservative: a rule or an automaton
+/// may).
+fn may_hold_newline(e: &Expr) -> bool {
+    match e {
+        Expr::Empty => false,
+        Expr::Literal(s) => s.contains('\n'),
+        Expr::Class(r) => r.iter().any(|&(a, b)| a <= 10 && 10 <= b),
+        Expr::Rule(_) | Expr::Dfa(_) => true,
+        Expr::Seq(v) | Expr::Alt(v) => v.iter().any(may_hold_newline),
+        Expr::And(v) => v.iter().all(may_hold_newline),
+        Expr::Repeat { expr, max, .. } => *max != Some(0) && may_hold_newline(expr),
     }
 }
 
@@ -784,8 +849,19 @@ impl Writer<'_, '_> {
             if sp.plain_only() {
                 return raw.clone().unwrap_or_else(nothing);
             }
-            let v = alt(raw.clone().into_iter().chain(json.clone()));
-            seq([ws.clone(), v, ws.clone()])
+            // A constrained string is written with nothing around it but the template's
+            // newlines: the families' parsers keep any other whitespace in the value, so
+            // `ws RAW ws` (XGrammar's form) would let through values the schema refuses
+            // (`" RID "` for `^[A-Z]{3}$`). Unconstrained text already takes any text.
+            let raw = raw.clone().map(|r| {
+                if sp.raw.contains(&Raw::Plain) || !m.newlines {
+                    r
+                } else {
+                    between_newlines(r)
+                }
+            });
+            let json = json.clone().map(|j| seq([ws.clone(), j, ws.clone()]));
+            alt(raw.into_iter().chain(json))
         };
         Ok(match m.mid {
             Mid::Fixed(mid) => seq([key, lit(mid), value(), close]),
@@ -1038,11 +1114,11 @@ fn read_err(offset: usize, expected: impl Into<String>) -> XmlReadError {
 /// the whitespace the constraint allows after the last argument is left to the caller,
 /// because many end strings begin with whitespace themselves (`"\n</function>"`).
 ///
-/// A value whose schema allows strings only is the raw text exactly as written. A value
-/// that may also be something else is JSON when its text (whitespace trimmed) parses as
-/// JSON that is not a string, else the raw text (trimmed when the string is constrained:
-/// the constraint allows whitespace around it). DeepSeek's `string="…"` attribute
-/// decides by itself.
+/// A value whose schema allows strings only is the raw text as written — in
+/// [`XmlStyle::Qwen`] less one newline on each side, as the published parsers read it. A
+/// value that may also be something else is JSON when its text (whitespace trimmed)
+/// parses as JSON that is not a string, else that raw text. DeepSeek's `string="…"`
+/// attribute decides by itself.
 ///
 /// ```
 /// use grammask::structural_tag::{read_xml_arguments, XmlStyle};
@@ -1114,7 +1190,7 @@ pub fn read_xml_arguments(
                 }
             }
         }
-        let (value, after) = read_value(text, p, m.close, &sp, forced)?;
+        let (value, after) = read_value(text, p, &m, &sp, forced)?;
         args.insert(key.to_string(), value);
         pos = after;
         end = after;
@@ -1235,10 +1311,11 @@ fn expect(text: &str, p: usize, s: &str) -> Result<usize, XmlReadError> {
 fn read_value(
     text: &str,
     p: usize,
-    close: &str,
+    m: &Markers,
     sp: &Split,
     forced: Option<bool>,
 ) -> Result<(Value, usize), XmlReadError> {
+    let close = m.close;
     let want_json = forced != Some(true) && (forced == Some(false) || !sp.json.is_empty());
     if want_json {
         let start = skip_ws(text, p);
@@ -1263,10 +1340,10 @@ fn read_value(
         }
     }
     let len = text[p..].find(close).ok_or_else(|| read_err(text.len(), format!("`{close}`")))?;
-    let raw = &text[p..p + len];
-    let constrained = !sp.raw.contains(&Raw::Plain) && !sp.raw.is_empty();
-    let keep =
-        !constrained || sp.raw.iter().any(|r| matches!(r, Raw::Literals(v) if v.iter().any(|s| s == raw)));
-    let s = if keep { raw } else { raw.trim_matches([' ', '\t', '\n', '\r']) };
-    Ok((Value::String(s.to_string()), p + len + close.len()))
+    let mut raw = &text[p..p + len];
+    if m.newlines && forced.is_none() {
+        raw = raw.strip_prefix('\n').unwrap_or(raw);
+        raw = raw.strip_suffix('\n').unwrap_or(raw);
+    }
+    Ok((Value::String(raw.to_string()), p + len + close.len()))
 }
