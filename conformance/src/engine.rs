@@ -74,6 +74,8 @@ pub struct StepTimes {
     pub jump_forward: Duration,
     /// The adapter's other per-step work (slot tables, copies).
     pub other: Duration,
+    /// The steps' own wall time, forward included (zero where the engine does not say).
+    pub wall: Duration,
 }
 
 impl StepTimes {
@@ -89,7 +91,13 @@ impl StepTimes {
             accept: self.accept + o.accept,
             jump_forward: self.jump_forward + o.jump_forward,
             other: self.other + o.other,
+            wall: self.wall + o.wall,
         }
+    }
+
+    /// Mean wall time of a step in seconds, if the engine measures it.
+    pub fn mean_step_s(&self) -> Option<f64> {
+        (!self.wall.is_zero() && self.steps > 0).then(|| self.wall.as_secs_f64() / self.steps as f64)
     }
 
     /// `d` per step, in µs.

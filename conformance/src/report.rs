@@ -329,13 +329,31 @@ impl Report {
         let _ = writeln!(s, "\n### Against the goals\n");
         let _ = writeln!(
             s,
+            "Throughput is judged at a full batch where the engine times its steps (the router): each \
+             run's tokens per row-step over its mean step time (the steps' own wall time, forward \
+             included), constrained over unconstrained — a server's steady state. The whole run's ratio \
+             beside it also weighs each run's tail, the last requests decoding in a batch that empties, \
+             whose length follows the answers' lengths, which differ constrained and not.\n"
+        );
+        let _ = writeln!(
+            s,
             "| adapter | jump-forward | batch | ≥ 0.98× unconstrained (forward ≥ 5 ms) | beyond the fill: ≤ 20 µs/step (batch 1), ≤ 2 µs/row (batch ≥ 8) |"
         );
         let _ = writeln!(s, "|---|---|---|---|---|");
         for o in &self.overhead {
             let ratio = if o.unconstrained_tps > 0.0 { o.constrained_tps / o.unconstrained_tps } else { 0.0 };
             let tps = if self.real_forward.contains(&o.name) {
-                format!("{} {ratio:.3}×", mark(ratio >= 0.98))
+                // Judged at a full batch where the engine times its steps (see
+                // `Overhead::steady_ratio`), the whole run's ratio beside it.
+                match o.steady_ratio() {
+                    Some(steady) => {
+                        format!(
+                            "{} {steady:.3}× at a full batch ({ratio:.3}× whole run)",
+                            mark(steady >= 0.98)
+                        )
+                    }
+                    None => format!("{} {ratio:.3}×", mark(ratio >= 0.98)),
+                }
             } else {
                 "— (forward < 5 ms)".to_string()
             };
@@ -507,6 +525,7 @@ mod tests {
             batch,
             unconstrained_tps: 100.0,
             constrained_tps: constrained,
+            tokens: [0, 0],
             steps: Some(times(sample_us[1], apply_us)),
             unconstrained_steps: Some(times(sample_us[0], 0)),
             jump_forward: Some(true),

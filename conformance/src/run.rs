@@ -473,6 +473,8 @@ pub struct Overhead {
     pub unconstrained_tps: f64,
     /// Generated tokens per second, constrained.
     pub constrained_tps: f64,
+    /// Generated tokens, unconstrained and constrained.
+    pub tokens: [usize; 2],
     /// Per-step costs of the constrained run.
     pub steps: Option<StepTimes>,
     /// Per-step costs of the unconstrained run (its sampling is the baseline of the
@@ -484,6 +486,20 @@ pub struct Overhead {
 }
 
 impl Overhead {
+    /// Constrained over unconstrained throughput at the same occupancy (a server's steady
+    /// state, its batch kept full): tokens per row-step over the mean step time, each run's
+    /// own. The whole run's ratio ([`Self::pct`]) also weighs each run's tail — the last
+    /// requests decoding in a batch that empties — whose length depends on how long the
+    /// answers are, which differs constrained and not; this ratio does not. `None` where
+    /// the engine does not time its steps.
+    pub fn steady_ratio(&self) -> Option<f64> {
+        let rate =
+            |t: &StepTimes, tokens: usize| Some(tokens as f64 / t.rows.max(1) as f64 / t.mean_step_s()?);
+        let u = rate(self.unconstrained_steps.as_ref()?, self.tokens[0])?;
+        let c = rate(self.steps.as_ref()?, self.tokens[1])?;
+        (u > 0.0).then(|| c / u)
+    }
+
     /// `(1 − constrained / unconstrained) × 100`: what structure costs in throughput.
     pub fn pct(&self) -> f64 {
         if self.unconstrained_tps > 0.0 {
@@ -542,6 +558,7 @@ pub fn overhead(
         batch,
         unconstrained_tps: tps(totals[0]),
         constrained_tps: tps(totals[1]),
+        tokens: [totals[0].0, totals[1].0],
         unconstrained_steps: steps[0].take(),
         steps: steps[1].take(),
         jump_forward: None,

@@ -37,7 +37,7 @@ impl LoadedTokenizer {
     /// This tokenizer as the encoder jump-forward writes forced text with
     /// ([`BatchOptions::encoder`](crate::step::BatchOptions::encoder)).
     pub fn encoder(&self) -> Arc<dyn TextEncoder + Send + Sync> {
-        Arc::new(HfEncoder(self.hf.clone()))
+        Arc::new(HfEncoder { hf: self.hf.clone(), cache: Default::default() })
     }
 
     /// From the bytes of `tokenizer.json` and `tokenizer_config.json`.
@@ -167,12 +167,50 @@ pub struct Router {
     pub engine: EngineHandle,
 }
 
-/// The tokenizer as jump-forward's encoder ([`LoadedTokenizer::encoder`]).
-struct HfEncoder(Arc<tokenizers::Tokenizer>);
+/// The tokenizer as jump-forward's encoder ([`LoadedTokenizer::encoder`]), remembering
+/// what it encoded.
+///
+/// Jump-forward encodes the forced text on the step thread, between a step's sampling
+/// and the next forward, and a Hugging Face encode (normalizer, pre-tokenizer, BPE) took
+/// about half of jump-forward's time there (perf, the conformance overhead run). The
+/// forced texts repeat — the keys and punctuation of a schema, across its requests and
+/// the items of its arrays — and an encoding depends on the text alone, so a hit is exact.
+/// The memory is bounded: past [`ENCODE_CACHE_BYTES`] of texts and ids the map starts over.
+struct HfEncoder {
+    hf: Arc<tokenizers::Tokenizer>,
+    cache: std::sync::Mutex<EncodeCache>,
+}
+
+/// How much the encoder's memory of texts and their ids may hold (bytes, about).
+const ENCODE_CACHE_BYTES: usize = 4 << 20;
+
+#[derive(Default)]
+struct EncodeCache {
+    map: std::collections::HashMap<Box<str>, Box<[u32]>>,
+    bytes: usize,
+}
 
 impl TextEncoder for HfEncoder {
     fn encode_text(&self, text: &str) -> grammask::Result<Vec<u32>> {
-        self.0.encode_text(text)
+        // (A poisoned lock only means another thread panicked mid-insert: the map is
+        // still a valid map of exact encodings.)
+        let cached =
+            self.cache.lock().unwrap_or_else(|p| p.into_inner()).map.get(text).map(|ids| ids.to_vec());
+        if let Some(ids) = cached {
+            return Ok(ids);
+        }
+        let ids = self.hf.encode_text(text)?;
+        let mut c = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let size = text.len() + 4 * ids.len() + 64;
+        if c.bytes + size > ENCODE_CACHE_BYTES {
+            c.map.clear();
+            c.bytes = 0;
+        }
+        if size <= ENCODE_CACHE_BYTES {
+            c.bytes += size;
+            c.map.insert(text.into(), ids.clone().into_boxed_slice());
+        }
+        Ok(ids)
     }
 }
 

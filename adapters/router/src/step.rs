@@ -130,10 +130,8 @@ fn advance(
     }
     let mut forced = JumpForward::default();
     if let Some(enc) = encoder {
-        let jf = m.jump_forward_tokens_within(enc, max_rollback)?;
+        let jf = m.apply_jump_forward(enc, max_rollback)?;
         if !jf.ids.is_empty() {
-            m.rollback(jf.rollback)?;
-            m.accept_tokens(&jf.ids)?;
             forced = jf;
         }
         costs.jump_forward += t1.elapsed();

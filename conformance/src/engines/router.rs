@@ -202,6 +202,7 @@ impl RouterEngine {
             accept: sum("grammask_accept_seconds_sum"),
             jump_forward: sum("grammask_jump_forward_seconds_sum"),
             steps: sum("grammask_step_seconds_count"),
+            step: sum("grammask_step_seconds_sum"),
             rows: sum("grammask_batch_size_sum"),
         })
     }
@@ -217,6 +218,8 @@ struct Sums {
     accept: f64,
     jump_forward: f64,
     steps: f64,
+    /// The steps' wall time.
+    step: f64,
     rows: f64,
 }
 
@@ -494,6 +497,7 @@ impl Engine for RouterEngine {
             accept: d(now.accept, last.accept),
             jump_forward: d(now.jump_forward, last.jump_forward),
             other: Duration::ZERO,
+            wall: d(now.step, last.step),
         })
     }
 

@@ -143,6 +143,53 @@ impl GrammarMatcher {
         encoder: &(impl TextEncoder + ?Sized),
         max_rollback: usize,
     ) -> Result<JumpForward> {
+        self.jump_forward(encoder, max_rollback, false)
+    }
+
+    /// [`Self::jump_forward_tokens_within`], applied: the state moves past the forced
+    /// text (the result says what was taken back and appended). One walk of the grammar
+    /// over the forced tokens instead of two — the check that they are accepted is the
+    /// apply — which matters where it runs: on a server's step thread, between sampling
+    /// and the next forward.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use grammask::{GrammarCompiler, GrammarMatcher, TokenizerInfo, TokenizerOptions, Result};
+    /// use grammask::matcher::TextEncoder;
+    ///
+    /// // One byte per token: the encoder spells text byte by byte.
+    /// struct Bytes;
+    /// impl TextEncoder for Bytes {
+    ///     fn encode_text(&self, text: &str) -> Result<Vec<u32>> {
+    ///         Ok(text.bytes().map(|b| u32::from(b - b'a')).collect())
+    ///     }
+    /// }
+    /// let vocab: Vec<Vec<u8>> = (b'a'..=b'e').map(|b| vec![b]).collect();
+    /// let info = TokenizerInfo::from_byte_tokens(vocab, &TokenizerOptions::default())?;
+    /// let compiler = GrammarCompiler::new(Arc::new(info));
+    /// let mut m = GrammarMatcher::new(compiler.compile_ebnf(r#"root ::= "a" "bcd" ("a" | "e")"#)?);
+    /// m.accept_token(0)?; // `a`; `bcd` is forced
+    /// let jf = m.apply_jump_forward(&Bytes, 0)?;
+    /// assert_eq!((jf.rollback, jf.ids.as_slice()), (0, &[1, 2, 3][..]));
+    /// assert!(m.find_jump_forward_string().is_empty()); // already past it
+    /// m.accept_token(4)?;
+    /// assert!(m.can_terminate());
+    /// # Ok::<(), grammask::Error>(())
+    /// ```
+    pub fn apply_jump_forward(
+        &mut self,
+        encoder: &(impl TextEncoder + ?Sized),
+        max_rollback: usize,
+    ) -> Result<JumpForward> {
+        self.jump_forward(encoder, max_rollback, true)
+    }
+
+    fn jump_forward(
+        &mut self,
+        encoder: &(impl TextEncoder + ?Sized),
+        max_rollback: usize,
+        apply: bool,
+    ) -> Result<JumpForward> {
         let forced = self.find_jump_forward_string();
         if forced.is_empty() {
             return Ok(JumpForward::default());
@@ -167,28 +214,45 @@ impl GrammarMatcher {
             span.extend_from_slice(&forced);
             let Some(text) = utf8_prefix(&span, keep) else { continue };
             let Some(ids) = encode_exact(encoder, &info, text) else { continue };
-            if !self.accepts_instead(taken, &ids)? {
+            if !self.replace(taken, &ids)? {
                 continue;
             }
-            if k > 0 && ids.first() == taken.first() {
-                // The tokenizer splits before `taken[0]` too: keep it.
-                return Ok(JumpForward { rollback: k - 1, ids: ids[1..].to_vec() });
+            // The tokenizer splits before `taken[0]` too: keep it.
+            let early = k > 0 && ids.first() == taken.first();
+            let jf = if early {
+                JumpForward { rollback: k - 1, ids: ids[1..].to_vec() }
+            } else {
+                JumpForward { rollback: k, ids: ids.clone() }
+            };
+            // (The state now has `ids` in place of `taken`: what applying `jf` gives.)
+            if apply && (early || k == tail.len()) {
+                return Ok(jf);
             }
-            best = Some(JumpForward { rollback: k, ids });
+            self.rollback(ids.len())?;
+            // These were accepted here a moment ago: accepting them again cannot fail.
+            self.accept_tokens(taken)?;
+            if early {
+                return Ok(jf);
+            }
+            best = Some(jf);
         }
-        Ok(best.unwrap_or_default())
+        let best = best.unwrap_or_default();
+        if apply && !best.ids.is_empty() {
+            self.rollback(best.rollback)?;
+            self.accept_tokens(&best.ids)?;
+        }
+        Ok(best)
     }
 
-    /// Whether the grammar accepts `ids` in place of the trailing accepted `taken`; the
-    /// state is restored either way.
-    fn accepts_instead(&mut self, taken: &[u32], ids: &[u32]) -> Result<bool> {
+    /// Takes back the trailing accepted `taken` and accepts `ids` instead, if the grammar
+    /// accepts them; else the state is as before.
+    fn replace(&mut self, taken: &[u32], ids: &[u32]) -> Result<bool> {
         self.rollback(taken.len())?;
-        let ok = self.accept_tokens(ids).is_ok();
-        if ok {
-            self.rollback(ids.len())?;
+        if self.accept_tokens(ids).is_ok() {
+            return Ok(true);
         }
         // These were accepted here a moment ago: accepting them again cannot fail.
         self.accept_tokens(taken)?;
-        Ok(ok)
+        Ok(false)
     }
 }

@@ -455,6 +455,20 @@ fn jump_forward_ids_are_the_tokenizers_own_and_accepted() {
                     f.rollback(jf.rollback).unwrap();
                     f.accept_tokens(&jf.ids).unwrap();
                     assert_eq!(m.num_steps(), steps);
+                    // Applied in place, for every rollback limit: the same answer as
+                    // computing it, and the state that applying it gives.
+                    for max in 0..=grammask::matcher::MAX_RETOKENIZED {
+                        let mut a = m.fork();
+                        let want = m.fork().jump_forward_tokens_within(&enc, max).unwrap();
+                        let got = a.apply_jump_forward(&enc, max).unwrap();
+                        assert_eq!(got, want, "{tok} {name} step {i}, rollback ≤ {max}");
+                        let mut b = m.fork();
+                        b.rollback(want.rollback).unwrap();
+                        b.accept_tokens(&want.ids).unwrap();
+                        assert_eq!(a.num_steps(), b.num_steps(), "{tok} {name} step {i}");
+                        assert_eq!(a.find_jump_forward_string(), b.find_jump_forward_string());
+                        assert_eq!(a.can_terminate(), b.can_terminate());
+                    }
                 }
                 if m.accept_token(id).is_err() {
                     break;
