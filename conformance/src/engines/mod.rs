@@ -31,48 +31,35 @@ pub fn closers(tok: &LoadedTokenizer) -> Vec<u32> {
         .collect()
 }
 
-/// Tokens made of whitespace alone (not special): sunk as an output grows. Where a
-/// grammar allows whitespace or a marker (between a tool format's XML elements, between
-/// JSON members), a random model picks whitespace most of the time — Qwen3's vocabulary
-/// holds hundreds of runs of spaces, tabs and newlines against one or two `<` — and pushing
-/// closers up does not help where no closer is allowed, so such outputs ran into the limit.
-pub fn blanks(tok: &LoadedTokenizer) -> Vec<u32> {
-    blank_ids(&tok.info)
+/// The ids of `info`'s vocabulary, special tokens left out, whose bytes `keep` takes.
+fn ordinary_ids(info: &grammask::TokenizerInfo, keep: impl Fn(&[u8]) -> bool) -> Vec<u32> {
+    (0..info.tokenizer_size() as u32)
+        .filter(|&id| !info.is_special(id) && keep(info.token_bytes(id)))
+        .collect()
 }
 
-/// [`blanks`] of a vocabulary.
+/// Tokens made of whitespace alone: sunk as an output grows. Where a grammar allows
+/// whitespace or a marker (between a tool format's XML elements, between JSON members), a
+/// random model picks whitespace most of the time — Qwen3's vocabulary holds hundreds of
+/// runs of spaces, tabs and newlines against one or two `<` — and pushing closers up does
+/// not help where no closer is allowed, so such outputs ran into the limit.
 pub fn blank_ids(info: &grammask::TokenizerInfo) -> Vec<u32> {
-    (0..info.tokenizer_size() as u32)
-        .filter(|&id| {
-            let b = info.token_bytes(id);
-            !info.is_special(id) && !b.is_empty() && b.iter().all(u8::is_ascii_whitespace)
-        })
-        .collect()
+    ordinary_ids(info, |b| !b.is_empty() && b.iter().all(u8::is_ascii_whitespace))
 }
 
-/// Tokens that start with `<` (not special, not one of the [`tags`], which have their own
-/// push, nor a closer): ramped up as closers are, so that free text
-/// and whitespace give way to a tool format's next tag (`<|tool_call>`, `<｜DSML｜…`,
-/// `<parameter=…`), which a random model otherwise spells out by chance alone. Only
-/// ramped, not boosted from the first token: a `<` boosted from the start filled JSON
-/// strings (see [`CLOSING_BYTES`]); ramped, it stays below the closers there.
-pub fn openers(tok: &LoadedTokenizer) -> Vec<u32> {
-    opener_ids(&tok.info)
-}
-
-/// [`openers`] of a vocabulary.
+/// Tokens that start with `<`, neither one of the [`tags`] (which have their own push) nor
+/// a closer: ramped up as closers are, so that free text and whitespace give way to a tool
+/// format's next tag (`<|tool_call>`, `<｜DSML｜…`, `<parameter=…`), which a random model
+/// otherwise spells out by chance alone. Only ramped, not boosted from the first token: a
+/// `<` boosted from the start filled JSON strings (see [`CLOSING_BYTES`]); ramped, it stays
+/// below the closers there. A token that also closes (`<>("`) is ramped as a closer
+/// already: twice ramped, it outran the stop tokens and filled free text.
 pub fn opener_ids(info: &grammask::TokenizerInfo) -> Vec<u32> {
-    (0..info.tokenizer_size() as u32)
-        .filter(|&id| {
-            let b = info.token_bytes(id);
-            // A token that also closes (`<>("`) is ramped as a closer already: twice
-            // ramped, it would outrun the stop tokens and fill free text.
-            !info.is_special(id)
-                && b.first() == Some(&b'<')
-                && !b.iter().any(|c| CLOSING_BYTES.contains(c))
-                && !TAGS.iter().any(|t| b == t.as_bytes())
-        })
-        .collect()
+    ordinary_ids(info, |b| {
+        b.first() == Some(&b'<')
+            && !b.iter().any(|c| CLOSING_BYTES.contains(c))
+            && !TAGS.iter().any(|t| b == t.as_bytes())
+    })
 }
 
 /// The tags of the corpus's tool-calling presets (`qwen_3`, `hermes`).
@@ -136,8 +123,8 @@ pub fn simulated(
             .with_boost(tags(tok), TAG_BIAS)
             .with_closing_ramp(closers(tok), RAMP_AFTER, CLOSER_RAMP)
             .with_closing_ramp(tok.info.stop_tokens().to_vec(), RAMP_AFTER, STOP_RAMP - CLOSER_RAMP)
-            .with_closing_ramp(openers(tok), RAMP_AFTER, CLOSER_RAMP)
-            .with_closing_ramp(blanks(tok), RAMP_AFTER, -BLANK_RAMP),
+            .with_closing_ramp(opener_ids(&tok.info), RAMP_AFTER, CLOSER_RAMP)
+            .with_closing_ramp(blank_ids(&tok.info), RAMP_AFTER, -BLANK_RAMP),
     }
 }
 
