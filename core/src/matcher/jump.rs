@@ -147,9 +147,9 @@ impl GrammarMatcher {
     }
 
     /// [`Self::jump_forward_tokens_within`], applied: the state moves past the forced
-    /// text (the result says what was taken back and appended). One walk of the grammar
-    /// over the forced tokens instead of two — the check that they are accepted is the
-    /// apply — which matters where it runs: on a server's step thread, between sampling
+    /// text (the result says what was taken back and appended). Usually one walk of the
+    /// grammar over the forced tokens instead of two — the check that they are accepted is
+    /// the apply — which matters where it runs: on a server's step thread, between sampling
     /// and the next forward.
     ///
     /// ```

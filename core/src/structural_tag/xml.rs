@@ -30,7 +30,8 @@
 //! | `deepseek_v4_1_xml` | the same with `<｜DSML｜ parameter` and `</｜DSML｜ parameter>` |
 //!
 //! where V is the raw text alone for an unconstrained string, else `RAW | ws JSON ws`
-//! (`\n RAW \n` in `qwen_xml`) — see the deliberate differences below.
+//! (in `qwen_xml`, RAW between optional single newlines) — see the deliberate differences
+//! below.
 //!
 //! `minimax_m3_xml` is recursive: `]<]minimax[>[<KEY>` V `]<]minimax[>[</KEY>`, where V
 //! is a string as any text without the marker `]<]minimax[>[`, another scalar as bare
@@ -51,9 +52,9 @@
 //!   module docs of [`super`]); XGrammar's looser form also accepts repeated and missing
 //!   ones.
 //! - A constrained string value (`enum`, `const`, `pattern`, `format`, lengths) has no
-//!   whitespace around it, except in `qwen_xml`, where it sits between exactly one newline
-//!   on each side (`<parameter=unit>\ncelsius\n</parameter>`, as Qwen's templates write
-//!   it). XGrammar writes `ws RAW ws`, but the families' parsers keep that whitespace in
+//!   whitespace around it, except in `qwen_xml`, where it may sit between single newlines
+//!   (`<parameter=unit>\ncelsius\n</parameter>`, as Qwen's templates write it): exactly the
+//!   texts whose value, one newline stripped per side, is valid. XGrammar writes `ws RAW ws`, but the families' parsers keep that whitespace in
 //!   the value (vLLM's `qwen3_coder` strips one newline per side, the GLM and MiniMax
 //!   readers nothing), so `<parameter=from> RID </parameter>` gave `" RID "` for a
 //!   `^[A-Z]{3}$` parameter: valid by the grammar, invalid to the application.
@@ -190,9 +191,9 @@ struct Markers {
     key_end: &'static str,
     close: &'static str,
     mid: Mid,
-    /// A raw string value is written between single newlines (`>\nVALUE\n</parameter>`):
+    /// A raw string value may be written between single newlines (`>\nVALUE\n</parameter>`):
     /// Qwen's templates write it so and the published parsers (vLLM's `qwen3_coder`) strip
-    /// exactly one newline on each side. The other styles' parsers take the text between
+    /// at most one newline on each side. The other styles' parsers take the text between
     /// the markers as it is.
     newlines: bool,
 }
@@ -276,6 +277,11 @@ fn between_newlines(raw: Expr) -> Expr {
     if !may_hold_newline(&raw) {
         return seq([opt_nl(), raw, opt_nl()]);
     }
+    if let Expr::Repeat { expr, min, max } = &raw {
+        if let Expr::Class(c) = expr.as_ref() {
+            return class_run_between_newlines(c, *min, *max);
+        }
+    }
     const ANY: &[(u32, u32)] = &[(0, 0x10FFFF)];
     let not_nl = || Expr::Class(vec![(0, 9), (11, 0x10FFFF)]);
     let any = || Expr::Repeat { expr: Box::new(Expr::Class(ANY.to_vec())), min: 0, max: None };
@@ -288,6 +294,34 @@ fn between_newlines(raw: Expr) -> Expr {
         seq([Expr::And(vec![raw.clone(), not_first]), nl()]),
         Expr::And(vec![raw, neither]),
     ])
+}
+
+/// [`between_newlines`] of `c{min,max}` (a length-bounded string: `c` is every character),
+/// written with the run once: the intersections would copy a long run's automaton three
+/// times over and `maxLength: 20000` went past the automaton limit. A value `V` of two
+/// characters or more is `v₁ M vₙ`; the text is `(\n c | c') M (c \n | c')` with `c'` the
+/// class without a newline (a side without the template's newline must not start or end
+/// with one, or the parser would strip the value's own); the values of none or one
+/// character are listed.
+fn class_run_between_newlines(c: &[(u32, u32)], min: u32, max: Option<u32>) -> Expr {
+    let nl = || lit("\n");
+    let cls = || Expr::Class(c.to_vec());
+    let not_nl = || Expr::Class(crate::grammar::class::subtract_class(c, &[(10, 10)]));
+    let fits = |n: u32| min <= n && max.is_none_or(|m| n <= m);
+    let mut alts = Vec::new();
+    if fits(0) {
+        // "", "\n" and "\n\n" all read as "".
+        alts.extend([Expr::Empty, nl(), seq([nl(), nl()])]);
+    }
+    if fits(1) {
+        alts.extend([seq([nl(), cls(), nl()]), seq([nl(), not_nl()]), seq([not_nl(), nl()]), not_nl()]);
+    }
+    if max.is_none_or(|m| m >= 2) {
+        let middle =
+            Expr::Repeat { expr: Box::new(cls()), min: min.saturating_sub(2), max: max.map(|m| m - 2) };
+        alts.push(seq([alt([seq([nl(), cls()]), not_nl()]), middle, alt([seq([cls(), nl()]), not_nl()])]));
+    }
+    alt(alts)
 }
 
 /// Whether `e` may match a string holding a newline (conservative: a rule or an automaton

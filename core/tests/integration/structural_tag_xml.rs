@@ -309,12 +309,16 @@ fn reader_round_trip_minimax_m3() {
 /// A constrained string's text is accepted exactly when its value, as the family's parser
 /// reads it, is valid: vLLM's `qwen3_coder` strips one newline on each side, GLM's and
 /// MiniMax's readers nothing. Every text of up to 5 characters over `a`, a newline and a
-/// space, for a length-bounded string and an `enum` holding a newline, against the
-/// `jsonschema` crate on that value.
+/// space, for length-bounded strings (written directly), a pattern that may end in a
+/// newline and an `enum` holding newlines (both intersected), against the `jsonschema`
+/// crate on that value.
 #[test]
 fn constrained_strings_are_read_as_the_parsers_read_them() {
     let schema = json!({"type": "object", "properties": {
         "s": {"type": "string", "minLength": 1, "maxLength": 3},
+        "t": {"type": "string", "maxLength": 1},
+        "u": {"type": "string", "minLength": 2},
+        "p": {"type": "string", "pattern": "^a\\s?$"},
         "e": {"enum": ["a", "a\n", "\n "]}}});
     let alphabet = ['a', '\n', ' '];
     let mut texts = vec![String::new()];
@@ -333,7 +337,7 @@ fn constrained_strings_are_read_as_the_parsers_read_them() {
         .to_string();
         let compiled = byte_compiler().compile(&GrammarSpec::StructuralTag(tag)).expect("compiles");
         let (mut accepted, mut rejected) = (0, 0);
-        for key in ["s", "e"] {
+        for key in ["s", "t", "u", "p", "e"] {
             let validator = jsonschema::validator_for(&schema["properties"][key]).expect("schema");
             for t in &texts {
                 let value = match style {
