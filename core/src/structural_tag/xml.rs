@@ -307,7 +307,7 @@ fn class_run_between_newlines(c: &[(u32, u32)], min: u32, max: Option<u32>) -> E
     let nl = || lit("\n");
     let cls = || Expr::Class(c.to_vec());
     let not_nl = || Expr::Class(crate::grammar::class::subtract_class(c, &[(10, 10)]));
-    let fits = |n: u32| min <= n && max.is_none_or(|m| n <= m);
+    let fits = |n: u32| min <= n && max.map_or(true, |m| n <= m);
     let mut alts = Vec::new();
     if fits(0) {
         // "", "\n" and "\n\n" all read as "".
@@ -316,7 +316,7 @@ fn class_run_between_newlines(c: &[(u32, u32)], min: u32, max: Option<u32>) -> E
     if fits(1) {
         alts.extend([seq([nl(), cls(), nl()]), seq([nl(), not_nl()]), seq([not_nl(), nl()]), not_nl()]);
     }
-    if max.is_none_or(|m| m >= 2) {
+    if max.map_or(true, |m| m >= 2) {
         let middle =
             Expr::Repeat { expr: Box::new(cls()), min: min.saturating_sub(2), max: max.map(|m| m - 2) };
         alts.push(seq([alt([seq([nl(), cls()]), not_nl()]), middle, alt([seq([cls(), nl()]), not_nl()])]));
