@@ -113,12 +113,20 @@ impl StepTimes {
     /// The adapter's work beyond the fill, per step in µs: waiting for masks, applying
     /// them, accepting tokens, jump-forward, the rest — and what sampling under masks
     /// costs over sampling without (`unconstrained`: the same engine's unconstrained
-    /// run), when more.
+    /// run), when more. Sampling is compared per row (then times this run's rows per
+    /// step): the two runs' steps hold different numbers of rows, as their answers end
+    /// at different times, and sampling is work per row.
     pub fn beyond_fill_us(&self, unconstrained: Option<&StepTimes>) -> f64 {
         let own = self.per_step_us(self.wait + self.apply + self.accept + self.jump_forward + self.other);
-        let sampling =
-            unconstrained.map_or(0.0, |u| (self.per_step_us(self.sample) - u.per_step_us(u.sample)).max(0.0));
+        let sampling = unconstrained.map_or(0.0, |u| {
+            ((self.per_row_us(self.sample) - u.per_row_us(u.sample)) * self.rows_per_step()).max(0.0)
+        });
         own + sampling
+    }
+
+    /// `d` per row, in µs.
+    pub fn per_row_us(&self, d: Duration) -> f64 {
+        d.as_secs_f64() * 1e6 / self.rows.max(self.steps).max(1) as f64
     }
 }
 
@@ -154,5 +162,26 @@ pub trait Engine: Send {
     /// Special token texts that must not appear in an output's text.
     fn forbidden_texts(&self) -> Vec<String> {
         Vec::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sampling_is_compared_per_row() {
+        let ms = Duration::from_millis;
+        // 24 rows a step constrained, 20 unconstrained, both sampling 100 µs a row: no
+        // excess, whatever the steps' sizes; 10 µs more a row constrained: 240 µs a step.
+        let u = StepTimes { steps: 10, rows: 200, sample: ms(20), ..Default::default() };
+        let same = StepTimes { steps: 10, rows: 240, sample: ms(24), ..Default::default() };
+        assert!(same.beyond_fill_us(Some(&u)).abs() < 1e-6);
+        let dearer =
+            StepTimes { steps: 10, rows: 240, sample: ms(24) + Duration::from_micros(2_400), ..same };
+        assert!((dearer.beyond_fill_us(Some(&u)) - 240.0).abs() < 1e-6);
+        // The step thread's own work counts per step, and cheaper sampling counts nothing.
+        let own = StepTimes { wait: ms(1), accept: ms(1), sample: ms(1), ..same };
+        assert!((own.beyond_fill_us(Some(&u)) - 200.0).abs() < 1e-6);
     }
 }

@@ -214,7 +214,12 @@ impl Report {
                  alone, no forced tokens). Per step of the constrained run: the fill on the pool, then the \
                  step thread's work — the wait for masks, apply (the router folds masking into \
                  sampling: 0), sampling (the unconstrained run's in brackets), accepting the drawn tokens, \
-                 jump-forward (forced text found, re-tokenized, accepted), the rest; rows per step.\n"
+                 jump-forward (forced text found, re-tokenized, accepted), the rest; rows per step. The \
+                 router accepts a drawn token, and finds its forced text, in the next step's fill on the \
+                 pool (`BatchOptions::defer_accepts`): both count in its fill, and its accept and \
+                 jump-forward columns are the stop tokens' accepts alone. Forced text then costs a row one \
+                 step more than jump-forward on the step thread did (the drawn token's forward, then the \
+                 forced tokens'), which the jump-forward-on throughput includes.\n"
             );
             let _ = writeln!(
                 s,

@@ -16,6 +16,7 @@ use crate::sampling::DeviceSampler;
 use crate::sampling::{Pick, Sampler, SamplingParams, TreeWalk};
 use crate::speculate::{BuiltinDrafter, Draft, DraftContext, Drafter, SpeculationOptions};
 use crate::step::{Accepted, BatchOptions, SeqId, StepError, StepMasks, StructuredBatch};
+use grammask::matcher::JumpForward;
 use grammask::{GrammarMatcher, TokenizerInfo};
 use grammask_gpu::LogitsLayout;
 use rayon::prelude::*;
@@ -532,6 +533,10 @@ pub fn start(
             )))
         }
         Some(spec) => {
+            // A drafted row accepts its path at once, jump-forward included; the rows
+            // between drafts do too, so that a drafter never sees a state whose forced
+            // text is still to come (the n-gram drafter would not propose it).
+            options.batch.defer_accepts &= options.batch.encoder.is_none();
             let mut spec = spec.clone();
             spec.max_nodes = spec.max_nodes.min(model.max_draft_nodes());
             let kind = spec.drafter;
@@ -829,7 +834,7 @@ impl Loop {
             };
             let failed = masks.failed.into_iter().map(|(id, e)| (id, format!("grammar: {e}"))).collect();
             let picks = self.sample_arrived(&masks.arrived);
-            return self.settle(picks, &failed, &mut StepRecord::default());
+            return self.settle(picks, masks.forced, &failed, &mut StepRecord::default());
         }
         let ids: Vec<SeqId> = fwd.iter().map(|&i| self.running[i].id).collect();
         self.metrics.batch_size.observe(ids.len() as f64);
@@ -896,6 +901,8 @@ impl Loop {
         let layout = LogitsLayout::contiguous(ids.len(), vocab);
         let sample_t;
         let mut arrived = Vec::new();
+        // Rows whose grammar forced text after their deferred token: not sampled.
+        let forced;
         let stops = self.tokenizer.stop_tokens();
         let picks: Result<Vec<(usize, TreeWalk)>, String> = match logits {
             StepLogits::Host(logits) => {
@@ -916,6 +923,7 @@ impl Loop {
                 let late: std::collections::HashSet<SeqId> = match masks {
                     Ok(mut m) => {
                         arrived = std::mem::take(&mut m.arrived);
+                        forced = std::mem::take(&mut m.forced);
                         let late = m.late.iter().copied().collect();
                         note_masks(&self.metrics, self.options.overlap, &mut record, m, &mut failed);
                         late
@@ -932,6 +940,7 @@ impl Loop {
                 let mut rest: &mut [f32] = logits;
                 let mut jobs = Vec::with_capacity(fwd.len());
                 let mut next = fwd.iter().copied().zip(sizes.iter().copied()).enumerate().peekable();
+                let forced_ids: std::collections::HashSet<SeqId> = forced.iter().map(|f| f.0).collect();
                 for (i, s) in self.running.iter_mut().enumerate() {
                     let Some(&(r, (_, size))) = next.peek().filter(|(_, (f, _))| *f == i) else { continue };
                     next.next();
@@ -952,7 +961,7 @@ impl Loop {
                     if late.contains(&s.id) {
                         s.held = Some(row.to_vec());
                         s.pending.clear();
-                    } else if !failed.contains_key(&s.id) {
+                    } else if !failed.contains_key(&s.id) && !forced_ids.contains(&s.id) {
                         let tree_masks = self.batch.draft_masks(s.id);
                         if let Some((_, fill)) = tree_masks {
                             self.metrics.draft_rejected.inc_by(fill.rejected.len() as u64);
@@ -999,7 +1008,10 @@ impl Loop {
                     self.batch.apply_masks(grammask_gpu::Logits::Cuda(d.logits.slice_mut(..)), layout)
                 };
                 match masks {
-                    Ok(m) => note_masks(&self.metrics, self.options.overlap, &mut record, m, &mut failed),
+                    Ok(mut m) => {
+                        forced = std::mem::take(&mut m.forced);
+                        note_masks(&self.metrics, self.options.overlap, &mut record, m, &mut failed)
+                    }
                     Err(e) => return self.fail_all(&format!("mask apply: {e}")),
                 }
                 sample_t = Instant::now();
@@ -1040,7 +1052,7 @@ impl Loop {
         record.sample = sample_t.elapsed();
         record.late = self.running.iter().filter(|s| s.held.is_some()).count();
         self.metrics.sample_seconds.observe(record.sample.as_secs_f64());
-        self.settle(picks, &failed, &mut record);
+        self.settle(picks, forced, &failed, &mut record);
         let costs = self.batch.take_accept_costs();
         (record.accept, record.jump_forward) = (costs.accept, costs.jump_forward);
         if record.constrained > 0 {
@@ -1102,14 +1114,30 @@ impl Loop {
 
     /// Ends the sequences in `failed` with their errors; gives the others the tokens
     /// their walks drew (accepted by their grammars up to where a grammar ends or forces
-    /// text, jump-forward appended, the accepted draft path committed to the model) and
-    /// ends those that are done.
+    /// text, jump-forward appended, the accepted draft path committed to the model), or
+    /// the tokens their grammars forced after a deferred token (`forced`: already
+    /// accepted, whatever was drawn for them dropped), and ends those that are done.
     fn settle(
         &mut self,
-        walks: Vec<(usize, TreeWalk)>,
+        mut walks: Vec<(usize, TreeWalk)>,
+        forced: Vec<(SeqId, JumpForward)>,
         failed: &HashMap<SeqId, String>,
         record: &mut StepRecord,
     ) {
+        let mut forced_rows: HashMap<usize, Vec<u32>> = HashMap::new();
+        for (id, jf) in forced {
+            let Some(i) = self.running.iter().position(|s| s.id == id) else { continue };
+            // The router never lets jump-forward take tokens back (`rollback_ok` is off).
+            debug_assert_eq!(jf.rollback, 0);
+            // A late row's kept logits are not needed any more.
+            self.running[i].held = None;
+            forced_rows.insert(i, jf.ids);
+        }
+        if !forced_rows.is_empty() {
+            self.metrics.rows_forced.inc_by(forced_rows.len() as u64);
+            walks.retain(|(i, _)| !forced_rows.contains_key(i));
+            walks.extend(forced_rows.keys().map(|&i| (i, TreeWalk::default())));
+        }
         let mut done: Vec<(usize, Result<FinishReason, String>)> = Vec::new();
         for (i, s) in self.running.iter().enumerate() {
             if let Some(msg) = failed.get(&s.id) {
@@ -1151,7 +1179,9 @@ impl Loop {
                 continue;
             }
             let stops = self.tokenizer.stop_tokens();
-            let (kept, ended, forced) = if s.constrained {
+            let (kept, ended, forced) = if let Some(ids) = forced_rows.remove(&i) {
+                (0, false, ids)
+            } else if s.constrained {
                 match accepted.remove(&i) {
                     Some(Ok((n, Accepted::Continue { forced: jf }))) => (n, false, jf.ids),
                     Some(Ok((n, Accepted::Finished))) => (n, true, Vec::new()),

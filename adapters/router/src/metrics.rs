@@ -21,10 +21,12 @@ pub struct Metrics {
     pub apply_seconds: Histogram,
     /// Sampling time per step.
     pub sample_seconds: Histogram,
-    /// Accepting a step's drawn tokens into their grammars, on the step thread.
+    /// Accepting a step's drawn tokens into their grammars, on the step thread (stop
+    /// tokens only, where accepts are deferred to the next fill).
     pub accept_seconds: Histogram,
     /// A step's jump-forward (forced text found, re-tokenized, accepted), on the step
-    /// thread.
+    /// thread: only where accepts are not deferred (speculation, or
+    /// `BatchOptions::defer_accepts` off); deferred, it is part of the next fill.
     pub jump_forward_seconds: Histogram,
     /// Whole step time.
     pub step_seconds: Histogram,
@@ -44,6 +46,9 @@ pub struct Metrics {
     pub compiles_cancelled: IntCounter,
     /// Rows that sat a step out, their masks not ready when the forward ended.
     pub rows_late: IntCounter,
+    /// Rows whose step gave the text their grammar forced (jump-forward found on the
+    /// mask pool, after a deferred accept) instead of a draw.
+    pub rows_forced: IntCounter,
     /// Speculative decoding: draft tokens accepted per verified row.
     pub accepted_per_verify: Histogram,
     /// Speculative decoding: draft nodes per step (all rows).
@@ -141,6 +146,11 @@ impl Metrics {
                 "Rows that sat a step out: their masks were not ready when the forward ended",
             )
             .unwrap_or_else(|e| panic!("{e}")),
+            rows_forced: IntCounter::new(
+                "grammask_rows_forced_total",
+                "Rows whose step gave their grammar's forced text (jump-forward on the mask pool) instead of a draw",
+            )
+            .unwrap_or_else(|e| panic!("{e}")),
             accepted_per_verify: histogram(
                 "grammask_spec_accepted_tokens",
                 "Draft tokens accepted per verified row",
@@ -196,6 +206,7 @@ impl Metrics {
             Box::new(m.cancelled.clone()),
             Box::new(m.compiles_cancelled.clone()),
             Box::new(m.rows_late.clone()),
+            Box::new(m.rows_forced.clone()),
             Box::new(m.accepted_per_verify.clone()),
             Box::new(m.draft_nodes.clone()),
             Box::new(m.drafted.clone()),

@@ -11,6 +11,13 @@
 //! sample each row ─────────▶ accept(id, token)  next state, jump-forward, end
 //! ```
 //!
+//! By default ([`BatchOptions::defer_accepts`]) `accept` only records a drawn token: the
+//! next step's fill accepts it on the pool, while the forward runs, and with
+//! jump-forward on finds the text the grammar forces after it there too. A row with
+//! forced text is not masked in that step: its logits row (the forward of the drawn
+//! token) is not sampled, and the forced tokens are its output instead
+//! ([`StepMasks::forced`]) — the step thread neither accepts nor re-tokenizes.
+//!
 //! Host logits may skip the apply: [`StructuredBatch::finish_masks`] waits for the
 //! fills without writing, and the sampler reads each row's mask
 //! ([`StructuredBatch::step_mask`]) where it reads the row — the router's default on
@@ -169,6 +176,12 @@ pub struct StepMasks {
     /// Rows whose fill failed (this step's, or a late row's that came back): they left
     /// the batch and were not masked; finish their sequences with the error.
     pub failed: Vec<(SeqId, RowError)>,
+    /// Rows whose deferred token made the grammar force text (jump-forward with
+    /// [`BatchOptions::defer_accepts`]): the fill accepted the forced tokens. These rows
+    /// were not masked and their logits rows are not to be sampled: append the forced
+    /// tokens instead (after taking back `rollback` tokens). A late row of an earlier
+    /// step may be here (not in [`arrived`](Self::arrived)): drop the logits kept for it.
+    pub forced: Vec<(SeqId, JumpForward)>,
     /// Rows of this step whose mask was not ready by the deadline
     /// ([`StructuredBatch::finish_masks_by`]): they sit the step out. Keep their logits
     /// rows and leave them out of the next steps until they are back in
@@ -191,11 +204,18 @@ pub struct BatchOptions {
     /// Whether a jump-forward may take back sampled tokens (needs a model that can
     /// truncate a sequence's cache).
     pub rollback_ok: bool,
-    /// Without jump-forward, accept a sampled token on the mask pool at the start of
-    /// the next step's fill (while the forward runs) instead of on the step thread. A
-    /// stop token is still accepted at once (the row ends); a deferred token the
-    /// grammar refuses fails its row at the next step. The mask allowed the token, so
-    /// that only happens if something else went wrong.
+    /// Accept a sampled token on the mask pool at the start of the next step's fill
+    /// (while the forward runs) instead of on the step thread — with jump-forward, find,
+    /// re-tokenize and accept the forced text there too, and hand the forced tokens out
+    /// as that step's output for the row ([`StepMasks::forced`]). A stop token is still
+    /// accepted at once (the row ends); a deferred token the grammar refuses fails its
+    /// row at the next step. The mask allowed the token, so that only happens if
+    /// something else went wrong.
+    ///
+    /// The trade, with jump-forward: the step thread does no grammar work, and a row's
+    /// forced text costs it one step more (the drawn token's forward, whose logits are
+    /// not needed, and then the forced tokens' forward) instead of riding in the drawn
+    /// token's forward. Speculative rows (draft trees) accept at once either way.
     pub defer_accepts: bool,
 }
 
@@ -230,6 +250,10 @@ struct Row {
     matcher: GrammarMatcher,
     /// A sampled token whose acceptance was deferred to the next fill.
     pending: Option<u32>,
+    /// A deferred token was accepted and jump-forward (when on) has not looked past it:
+    /// the next fill does, unless the row has a draft tree (drawn from the state the
+    /// drafter saw, it covers the forced text).
+    jump_owed: bool,
     /// A deferred acceptance failed: the row fails at its next fill.
     error: Option<grammask::Error>,
     /// The mask of its last fill. Each row has its own, so that a fill that finishes late
@@ -239,6 +263,9 @@ struct Row {
     filled: Option<grammask::Result<bool>>,
     /// The draft tree to mask at the next fill, with its masks once filled.
     draft: Option<RowDraft>,
+    /// What the last fill's jump-forward forced after the deferred token (not yet
+    /// reported).
+    forced: Option<JumpForward>,
 }
 
 /// A row's draft tree and the masks of its nodes.
@@ -254,17 +281,36 @@ impl Row {
     /// Accepts the deferred token, if any; a failure is kept for the next fill.
     fn flush(&mut self) {
         if let Some(t) = self.pending.take() {
-            if let Err(e) = self.matcher.accept_token(t) {
-                self.error = Some(e);
+            match self.matcher.accept_token(t) {
+                Ok(()) => self.jump_owed = true,
+                Err(e) => self.error = Some(e),
             }
         }
     }
 
-    /// Accepts the deferred token (it overlaps the forward too), then fills the mask. A
-    /// panicking grammar fails this row alone (on the pool, a panic would abort the
-    /// process).
-    fn fill(&mut self) {
+    /// Accepts the deferred token (it overlaps the forward too) and, with an encoder,
+    /// the text the grammar forces after it — then the row is done for this step (its
+    /// logits are not sampled) — or fills the mask. A panicking grammar fails this row
+    /// alone (on the pool, a panic would abort the process).
+    fn fill(&mut self, encoder: Option<&(dyn TextEncoder + Send + Sync)>, max_rollback: usize) {
         self.flush();
+        let owed = std::mem::take(&mut self.jump_owed) && self.draft.is_none();
+        if let (true, None, Some(enc)) = (owed, &self.error, encoder) {
+            let jf = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.matcher.apply_jump_forward(enc, max_rollback)
+            }))
+            .unwrap_or_else(|p| Err(grammask::Error::Panicked(grammask::batch::panic_message(p.as_ref()))));
+            match jf {
+                Ok(jf) if !jf.ids.is_empty() => {
+                    self.forced = Some(jf);
+                    // Nothing to mask: the row's logits are not sampled this step.
+                    self.filled = Some(Ok(true));
+                    return;
+                }
+                Ok(_) => {}
+                Err(e) => self.error = Some(e),
+            }
+        }
         let filled = match self.error.take() {
             Some(e) => Err(e),
             None => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &mut self.draft {
@@ -467,6 +513,7 @@ pub struct StructuredBatch {
     /// Late rows back since the last report: ready, or failed.
     arrived: Vec<SeqId>,
     arrived_failed: Vec<(SeqId, RowError)>,
+    arrived_forced: Vec<(SeqId, JumpForward)>,
     indices: Vec<i32>,
     /// Per row of the last finished step: the sequence whose mask applies to it.
     masked_rows: Vec<Option<SeqId>>,
@@ -512,6 +559,7 @@ impl StructuredBatch {
             step_rows: 0,
             arrived: Vec::new(),
             arrived_failed: Vec::new(),
+            arrived_forced: Vec::new(),
             indices: Vec::new(),
             masked_rows: Vec::new(),
             host: TokenBitmask::new(0, vocab),
@@ -547,7 +595,17 @@ impl StructuredBatch {
             return Err(StepError::Vocab { got: matcher.vocab_size(), batch: self.vocab });
         }
         let mask = vec![0; words_per_row(self.vocab)];
-        let row = Row { id, matcher, pending: None, error: None, mask, filled: None, draft: None };
+        let row = Row {
+            id,
+            matcher,
+            pending: None,
+            jump_owed: false,
+            error: None,
+            mask,
+            filled: None,
+            draft: None,
+            forced: None,
+        };
         self.rows.insert(id, Place::Home(Box::new(row)));
         Ok(())
     }
@@ -612,8 +670,10 @@ impl StructuredBatch {
         // pool's wake-up).
         let jobs = self.options.fill_threads.max(1).min(queue.len());
         let queue = Arc::new(std::sync::Mutex::new(queue));
+        let max_rollback = self.max_rollback();
         for _ in 0..jobs {
             let (tx, step, queue) = (self.tx.clone(), self.step, queue.clone());
+            let encoder = self.options.encoder.clone();
             #[cfg(feature = "cuda")]
             let upload = self.upload.clone();
             self.pool.spawn(move || loop {
@@ -621,7 +681,7 @@ impl StructuredBatch {
                 let Some((r, mut row)) = next else { break };
                 let _span = tracing::debug_span!("fill", row = r).entered();
                 let began = Instant::now();
-                row.fill();
+                row.fill(encoder.as_deref(), max_rollback);
                 #[cfg(feature = "cuda")]
                 if let (Some(up), Some(mask)) = (&upload, row.needed_mask()) {
                     up.lock().unwrap_or_else(|p| p.into_inner()).upload(r, mask);
@@ -647,7 +707,16 @@ impl StructuredBatch {
         }
         let current = self.begun && landed.step == self.step;
         let failed = matches!(landed.row.filled, Some(Err(_)) | None);
-        self.rows.insert(id, Place::Home(landed.row));
+        let mut row = landed.row;
+        if !current {
+            // A late row whose grammar forced text: its tokens, not its kept logits.
+            if let Some(jf) = row.forced.take() {
+                self.arrived_forced.push((id, jf));
+                self.rows.insert(id, Place::Home(row));
+                return false;
+            }
+        }
+        self.rows.insert(id, Place::Home(row));
         if current {
             return true;
         }
@@ -788,6 +857,10 @@ impl StructuredBatch {
         for &(id, r) in &self.current {
             match self.rows.get_mut(&id) {
                 Some(Place::Home(row)) => match row.filled.take() {
+                    Some(Ok(_)) if row.forced.is_some() => {
+                        row.filled = Some(Ok(true));
+                        report.forced.extend(row.forced.take().map(|jf| (id, jf)));
+                    }
                     Some(Ok(all)) => {
                         row.filled = Some(Ok(all));
                         if !all {
@@ -812,6 +885,7 @@ impl StructuredBatch {
         }
         report.arrived = std::mem::take(&mut self.arrived);
         report.failed.append(&mut self.arrived_failed);
+        report.forced.append(&mut self.arrived_forced);
         Ok(report)
     }
 
@@ -836,6 +910,7 @@ impl StructuredBatch {
         }
         let mut report = StepMasks { arrived: std::mem::take(&mut self.arrived), ..Default::default() };
         report.failed.append(&mut self.arrived_failed);
+        report.forced.append(&mut self.arrived_forced);
         Ok(report)
     }
 
@@ -861,11 +936,21 @@ impl StructuredBatch {
     /// Accepts the token sampled for `id`; then, when the grammar forces text next
     /// and jump-forward is on, accepts the forced tokens too and returns them. A
     /// finished row leaves the batch. On a grammar error the row stays unchanged (the
-    /// caller decides: finish it with the error, or resample). Without jump-forward and
-    /// with [`BatchOptions::defer_accepts`], a token other than a stop token is only
-    /// recorded here and accepted by the next fill, on the mask pool.
+    /// caller decides: finish it with the error, or resample). With
+    /// [`BatchOptions::defer_accepts`], a token other than a stop token is only recorded
+    /// here and accepted by the next fill, on the mask pool (which also finds any forced
+    /// text: [`StepMasks::forced`]).
     pub fn accept(&mut self, id: SeqId, token: u32) -> Result<Accepted, RowError> {
         self.accept_all(&[(id, token)]).pop().unwrap_or(Err(RowError::Unknown(id)))
+    }
+
+    /// How many tokens a jump-forward may take back.
+    fn max_rollback(&self) -> usize {
+        if self.options.rollback_ok {
+            grammask::matcher::MAX_RETOKENIZED
+        } else {
+            0
+        }
     }
 
     /// What accepting tokens cost since the last call ([`AcceptCosts`]).
@@ -881,9 +966,9 @@ impl StructuredBatch {
     /// µs), as the matchers' state then moves between cores and the next fill, on the
     /// mask pool, finds it cold.
     pub fn accept_all(&mut self, picks: &[(SeqId, u32)]) -> Vec<Result<Accepted, RowError>> {
-        let max_rollback = if self.options.rollback_ok { grammask::matcher::MAX_RETOKENIZED } else { 0 };
+        let max_rollback = self.max_rollback();
         let encoder = self.options.encoder.clone();
-        let defer = self.options.defer_accepts && encoder.is_none();
+        let defer = self.options.defer_accepts;
         let mut seen = std::collections::HashSet::new();
         let mut out = Vec::with_capacity(picks.len());
         for &(id, token) in picks {
@@ -899,6 +984,8 @@ impl StructuredBatch {
                 }
             };
             row.flush();
+            // A token drawn after it: jump-forward is not owed past the earlier one.
+            row.jump_owed = false;
             row.draft = None;
             if let Some(e) = row.error.take() {
                 out.push(Err(e.into()));
@@ -978,7 +1065,7 @@ impl StructuredBatch {
     /// the grammar ends, it stops there. Returns how many of `tokens` were taken and what
     /// became of the row (the forced tokens still to append); the caller drops the rest.
     pub fn accept_path(&mut self, id: SeqId, tokens: &[u32]) -> Result<(usize, Accepted), RowError> {
-        let max_rollback = if self.options.rollback_ok { grammask::matcher::MAX_RETOKENIZED } else { 0 };
+        let max_rollback = self.max_rollback();
         let encoder = self.options.encoder.clone();
         let row = match self.rows.get_mut(&id) {
             Some(Place::Home(row)) => row,
@@ -986,6 +1073,7 @@ impl StructuredBatch {
             _ => return Err(RowError::Unknown(id)),
         };
         row.flush();
+        row.jump_owed = false;
         row.draft = None;
         if let Some(e) = row.error.take() {
             return Err(e.into());

@@ -88,10 +88,23 @@ fn run_on(
     batch: usize,
     spec: Option<SpeculationOptions>,
 ) -> (Vec<Out>, Arc<Metrics>) {
+    run_deferring(info, model, encoder, reqs, batch, spec, true)
+}
+
+/// [`run_on`], accepting drawn tokens (and jump-forward) on the mask pool or not.
+fn run_deferring(
+    info: Arc<TokenizerInfo>,
+    model: Box<dyn Model>,
+    encoder: Option<Arc<dyn TextEncoder + Send + Sync>>,
+    reqs: &[Req],
+    batch: usize,
+    spec: Option<SpeculationOptions>,
+    defer_accepts: bool,
+) -> (Vec<Out>, Arc<Metrics>) {
     let options = EngineOptions {
         max_batch_size: batch,
         max_queue: reqs.len() + 1,
-        batch: BatchOptions { fill_threads: 2, encoder, ..BatchOptions::default() },
+        batch: BatchOptions { fill_threads: 2, encoder, defer_accepts, ..BatchOptions::default() },
         speculation: spec,
         ..EngineOptions::default()
     };
@@ -234,6 +247,27 @@ fn greedy_speculation_gives_greedy_decodings_tokens() {
             assert_eq!(ids.len(), r.max_new_tokens);
         }
     }
+}
+
+#[test]
+fn deferred_jump_forward_gives_the_tokens_of_jump_forward_at_once() {
+    // Jump-forward on the mask pool (the forced tokens a step later, their own forward)
+    // against on the step thread (with the drawn token's forward): the same tokens, as
+    // the simulated model's logits are a function of the context alone.
+    let reqs = corpus();
+    let encoder: Arc<dyn TextEncoder + Send + Sync> = Arc::new(Enc(tok().hf.clone()));
+    let (at_once, _) =
+        run_deferring(tok().info.clone(), Box::new(model(7)), Some(encoder.clone()), &reqs, 16, None, false);
+    let (deferred, _) =
+        run_deferring(tok().info.clone(), Box::new(model(7)), Some(encoder.clone()), &reqs, 16, None, true);
+    for (k, (a, b)) in at_once.iter().zip(&deferred).enumerate() {
+        assert_eq!(a, b, "request {k} differs");
+    }
+    // Without jump-forward the grammar's forced tokens are drawn, masked, one per forward:
+    // the outputs differ (a model may write forced text in other tokens), so only check
+    // that jump-forward had something to do.
+    let (drawn, _) = run_deferring(tok().info.clone(), Box::new(model(7)), None, &reqs, 16, None, true);
+    assert!(drawn.iter().zip(&deferred).any(|(a, b)| a != b), "jump-forward forced nothing");
 }
 
 #[test]

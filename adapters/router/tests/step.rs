@@ -29,8 +29,14 @@ fn masked_rows_are_the_matchers_masks_and_the_rest_is_untouched() {
         GrammarSpec::BuiltinJson,
         GrammarSpec::Regex("(.|\\n)*".into()), // any text (special tokens are still masked)
     ];
-    let opts =
-        BatchOptions { fill_threads: 2, encoder: Some(Arc::new(Enc(tok.hf.clone()))), ..Default::default() };
+    // Accepts at once: jump-forward's tokens come back from `accept` (deferred, the
+    // default, they come in the next step's report: see the test after the next).
+    let opts = BatchOptions {
+        fill_threads: 2,
+        encoder: Some(Arc::new(Enc(tok.hf.clone()))),
+        defer_accepts: false,
+        ..Default::default()
+    };
     let mut batch = StructuredBatch::new(vocab, opts).unwrap();
     let mut refs = Vec::new();
     for (i, s) in specs.iter().enumerate() {
@@ -297,4 +303,126 @@ fn late_rows_sit_out_and_take_the_same_tokens_when_their_masks_are_back() {
     }
     let report = batch.collect_late(std::time::Duration::from_millis(500)).unwrap();
     assert!(report.arrived.iter().all(|id| !waiting.contains(id)), "{:?}", report.arrived);
+}
+
+/// The allowed token ids of a mask row (`None`: every token).
+fn allowed_ids(mask: Option<&[u32]>, vocab: usize) -> Vec<u32> {
+    (0..vocab as u32).filter(|&t| mask.is_none_or(|m| m[t as usize / 32] >> (t % 32) & 1 == 1)).collect()
+}
+
+#[test]
+fn deferred_jump_forward_hands_out_the_forced_tokens_in_the_next_report() {
+    let tok = LoadedTokenizer::embedded().unwrap();
+    let vocab = tok.info.vocab_size();
+    let stops = tok.info.stop_tokens().to_vec();
+    // Masks left lazy: fills are slow enough for rows to be late (a late row's forced
+    // text comes back with it), and keys forced in order: jump-forward has text to find.
+    let options = grammask::CompileOptions {
+        eager_budget: std::time::Duration::ZERO,
+        leaf_cache_bytes: 0,
+        ..Default::default()
+    };
+    let compiler = GrammarCompiler::with_options(tok.info.clone(), options, 0);
+    let props: Vec<String> =
+        (0..5).map(|i| format!(r#""key_{i}": {{"type": "string", "pattern": "^[a-z]{{2,3}}$"}}"#)).collect();
+    let names: Vec<String> = (0..5).map(|i| format!(r#""key_{i}""#)).collect();
+    let schema = format!(
+        r#"{{"type": "object", "properties": {{{}}}, "required": [{}], "additionalProperties": false}}"#,
+        props.join(", "),
+        names.join(", ")
+    );
+    let compiled = compiler.compile(&GrammarSpec::json_schema(&schema)).unwrap();
+    let enc = Enc(tok.hf.clone());
+    let opts =
+        BatchOptions { fill_threads: 1, encoder: Some(Arc::new(Enc(tok.hf.clone()))), ..Default::default() };
+    assert!(opts.defer_accepts, "deferring is the default");
+    let mut batch = StructuredBatch::new(vocab, opts).unwrap();
+    // References with jump-forward at once: what each row must be handed out next.
+    let mut refs = Vec::new();
+    for id in [1u64, 2, 3] {
+        batch.add(id, GrammarMatcher::new(compiled.clone())).unwrap();
+        let mut m = GrammarMatcher::new(compiled.clone());
+        let jf = m.apply_jump_forward(&enc, 0).unwrap();
+        refs.push((m, jf.ids));
+    }
+    // The schema forces `{"key_0": "` from the start: nothing handed it out yet, so the
+    // rows begin with it as jump-forward's first text (the caller's prompt would hold it);
+    // take it into the batch's rows as drawn tokens.
+    for (k, (_, first)) in refs.iter_mut().enumerate() {
+        for t in std::mem::take(first) {
+            assert!(matches!(batch.accept(k as u64 + 1, t).unwrap(), Accepted::Continue { .. }));
+        }
+    }
+    let mut waiting: Vec<u64> = Vec::new();
+    let (mut forced_seen, mut late_forced, mut steps, mut ended) = (0, 0, 0, 0);
+    while ended < 3 && steps < 2_000 {
+        steps += 1;
+        let rows: Vec<u64> =
+            [1u64, 2, 3].into_iter().filter(|id| batch.contains(*id) && !waiting.contains(id)).collect();
+        let report = if rows.is_empty() {
+            batch.collect_late(std::time::Duration::from_secs(5)).unwrap()
+        } else {
+            batch.begin_step(&rows).unwrap();
+            batch.finish_masks_by(Some(std::time::Instant::now())).unwrap()
+        };
+        assert!(report.failed.is_empty());
+        // Forced text comes exactly where, and as, jump-forward at once gives it.
+        for (id, jf) in &report.forced {
+            let (_, want) = &mut refs[(*id - 1) as usize];
+            assert!(!jf.ids.is_empty());
+            assert_eq!(jf.rollback, 0);
+            assert_eq!(&jf.ids, want, "row {id}");
+            want.clear();
+            forced_seen += 1;
+            if waiting.contains(id) {
+                late_forced += 1;
+            }
+            assert!(!report.arrived.contains(id), "a forced row is not to be sampled");
+        }
+        waiting.retain(|id| !report.arrived.contains(id) && !report.forced.iter().any(|f| f.0 == *id));
+        waiting.extend(&report.late);
+        let forced: Vec<u64> = report.forced.iter().map(|f| f.0).collect();
+        let mut picks = Vec::new();
+        for (r, &id) in rows.iter().enumerate() {
+            if report.late.contains(&id) {
+                continue;
+            }
+            if forced.contains(&id) {
+                assert!(batch.step_mask(r).is_none(), "a forced row is not masked");
+                continue;
+            }
+            picks.push((id, batch.step_mask(r).map(<[u32]>::to_vec)));
+        }
+        for &id in &report.arrived {
+            picks.push((id, batch.late_mask(id).map(<[u32]>::to_vec)));
+        }
+        for (id, mask) in picks {
+            let (m, want) = &mut refs[(id - 1) as usize];
+            assert!(want.is_empty(), "row {id} was sampled where its grammar forced text");
+            // The mask is the reference's, past the forced text.
+            let mut r = TokenBitmask::new(1, vocab);
+            let all = m.fill_next_token_bitmask(r.row_mut(0)).unwrap();
+            assert_eq!(allowed_ids(mask.as_deref(), vocab), allowed_ids((!all).then(|| r.row(0)), vocab));
+            // Close the string when allowed (the keys come faster), else the lowest token.
+            let quote = tok.hf.encode_text("\"").unwrap()[0];
+            let t = if allowed_ids(mask.as_deref(), vocab).contains(&quote) {
+                quote
+            } else if m.can_terminate() {
+                stops[0]
+            } else {
+                lowest_allowed(mask.as_deref(), vocab, &stops)
+            };
+            m.accept_token(t).unwrap();
+            match batch.accept(id, t).unwrap() {
+                Accepted::Finished => ended += 1,
+                Accepted::Continue { forced } => {
+                    assert!(forced.ids.is_empty(), "deferred: nothing comes back from accept");
+                    *want = m.apply_jump_forward(&enc, 0).unwrap().ids;
+                }
+            }
+        }
+    }
+    assert_eq!(ended, 3, "rows unfinished after {steps} steps");
+    assert!(forced_seen >= 12, "forced text handed out {forced_seen} times");
+    assert!(late_forced > 0, "no late row came back with forced text in {steps} steps");
 }
