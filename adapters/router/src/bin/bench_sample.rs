@@ -62,7 +62,12 @@ fn main() {
         ("temperature 1", SamplingParams { do_sample: true, temperature: 1.0, ..SamplingParams::default() }),
         (
             "temperature 1, top_p 0.9",
-            SamplingParams { do_sample: true, temperature: 1.0, top_p: Some(0.9), ..SamplingParams::default() },
+            SamplingParams {
+                do_sample: true,
+                temperature: 1.0,
+                top_p: Some(0.9),
+                ..SamplingParams::default()
+            },
         ),
     ];
     for (name, params) in modes {
