@@ -60,6 +60,9 @@ pub struct StepTimes {
     pub steps: u64,
     /// Rows over those steps (constrained or not).
     pub rows: u64,
+    /// Rows of those steps that were not sampled (the router's rows whose step gave the
+    /// text their grammar forced, found on the mask pool).
+    pub unsampled: u64,
     /// Mask fill time per step (on the step's critical path or not).
     pub fill: Duration,
     /// Time a step waited for masks.
@@ -84,6 +87,7 @@ impl StepTimes {
         StepTimes {
             steps: self.steps + o.steps,
             rows: self.rows + o.rows,
+            unsampled: self.unsampled + o.unsampled,
             fill: self.fill + o.fill,
             wait: self.wait + o.wait,
             apply: self.apply + o.apply,
@@ -113,20 +117,28 @@ impl StepTimes {
     /// The adapter's work beyond the fill, per step in µs: waiting for masks, applying
     /// them, accepting tokens, jump-forward, the rest — and what sampling under masks
     /// costs over sampling without (`unconstrained`: the same engine's unconstrained
-    /// run), when more. Sampling is compared per row (then times this run's rows per
-    /// step): the two runs' steps hold different numbers of rows, as their answers end
-    /// at different times, and sampling is work per row.
+    /// run), when more. Sampling is compared per sampled row (then times this run's
+    /// sampled rows per step): the two runs' steps hold different numbers of rows, as
+    /// their answers end at different times, sampling is work per row, and a row whose
+    /// step gave forced text was not sampled.
     pub fn beyond_fill_us(&self, unconstrained: Option<&StepTimes>) -> f64 {
         let own = self.per_step_us(self.wait + self.apply + self.accept + self.jump_forward + self.other);
         let sampling = unconstrained.map_or(0.0, |u| {
-            ((self.per_row_us(self.sample) - u.per_row_us(u.sample)) * self.rows_per_step()).max(0.0)
+            let sampled_per_step = self.sampled_rows() as f64 / self.steps.max(1) as f64;
+            ((self.per_sampled_row_us(self.sample) - u.per_sampled_row_us(u.sample)) * sampled_per_step)
+                .max(0.0)
         });
         own + sampling
     }
 
-    /// `d` per row, in µs.
-    pub fn per_row_us(&self, d: Duration) -> f64 {
-        d.as_secs_f64() * 1e6 / self.rows.max(self.steps).max(1) as f64
+    /// Rows sampled.
+    fn sampled_rows(&self) -> u64 {
+        self.rows.max(self.steps).saturating_sub(self.unsampled).max(1)
+    }
+
+    /// `d` per sampled row, in µs.
+    pub fn per_sampled_row_us(&self, d: Duration) -> f64 {
+        d.as_secs_f64() * 1e6 / self.sampled_rows() as f64
     }
 }
 
@@ -183,5 +195,11 @@ mod tests {
         // The step thread's own work counts per step, and cheaper sampling counts nothing.
         let own = StepTimes { wait: ms(1), accept: ms(1), sample: ms(1), ..same };
         assert!((own.beyond_fill_us(Some(&u)) - 200.0).abs() < 1e-6);
+        // Rows not sampled (forced text) take no sampling time: 40 of 240 rows forced, the
+        // 200 sampled at the unconstrained 100 µs are no excess; at 110 µs, 200 µs a step.
+        let forced = StepTimes { unsampled: 40, sample: ms(20), ..same };
+        assert!(forced.beyond_fill_us(Some(&u)).abs() < 1e-6);
+        let dearer = StepTimes { unsampled: 40, sample: ms(22), ..same };
+        assert!((dearer.beyond_fill_us(Some(&u)) - 200.0).abs() < 1e-6);
     }
 }

@@ -515,9 +515,15 @@ pub fn start(
     metrics: Arc<Metrics>,
 ) -> Result<EngineHandle, StepError> {
     let mut options = options;
+    // The loop appends forced tokens and never takes a streamed one back.
+    options.batch.rollback_ok = false;
     // Masks go where the model leaves its logits.
     if let Some(device) = model.device() {
         options.batch.device = device;
+        // The device sampler draws every row of the step in one call: a row whose step
+        // gives forced text would be drawn too (its penalties and random stream moved),
+        // so on a device jump-forward stays on the step thread.
+        options.batch.defer_accepts &= options.batch.encoder.is_none();
     }
     let drafter: Option<Box<dyn Drafter>> = match &options.speculation {
         None => None,
@@ -1127,7 +1133,7 @@ impl Loop {
         let mut forced_rows: HashMap<usize, Vec<u32>> = HashMap::new();
         for (id, jf) in forced {
             let Some(i) = self.running.iter().position(|s| s.id == id) else { continue };
-            // The router never lets jump-forward take tokens back (`rollback_ok` is off).
+            // Jump-forward never takes tokens back here (`rollback_ok` is off in `start`).
             debug_assert_eq!(jf.rollback, 0);
             // A late row's kept logits are not needed any more.
             self.running[i].held = None;

@@ -9,6 +9,7 @@
 //! logits ready ────────────▶ apply_masks(logits) waits for the fills, masks the rows
 //!                                              that need it (one call, `indices`)
 //! sample each row ─────────▶ accept(id, token)  next state, jump-forward, end
+//!                                              (deferred by default: see below)
 //! ```
 //!
 //! By default ([`BatchOptions::defer_accepts`]) `accept` only records a drawn token: the
@@ -185,7 +186,7 @@ pub struct StepMasks {
     /// Rows of this step whose mask was not ready by the deadline
     /// ([`StructuredBatch::finish_masks_by`]): they sit the step out. Keep their logits
     /// rows and leave them out of the next steps until they are back in
-    /// [`arrived`](Self::arrived).
+    /// [`arrived`](Self::arrived) (or [`forced`](Self::forced)).
     pub late: Vec<SeqId>,
     /// Late rows of earlier steps whose mask is now ready: sample the logits kept for
     /// them under [`StructuredBatch::late_mask`], then accept as usual.
@@ -215,7 +216,10 @@ pub struct BatchOptions {
     /// The trade, with jump-forward: the step thread does no grammar work, and a row's
     /// forced text costs it one step more (the drawn token's forward, whose logits are
     /// not needed, and then the forced tokens' forward) instead of riding in the drawn
-    /// token's forward. Speculative rows (draft trees) accept at once either way.
+    /// token's forward. A caller with an encoder must read [`StepMasks::forced`] (or
+    /// turn this off): a forced row is not masked. Draft trees
+    /// ([`StructuredBatch::set_draft`]) accept their paths at once; a drafter that must
+    /// see the state after the forced text wants this off when an encoder is set.
     pub defer_accepts: bool,
 }
 
@@ -251,8 +255,8 @@ struct Row {
     /// A sampled token whose acceptance was deferred to the next fill.
     pending: Option<u32>,
     /// A deferred token was accepted and jump-forward (when on) has not looked past it:
-    /// the next fill does, unless the row has a draft tree (drawn from the state the
-    /// drafter saw, it covers the forced text).
+    /// the next fill does, unless the row has a draft tree (its masks are those of the
+    /// state the drafter saw; the forced text is then left to the tree and the model).
     jump_owed: bool,
     /// A deferred acceptance failed: the row fails at its next fill.
     error: Option<grammask::Error>,
@@ -805,7 +809,8 @@ impl StructuredBatch {
     /// `deadline`: a row whose mask is not ready by then sits the step out
     /// ([`StepMasks::late`]) instead of stalling the batch. Its fill goes on; once it
     /// ends, a later report lists the row in [`StepMasks::arrived`] and its mask is
-    /// [`late_mask`](Self::late_mask).
+    /// [`late_mask`](Self::late_mask) — or, where its grammar forced text after a
+    /// deferred token, in [`StepMasks::forced`].
     pub fn finish_masks_by(&mut self, deadline: Option<Instant>) -> Result<StepMasks, StepError> {
         if !self.begun {
             return Err(StepError::NoStep);
@@ -890,13 +895,14 @@ impl StructuredBatch {
     }
 
     /// Between steps: waits up to `timeout` for a late row to come back, and reports
-    /// those back ([`StepMasks::arrived`], [`StepMasks::failed`]; nothing else is set) —
-    /// for a caller whose rows are all sitting out, with nothing to forward meanwhile.
+    /// those back ([`StepMasks::arrived`], [`StepMasks::forced`], [`StepMasks::failed`];
+    /// nothing else is set) — for a caller whose rows are all sitting out, with nothing
+    /// to forward meanwhile.
     pub fn collect_late(&mut self, timeout: Duration) -> Result<StepMasks, StepError> {
         if self.begun {
             return Err(StepError::Busy);
         }
-        if self.arrived.is_empty() && self.arrived_failed.is_empty() {
+        if self.arrived.is_empty() && self.arrived_failed.is_empty() && self.arrived_forced.is_empty() {
             match self.rx.recv_timeout(timeout) {
                 Ok(landed) => {
                     self.land(landed);
@@ -916,8 +922,9 @@ impl StructuredBatch {
 
     /// Ends a begun step without masking (the forward failed): waits for its fills and
     /// takes the rows back, their masks unused. The report is
-    /// [`finish_masks`](Self::finish_masks)'s: rows whose fill failed have left, and late
-    /// rows of earlier steps may be back.
+    /// [`finish_masks`](Self::finish_masks)'s: rows whose fill failed have left, late
+    /// rows of earlier steps may be back, and rows in [`StepMasks::forced`] have
+    /// accepted their forced tokens (a caller that goes on with them must append them).
     pub fn abandon_step(&mut self) -> Result<StepMasks, StepError> {
         if !self.begun {
             return Ok(StepMasks::default());

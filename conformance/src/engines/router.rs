@@ -204,6 +204,7 @@ impl RouterEngine {
             steps: sum("grammask_step_seconds_count"),
             step: sum("grammask_step_seconds_sum"),
             rows: sum("grammask_batch_size_sum"),
+            forced: sum("grammask_rows_forced_total"),
         })
     }
 }
@@ -221,6 +222,8 @@ struct Sums {
     /// The steps' wall time.
     step: f64,
     rows: f64,
+    /// Rows whose step gave forced text (not sampled).
+    forced: f64,
 }
 
 fn finish_of(reason: &str) -> Finish {
@@ -490,6 +493,7 @@ impl Engine for RouterEngine {
         Some(StepTimes {
             steps: (now.steps - last.steps).max(0.0) as u64,
             rows: (now.rows - last.rows).max(0.0) as u64,
+            unsampled: (now.forced - last.forced).max(0.0) as u64,
             fill: d(now.fill, last.fill),
             wait: d(now.wait, last.wait),
             apply: d(now.apply, last.apply),
