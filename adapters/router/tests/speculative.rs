@@ -77,22 +77,12 @@ type Out = (Vec<u32>, Option<FinishReason>);
 
 fn run(reqs: &[Req], batch: usize, spec: Option<SpeculationOptions>, seed: u64) -> (Vec<Out>, Arc<Metrics>) {
     let encoder: Arc<dyn TextEncoder + Send + Sync> = Arc::new(Enc(tok().hf.clone()));
-    run_on(tok().info.clone(), Box::new(model(seed)), Some(encoder), reqs, batch, spec)
+    run_on(tok().info.clone(), Box::new(model(seed)), Some(encoder), reqs, batch, spec, true)
 }
 
+/// Runs `reqs` through an engine on `model`, accepting drawn tokens (and jump-forward)
+/// on the mask pool (`defer_accepts`) or not.
 fn run_on(
-    info: Arc<TokenizerInfo>,
-    model: Box<dyn Model>,
-    encoder: Option<Arc<dyn TextEncoder + Send + Sync>>,
-    reqs: &[Req],
-    batch: usize,
-    spec: Option<SpeculationOptions>,
-) -> (Vec<Out>, Arc<Metrics>) {
-    run_deferring(info, model, encoder, reqs, batch, spec, true)
-}
-
-/// [`run_on`], accepting drawn tokens (and jump-forward) on the mask pool or not.
-fn run_deferring(
     info: Arc<TokenizerInfo>,
     model: Box<dyn Model>,
     encoder: Option<Arc<dyn TextEncoder + Send + Sync>>,
@@ -257,16 +247,16 @@ fn deferred_jump_forward_gives_the_tokens_of_jump_forward_at_once() {
     let reqs = corpus();
     let encoder: Arc<dyn TextEncoder + Send + Sync> = Arc::new(Enc(tok().hf.clone()));
     let (at_once, _) =
-        run_deferring(tok().info.clone(), Box::new(model(7)), Some(encoder.clone()), &reqs, 16, None, false);
+        run_on(tok().info.clone(), Box::new(model(7)), Some(encoder.clone()), &reqs, 16, None, false);
     let (deferred, _) =
-        run_deferring(tok().info.clone(), Box::new(model(7)), Some(encoder.clone()), &reqs, 16, None, true);
+        run_on(tok().info.clone(), Box::new(model(7)), Some(encoder.clone()), &reqs, 16, None, true);
     for (k, (a, b)) in at_once.iter().zip(&deferred).enumerate() {
         assert_eq!(a, b, "request {k} differs");
     }
     // Without jump-forward the grammar's forced tokens are drawn, masked, one per forward:
     // the outputs differ (a model may write forced text in other tokens), so only check
     // that jump-forward had something to do.
-    let (drawn, _) = run_deferring(tok().info.clone(), Box::new(model(7)), None, &reqs, 16, None, true);
+    let (drawn, _) = run_on(tok().info.clone(), Box::new(model(7)), None, &reqs, 16, None, true);
     assert!(drawn.iter().zip(&deferred).any(|(a, b)| a != b), "jump-forward forced nothing");
 }
 
@@ -369,10 +359,10 @@ fn speculative_sampling_follows_the_distribution_of_sampling() {
     // Jump-forward on (forced text written by longest match over the vocabulary), so that
     // drafts carry forced chains too.
     let encoder: Arc<dyn TextEncoder + Send + Sync> = Arc::new(Greedy(info.clone()));
-    let plain = count(run_on(info.clone(), model(), Some(encoder.clone()), &reqs(0), 256, None).0);
+    let plain = count(run_on(info.clone(), model(), Some(encoder.clone()), &reqs(0), 256, None, true).0);
     let spec_opts =
         Some(SpeculationOptions { backoff: false, ..SpeculationOptions::new(4, 6, DrafterKind::Grammar) });
-    let (outs, metrics) = run_on(info.clone(), model(), Some(encoder), &reqs(1 << 32), 256, spec_opts);
+    let (outs, metrics) = run_on(info.clone(), model(), Some(encoder), &reqs(1 << 32), 256, spec_opts, true);
     let spec_counts = count(outs);
     let accepted = metric(&metrics.render(), "grammask_spec_accepted_total{drafter=\"grammar\"}");
     assert!(accepted > 10_000.0, "{accepted} draft tokens accepted");
@@ -494,10 +484,11 @@ fn greedy_speculation_is_exact_on_smollm2() {
         leaves: false,
     });
     let model = || Box::new(GgufModel::load(&path).unwrap());
-    let (want, _) = run_on(tok.info.clone(), model(), Some(tok.encoder()), &reqs, 4, None);
+    let (want, _) = run_on(tok.info.clone(), model(), Some(tok.encoder()), &reqs, 4, None, true);
     for drafter in [DrafterKind::Grammar, DrafterKind::Ngram, DrafterKind::Both] {
         let spec = SpeculationOptions { backoff: false, ..SpeculationOptions::new(4, 3, drafter) };
-        let (got, metrics) = run_on(tok.info.clone(), model(), Some(tok.encoder()), &reqs, 4, Some(spec));
+        let (got, metrics) =
+            run_on(tok.info.clone(), model(), Some(tok.encoder()), &reqs, 4, Some(spec), true);
         assert_eq!(want, got, "{drafter:?}");
         let text = metrics.render();
         let drafted =
@@ -552,10 +543,10 @@ fn greedy_speculation_is_exact_on_a_tiny_random_llama() {
     });
     let encoder: Arc<dyn TextEncoder + Send + Sync> = Arc::new(Greedy(info.clone()));
     let model = || Box::new(GgufModel::load(&path).unwrap());
-    let (want, _) = run_on(info.clone(), model(), Some(encoder.clone()), &reqs, 3, None);
+    let (want, _) = run_on(info.clone(), model(), Some(encoder.clone()), &reqs, 3, None, true);
     for drafter in [DrafterKind::Grammar, DrafterKind::Ngram, DrafterKind::Both] {
         let spec = SpeculationOptions { backoff: false, ..SpeculationOptions::new(4, 3, drafter) };
-        let (got, metrics) = run_on(info.clone(), model(), Some(encoder.clone()), &reqs, 3, Some(spec));
+        let (got, metrics) = run_on(info.clone(), model(), Some(encoder.clone()), &reqs, 3, Some(spec), true);
         assert_eq!(want, got, "{drafter:?}");
         let drafted = metric(
             &metrics.render(),
@@ -622,14 +613,14 @@ fn choices_of_one_prompt_share_its_prefill_and_answer_as_alone() {
         ("tiny llama", Box::new(|| Box::new(GgufModel::load(&path).unwrap()))),
     ];
     for (name, model) in &models {
-        let (together, metrics) = run_on(info.clone(), model(), None, &reqs, 8, None);
+        let (together, metrics) = run_on(info.clone(), model(), None, &reqs, 8, None, true);
         // (How many share depends on how the queue was admitted: all three when they queue
         // behind the first request's step, as they almost always do.)
         let shared = metric(&metrics.render(), "grammask_prefill_shared_total");
         eprintln!("{name}: {shared} of 3 choices shared the first one's prefill");
         assert!(shared >= 1.0, "{name}: no prefill was shared");
         for (k, r) in reqs.iter().enumerate().skip(1) {
-            let (alone, _) = run_on(info.clone(), model(), None, std::slice::from_ref(r), 8, None);
+            let (alone, _) = run_on(info.clone(), model(), None, std::slice::from_ref(r), 8, None, true);
             assert_eq!(together[k], alone[0], "{name}: choice {k}");
         }
     }

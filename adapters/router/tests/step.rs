@@ -208,6 +208,17 @@ fn deferred_accepts_give_the_same_masks_and_fail_late() {
     assert_eq!(report.masked, 1);
 }
 
+/// A compiler that leaves masks lazy and shares none between grammars: most fills walk
+/// the vocabulary.
+fn lazy_compiler(tok: &LoadedTokenizer) -> GrammarCompiler {
+    let options = grammask::CompileOptions {
+        eager_budget: std::time::Duration::ZERO,
+        leaf_cache_bytes: 0,
+        ..Default::default()
+    };
+    GrammarCompiler::with_options(tok.info.clone(), options, 0)
+}
+
 /// The lowest token id a mask row allows that is not a stop token.
 fn lowest_allowed(mask: Option<&[u32]>, vocab: usize, stops: &[u32]) -> u32 {
     (0..vocab as u32)
@@ -221,12 +232,7 @@ fn late_rows_sit_out_and_take_the_same_tokens_when_their_masks_are_back() {
     let vocab = tok.info.vocab_size();
     let stops = tok.info.stop_tokens().to_vec();
     // Masks left lazy, none shared: most fills walk the vocabulary.
-    let options = grammask::CompileOptions {
-        eager_budget: std::time::Duration::ZERO,
-        leaf_cache_bytes: 0,
-        ..Default::default()
-    };
-    let compiler = GrammarCompiler::with_options(tok.info.clone(), options, 0);
+    let compiler = lazy_compiler(&tok);
     let props: Vec<String> = (0..6)
         .map(|i| format!(r#""f{i}": {{"type": "string", "pattern": "^[a-z]{{2,4}}-{i}[0-9]{{1,3}}$"}}"#))
         .collect();
@@ -317,12 +323,7 @@ fn deferred_jump_forward_hands_out_the_forced_tokens_in_the_next_report() {
     let stops = tok.info.stop_tokens().to_vec();
     // Masks left lazy: fills are slow enough for rows to be late (a late row's forced
     // text comes back with it), and keys forced in order: jump-forward has text to find.
-    let options = grammask::CompileOptions {
-        eager_budget: std::time::Duration::ZERO,
-        leaf_cache_bytes: 0,
-        ..Default::default()
-    };
-    let compiler = GrammarCompiler::with_options(tok.info.clone(), options, 0);
+    let compiler = lazy_compiler(&tok);
     let props: Vec<String> =
         (0..5).map(|i| format!(r#""key_{i}": {{"type": "string", "pattern": "^[a-z]{{2,3}}$"}}"#)).collect();
     let names: Vec<String> = (0..5).map(|i| format!(r#""key_{i}""#)).collect();
