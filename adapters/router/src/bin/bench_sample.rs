@@ -24,6 +24,12 @@ struct Args {
     /// Timings per figure (the median is printed).
     #[arg(long, default_value_t = 7)]
     repeats: usize,
+    /// Mask densities (fractions of the vocabulary allowed).
+    #[arg(long, value_delimiter = ',', default_value = "1,0.99,0.9,0.5,0.1,0.001")]
+    densities: Vec<f64>,
+    /// Only the modes whose name starts with this (`greedy`, `temperature`).
+    #[arg(long)]
+    mode: Option<String>,
 }
 
 /// SplitMix64: reproducible logits and masks without a dependency.
@@ -72,7 +78,10 @@ fn main() {
         ),
     ];
     for (name, params) in modes {
-        for density in [1.0, 0.99, 0.9, 0.5, 0.1, 0.001] {
+        if args.mode.as_deref().is_some_and(|m| !name.starts_with(m)) {
+            continue;
+        }
+        for &density in &args.densities {
             let mut mask = vec![0u32; words];
             let mut allowed = 0;
             for t in 0..args.vocab {
