@@ -170,9 +170,10 @@ pub struct Router {
 /// The tokenizer as jump-forward's encoder ([`LoadedTokenizer::encoder`]), remembering
 /// what it encoded.
 ///
-/// Jump-forward encodes the forced text on the step thread, between a step's sampling
-/// and the next forward, and a Hugging Face encode (normalizer, pre-tokenizer, BPE) took
-/// about half of jump-forward's time there (perf, the conformance overhead run). The
+/// Jump-forward encodes the forced text in the mask fill (or, where accepts are not
+/// deferred, on the step thread between sampling and the next forward), and a Hugging
+/// Face encode (normalizer, pre-tokenizer, BPE) took about half of jump-forward's time
+/// (perf, the conformance overhead run). The
 /// forced texts repeat — the keys and punctuation of a schema, across its requests and
 /// the items of its arrays — and an encoding depends on the text alone, so a hit is exact.
 /// The memory is bounded: past [`ENCODE_CACHE_BYTES`] of texts and ids the map starts over.

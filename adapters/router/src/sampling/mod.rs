@@ -201,45 +201,41 @@ fn sum_exp(logits: &[f32], allowed: Allowed<'_>, t: f32, max: f32) -> f64 {
         Allowed::All(n) | Allowed::Mask(_, n) => n.min(logits.len()),
     };
     let mut z = 0.0f64;
-    let mut blocks = logits[..n].chunks_exact(32);
-    for (w, xs) in blocks.by_ref().enumerate() {
-        let bits = match allowed {
+    for (w, xs) in logits[..n].chunks(32).enumerate() {
+        let word = match allowed {
             Allowed::All(_) => u32::MAX,
             Allowed::Mask(mask, _) => mask.get(w).copied().unwrap_or(0),
         };
-        if bits == 0 {
+        if word == 0 {
             continue;
         }
-        let xs: &[f32; 32] = xs.try_into().unwrap_or(&[f32::NEG_INFINITY; 32]);
         // The tokens that count: allowed and finite. The way a block is summed depends
         // on them alone, so that the mask and −∞ written where it is clear agree.
-        let finite =
-            (0..32).fold(0u32, |m, j| m | u32::from((xs[j].to_bits() & 0x7f80_0000) != 0x7f80_0000) << j);
-        let bits = bits & finite;
-        if bits.count_ones() < 12 {
-            let mut b = bits;
-            while b != 0 {
-                z += f64::from(term(xs[b.trailing_zeros() as usize], inv_t, max));
-                b &= b - 1;
+        let full = <&[f32; 32]>::try_from(xs);
+        let finite = match full {
+            // Over a fixed 32 (it vectorizes), by the exponent bits.
+            Ok(xs) => {
+                (0..32).fold(0u32, |m, j| m | u32::from((xs[j].to_bits() & 0x7f80_0000) != 0x7f80_0000) << j)
             }
-            continue;
-        }
-        let keep = lanes(bits);
-        let mut acc = [0.0f32; 32];
-        for j in 0..32 {
-            acc[j] = term(xs[j], inv_t, max) * keep[j];
-        }
-        z += f64::from(acc.iter().sum::<f32>());
-    }
-    let base = n - blocks.remainder().len();
-    for (j, &x) in blocks.remainder().iter().enumerate() {
-        let i = base + j;
-        let on = match allowed {
-            Allowed::All(_) => true,
-            Allowed::Mask(mask, _) => mask.get(i / 32).is_some_and(|w| (w >> (i % 32)) & 1 == 1),
+            Err(_) => xs.iter().enumerate().fold(0u32, |m, (j, x)| m | u32::from(x.is_finite()) << j),
         };
-        if on {
-            z += f64::from(term(x, inv_t, max));
+        let bits = word & finite;
+        match full {
+            Ok(xs) if bits.count_ones() >= 12 => {
+                let keep = lanes(bits);
+                let mut acc = [0.0f32; 32];
+                for j in 0..32 {
+                    acc[j] = term(xs[j], inv_t, max) * keep[j];
+                }
+                z += f64::from(acc.iter().sum::<f32>());
+            }
+            _ => {
+                let mut b = bits;
+                while b != 0 {
+                    z += f64::from(term(xs[b.trailing_zeros() as usize], inv_t, max));
+                    b &= b - 1;
+                }
+            }
         }
     }
     z
