@@ -299,35 +299,29 @@ impl Row {
     fn fill(&mut self, encoder: Option<&(dyn TextEncoder + Send + Sync)>, max_rollback: usize) {
         self.flush();
         let owed = std::mem::take(&mut self.jump_owed) && self.draft.is_none();
-        if let (true, None, Some(enc)) = (owed, &self.error, encoder) {
-            let jf = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                self.matcher.apply_jump_forward(enc, max_rollback)
-            }))
-            .unwrap_or_else(|p| Err(grammask::Error::Panicked(grammask::batch::panic_message(p.as_ref()))));
-            match jf {
-                Ok(jf) if !jf.ids.is_empty() => {
-                    self.forced = Some(jf);
-                    // Nothing to mask: the row's logits are not sampled this step.
-                    self.filled = Some(Ok(true));
-                    return;
-                }
-                Ok(_) => {}
-                Err(e) => self.error = Some(e),
-            }
-        }
         let filled = match self.error.take() {
             Some(e) => Err(e),
-            None => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &mut self.draft {
-                None => self.matcher.fill_next_token_bitmask(&mut self.mask),
-                Some(d) => {
-                    // Every node's mask in one walk; row 0 is the row's own.
-                    let vocab = self.matcher.vocab_size();
-                    if d.masks.rows() < d.tree.len() {
-                        d.masks = TokenBitmask::new(d.tree.len().next_power_of_two(), vocab);
+            None => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                if let (true, Some(enc)) = (owed, encoder) {
+                    let jf = self.matcher.apply_jump_forward(enc, max_rollback)?;
+                    if !jf.ids.is_empty() {
+                        self.forced = Some(jf);
+                        // Nothing to mask: the row's logits are not sampled this step.
+                        return Ok(true);
                     }
-                    d.fill = self.matcher.fill_draft_tree_bitmasks(&d.tree, &mut d.masks, 0)?;
-                    self.mask.copy_from_slice(d.masks.row(0));
-                    Ok(grammask::bitmask::count_allowed(&self.mask, vocab) == vocab)
+                }
+                match &mut self.draft {
+                    None => self.matcher.fill_next_token_bitmask(&mut self.mask),
+                    Some(d) => {
+                        // Every node's mask in one walk; row 0 is the row's own.
+                        let vocab = self.matcher.vocab_size();
+                        if d.masks.rows() < d.tree.len() {
+                            d.masks = TokenBitmask::new(d.tree.len().next_power_of_two(), vocab);
+                        }
+                        d.fill = self.matcher.fill_draft_tree_bitmasks(&d.tree, &mut d.masks, 0)?;
+                        self.mask.copy_from_slice(d.masks.row(0));
+                        Ok(grammask::bitmask::count_allowed(&self.mask, vocab) == vocab)
+                    }
                 }
             }))
             .unwrap_or_else(|p| Err(grammask::Error::Panicked(grammask::batch::panic_message(p.as_ref())))),
@@ -712,15 +706,13 @@ impl StructuredBatch {
         let current = self.begun && landed.step == self.step;
         let failed = matches!(landed.row.filled, Some(Err(_)) | None);
         let mut row = landed.row;
-        if !current {
-            // A late row whose grammar forced text: its tokens, not its kept logits.
-            if let Some(jf) = row.forced.take() {
-                self.arrived_forced.push((id, jf));
-                self.rows.insert(id, Place::Home(row));
-                return false;
-            }
-        }
+        // A late row whose grammar forced text: its tokens, not its kept logits.
+        let forced = if current { None } else { row.forced.take() };
         self.rows.insert(id, Place::Home(row));
+        if let Some(jf) = forced {
+            self.arrived_forced.push((id, jf));
+            return false;
+        }
         if current {
             return true;
         }
