@@ -79,6 +79,13 @@ pub struct StepTimes {
     pub other: Duration,
     /// The steps' own wall time, forward included (zero where the engine does not say).
     pub wall: Duration,
+    /// Rows drawn twice, under their masks and without (an engine that pairs draws to
+    /// measure what masking costs sampling; 0 elsewhere).
+    pub paired_rows: u64,
+    /// Those rows' draws under their masks.
+    pub paired_masked: Duration,
+    /// The same rows' draws without their masks (same logits, same thread).
+    pub paired_unmasked: Duration,
 }
 
 impl StepTimes {
@@ -96,6 +103,9 @@ impl StepTimes {
             jump_forward: self.jump_forward + o.jump_forward,
             other: self.other + o.other,
             wall: self.wall + o.wall,
+            paired_rows: self.paired_rows + o.paired_rows,
+            paired_masked: self.paired_masked + o.paired_masked,
+            paired_unmasked: self.paired_unmasked + o.paired_unmasked,
         }
     }
 
@@ -116,19 +126,34 @@ impl StepTimes {
 
     /// The adapter's work beyond the fill, per step in µs: waiting for masks, applying
     /// them, accepting tokens, jump-forward, the rest — and what sampling under masks
-    /// costs over sampling without (`unconstrained`: the same engine's unconstrained
-    /// run), when more. Sampling is compared per sampled row (then times this run's
-    /// sampled rows per step): the two runs' steps hold different numbers of rows, as
-    /// their answers end at different times, sampling is work per row, and a row whose
-    /// step gave forced text was not sampled.
-    pub fn beyond_fill_us(&self, unconstrained: Option<&StepTimes>) -> f64 {
+    /// costs over sampling without, when more, per sampled row (then times this run's
+    /// sampled rows per step).
+    ///
+    /// That cost is read from `paired` where there is one: a run of the same requests
+    /// whose every masked row was also drawn without its mask, on the same logits and
+    /// thread — the only reading fine enough for a microsecond a row. Else from
+    /// `unconstrained` (the same engine's unconstrained run): sampling time per sampled
+    /// row of the two runs, whose rows are different rows (their answers differ, and a
+    /// row whose step gave forced text was not sampled), and whose sampling in parallel
+    /// makes a step's time no sum over its rows.
+    pub fn beyond_fill_us(&self, unconstrained: Option<&StepTimes>, paired: Option<&StepTimes>) -> f64 {
         let own = self.per_step_us(self.wait + self.apply + self.accept + self.jump_forward + self.other);
-        let sampling = unconstrained.map_or(0.0, |u| {
-            let sampled_per_step = self.sampled_rows() as f64 / self.steps.max(1) as f64;
-            ((self.per_sampled_row_us(self.sample) - u.per_sampled_row_us(u.sample)) * sampled_per_step)
-                .max(0.0)
-        });
-        own + sampling
+        let per_row = match (paired.and_then(StepTimes::paired_cost_us), unconstrained) {
+            (Some(p), _) => p,
+            (None, Some(u)) => self.per_sampled_row_us(self.sample) - u.per_sampled_row_us(u.sample),
+            (None, None) => 0.0,
+        };
+        let sampled_per_step = self.sampled_rows() as f64 / self.steps.max(1) as f64;
+        own + (per_row * sampled_per_step).max(0.0)
+    }
+
+    /// What drawing a row under its mask cost over drawing it without, µs a row, from the
+    /// paired draws (`None` without any).
+    pub fn paired_cost_us(&self) -> Option<f64> {
+        (self.paired_rows > 0).then(|| {
+            (self.paired_masked.as_secs_f64() - self.paired_unmasked.as_secs_f64()) * 1e6
+                / self.paired_rows as f64
+        })
     }
 
     /// Rows sampled.
@@ -188,18 +213,41 @@ mod tests {
         // excess, whatever the steps' sizes; 10 µs more a row constrained: 240 µs a step.
         let u = StepTimes { steps: 10, rows: 200, sample: ms(20), ..Default::default() };
         let same = StepTimes { steps: 10, rows: 240, sample: ms(24), ..Default::default() };
-        assert!(same.beyond_fill_us(Some(&u)).abs() < 1e-6);
+        assert!(same.beyond_fill_us(Some(&u), None).abs() < 1e-6);
         let dearer =
             StepTimes { steps: 10, rows: 240, sample: ms(24) + Duration::from_micros(2_400), ..same };
-        assert!((dearer.beyond_fill_us(Some(&u)) - 240.0).abs() < 1e-6);
+        assert!((dearer.beyond_fill_us(Some(&u), None) - 240.0).abs() < 1e-6);
         // The step thread's own work counts per step, and cheaper sampling counts nothing.
         let own = StepTimes { wait: ms(1), accept: ms(1), sample: ms(1), ..same };
-        assert!((own.beyond_fill_us(Some(&u)) - 200.0).abs() < 1e-6);
+        assert!((own.beyond_fill_us(Some(&u), None) - 200.0).abs() < 1e-6);
         // Rows not sampled (forced text) take no sampling time: 40 of 240 rows forced, the
         // 200 sampled at the unconstrained 100 µs are no excess; at 110 µs, 200 µs a step.
         let forced = StepTimes { unsampled: 40, sample: ms(20), ..same };
-        assert!(forced.beyond_fill_us(Some(&u)).abs() < 1e-6);
+        assert!(forced.beyond_fill_us(Some(&u), None).abs() < 1e-6);
         let dearer = StepTimes { unsampled: 40, sample: ms(22), ..same };
-        assert!((dearer.beyond_fill_us(Some(&u)) - 200.0).abs() < 1e-6);
+        assert!((dearer.beyond_fill_us(Some(&u), None) - 200.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn paired_draws_decide_over_the_two_runs() {
+        let ms = Duration::from_millis;
+        let u = StepTimes { steps: 10, rows: 200, sample: ms(20), ..Default::default() };
+        // Two runs say 10 µs a row more; the paired draws (100 rows, 2 µs a row more) say
+        // what masking costs: 2 µs × 20 sampled rows a step.
+        let c = StepTimes { steps: 10, rows: 240, unsampled: 40, sample: ms(22), ..Default::default() };
+        let p = StepTimes {
+            paired_rows: 100,
+            paired_masked: ms(10) + Duration::from_micros(200),
+            paired_unmasked: ms(10),
+            ..Default::default()
+        };
+        assert!((p.paired_cost_us().unwrap() - 2.0).abs() < 1e-6);
+        assert!((c.beyond_fill_us(Some(&u), Some(&p)) - 40.0).abs() < 1e-6);
+        // Cheaper under the mask: no cost, and a paired run without pairs falls back.
+        let cheaper = StepTimes { paired_masked: ms(5), ..p };
+        assert!(c.beyond_fill_us(Some(&u), Some(&cheaper)).abs() < 1e-6);
+        let none = StepTimes::default();
+        assert_eq!(none.paired_cost_us(), None);
+        assert!((c.beyond_fill_us(Some(&u), Some(&none)) - 200.0).abs() < 1e-6);
     }
 }

@@ -215,6 +215,12 @@ impl Report {
                  step thread's work — the wait for masks, apply (the router folds masking into \
                  sampling: 0), sampling (the unconstrained run's in brackets), accepting the drawn tokens, \
                  jump-forward (forced text found, re-tokenized, accepted), the rest; rows per step. The \
+                 router then runs the same constrained requests once more drawing each masked row twice, \
+                 under its mask and without, on the same logits and thread, in alternating order \
+                 (`EngineOptions::pair_masked_draws`; that run's throughput is no figure): \
+                 \"masked − unmasked\" is what masking costs sampling, µs a row, over that many rows — \
+                 what the two runs' sampling columns cannot say to a microsecond, their rows being \
+                 different rows sampled in parallel. The \
                  router accepts a drawn token, and finds its forced text, in the next step's fill on the \
                  pool (`BatchOptions::defer_accepts`): both count in its fill, and its accept and \
                  jump-forward columns are the stop tokens' accepts alone. Forced text then costs a row one \
@@ -223,9 +229,9 @@ impl Report {
             );
             let _ = writeln!(
                 s,
-                "| adapter | jump-forward | batch | unconstrained tok/s | constrained tok/s | overhead % | fill µs/step | wait | apply | sample (unconstrained) | accept | jump-forward | other | rows/step |"
+                "| adapter | jump-forward | batch | unconstrained tok/s | constrained tok/s | overhead % | fill µs/step | wait | apply | sample (unconstrained) | masked − unmasked draw µs/row (rows) | accept | jump-forward | other | rows/step |"
             );
-            let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+            let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
             for o in &self.overhead {
                 let t = o.steps.clone().unwrap_or_default();
                 let us = |d| t.per_step_us(d);
@@ -233,9 +239,14 @@ impl Report {
                     .unconstrained_steps
                     .as_ref()
                     .map_or("—".to_string(), |u| format!("{:.1}", u.per_step_us(u.sample)));
+                let paired = o.paired_steps.as_ref().and_then(|p| {
+                    let per_row = p.paired_cost_us()?;
+                    Some(format!("{per_row:+.2} ({})", p.paired_rows))
+                });
+                let paired = paired.unwrap_or_else(|| "—".to_string());
                 let _ = writeln!(
                     s,
-                    "| {} | {} | {} | {:.1} | {:.1} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} ({base}) | {:.1} | {:.1} | {:.1} | {:.1} |",
+                    "| {} | {} | {} | {:.1} | {:.1} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} ({base}) | {paired} | {:.1} | {:.1} | {:.1} | {:.1} |",
                     o.name,
                     jf_name(o.jump_forward),
                     o.batch,
@@ -363,7 +374,8 @@ impl Report {
                 "— (forward < 5 ms)".to_string()
             };
             let adapter = o.steps.as_ref().map_or("—".to_string(), |t| {
-                let beyond = t.beyond_fill_us(o.unconstrained_steps.as_ref());
+                let paired = o.paired_steps.as_ref().filter(|p| p.paired_rows > 0);
+                let beyond = t.beyond_fill_us(o.unconstrained_steps.as_ref(), paired);
                 let rows = t.rows_per_step();
                 if o.batch >= 8 {
                     let per_row = beyond / rows.max(1.0);
@@ -533,6 +545,7 @@ mod tests {
             tokens: [0, 0],
             steps: Some(times(sample_us[1], apply_us)),
             unconstrained_steps: Some(times(sample_us[0], 0)),
+            paired_steps: None,
             jump_forward: Some(true),
         }
     }
@@ -545,8 +558,18 @@ mod tests {
                 row("router-openai", 1, 90.0, 5, [10, 30]),
                 row("router-tgi", 8, 99.0, 8, [10, 10]),
                 row("mistralrs", 8, 50.0, 40, [10, 5]),
+                Overhead {
+                    // The two runs say 20 µs more; the paired draws, 1 µs a row.
+                    paired_steps: Some(StepTimes {
+                        paired_rows: 1000,
+                        paired_masked: Duration::from_millis(3),
+                        paired_unmasked: Duration::from_millis(2),
+                        ..StepTimes::default()
+                    }),
+                    ..row("router-completions", 1, 99.0, 5, [10, 30])
+                },
             ],
-            real_forward: vec!["router-tgi".into(), "router-openai".into()],
+            real_forward: vec!["router-tgi".into(), "router-openai".into(), "router-completions".into()],
             ..Report::default()
         };
         let md = report.markdown();
@@ -554,6 +577,8 @@ mod tests {
         // over unmasked does (20 µs more: 25 in all); a gain in sampling is not credited.
         assert!(md.contains("| router-tgi | on | 1 | ✓ 0.990× | ✓ 5.0 µs/step |"), "{md}");
         assert!(md.contains("| router-openai | on | 1 | ✗ 0.900× | ✗ 25.0 µs/step |"), "{md}");
+        assert!(md.contains("| router-completions | on | 1 | ✓ 0.990× | ✓ 6.0 µs/step |"), "{md}");
+        assert!(md.contains("| 30.0 (10.0) | +1.00 (1000) |"), "{md}");
         assert!(
             md.contains("| router-tgi | on | 8 | ✓ 0.990× | ✓ 1.00 µs/row (8.0 µs/step, 8.0 rows) |"),
             "{md}"

@@ -478,8 +478,12 @@ pub struct Overhead {
     /// Per-step costs of the constrained run.
     pub steps: Option<StepTimes>,
     /// Per-step costs of the unconstrained run (its sampling is the baseline of the
-    /// constrained run's).
+    /// constrained run's where there is no paired run).
     pub unconstrained_steps: Option<StepTimes>,
+    /// Per-step costs of a separate constrained run that drew each masked row twice, under
+    /// its mask and without ([`StepTimes::paired_rows`]): what masking costs sampling, row
+    /// for row (the router's `pair_masked_draws`; not a throughput run).
+    pub paired_steps: Option<StepTimes>,
     /// Jump-forward on (the router's default), off (masking alone), or not the engine's
     /// (`None`).
     pub jump_forward: Option<bool>,
@@ -510,6 +514,45 @@ impl Overhead {
     }
 }
 
+/// The JSON-schema cases `engine` supports.
+fn schema_cases(engine: &Isolated, cases: &[Case]) -> Result<Vec<usize>, String> {
+    let schema: Vec<usize> =
+        (0..cases.len()).filter(|&c| engine.supports[c] && cases[c].kind() == Kind::JsonSchema).collect();
+    if schema.is_empty() {
+        return Err("no JSON-schema case the engine supports".into());
+    }
+    Ok(schema)
+}
+
+/// Round `round`'s requests of an overhead run: `4 × batch` of the JSON-schema cases, in
+/// turn, seeded by their place.
+fn schema_job(schema: &[usize], batch: usize, round: usize, constrained: bool) -> Job {
+    let per_run = 4 * batch.max(1);
+    (0..per_run)
+        .map(|i| (schema[(round * per_run + i) % schema.len()], (round * per_run + i) as u64, constrained))
+        .collect()
+}
+
+/// The per-step costs of [`overhead`]'s constrained runs (the same requests, `rounds` of
+/// them) on an engine that draws each masked row twice, under its mask and without (the
+/// router's `EngineOptions::pair_masked_draws`); its throughput is not a figure.
+pub fn paired_steps(
+    engine: &mut Isolated,
+    cases: &[Case],
+    o: &RunOptions,
+    batch: usize,
+    rounds: usize,
+) -> Result<StepTimes, String> {
+    let schema = schema_cases(engine, cases)?;
+    let _ = engine.take_step_times();
+    let mut steps = StepTimes::default();
+    for round in 0..rounds {
+        engine.call(schema_job(&schema, batch, round, true), o.max_new_tokens, o.timeout)?;
+        steps = steps.plus(&engine.take_step_times().ok_or("the engine does not time its steps")?);
+    }
+    Ok(steps)
+}
+
 /// Tokens per second over the JSON-schema cases, constrained and not, interleaved (same
 /// prompts and seeds): each run sends `4 × batch` requests at once to an engine that
 /// keeps at most `batch` in flight (the router's `max_batch_size`), so the batch stays
@@ -521,22 +564,13 @@ pub fn overhead(
     batch: usize,
     rounds: usize,
 ) -> Result<Overhead, String> {
-    let schema: Vec<usize> =
-        (0..cases.len()).filter(|&c| engine.supports[c] && cases[c].kind() == Kind::JsonSchema).collect();
-    if schema.is_empty() {
-        return Err("no JSON-schema case the engine supports".into());
-    }
+    let schema = schema_cases(engine, cases)?;
     let mut totals = [(0usize, Duration::ZERO); 2];
     let _ = engine.take_step_times();
     let mut steps: [Option<StepTimes>; 2] = [None, None];
-    let per_run = 4 * batch.max(1);
     for round in 0..rounds {
         for constrained in [false, true] {
-            let job: Job = (0..per_run)
-                .map(|i| {
-                    (schema[(round * per_run + i) % schema.len()], (round * per_run + i) as u64, constrained)
-                })
-                .collect();
+            let job = schema_job(&schema, batch, round, constrained);
             let t0 = Instant::now();
             let out = engine.call(job, o.max_new_tokens, o.timeout)?;
             let wall = t0.elapsed();
@@ -554,6 +588,7 @@ pub fn overhead(
     }
     let tps = |(n, d): (usize, Duration)| if d.is_zero() { 0.0 } else { n as f64 / d.as_secs_f64() };
     Ok(Overhead {
+        paired_steps: None,
         name: engine.name.clone(),
         batch,
         unconstrained_tps: tps(totals[0]),

@@ -200,6 +200,15 @@ pub struct EngineOptions {
     /// ([`Model::max_draft_nodes`]) and host logits; a step with drafts waits for every
     /// mask (no row sits out).
     pub speculation: Option<SpeculationOptions>,
+    /// Measurement, not serving: each host row drawn under its mask is drawn a second
+    /// time without it, from copies of its logits and sampler (the copy's token is
+    /// dropped), both draws timed on the same thread, in an order that alternates row to
+    /// row and step to step. The metrics `grammask_paired_draw_seconds_total{draw}` and
+    /// `grammask_paired_draws_total` then give what reading the mask costs sampling, row
+    /// for row on the same logits, which two runs (constrained and not) cannot resolve
+    /// to a microsecond: their rows are different rows. Doubles the sampling work of
+    /// masked rows, so a throughput figure is never taken with it on.
+    pub pair_masked_draws: bool,
 }
 
 /// One step's timings.
@@ -252,6 +261,7 @@ impl Default for EngineOptions {
             record_steps: false,
             late_mask_grace: Some(DEFAULT_LATE_MASK_GRACE),
             speculation: None,
+            pair_masked_draws: false,
         }
     }
 }
@@ -573,6 +583,7 @@ pub fn start(
         drafter,
         costs: ForwardCosts::default(),
         draft_turn: 0,
+        pair_turn: false,
         #[cfg(feature = "cuda")]
         device_sampler: None,
     };
@@ -597,6 +608,8 @@ struct Loop {
     costs: ForwardCosts,
     /// Which row drafts first this step (rows take turns under the drafting budget).
     draft_turn: usize,
+    /// [`EngineOptions::pair_masked_draws`]: which draw of a paired row goes first.
+    pair_turn: bool,
     /// Made on the first step with device logits.
     #[cfg(feature = "cuda")]
     device_sampler: Option<DeviceSampler>,
@@ -943,6 +956,12 @@ impl Loop {
                 // its tree.
                 sample_t = Instant::now();
                 let _s = tracing::debug_span!("sample").entered();
+                // Which draw of a paired row goes first alternates row to row and step to
+                // step, so neither is always the one that finds the row in cache.
+                let pair = self.options.pair_masked_draws.then(|| {
+                    self.pair_turn = !self.pair_turn;
+                    self.pair_turn
+                });
                 let mut rest: &mut [f32] = logits;
                 let mut jobs = Vec::with_capacity(fwd.len());
                 let mut next = fwd.iter().copied().zip(sizes.iter().copied()).enumerate().peekable();
@@ -994,13 +1013,19 @@ impl Loop {
                                 s.sampler.verify_tree(row, vocab, &d.tree, &d.forced, |_| None, stops)
                             }
                             _ => {
-                                let pick = match mask {
-                                    Some(m) => s.sampler.sample_masked(row, m),
-                                    None => s.sampler.sample(row),
-                                };
-                                single(&mut s.sampler, pick)
+                                let (pick, paired) =
+                                    draw(&mut s.sampler, row, mask, pair.map(|p| p ^ (i % 2 == 1)));
+                                return (i, single(&mut s.sampler, pick), paired);
                             }
                         };
+                        (i, walk, None)
+                    })
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .map(|(i, walk, paired)| {
+                        if let Some(d) = paired {
+                            self.metrics.record_paired_draw(d);
+                        }
                         (i, walk)
                     })
                     .collect())
@@ -1109,10 +1134,11 @@ impl Loop {
             let Some(i) = self.running.iter().position(|s| s.id == *id) else { continue };
             let s = &mut self.running[i];
             let Some(mut row) = s.held.take() else { continue };
-            let pick = match self.batch.late_mask(*id) {
-                Some(m) => s.sampler.sample_masked(&mut row, m),
-                None => s.sampler.sample(&mut row),
-            };
+            let pair = self.options.pair_masked_draws.then_some(i % 2 == 0);
+            let (pick, paired) = draw(&mut s.sampler, &mut row, self.batch.late_mask(*id), pair);
+            if let Some(d) = paired {
+                self.metrics.record_paired_draw(d);
+            }
             picks.push((i, single(&mut s.sampler, pick)));
         }
         picks
@@ -1301,6 +1327,41 @@ impl Loop {
 }
 
 /// A draw without a tree as a walk of one token.
+/// A row's draw: under `mask` where it has one. With `pair` (`Some(masked_first)`:
+/// [`EngineOptions::pair_masked_draws`]) a masked row is also drawn without its mask,
+/// from copies of its logits and sampler (that token dropped), and both draws' times
+/// come back, masked first. The copies are made before either draw, so both find the
+/// row equally warm.
+fn draw(
+    sampler: &mut Sampler,
+    row: &mut [f32],
+    mask: Option<&[u32]>,
+    pair: Option<bool>,
+) -> (Pick, Option<[Duration; 2]>) {
+    let Some(m) = mask else { return (sampler.sample(row), None) };
+    let Some(masked_first) = pair else { return (sampler.sample_masked(row, m), None) };
+    let (mut twin, mut copy) = (sampler.clone(), row.to_vec());
+    let mut unmasked = || {
+        let t = Instant::now();
+        let _ = std::hint::black_box(twin.sample(&mut copy));
+        t.elapsed()
+    };
+    let mut masked = || {
+        let t = Instant::now();
+        let pick = sampler.sample_masked(row, m);
+        (pick, t.elapsed())
+    };
+    let (pick, m_t, u_t) = if masked_first {
+        let (pick, m_t) = masked();
+        (pick, m_t, unmasked())
+    } else {
+        let u_t = unmasked();
+        let (pick, m_t) = masked();
+        (pick, m_t, u_t)
+    };
+    (pick, Some([m_t, u_t]))
+}
+
 fn single(sampler: &mut Sampler, pick: Pick) -> TreeWalk {
     match pick {
         Ok((t, lp)) => TreeWalk { tokens: vec![(t, lp, sampler.take_top())], ..TreeWalk::default() },

@@ -1,7 +1,10 @@
 //! Prometheus metrics of the router (`GET /metrics`).
 
 use crate::step::StepMasks;
-use prometheus::{Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{
+    CounterVec, Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+};
+use std::time::Duration;
 
 /// Every metric the router exports, registered in one registry.
 #[derive(Debug)]
@@ -66,6 +69,11 @@ pub struct Metrics {
     /// Sequences whose prompt's prefill was shared with another of the same prompt (the
     /// `n` choices of one request).
     pub prefill_shared: IntCounter,
+    /// `EngineOptions::pair_masked_draws`: the paired draws' time, by draw (`masked`,
+    /// `unmasked`: the same row's draw without its mask).
+    pub paired_draw_seconds: CounterVec,
+    /// `EngineOptions::pair_masked_draws`: rows drawn twice.
+    pub paired_draws: IntCounter,
 }
 
 fn histogram(name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
@@ -186,6 +194,19 @@ impl Metrics {
                 "Rows that skipped drafting in a step because it did not pay",
             )
             .unwrap_or_else(|e| panic!("{e}")),
+            paired_draw_seconds: CounterVec::new(
+                Opts::new(
+                    "grammask_paired_draw_seconds_total",
+                    "Measurement mode: masked rows' draws under their masks and the same rows' draws without (seconds)",
+                ),
+                &["draw"],
+            )
+            .unwrap_or_else(|e| panic!("{e}")),
+            paired_draws: IntCounter::new(
+                "grammask_paired_draws_total",
+                "Measurement mode: masked rows drawn a second time without their masks",
+            )
+            .unwrap_or_else(|e| panic!("{e}")),
         };
         let all: Vec<Box<dyn prometheus::core::Collector>> = vec![
             Box::new(m.queue_length.clone()),
@@ -214,6 +235,8 @@ impl Metrics {
             Box::new(m.draft_rejected.clone()),
             Box::new(m.draft_backoffs.clone()),
             Box::new(m.prefill_shared.clone()),
+            Box::new(m.paired_draw_seconds.clone()),
+            Box::new(m.paired_draws.clone()),
         ];
         for c in all {
             // Distinct names, registered once: cannot fail.
@@ -228,6 +251,14 @@ impl Metrics {
             self.fill_seconds.observe(masks.fill.as_secs_f64());
             self.wait_seconds.observe(masks.wait.as_secs_f64());
             self.apply_seconds.observe(masks.apply.as_secs_f64());
+        }
+    }
+
+    /// Records a row's paired draws: `[masked, unmasked]`.
+    pub fn record_paired_draw(&self, d: [Duration; 2]) {
+        self.paired_draws.inc();
+        for (draw, t) in ["masked", "unmasked"].into_iter().zip(d) {
+            self.paired_draw_seconds.with_label_values(&[draw]).inc_by(t.as_secs_f64());
         }
     }
 

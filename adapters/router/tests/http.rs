@@ -354,6 +354,37 @@ async fn sampling_under_the_masks_answers_as_applying_them_does() {
     }
 }
 
+/// The measurement mode that draws each masked row a second time without its mask
+/// (`EngineOptions::pair_masked_draws`) changes no answer — the second draw works on
+/// copies — and exports both draws' times for every masked row it drew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pairing_masked_draws_changes_no_answer_and_times_both_draws() {
+    let plain = serve(EngineOptions::default(), Duration::ZERO, Limits::default()).await;
+    let paired = EngineOptions { pair_masked_draws: true, ..EngineOptions::default() };
+    let paired = serve(paired, Duration::ZERO, Limits::default()).await;
+    let c = reqwest::Client::new();
+    for (i, case) in [Case::Schema(PERSON, false), Case::Regex(true), Case::Tools(false), Case::Plain(false)]
+        .iter()
+        .enumerate()
+    {
+        for seed in 0..2u64 {
+            let seed = seed + 10 * i as u64;
+            let a = run_case(&c, &plain.base, case, seed).await;
+            let b = run_case(&c, &paired.base, case, seed).await;
+            assert_eq!(a, b, "case {i}, seed {seed}");
+        }
+    }
+    let rows = metric(&c, &paired.base, "grammask_paired_draws_total").await;
+    let seconds = |draw: &'static str| {
+        let (c, base) = (&c, &paired.base);
+        async move { metric(c, base, &format!("grammask_paired_draw_seconds_total{{draw=\"{draw}\"}}")).await }
+    };
+    assert!(rows >= 20.0, "{rows} paired rows");
+    assert!(seconds("masked").await > 0.0 && seconds("unmasked").await > 0.0);
+    // Off by default: nothing drawn twice.
+    assert_eq!(metric(&c, &plain.base, "grammask_paired_draws_total").await, 0.0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_goes_away_frees_its_row() {
     let server = serve(EngineOptions::default(), Duration::from_millis(5), Limits::default()).await;

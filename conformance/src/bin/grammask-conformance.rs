@@ -11,7 +11,7 @@ use grammask_conformance::engines::reference::ReferenceEngine;
 use grammask_conformance::engines::router::{Api, RouterEngine, RouterSetup};
 use grammask_conformance::engines::Bias;
 use grammask_conformance::report::{CompileVerdicts, Report};
-use grammask_conformance::run::{overhead, validity, Isolated, Oracles, RunOptions};
+use grammask_conformance::run::{overhead, paired_steps, validity, Isolated, Oracles, RunOptions};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -109,6 +109,7 @@ fn make(
     gguf: Option<&PathBuf>,
     scratch: &std::path::Path,
     jump_forward: bool,
+    pair_masked_draws: bool,
 ) -> Result<Box<dyn Engine>, String> {
     let tok = grammask_conformance::engines::tokenizer()?;
     let setup = RouterSetup {
@@ -116,6 +117,7 @@ fn make(
         max_batch_size: batch,
         gguf: gguf.cloned(),
         jump_forward,
+        pair_masked_draws,
         ..RouterSetup::default()
     };
     let router = |api| RouterEngine::start(tok.clone(), api, &setup).map(|e| Box::new(e) as Box<dyn Engine>);
@@ -217,7 +219,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     for name in &adapters {
         eprintln!("== {name}");
-        let engine = match make(name, Duration::from_millis(1), 32, a.gguf.as_ref(), &scratch, true) {
+        let engine = match make(name, Duration::from_millis(1), 32, a.gguf.as_ref(), &scratch, true, false) {
             Ok(e) => e,
             Err(e) => {
                 eprintln!("{name}: cannot start: {e}");
@@ -242,11 +244,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             for &jf in jfs {
                 for &b in &a.overhead {
                     // A fresh engine per batch size (the router's max_batch_size is b).
-                    let engine = make(name, forward, b, a.gguf.as_ref(), &scratch, jf.unwrap_or(true))?;
+                    let engine =
+                        make(name, forward, b, a.gguf.as_ref(), &scratch, jf.unwrap_or(true), false)?;
                     let mut iso = Isolated::new(engine, cases.clone(), 0.0);
                     match overhead(&mut iso, &cases, &o, b, 2) {
                         Ok(mut m) => {
                             m.jump_forward = jf;
+                            drop(iso);
+                            // The router again, each masked row drawn twice (under its
+                            // mask and without) in the same requests' constrained runs:
+                            // what masking costs sampling, row for row.
+                            if jf.is_some() {
+                                let engine = make(
+                                    name,
+                                    forward,
+                                    b,
+                                    a.gguf.as_ref(),
+                                    &scratch,
+                                    jf.unwrap_or(true),
+                                    true,
+                                )?;
+                                let mut iso = Isolated::new(engine, cases.clone(), 0.0);
+                                match paired_steps(&mut iso, &cases, &o, b, 2) {
+                                    Ok(p) => m.paired_steps = Some(p),
+                                    Err(e) => eprintln!("{name} batch {b}: paired draws: {e}"),
+                                }
+                            }
                             eprintln!(
                                 "{name} batch {b} jump-forward {jf:?}: {:.1} vs {:.1} tok/s ({:.2} %)",
                                 m.constrained_tps,

@@ -67,6 +67,9 @@ pub struct RouterSetup {
     pub bias: super::Bias,
     /// Jump-forward (the router's default: on).
     pub jump_forward: bool,
+    /// Draw each masked row twice, under its mask and without, timing both
+    /// (`EngineOptions::pair_masked_draws`: a measurement, off by default).
+    pub pair_masked_draws: bool,
     /// The simulated model's logits on this CUDA device (the router's device path: masks
     /// uploaded, applied and sampled on the GPU); `None`: on the host.
     pub cuda_device: Option<usize>,
@@ -83,6 +86,7 @@ impl Default for RouterSetup {
             tool_call_format: None,
             bias: super::Bias::Closing,
             jump_forward: true,
+            pair_masked_draws: false,
             cuda_device: None,
         }
     }
@@ -152,6 +156,7 @@ impl RouterEngine {
                 max_batch_size: setup.max_batch_size,
                 max_queue: 4096,
                 batch: BatchOptions { fill_threads: setup.fill_threads, ..BatchOptions::default() },
+                pair_masked_draws: setup.pair_masked_draws,
                 ..EngineOptions::default()
             },
             limits: Limits::default(),
@@ -205,6 +210,9 @@ impl RouterEngine {
             step: sum("grammask_step_seconds_sum"),
             rows: sum("grammask_batch_size_sum"),
             forced: sum("grammask_rows_forced_total"),
+            paired_rows: sum("grammask_paired_draws_total"),
+            paired_masked: sum("grammask_paired_draw_seconds_total{draw=\"masked\"}"),
+            paired_unmasked: sum("grammask_paired_draw_seconds_total{draw=\"unmasked\"}"),
         })
     }
 }
@@ -224,6 +232,11 @@ struct Sums {
     rows: f64,
     /// Rows whose step gave forced text (not sampled).
     forced: f64,
+    /// Rows drawn twice (`pair_masked_draws`), and their draws' time under the masks and
+    /// without.
+    paired_rows: f64,
+    paired_masked: f64,
+    paired_unmasked: f64,
 }
 
 fn finish_of(reason: &str) -> Finish {
@@ -502,6 +515,9 @@ impl Engine for RouterEngine {
             jump_forward: d(now.jump_forward, last.jump_forward),
             other: Duration::ZERO,
             wall: d(now.step, last.step),
+            paired_rows: (now.paired_rows - last.paired_rows).max(0.0) as u64,
+            paired_masked: d(now.paired_masked, last.paired_masked),
+            paired_unmasked: d(now.paired_unmasked, last.paired_unmasked),
         })
     }
 

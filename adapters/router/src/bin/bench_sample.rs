@@ -5,7 +5,8 @@
 //! ```sh
 //! cargo run --release -p grammask-router --bin bench_sample -- --vocab 128256 --repeats 7
 //! ```
-//! Prints, per sampling mode (greedy; temperature 1, the Gumbel-max draw; temperature 1
+//! Prints, per sampling mode (greedy, with its log-probability and without — OpenAI's
+//! default; temperature 1, the Gumbel-max draw; temperature 1
 //! with `top_p` 0.9, the general path) and mask density, the median µs per call of both
 //! and their difference. One thread: the router samples rows in parallel, each row alone.
 
@@ -64,8 +65,9 @@ fn main() {
     let words = args.vocab.div_ceil(32);
     println!("| mode | mask allows | whole row µs | under the mask µs | difference µs |");
     println!("|---|---|---|---|---|");
-    let modes: [(&str, SamplingParams); 3] = [
+    let modes: [(&str, SamplingParams); 4] = [
         ("greedy", SamplingParams::default()),
+        ("greedy, no log-probabilities", SamplingParams { logprobs: false, ..SamplingParams::default() }),
         ("temperature 1", SamplingParams { do_sample: true, temperature: 1.0, ..SamplingParams::default() }),
         (
             "temperature 1, top_p 0.9",

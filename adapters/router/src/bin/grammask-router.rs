@@ -132,6 +132,11 @@ struct Args {
     /// Turn jump-forward (forced tokens without sampling) off.
     #[arg(long)]
     no_jump_forward: bool,
+    /// Measurement: draw every masked row a second time without its mask and export both
+    /// draws' times (`grammask_paired_draw_seconds_total`), to see what masking costs
+    /// sampling on this deployment's rows. Doubles the sampling of masked rows.
+    #[arg(long)]
+    pair_masked_draws: bool,
     /// Export traces over OTLP/HTTP to this collector (e.g. `http://localhost:4318`;
     /// default: `OTEL_EXPORTER_OTLP_ENDPOINT`, else nothing is exported).
     #[arg(long)]
@@ -190,6 +195,7 @@ async fn serve(a: Args) -> Result<(), Box<dyn std::error::Error>> {
             speculation: (a.speculate > 0).then(|| {
                 grammask_router::speculate::SpeculationOptions::new(a.speculate, a.draft_width, a.drafter)
             }),
+            pair_masked_draws: a.pair_masked_draws,
         },
         limits: Limits {
             max_input_tokens: a.max_input_tokens,

@@ -78,7 +78,7 @@ impl Default for SamplingParams {
 }
 
 /// A request's sampler: its parameters and its random stream.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Sampler {
     params: SamplingParams,
     rng: rand::rngs::StdRng,
@@ -178,6 +178,110 @@ fn lanes(bits: u32) -> [f32; 32] {
         chunk.copy_from_slice(&BYTES[((bits >> (8 * k)) & 0xff) as usize]);
     }
     out
+}
+
+/// The largest allowed finite logit and its id, ties to the lowest id (what a scan of
+/// the row with −∞ written where the mask is clear gives), or `None` if there is none.
+///
+/// By 32-token blocks, a word of the mask each: a block's largest allowed finite logit
+/// in a fixed-length loop that vectorizes (8 lanes of running maxima, a lane's logit kept
+/// by a select on the mask's bit and the exponent bits, no branch a half-full word
+/// mispredicts; a word with few bits set goes bit by bit), then, only where it beats the
+/// best so far, the first token in the block that holds it. Masked and not, the same work a block: a row inside a free JSON string
+/// (most words full, some with holes) costs what the unmasked row does, which a visit
+/// of each allowed id did not (its holey words went bit by bit).
+fn argmax(logits: &[f32], allowed: Allowed<'_>) -> Option<(usize, f32)> {
+    #[inline(always)]
+    fn finite(x: f32) -> bool {
+        (x.to_bits() & 0x7f80_0000) != 0x7f80_0000
+    }
+    let n = match allowed {
+        Allowed::All(n) | Allowed::Mask(_, n) => n.min(logits.len()),
+    };
+    let (mut best, mut best_i) = (f32::NEG_INFINITY, usize::MAX);
+    for (w, xs) in logits[..n].chunks(32).enumerate() {
+        let word = match allowed {
+            Allowed::All(_) => u32::MAX,
+            Allowed::Mask(mask, _) => mask.get(w).copied().unwrap_or(0),
+        };
+        if word == 0 {
+            continue;
+        }
+        let most = |a: f32, b: f32| if b > a { b } else { a };
+        let m = match <&[f32; 32]>::try_from(xs) {
+            Ok(xs) if word.count_ones() >= 8 => block_max(xs, word),
+            // A sparse word (a few set bits: one by one), or the row's short last block.
+            _ => {
+                let (mut m, mut bits) = (f32::NEG_INFINITY, word & (u32::MAX >> (32 - xs.len())));
+                while bits != 0 {
+                    let x = xs[bits.trailing_zeros() as usize];
+                    if finite(x) {
+                        m = most(m, x);
+                    }
+                    bits &= bits - 1;
+                }
+                m
+            }
+        };
+        if m > best {
+            // `m` is finite: the first allowed token equal to it (−0 = +0, as a scan that
+            // keeps the first of equals would).
+            let j = (0..xs.len()).find(|&j| (word >> j) & 1 == 1 && xs[j] == m)?;
+            (best, best_i) = (xs[j], w * 32 + j);
+        }
+    }
+    (best_i != usize::MAX).then_some((best_i, best))
+}
+
+/// The largest finite `xs[j]` whose bit `j` of `word` is set (−∞ if none), without a
+/// branch per token: on x86-64 with SSE2 (every x86-64), 4 lanes at a time — a lane's
+/// logit kept by an and with its bit and its exponent bits, `maxps` over the kept; what
+/// the compiler made of the same loop in plain Rust was scalar (a branch per token, or
+/// 1.5 ns a token without). Elsewhere, that plain loop.
+#[inline]
+fn block_max(xs: &[f32; 32], word: u32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::*;
+        // SAFETY: SSE2 is part of x86-64; the loads read `xs`' 32 floats, 4 at a time,
+        // unaligned.
+        unsafe {
+            let exponent = _mm_set1_epi32(0x7f80_0000);
+            let w = _mm_set1_epi32(word as i32);
+            let (mut acc0, mut acc1) = (_mm_set1_ps(f32::NEG_INFINITY), _mm_set1_ps(f32::NEG_INFINITY));
+            let mut bit = _mm_set_epi32(8, 4, 2, 1);
+            for k in 0..8 {
+                let x = _mm_loadu_ps(xs.as_ptr().add(4 * k));
+                let allowed = _mm_cmpeq_epi32(_mm_and_si128(w, bit), bit);
+                let e = _mm_and_si128(_mm_castps_si128(x), exponent);
+                let keep = _mm_castsi128_ps(_mm_andnot_si128(_mm_cmpeq_epi32(e, exponent), allowed));
+                // Kept lanes hold the logit, the others −∞ (a kept logit is finite, so
+                // `maxps` never sees a NaN).
+                let v = _mm_or_ps(_mm_and_ps(keep, x), _mm_andnot_ps(keep, _mm_set1_ps(f32::NEG_INFINITY)));
+                if k % 2 == 0 {
+                    acc0 = _mm_max_ps(acc0, v);
+                } else {
+                    acc1 = _mm_max_ps(acc1, v);
+                }
+                bit = _mm_slli_epi32(bit, 4);
+            }
+            let mut lanes = [0.0f32; 4];
+            _mm_storeu_ps(lanes.as_mut_ptr(), _mm_max_ps(acc0, acc1));
+            lanes.into_iter().fold(f32::NEG_INFINITY, |a, b| if b > a { b } else { a })
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let mut acc = [f32::NEG_INFINITY; 8];
+        for j in 0..32 {
+            let x = xs[j].to_bits();
+            let keep = (u32::from(word & (1u32 << j) != 0) & u32::from((x & 0x7f80_0000) != 0x7f80_0000))
+                .wrapping_neg();
+            let v = f32::from_bits((x & keep) | (f32::NEG_INFINITY.to_bits() & !keep));
+            acc[j % 8] = if v > acc[j % 8] { v } else { acc[j % 8] };
+        }
+        acc.into_iter().fold(f32::NEG_INFINITY, |a, b| if b > a { b } else { a })
+    }
 }
 
 /// Σ e^(x/t − max) over the allowed finite logits `x` (`max`: their largest over `t`): the
@@ -411,17 +515,7 @@ impl Sampler {
         let sampling = p.do_sample && p.temperature > 0.0;
         if !sampling {
             // Greedy: one pass, no candidate list (the common serving case at scale).
-            let (mut id, mut best) = (usize::MAX, f32::NEG_INFINITY);
-            allowed.each(|i| {
-                let x = logits[i];
-                // −∞ never wins (strictly greater), NaN never compares greater.
-                if x > best && x.is_finite() {
-                    (id, best) = (i, x);
-                }
-            });
-            if id == usize::MAX {
-                return Err(NothingAllowed);
-            }
+            let (id, best) = argmax(logits, allowed).ok_or(NothingAllowed)?;
             return Ok(self.chosen(logits, allowed, id, 1.0, Some(best)));
         }
         if self.gumbel_only() {
@@ -1048,6 +1142,55 @@ mod tests {
         assert!((f64::from(lp.unwrap()) - want).abs() < 1e-6);
         let mut none = [f32::NEG_INFINITY; 3];
         assert_eq!(s.sample(&mut none), Err(NothingAllowed));
+    }
+
+    /// The block argmax is the scan that keeps the first of the largest allowed finite
+    /// logits: rows of every length around a block, ties everywhere (few distinct
+    /// values), ±∞, NaN, −0 beside +0, masks from empty to full and holey.
+    #[test]
+    fn the_block_argmax_is_the_first_largest_allowed_finite_logit() {
+        let mut state = 3u64;
+        let mut next = move || {
+            state = mix64(state);
+            state
+        };
+        for case in 0..4000 {
+            let n = 1 + (next() % 200) as usize;
+            let distinct = 1 + next() % 6;
+            let row: Vec<f32> = (0..n)
+                .map(|_| match next() % 40 {
+                    0 => f32::NAN,
+                    1 => f32::INFINITY,
+                    2 => f32::NEG_INFINITY,
+                    3 => -0.0,
+                    4 => 0.0,
+                    _ => (next() % distinct) as f32 - 2.0,
+                })
+                .collect();
+            let density = next() % 5;
+            let mask: Vec<u32> = (0..n.div_ceil(32))
+                .map(|_| match density {
+                    0 => 0,
+                    1 => u32::MAX,
+                    2 => next() as u32 | next() as u32,
+                    3 => !(1u32 << (next() % 32)),
+                    _ => next() as u32 & next() as u32 & next() as u32,
+                })
+                .collect();
+            for allowed in [Allowed::All(n), Allowed::Mask(&mask, n)] {
+                let (mut want, mut best) = (None, f32::NEG_INFINITY);
+                allowed.each(|i| {
+                    if row[i] > best && row[i].is_finite() {
+                        (want, best) = (Some(i), row[i]);
+                    }
+                });
+                let got = argmax(&row, allowed);
+                assert_eq!(got.map(|g| g.0), want, "case {case}: {row:?} under {allowed:?}");
+                if let Some((i, v)) = got {
+                    assert_eq!(v.to_bits(), row[i].to_bits(), "case {case}");
+                }
+            }
+        }
     }
 
     #[test]
