@@ -349,7 +349,11 @@ impl Report {
              run's tokens per row-step over its mean step time (the steps' own wall time, forward \
              included), constrained over unconstrained — a server's steady state. The whole run's ratio \
              beside it also weighs each run's tail, the last requests decoding in a batch that empties, \
-             whose length follows the answers' lengths, which differ constrained and not.\n"
+             whose length follows the answers' lengths, which differ constrained and not. Beyond the \
+             fill: the constrained run's wait, apply, accept, jump-forward and rest per step, plus what \
+             masking costs sampling when it costs (never credited when it saves) — from the paired run \
+             (masked − unmasked draw per row, \"paired\"), else from the two runs' sampling per sampled \
+             row (\"two runs\") — times the constrained run's sampled rows per step.\n"
         );
         let _ = writeln!(
             s,
@@ -376,15 +380,22 @@ impl Report {
             let adapter = o.steps.as_ref().map_or("—".to_string(), |t| {
                 let paired = o.paired_steps.as_ref().filter(|p| p.paired_rows > 0);
                 let beyond = t.beyond_fill_us(o.unconstrained_steps.as_ref(), paired);
+                let how = match (paired, &o.unconstrained_steps) {
+                    (Some(_), _) => ", paired",
+                    (None, Some(_)) => ", two runs",
+                    (None, None) => "",
+                };
                 let rows = t.rows_per_step();
                 if o.batch >= 8 {
                     let per_row = beyond / rows.max(1.0);
                     format!(
-                        "{} {per_row:.2} µs/row ({beyond:.1} µs/step, {rows:.1} rows)",
+                        "{} {per_row:.2} µs/row ({beyond:.1} µs/step, {rows:.1} rows{how})",
                         mark(per_row <= 2.0)
                     )
                 } else {
-                    format!("{} {beyond:.1} µs/step", mark(beyond <= 20.0))
+                    let how = how.trim_start_matches(", ");
+                    let how = if how.is_empty() { String::new() } else { format!(" ({how})") };
+                    format!("{} {beyond:.1} µs/step{how}", mark(beyond <= 20.0))
                 }
             });
             let _ =
@@ -575,17 +586,19 @@ mod tests {
         let md = report.markdown();
         // The fill (1 ms a step) does not count against the adapter; masked sampling's cost
         // over unmasked does (20 µs more: 25 in all); a gain in sampling is not credited.
-        assert!(md.contains("| router-tgi | on | 1 | ✓ 0.990× | ✓ 5.0 µs/step |"), "{md}");
-        assert!(md.contains("| router-openai | on | 1 | ✗ 0.900× | ✗ 25.0 µs/step |"), "{md}");
-        assert!(md.contains("| router-completions | on | 1 | ✓ 0.990× | ✓ 6.0 µs/step |"), "{md}");
+        assert!(md.contains("| router-tgi | on | 1 | ✓ 0.990× | ✓ 5.0 µs/step (two runs) |"), "{md}");
+        assert!(md.contains("| router-openai | on | 1 | ✗ 0.900× | ✗ 25.0 µs/step (two runs) |"), "{md}");
+        assert!(md.contains("| router-completions | on | 1 | ✓ 0.990× | ✓ 6.0 µs/step (paired) |"), "{md}");
         assert!(md.contains("| 30.0 (10.0) | +1.00 (1000) |"), "{md}");
         assert!(
-            md.contains("| router-tgi | on | 8 | ✓ 0.990× | ✓ 1.00 µs/row (8.0 µs/step, 8.0 rows) |"),
+            md.contains(
+                "| router-tgi | on | 8 | ✓ 0.990× | ✓ 1.00 µs/row (8.0 µs/step, 8.0 rows, two runs) |"
+            ),
             "{md}"
         );
         assert!(
             md.contains(
-                "| mistralrs | on | 8 | — (forward < 5 ms) | ✗ 5.00 µs/row (40.0 µs/step, 8.0 rows) |"
+                "| mistralrs | on | 8 | — (forward < 5 ms) | ✗ 5.00 µs/row (40.0 µs/step, 8.0 rows, two runs) |"
             ),
             "{md}"
         );

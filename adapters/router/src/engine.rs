@@ -431,6 +431,9 @@ struct Seq {
     /// (its first forward copies that sequence's context: [`ForwardRow::fork_of`]), and the
     /// prompt, to prefill on its own if that sequence is gone by then.
     fork: Option<(SeqId, Vec<u32>)>,
+    /// [`EngineOptions::pair_masked_draws`]: which of its paired draws went first last
+    /// time (flipped at each).
+    pair_turn: bool,
 }
 
 /// A row's record of speculation: how much of its drafts was accepted.
@@ -583,7 +586,6 @@ pub fn start(
         drafter,
         costs: ForwardCosts::default(),
         draft_turn: 0,
-        pair_turn: false,
         #[cfg(feature = "cuda")]
         device_sampler: None,
     };
@@ -608,8 +610,6 @@ struct Loop {
     costs: ForwardCosts,
     /// Which row drafts first this step (rows take turns under the drafting budget).
     draft_turn: usize,
-    /// [`EngineOptions::pair_masked_draws`]: which draw of a paired row goes first.
-    pair_turn: bool,
     /// Made on the first step with device logits.
     #[cfg(feature = "cuda")]
     device_sampler: Option<DeviceSampler>,
@@ -749,6 +749,7 @@ impl Loop {
                 prompt_logprobs: r.job.prompt_logprobs,
                 prefill: Vec::new(),
                 fork,
+                pair_turn: false,
             });
         }
         self.metrics.queue_length.set(q.len() as i64);
@@ -956,12 +957,7 @@ impl Loop {
                 // its tree.
                 sample_t = Instant::now();
                 let _s = tracing::debug_span!("sample").entered();
-                // Which draw of a paired row goes first alternates row to row and step to
-                // step, so neither is always the one that finds the row in cache.
-                let pair = self.options.pair_masked_draws.then(|| {
-                    self.pair_turn = !self.pair_turn;
-                    self.pair_turn
-                });
+                let pair = self.options.pair_masked_draws;
                 let mut rest: &mut [f32] = logits;
                 let mut jobs = Vec::with_capacity(fwd.len());
                 let mut next = fwd.iter().copied().zip(sizes.iter().copied()).enumerate().peekable();
@@ -1013,8 +1009,8 @@ impl Loop {
                                 s.sampler.verify_tree(row, vocab, &d.tree, &d.forced, |_| None, stops)
                             }
                             _ => {
-                                let (pick, paired) =
-                                    draw(&mut s.sampler, row, mask, pair.map(|p| p ^ (i % 2 == 1)));
+                                let turn = pair.then_some(&mut s.pair_turn);
+                                let (pick, paired) = draw(&mut s.sampler, row, mask, turn);
                                 return (i, single(&mut s.sampler, pick), paired);
                             }
                         };
@@ -1134,8 +1130,8 @@ impl Loop {
             let Some(i) = self.running.iter().position(|s| s.id == *id) else { continue };
             let s = &mut self.running[i];
             let Some(mut row) = s.held.take() else { continue };
-            let pair = self.options.pair_masked_draws.then_some(i % 2 == 0);
-            let (pick, paired) = draw(&mut s.sampler, &mut row, self.batch.late_mask(*id), pair);
+            let turn = self.options.pair_masked_draws.then_some(&mut s.pair_turn);
+            let (pick, paired) = draw(&mut s.sampler, &mut row, self.batch.late_mask(*id), turn);
             if let Some(d) = paired {
                 self.metrics.record_paired_draw(d);
             }
@@ -1326,21 +1322,25 @@ impl Loop {
     }
 }
 
-/// A draw without a tree as a walk of one token.
-/// A row's draw: under `mask` where it has one. With `pair` (`Some(masked_first)`:
+/// A row's draw: under `mask` where it has one. With `turn` (the row's own flag:
 /// [`EngineOptions::pair_masked_draws`]) a masked row is also drawn without its mask,
 /// from copies of its logits and sampler (that token dropped), and both draws' times
 /// come back, masked first. The copies are made before either draw, so both find the
-/// row equally warm.
+/// row equally warm; the copy's buffers have the sampler's capacity, so neither draw
+/// grows one the other reuses; and which draw goes first flips at each of the row's
+/// paired draws (not with the step: a row drawn every other step, forced text between,
+/// would keep one order).
 fn draw(
     sampler: &mut Sampler,
     row: &mut [f32],
     mask: Option<&[u32]>,
-    pair: Option<bool>,
+    turn: Option<&mut bool>,
 ) -> (Pick, Option<[Duration; 2]>) {
     let Some(m) = mask else { return (sampler.sample(row), None) };
-    let Some(masked_first) = pair else { return (sampler.sample_masked(row, m), None) };
-    let (mut twin, mut copy) = (sampler.clone(), row.to_vec());
+    let Some(turn) = turn else { return (sampler.sample_masked(row, m), None) };
+    *turn = !*turn;
+    let masked_first = *turn;
+    let (mut twin, mut copy) = (sampler.twin(), row.to_vec());
     let mut unmasked = || {
         let t = Instant::now();
         let _ = std::hint::black_box(twin.sample(&mut copy));
@@ -1362,6 +1362,7 @@ fn draw(
     (pick, Some([m_t, u_t]))
 }
 
+/// A draw without a tree as a walk of one token.
 fn single(sampler: &mut Sampler, pick: Pick) -> TreeWalk {
     match pick {
         Ok((t, lp)) => TreeWalk { tokens: vec![(t, lp, sampler.take_top())], ..TreeWalk::default() },

@@ -976,10 +976,11 @@ impl<'a> Builder<'a> {
     }
 }
 
-/// The escape spellings of the character `code`: for ASCII, built once per process —
-/// keys and enumerated values are mostly ASCII, and a tool list spells the same few
-/// dozen characters again in every tool's schema (each its own conversion). Others are
-/// built each time, so that what a process keeps stays bounded whatever its schemas.
+/// The escape spellings of the character `code`. [`crate::regex::json_string_escapes`]
+/// keeps what it builds in a process-wide cache behind a lock and a hash; for ASCII this
+/// table answers first, without either — keys and enumerated values are mostly ASCII, and
+/// a tool list spells the same few dozen characters again in every tool's schema (each
+/// its own conversion, on several threads).
 fn escapes_of(code: u32) -> Option<Expr> {
     static ASCII: [std::sync::OnceLock<Option<Expr>>; 128] = [const { std::sync::OnceLock::new() }; 128];
     match ASCII.get(code as usize) {

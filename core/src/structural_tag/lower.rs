@@ -78,8 +78,8 @@ pub(crate) fn lower_converted(
 /// Lowers a parsed structural tag with a stand-in rule ([`Rule::stand_in`]) in place of
 /// each JSON-style schema's grammar: the shell of a staged compile, which answers like
 /// the finished grammar up to the point where a parse predicts a stand-in. The schemas
-/// are still converted here, so that a bad schema is an error now and an unsatisfiable
-/// one forbids its tool in the shell too (no stand-in then). Returns the shell — `None`
+/// are still converted here, so that a bad schema — an unsatisfiable one included (the
+/// converter refuses it) — is an error now, not at the finishing stage. Returns the shell — `None`
 /// when the finished grammar would have more rules than lowering allows (compile it
 /// whole: its error) — and the converted grammars, for [`lower_converted`].
 pub(crate) fn lower_shell(

@@ -226,7 +226,9 @@ fn argmax(logits: &[f32], allowed: Allowed<'_>) -> Option<(usize, f32)> {
         if m > best {
             // `m` is finite: the first allowed token equal to it (−0 = +0, as a scan that
             // keeps the first of equals would).
-            let j = (0..xs.len()).find(|&j| (word >> j) & 1 == 1 && xs[j] == m)?;
+            let found = (0..xs.len()).find(|&j| (word >> j) & 1 == 1 && xs[j] == m);
+            debug_assert!(found.is_some(), "a block's largest allowed logit is one of its tokens");
+            let j = found?;
             (best, best_i) = (xs[j], w * 32 + j);
         }
     }
@@ -374,6 +376,17 @@ impl Sampler {
             top: Vec::new(),
             prompt: Default::default(),
         }
+    }
+
+    /// A copy (same parameters, random stream, counts), its buffers reserved to this
+    /// sampler's capacity: a second draw from it, timed beside this one's, does not pay
+    /// for growing what this one already grew (the router's paired draws).
+    pub fn twin(&self) -> Sampler {
+        let mut t = self.clone();
+        t.cand.reserve(self.cand.capacity().saturating_sub(t.cand.len()));
+        t.top.reserve(self.top.capacity().saturating_sub(t.top.len()));
+        t.counts.reserve(self.counts.capacity().saturating_sub(t.counts.len()));
+        t
     }
 
     /// The parameters.
