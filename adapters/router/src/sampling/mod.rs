@@ -99,7 +99,26 @@ enum Allowed<'a> {
     Mask(&'a [u32], usize),
 }
 
-impl Allowed<'_> {
+impl<'a> Allowed<'a> {
+    /// `logits` (the row) in 32-token blocks, a word of the mask each (all ones without a
+    /// mask; bits past a short last block are the mask's, which callers mask off), blocks
+    /// with no allowed token skipped: `(block index, its logits, its word)`.
+    fn blocks<'l>(self, logits: &'l [f32]) -> impl Iterator<Item = (usize, &'l [f32], u32)> + 'l
+    where
+        'a: 'l,
+    {
+        let n = match self {
+            Allowed::All(n) | Allowed::Mask(_, n) => n.min(logits.len()),
+        };
+        logits[..n].chunks(32).enumerate().filter_map(move |(w, xs)| {
+            let word = match self {
+                Allowed::All(_) => u32::MAX,
+                Allowed::Mask(mask, _) => mask.get(w).copied().unwrap_or(0),
+            };
+            (word != 0).then_some((w, xs, word))
+        })
+    }
+
     /// Calls `f` with every allowed id below the row's length, in increasing order.
     ///
     /// A full mask word is walked as a plain range and an empty one skipped, so that a
@@ -195,18 +214,8 @@ fn argmax(logits: &[f32], allowed: Allowed<'_>) -> Option<(usize, f32)> {
     fn finite(x: f32) -> bool {
         (x.to_bits() & 0x7f80_0000) != 0x7f80_0000
     }
-    let n = match allowed {
-        Allowed::All(n) | Allowed::Mask(_, n) => n.min(logits.len()),
-    };
     let (mut best, mut best_i) = (f32::NEG_INFINITY, usize::MAX);
-    for (w, xs) in logits[..n].chunks(32).enumerate() {
-        let word = match allowed {
-            Allowed::All(_) => u32::MAX,
-            Allowed::Mask(mask, _) => mask.get(w).copied().unwrap_or(0),
-        };
-        if word == 0 {
-            continue;
-        }
+    for (w, xs, word) in allowed.blocks(logits) {
         let most = |a: f32, b: f32| if b > a { b } else { a };
         let m = match <&[f32; 32]>::try_from(xs) {
             Ok(xs) if word.count_ones() >= 8 => block_max(xs, word),
@@ -303,18 +312,8 @@ fn sum_exp(logits: &[f32], allowed: Allowed<'_>, t: f32, max: f32) -> f64 {
         }
     }
     let inv_t = 1.0 / t;
-    let n = match allowed {
-        Allowed::All(n) | Allowed::Mask(_, n) => n.min(logits.len()),
-    };
     let mut z = 0.0f64;
-    for (w, xs) in logits[..n].chunks(32).enumerate() {
-        let word = match allowed {
-            Allowed::All(_) => u32::MAX,
-            Allowed::Mask(mask, _) => mask.get(w).copied().unwrap_or(0),
-        };
-        if word == 0 {
-            continue;
-        }
+    for (_, xs, word) in allowed.blocks(logits) {
         // The tokens that count: allowed and finite. The way a block is summed depends
         // on them alone, so that the mask and −∞ written where it is clear agree.
         let full = <&[f32; 32]>::try_from(xs);
