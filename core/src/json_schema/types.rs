@@ -955,7 +955,7 @@ impl<'a> Builder<'a> {
                 Some(e) => e.clone(),
                 None => {
                     // (Every character has an escape spelling: `\uXXXX` at least.)
-                    let e = match escapes_of(code) {
+                    let e = match crate::regex::json_string_escapes(&[(code, code)]) {
                         Some(e) => self.leaf_rule(e, "esc")?,
                         None => nothing(),
                     };
@@ -973,19 +973,6 @@ impl<'a> Builder<'a> {
     /// JSON pointer of a child: `ptr/kw/key`.
     pub fn child(ptr: &str, kw: &str, key: &str) -> String {
         format!("{ptr}/{kw}/{}", escape_token(key))
-    }
-}
-
-/// The escape spellings of the character `code`. [`crate::regex::json_string_escapes`]
-/// keeps what it builds in a process-wide cache behind a lock and a hash; for ASCII this
-/// table answers first, without either — keys and enumerated values are mostly ASCII, and
-/// a tool list spells the same few dozen characters again in every tool's schema (each
-/// its own conversion, on several threads).
-fn escapes_of(code: u32) -> Option<Expr> {
-    static ASCII: [std::sync::OnceLock<Option<Expr>>; 128] = [const { std::sync::OnceLock::new() }; 128];
-    match ASCII.get(code as usize) {
-        Some(e) => e.get_or_init(|| crate::regex::json_string_escapes(&[(code, code)])).clone(),
-        None => crate::regex::json_string_escapes(&[(code, code)]),
     }
 }
 
