@@ -202,8 +202,8 @@ pub struct EngineOptions {
     pub speculation: Option<SpeculationOptions>,
     /// Measurement, not serving: each host row drawn under its mask is drawn a second
     /// time without it, from copies of its logits and sampler (the copy's token is
-    /// dropped), both draws timed on the same thread, in an order that alternates row to
-    /// row and step to step. The metrics `grammask_paired_draw_seconds_total{draw}` and
+    /// dropped), both draws timed on the same thread, which goes first flipping at each
+    /// of the row's paired draws. The metrics `grammask_paired_draw_seconds_total{draw}` and
     /// `grammask_paired_draws_total` then give what reading the mask costs sampling, row
     /// for row on the same logits, which two runs (constrained and not) cannot resolve
     /// to a microsecond: their rows are different rows. Doubles the sampling work of
@@ -957,7 +957,8 @@ impl Loop {
                 // its tree.
                 sample_t = Instant::now();
                 let _s = tracing::debug_span!("sample").entered();
-                let pair = self.options.pair_masked_draws;
+                // (Prometheus counters are atomic: paired rows record on their threads.)
+                let pair = self.options.pair_masked_draws.then_some(&*self.metrics);
                 let mut rest: &mut [f32] = logits;
                 let mut jobs = Vec::with_capacity(fwd.len());
                 let mut next = fwd.iter().copied().zip(sizes.iter().copied()).enumerate().peekable();
@@ -1009,19 +1010,11 @@ impl Loop {
                                 s.sampler.verify_tree(row, vocab, &d.tree, &d.forced, |_| None, stops)
                             }
                             _ => {
-                                let turn = pair.then_some(&mut s.pair_turn);
-                                let (pick, paired) = draw(&mut s.sampler, row, mask, turn);
-                                return (i, single(&mut s.sampler, pick), paired);
+                                let pick =
+                                    draw(&mut s.sampler, row, mask, pair.map(|m| (&mut s.pair_turn, m)));
+                                single(&mut s.sampler, pick)
                             }
                         };
-                        (i, walk, None)
-                    })
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .map(|(i, walk, paired)| {
-                        if let Some(d) = paired {
-                            self.metrics.record_paired_draw(d);
-                        }
                         (i, walk)
                     })
                     .collect())
@@ -1130,11 +1123,8 @@ impl Loop {
             let Some(i) = self.running.iter().position(|s| s.id == *id) else { continue };
             let s = &mut self.running[i];
             let Some(mut row) = s.held.take() else { continue };
-            let turn = self.options.pair_masked_draws.then_some(&mut s.pair_turn);
-            let (pick, paired) = draw(&mut s.sampler, &mut row, self.batch.late_mask(*id), turn);
-            if let Some(d) = paired {
-                self.metrics.record_paired_draw(d);
-            }
+            let pair = self.options.pair_masked_draws.then_some((&mut s.pair_turn, &*self.metrics));
+            let pick = draw(&mut s.sampler, &mut row, self.batch.late_mask(*id), pair);
             picks.push((i, single(&mut s.sampler, pick)));
         }
         picks
@@ -1322,10 +1312,10 @@ impl Loop {
     }
 }
 
-/// A row's draw: under `mask` where it has one. With `turn` (the row's own flag:
-/// [`EngineOptions::pair_masked_draws`]) a masked row is also drawn without its mask,
-/// from copies of its logits and sampler (that token dropped), and both draws' times
-/// come back, masked first. The copies are made before either draw, so both find the
+/// A row's draw: under `mask` where it has one. With `pair` (the row's own turn flag and
+/// the metrics: [`EngineOptions::pair_masked_draws`]) a masked row is also drawn without
+/// its mask, from copies of its logits and sampler (that token dropped), and both draws'
+/// times are recorded. The copies are made before either draw, so both find the
 /// row equally warm; the copy's buffers have the sampler's capacity, so neither draw
 /// grows one the other reuses; and which draw goes first flips at each of the row's
 /// paired draws (not with the step: a row drawn every other step, forced text between,
@@ -1334,10 +1324,10 @@ fn draw(
     sampler: &mut Sampler,
     row: &mut [f32],
     mask: Option<&[u32]>,
-    turn: Option<&mut bool>,
-) -> (Pick, Option<[Duration; 2]>) {
-    let Some(m) = mask else { return (sampler.sample(row), None) };
-    let Some(turn) = turn else { return (sampler.sample_masked(row, m), None) };
+    pair: Option<(&mut bool, &Metrics)>,
+) -> Pick {
+    let Some(m) = mask else { return sampler.sample(row) };
+    let Some((turn, metrics)) = pair else { return sampler.sample_masked(row, m) };
     *turn = !*turn;
     let masked_first = *turn;
     let (mut twin, mut copy) = (sampler.twin(), row.to_vec());
@@ -1359,7 +1349,8 @@ fn draw(
         let (pick, m_t) = masked();
         (pick, m_t, u_t)
     };
-    (pick, Some([m_t, u_t]))
+    metrics.record_paired_draw([m_t, u_t]);
+    pick
 }
 
 /// A draw without a tree as a walk of one token.
