@@ -199,6 +199,13 @@ fn lanes(bits: u32) -> [f32; 32] {
     out
 }
 
+/// Whether `x` is finite, by its exponent bits: a test of integers that vectorizes (and
+/// the same one `block_max`'s SSE2 lanes make).
+#[inline(always)]
+fn finite(x: f32) -> bool {
+    (x.to_bits() & 0x7f80_0000) != 0x7f80_0000
+}
+
 /// The largest allowed finite logit and its id, ties to the lowest id (what a scan of
 /// the row with −∞ written where the mask is clear gives), or `None` if there is none.
 ///
@@ -206,14 +213,11 @@ fn lanes(bits: u32) -> [f32; 32] {
 /// in a fixed-length loop that vectorizes (8 lanes of running maxima, a lane's logit kept
 /// by a select on the mask's bit and the exponent bits, no branch a half-full word
 /// mispredicts; a word with few bits set goes bit by bit), then, only where it beats the
-/// best so far, the first token in the block that holds it. Masked and not, the same work a block: a row inside a free JSON string
-/// (most words full, some with holes) costs what the unmasked row does, which a visit
-/// of each allowed id did not (its holey words went bit by bit).
+/// best so far, the first token in the block that holds it. Masked and not, the same
+/// work a block: a row inside a free JSON string (most words full, some with holes) costs
+/// what the unmasked row does, which a visit of each allowed id did not (its holey words
+/// went bit by bit).
 fn argmax(logits: &[f32], allowed: Allowed<'_>) -> Option<(usize, f32)> {
-    #[inline(always)]
-    fn finite(x: f32) -> bool {
-        (x.to_bits() & 0x7f80_0000) != 0x7f80_0000
-    }
     let (mut best, mut best_i) = (f32::NEG_INFINITY, usize::MAX);
     for (w, xs, word) in allowed.blocks(logits) {
         let most = |a: f32, b: f32| if b > a { b } else { a };
@@ -282,17 +286,21 @@ fn block_max(xs: &[f32; 32], word: u32) -> f32 {
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    {
-        let mut acc = [f32::NEG_INFINITY; 8];
-        for j in 0..32 {
-            let x = xs[j].to_bits();
-            let keep = (u32::from(word & (1u32 << j) != 0) & u32::from((x & 0x7f80_0000) != 0x7f80_0000))
-                .wrapping_neg();
-            let v = f32::from_bits((x & keep) | (f32::NEG_INFINITY.to_bits() & !keep));
-            acc[j % 8] = if v > acc[j % 8] { v } else { acc[j % 8] };
-        }
-        acc.into_iter().fold(f32::NEG_INFINITY, |a, b| if b > a { b } else { a })
+    block_max_portable(xs, word)
+}
+
+/// [`block_max`] in plain Rust, branch-free (a lane's logit or −∞ picked by and/or with an
+/// all-ones-or-zero word): what other targets run, and what the SSE2 kernel is tested
+/// against.
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+fn block_max_portable(xs: &[f32; 32], word: u32) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; 8];
+    for (j, &x) in xs.iter().enumerate() {
+        let keep = (u32::from(word & (1u32 << j) != 0) & u32::from(finite(x))).wrapping_neg();
+        let v = f32::from_bits((x.to_bits() & keep) | (f32::NEG_INFINITY.to_bits() & !keep));
+        acc[j % 8] = if v > acc[j % 8] { v } else { acc[j % 8] };
     }
+    acc.into_iter().fold(f32::NEG_INFINITY, |a, b| if b > a { b } else { a })
 }
 
 /// Σ e^(x/t − max) over the allowed finite logits `x` (`max`: their largest over `t`): the
@@ -319,9 +327,7 @@ fn sum_exp(logits: &[f32], allowed: Allowed<'_>, t: f32, max: f32) -> f64 {
         let full = <&[f32; 32]>::try_from(xs);
         let finite = match full {
             // Over a fixed 32 (it vectorizes), by the exponent bits.
-            Ok(xs) => {
-                (0..32).fold(0u32, |m, j| m | u32::from((xs[j].to_bits() & 0x7f80_0000) != 0x7f80_0000) << j)
-            }
+            Ok(xs) => (0..32).fold(0u32, |m, j| m | u32::from(finite(xs[j])) << j),
             Err(_) => xs.iter().enumerate().fold(0u32, |m, (j, x)| m | u32::from(x.is_finite()) << j),
         };
         let bits = word & finite;
@@ -902,6 +908,8 @@ pub fn emulate_device_draw(sampler: &mut Sampler, logits: &[f32]) -> Option<Opti
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn the_normaliser_is_the_f64_sum() {
         // Against `f64::exp` token by token: rows flat and spread, −∞ and NaN among them,
@@ -956,8 +964,6 @@ mod tests {
             assert!((got - want).abs() / want < 3e-7, "e^{x}: {got} vs {want}");
         }
     }
-
-    use super::*;
 
     /// A row of `n` logits, some masked (−∞), some tied, from `seed`.
     fn row(n: usize, seed: u64) -> Vec<f32> {
@@ -1189,6 +1195,12 @@ mod tests {
                     _ => next() as u32 & next() as u32 & next() as u32,
                 })
                 .collect();
+            for (block, &word) in row.chunks_exact(32).zip(&mask) {
+                let block: &[f32; 32] = block.try_into().unwrap();
+                // Equal values (of −0 and +0, either may come back: `maxps` keeps its second
+                // operand on a tie).
+                assert_eq!(block_max(block, word), block_max_portable(block, word), "case {case}");
+            }
             for allowed in [Allowed::All(n), Allowed::Mask(&mask, n)] {
                 let (mut want, mut best) = (None, f32::NEG_INFINITY);
                 allowed.each(|i| {
