@@ -35,6 +35,9 @@ pub type CharMove = (Vec<(u32, u32)>, u32);
 pub struct CharDfa {
     moves: Vec<Vec<CharMove>>,
     finals: Vec<bool>,
+    /// The expression it was built from ([`CharDfa::from_expr`]), which it prints as:
+    /// state elimination can make an expression far larger than the one written.
+    source: Option<std::sync::Arc<Expr>>,
 }
 
 impl CharDfa {
@@ -104,7 +107,7 @@ impl CharDfa {
             })
             .collect();
         let new_finals = order.iter().map(|&s| finals[s]).collect();
-        Some(CharDfa { moves: new_moves, finals: new_finals })
+        Some(CharDfa { moves: new_moves, finals: new_finals, source: None })
     }
 
     /// Number of states.
@@ -149,12 +152,207 @@ impl CharDfa {
         self.run(s).is_some_and(|q| self.finals[q])
     }
 
-    /// The same language as an expression, by state elimination (farthest states from
+    /// The automaton of a rule-free expression (no [`Expr::Rule`], no [`Expr::And`]), by
+    /// subset construction over characters: `None` for those, for the empty language,
+    /// and past `max_states` automaton states (or 4 times as many NFA states, which ends
+    /// the attempt before the subset construction). It
+    /// prints as `e` ([`CharDfa::to_expr`]). For an expression
+    /// built once and used in many grammars — a `format`'s JSON spelling — where every
+    /// use of the tree would copy it, and every use of the automaton shares it.
+    ///
+    /// ```
+    /// use grammask::grammar::{CharDfa, Expr};
+    /// // `(ab|a)c*`
+    /// let e = Expr::Seq(vec![
+    ///     Expr::Alt(vec![Expr::Literal("ab".into()), Expr::Literal("a".into())]),
+    ///     Expr::Repeat { expr: Box::new(Expr::Literal("c".into())), min: 0, max: None },
+    /// ]);
+    /// let d = CharDfa::from_expr(&e, 100).unwrap();
+    /// assert!(d.matches("a") && d.matches("abcc") && !d.matches("b"));
+    /// assert_eq!(CharDfa::from_expr(&Expr::Rule(grammask::grammar::RuleId(0)), 100), None);
+    /// ```
+    pub fn from_expr(e: &Expr, max_states: usize) -> Option<CharDfa> {
+        let limit = max_states.saturating_mul(4);
+        let mut nfa = CharNfa { eps: vec![Vec::new()], moves: vec![Vec::new()], limit };
+        let end = nfa.build(e, 0)?;
+        // (A stamp per NFA state marks a closure's members: sets run to hundreds.)
+        let mut stamp = vec![0u32; nfa.eps.len()];
+        let mut round = 0u32;
+        let mut closure = |set: &mut Vec<u32>| {
+            round += 1;
+            set.retain(|&q| std::mem::replace(&mut stamp[q as usize], round) != round);
+            let mut i = 0;
+            while i < set.len() {
+                for &t in &nfa.eps[set[i] as usize] {
+                    if std::mem::replace(&mut stamp[t as usize], round) != round {
+                        set.push(t);
+                    }
+                }
+                i += 1;
+            }
+            set.sort_unstable();
+        };
+        let mut start = vec![0u32];
+        closure(&mut start);
+        let mut ids: FxHashMap<Vec<u32>, u32> = FxHashMap::default();
+        ids.insert(start.clone(), 0);
+        let mut sets = vec![start];
+        let mut moves: Vec<Vec<CharMove>> = Vec::new();
+        let mut i = 0;
+        while i < sets.len() {
+            // Every character range the set's moves read, cut where any of them starts or
+            // ends: within a piece, every character has the same targets.
+            let out: Vec<(u32, u32, u32)> = sets[i]
+                .iter()
+                .flat_map(|&q| nfa.moves[q as usize].iter())
+                .flat_map(|(class, t)| class.iter().map(move |&(a, b)| (a, b, *t)))
+                .collect();
+            let mut cuts: Vec<u32> = out.iter().flat_map(|&(a, b, _)| [a, b.saturating_add(1)]).collect();
+            cuts.sort_unstable();
+            cuts.dedup();
+            let mut by_target: Vec<CharMove> = Vec::new();
+            for w in cuts.windows(2) {
+                let (lo, hi) = (w[0], w[1] - 1);
+                let mut targets: Vec<u32> =
+                    out.iter().filter(|&&(a, b, _)| a <= lo && hi <= b).map(|&(_, _, t)| t).collect();
+                if targets.is_empty() {
+                    continue;
+                }
+                closure(&mut targets);
+                let id = match ids.get(&targets) {
+                    Some(&id) => id,
+                    None => {
+                        if sets.len() >= max_states {
+                            return None;
+                        }
+                        let id = sets.len() as u32;
+                        ids.insert(targets.clone(), id);
+                        sets.push(targets);
+                        id
+                    }
+                };
+                match by_target.iter_mut().find(|m| m.1 == id) {
+                    Some((class, _)) => match class.last_mut() {
+                        Some(last) if last.1.checked_add(1) == Some(lo) => last.1 = hi,
+                        _ => class.push((lo, hi)),
+                    },
+                    None => by_target.push((vec![(lo, hi)], id)),
+                }
+            }
+            moves.push(by_target);
+            i += 1;
+        }
+        let finals = sets.iter().map(|set| set.binary_search(&end).is_ok()).collect();
+        let d = CharDfa::new(moves, finals)?.minimized();
+        Some(CharDfa { source: Some(std::sync::Arc::new(e.clone())), ..d })
+    }
+
+    /// The same language with equivalent states merged (Moore's partition refinement):
+    /// states are split by finality, then by the blocks each piece of the alphabet leads
+    /// them to, until no block splits.
+    fn minimized(self) -> CharDfa {
+        let n = self.len();
+        // The alphabet cut where any move's characters start or end: each piece is read
+        // by at most one move of each state.
+        let mut cuts: Vec<u32> = (0..n)
+            .flat_map(|s| {
+                self.moves[s].iter().flat_map(|(c, _)| c.iter().flat_map(|&(a, b)| [a, b.saturating_add(1)]))
+            })
+            .collect();
+        cuts.sort_unstable();
+        cuts.dedup();
+        let pieces = cuts.len().saturating_sub(1);
+        let mut to = vec![u32::MAX; n * pieces];
+        for s in 0..n {
+            for (class, t) in &self.moves[s] {
+                for &(a, b) in class {
+                    let first = cuts.partition_point(|&c| c < a);
+                    let end = cuts.partition_point(|&c| c <= b);
+                    to[s * pieces + first..s * pieces + end].fill(*t);
+                }
+            }
+        }
+        let mut block: Vec<u32> = self.finals.iter().map(|&f| u32::from(f)).collect();
+        let mut count = 0;
+        let mut sig: Vec<u32> = Vec::with_capacity(pieces + 1);
+        loop {
+            let mut ids: FxHashMap<Vec<u32>, u32> = FxHashMap::default();
+            let next: Vec<u32> = (0..n)
+                .map(|s| {
+                    sig.clear();
+                    sig.push(block[s]);
+                    sig.extend(to[s * pieces..(s + 1) * pieces].iter().map(|&t| {
+                        if t == u32::MAX {
+                            u32::MAX
+                        } else {
+                            block[t as usize]
+                        }
+                    }));
+                    let fresh = ids.len() as u32;
+                    match ids.get(&sig) {
+                        Some(&b) => b,
+                        None => {
+                            ids.insert(sig.clone(), fresh);
+                            fresh
+                        }
+                    }
+                })
+                .collect();
+            let blocks = ids.len();
+            block = next;
+            if blocks == count {
+                break;
+            }
+            count = blocks;
+        }
+        if count == n {
+            return self;
+        }
+        // One state per block, numbered by its first member; the start's block first.
+        let mut rep = vec![usize::MAX; count];
+        let mut order = Vec::with_capacity(count);
+        for s in std::iter::once(0).chain(1..n) {
+            let b = block[s] as usize;
+            if rep[b] == usize::MAX {
+                rep[b] = s;
+                order.push(b);
+            }
+        }
+        let mut new_id = vec![0u32; count];
+        for (i, &b) in order.iter().enumerate() {
+            new_id[b] = i as u32;
+        }
+        let moves = order
+            .iter()
+            .map(|&b| {
+                let mut by_target: Vec<CharMove> = Vec::new();
+                for (class, t) in &self.moves[rep[b]] {
+                    let t = new_id[block[*t as usize] as usize];
+                    match by_target.iter_mut().find(|m| m.1 == t) {
+                        Some(m) => m.0.extend(class.iter().copied()),
+                        None => by_target.push((class.clone(), t)),
+                    }
+                }
+                for m in &mut by_target {
+                    m.0 = super::class::normalize_class(std::mem::take(&mut m.0));
+                }
+                by_target
+            })
+            .collect();
+        let finals = order.iter().map(|&b| self.finals[rep[b]]).collect();
+        CharDfa { moves, finals, source: self.source }
+    }
+
+    /// The same language as an expression: the one it was built from, if any, else by
+    /// state elimination (farthest states from
     /// the start first, which for an Aho–Corasick automaton nests each state's moves
     /// under the character that enters it). `None` past `max_size` expression nodes:
     /// automata whose patterns overlap in many ways can grow expressions far faster
     /// than themselves.
     pub fn to_expr(&self, max_size: usize) -> Option<Expr> {
+        if let Some(e) = &self.source {
+            return (e.size() <= max_size).then(|| Expr::clone(e));
+        }
         let n = self.len();
         let (start, end) = (n, n + 1);
         let mut g = Graph::new(n + 2);
@@ -189,6 +387,111 @@ impl CharDfa {
         }
         let e = g.out[start].remove(&end).unwrap_or(Expr::Alt(Vec::new()));
         (e.size() <= max_size).then_some(e)
+    }
+}
+
+/// A Thompson automaton over characters, for [`CharDfa::from_expr`].
+struct CharNfa {
+    eps: Vec<Vec<u32>>,
+    moves: Vec<Vec<CharMove>>,
+    limit: usize,
+}
+
+impl CharNfa {
+    fn state(&mut self) -> Option<u32> {
+        if self.eps.len() >= self.limit {
+            return None;
+        }
+        self.eps.push(Vec::new());
+        self.moves.push(Vec::new());
+        Some(self.eps.len() as u32 - 1)
+    }
+
+    /// The states of `e` entered at `from`; returns the state where it ends. Each
+    /// alternative and each repetition starts at a fresh state, so that no loop takes in
+    /// moves that are not its own.
+    fn build(&mut self, e: &Expr, from: u32) -> Option<u32> {
+        Some(match e {
+            Expr::Empty => from,
+            Expr::Literal(s) => {
+                let mut at = from;
+                for c in s.chars() {
+                    let t = self.state()?;
+                    self.moves[at as usize].push((vec![(c as u32, c as u32)], t));
+                    at = t;
+                }
+                at
+            }
+            Expr::Class(r) => {
+                let t = self.state()?;
+                if !r.is_empty() {
+                    self.moves[from as usize].push((r.clone(), t));
+                }
+                t
+            }
+            Expr::Seq(v) => {
+                let mut at = from;
+                for x in v {
+                    at = self.build(x, at)?;
+                }
+                at
+            }
+            Expr::Alt(v) => {
+                let out = self.state()?;
+                for x in v {
+                    let s = self.state()?;
+                    self.eps[from as usize].push(s);
+                    let end = self.build(x, s)?;
+                    self.eps[end as usize].push(out);
+                }
+                out
+            }
+            Expr::Repeat { expr, min, max } => {
+                let mut at = from;
+                for _ in 0..*min {
+                    let s = self.state()?;
+                    self.eps[at as usize].push(s);
+                    at = self.build(expr, s)?;
+                }
+                let out = self.state()?;
+                match max {
+                    None => {
+                        let lp = self.state()?;
+                        self.eps[at as usize].push(lp);
+                        let end = self.build(expr, lp)?;
+                        self.eps[end as usize].push(lp);
+                        self.eps[lp as usize].push(out);
+                    }
+                    Some(max) => {
+                        self.eps[at as usize].push(out);
+                        for _ in *min..*max {
+                            let s = self.state()?;
+                            self.eps[at as usize].push(s);
+                            at = self.build(expr, s)?;
+                            self.eps[at as usize].push(out);
+                        }
+                    }
+                }
+                out
+            }
+            Expr::Dfa(d) => {
+                let base = self.eps.len() as u32;
+                for _ in 0..d.len() {
+                    self.state()?;
+                }
+                let out = self.state()?;
+                self.eps[from as usize].push(base);
+                for s in 0..d.len() {
+                    let q = (base as usize) + s;
+                    self.moves[q] = d.moves(s).iter().map(|(c, t)| (c.clone(), base + t)).collect();
+                    if d.is_final(s) {
+                        self.eps[q].push(out);
+                    }
+                }
+                out
+            }
+            Expr::Rule(_) | Expr::And(_) => return None,
+        })
     }
 }
 
@@ -384,5 +687,78 @@ mod tests {
         // A target out of range; overlapping classes.
         assert!(CharDfa::new(vec![vec![(vec![(97, 97)], 5)]], vec![true]).is_none());
         assert!(CharDfa::new(vec![vec![(vec![(97, 98)], 0), (vec![(98, 99)], 0)]], vec![true]).is_none());
+    }
+
+    /// A random rule-free expression over `a`..`d`, embedded automata included.
+    fn random_expr(rng: &mut u64, depth: u32) -> Expr {
+        fn draw(rng: &mut u64, n: u64) -> u64 {
+            *rng ^= *rng << 13;
+            *rng ^= *rng >> 7;
+            *rng ^= *rng << 17;
+            *rng % n
+        }
+        let leaf = depth == 0 || draw(rng, 3) == 0;
+        match if leaf { draw(rng, 4) } else { 4 + draw(rng, 4) } {
+            0 => Expr::Empty,
+            1 => Expr::Literal(["a", "ab", "ca", "d"][draw(rng, 4) as usize].into()),
+            2 => Expr::Class(
+                [vec![(97, 98)], vec![(99, 99)], vec![], vec![(97, 100)]][draw(rng, 4) as usize].clone(),
+            ),
+            3 => Expr::Dfa(std::sync::Arc::new(a_star_b())),
+            4 | 5 => {
+                let n = 1 + draw(rng, 3) as usize;
+                let v = (0..n).map(|_| random_expr(rng, depth - 1)).collect();
+                if draw(rng, 2) == 0 {
+                    Expr::Seq(v)
+                } else {
+                    Expr::Alt(v)
+                }
+            }
+            _ => {
+                let min = draw(rng, 3) as u32;
+                let max = [None, Some(min), Some(min + 1), Some(min + 2)][draw(rng, 4) as usize];
+                Expr::Repeat { expr: Box::new(random_expr(rng, depth - 1)), min, max }
+            }
+        }
+    }
+
+    #[test]
+    fn the_automaton_of_an_expression_matches_what_it_matches() {
+        // Every string over `a`..`e` up to 5 characters, against the `regex` crate.
+        let mut strings = vec![String::new()];
+        for len in 1..=5 {
+            let last: Vec<String> = strings.iter().filter(|s| s.len() == len - 1).cloned().collect();
+            strings.extend(last.iter().flat_map(|s| ['a', 'b', 'c', 'd', 'e'].map(|c| format!("{s}{c}"))));
+        }
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut empty = 0;
+        for i in 0..400 {
+            let e = random_expr(&mut rng, 4);
+            let re = crate::grammar::testing::recognizer(&e);
+            let Some(d) = CharDfa::from_expr(&e, 100_000) else {
+                assert!(strings.iter().all(|s| !re.is_match(s)), "#{i}: {e:?} has strings but no automaton");
+                empty += 1;
+                continue;
+            };
+            for s in &strings {
+                assert_eq!(d.matches(s), re.is_match(s), "#{i}: {e:?} on {s:?}");
+            }
+        }
+        assert!(empty < 100, "{empty} of 400 expressions were empty");
+        // Rule calls and intersections have no automaton here; a limit is a refusal.
+        assert!(CharDfa::from_expr(&Expr::And(vec![Expr::Empty]), 100).is_none());
+        let long = Expr::Repeat { expr: Box::new(Expr::Literal("ab".into())), min: 0, max: Some(1000) };
+        assert!(CharDfa::from_expr(&long, 2000).is_none());
+        let d = CharDfa::from_expr(&long, 100_000).unwrap();
+        assert_eq!(d.len(), 2001);
+        // Equivalent states merged: `(a|b)*c`, written with its loop twice, is 2 states.
+        let ab = Expr::Repeat { expr: Box::new(Expr::Class(vec![(97, 98)])), min: 0, max: None };
+        let twice = Expr::Seq(vec![
+            Expr::Alt(vec![Expr::Seq(vec![Expr::Literal("a".into()), ab.clone()]), ab]),
+            Expr::Literal("c".into()),
+        ]);
+        assert_eq!(CharDfa::from_expr(&twice, 100).unwrap().len(), 2);
+        // It prints as the expression it was built from.
+        assert_eq!(d.to_expr(10_000), Some(long));
     }
 }
