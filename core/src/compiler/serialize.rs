@@ -40,7 +40,7 @@ use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 /// Version of the byte format; bumped whenever its layout changes.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 
 const MAGIC: &[u8; 8] = b"GRAMMASK";
 
@@ -188,6 +188,14 @@ fn write_expr(w: &mut Writer, e: &Expr) {
                     w.u32(*t);
                 }
             }
+            // The expression it prints as (a format's spelling), when it has one.
+            match d.source() {
+                Some(e) => {
+                    w.u8(1);
+                    write_expr(w, e);
+                }
+                None => w.u8(0),
+            }
         }
     }
 }
@@ -256,9 +264,14 @@ fn read_expr(r: &mut Reader, depth: usize) -> Result<Expr> {
             }
             // As written, an automaton is already trimmed: one that is not (or has a move
             // out of range, or two moves on one character) did not come from this writer.
-            match CharDfa::new(moves, finals) {
-                Some(d) if d.len() == n => Expr::Dfa(Arc::new(d)),
+            let d = match CharDfa::new(moves, finals) {
+                Some(d) if d.len() == n => d,
                 _ => return Err(r.err("character automaton is malformed".to_string())),
+            };
+            match r.u8()? {
+                0 => Expr::Dfa(Arc::new(d)),
+                1 => Expr::Dfa(Arc::new(d.with_source(read_expr(r, depth + 1)?))),
+                f => return Err(r.err(format!("character automaton source flag {f}"))),
             }
         }
         t => return Err(r.err(format!("expression tag {t}"))),

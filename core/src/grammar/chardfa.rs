@@ -110,6 +110,17 @@ impl CharDfa {
         Some(CharDfa { moves: new_moves, finals: new_finals, source: None })
     }
 
+    /// The expression it was built from ([`CharDfa::from_expr`]), if any.
+    pub(crate) fn source(&self) -> Option<&Expr> {
+        self.source.as_deref()
+    }
+
+    /// The same automaton, printing as `e` (which must match the same language: a
+    /// compiled grammar read back from its bytes).
+    pub(crate) fn with_source(self, e: Expr) -> CharDfa {
+        CharDfa { source: Some(std::sync::Arc::new(e)), ..self }
+    }
+
     /// Number of states.
     pub fn len(&self) -> usize {
         self.finals.len()
@@ -154,8 +165,9 @@ impl CharDfa {
 
     /// The automaton of a rule-free expression (no [`Expr::Rule`], no [`Expr::And`]), by
     /// subset construction over characters: `None` for those, for the empty language,
-    /// and past `max_states` automaton states (or 4 times as many NFA states, which ends
-    /// the attempt before the subset construction). It
+    /// and past `max_states` states of the subset construction (before trimming and
+    /// minimisation) or 4 times as many NFA states (which ends the attempt before the
+    /// subset construction). It
     /// prints as `e` ([`CharDfa::to_expr`]). For an expression
     /// built once and used in many grammars — a `format`'s JSON spelling — where every
     /// use of the tree would copy it, and every use of the automaton shares it.
@@ -311,7 +323,7 @@ impl CharDfa {
         // One state per block, numbered by its first member; the start's block first.
         let mut rep = vec![usize::MAX; count];
         let mut order = Vec::with_capacity(count);
-        for s in std::iter::once(0).chain(1..n) {
+        for s in 0..n {
             let b = block[s] as usize;
             if rep[b] == usize::MAX {
                 rep[b] = s;

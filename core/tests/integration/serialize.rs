@@ -35,6 +35,13 @@ fn cases() -> Vec<(GrammarSpec, String)> {
         r#"{"tags": ["y", "x"], "id": 1003, "name": "abcdefgh"}"#.into(),
     ));
     out.push((GrammarSpec::Regex("[0-9]{3}-[a-z]{2,5}(!|\\?)".into()), "123-abcd?".into()));
+    // A format is a character automaton that prints as its expression.
+    out.push((
+        GrammarSpec::json_schema(
+            r#"{"type":"object","properties":{"at":{"type":"string","format":"date-time"}}}"#,
+        ),
+        r#"{"at": "2024-02-29T10:20:30.5+01:00"}"#.into(),
+    ));
     // Free text is a character automaton in the IR (`Expr::Dfa`).
     out.push((GrammarSpec::StructuralTag(TOOL_TAG.into()), TOOL_TEXT.into()));
     out
@@ -79,8 +86,14 @@ fn round_trips_give_identical_masks_and_serve_saved_states() {
         assert_eq!(after, before, "{spec:?}: masks differ after a round trip");
         // The walk needed no state that was not saved.
         assert_eq!(loaded.mask_stats().0, done, "{spec:?}: states recomputed after loading");
-        // Saving the loaded grammar again gives the same bytes (masks shared alike).
+        // Saving the loaded grammar again gives the same bytes (masks shared alike), and
+        // it prints the same.
         assert_eq!(loaded.to_bytes().len(), bytes.len(), "{spec:?}");
+        assert_eq!(
+            loaded.automata().grammar().to_string(),
+            compiled.automata().grammar().to_string(),
+            "{spec:?}"
+        );
         // Fully precomputed grammars round-trip too.
         compiled.precompute();
         let full = CompiledGrammar::from_bytes(&compiled.to_bytes(), tok.clone()).unwrap();
