@@ -323,8 +323,8 @@ impl CharDfa {
         // One state per block, numbered by its first member; the start's block first.
         let mut rep = vec![usize::MAX; count];
         let mut order = Vec::with_capacity(count);
-        for s in 0..n {
-            let b = block[s] as usize;
+        for (s, &b) in block.iter().enumerate() {
+            let b = b as usize;
             if rep[b] == usize::MAX {
                 rep[b] = s;
                 order.push(b);
