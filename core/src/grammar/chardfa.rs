@@ -164,11 +164,10 @@ impl CharDfa {
     }
 
     /// The automaton of a rule-free expression (no [`Expr::Rule`], no [`Expr::And`]), by
-    /// subset construction over characters: `None` for those, for the empty language,
-    /// and past `max_states` states of the subset construction (before trimming and
-    /// minimisation) or 4 times as many NFA states (which ends the attempt before the
-    /// subset construction). It
-    /// prints as `e` ([`CharDfa::to_expr`]). For an expression
+    /// subset construction over characters, minimized: `None` for those, for the empty
+    /// language, and past `max_states` states of the subset construction (before trimming
+    /// and minimisation) or 4 times as many NFA states (which ends the attempt before the
+    /// subset construction). It prints as `e` ([`CharDfa::to_expr`]). For an expression
     /// built once and used in many grammars — a `format`'s JSON spelling — where every
     /// use of the tree would copy it, and every use of the automaton shares it.
     ///
@@ -261,7 +260,8 @@ impl CharDfa {
 
     /// The same language with equivalent states merged (Moore's partition refinement):
     /// states are split by finality, then by the blocks each piece of the alphabet leads
-    /// them to, until no block splits.
+    /// them to, until no block splits. Its table is states × alphabet pieces: past
+    /// [`MINIMIZE_MAX_CELLS`] the automaton is left as it is.
     fn minimized(self) -> CharDfa {
         let n = self.len();
         // The alphabet cut where any move's characters start or end: each piece is read
@@ -274,6 +274,9 @@ impl CharDfa {
         cuts.sort_unstable();
         cuts.dedup();
         let pieces = cuts.len().saturating_sub(1);
+        if n.saturating_mul(pieces) > MINIMIZE_MAX_CELLS {
+            return self;
+        }
         let mut to = vec![u32::MAX; n * pieces];
         for s in 0..n {
             for (class, t) in &self.moves[s] {
@@ -356,9 +359,9 @@ impl CharDfa {
     }
 
     /// The same language as an expression: the one it was built from, if any, else by
-    /// state elimination (farthest states from
-    /// the start first, which for an Aho–Corasick automaton nests each state's moves
-    /// under the character that enters it). `None` past `max_size` expression nodes:
+    /// state elimination (farthest states from the start first, which for an
+    /// Aho–Corasick automaton nests each state's moves under the character that enters
+    /// it). `None` past `max_size` expression nodes:
     /// automata whose patterns overlap in many ways can grow expressions far faster
     /// than themselves.
     pub fn to_expr(&self, max_size: usize) -> Option<Expr> {
@@ -401,6 +404,10 @@ impl CharDfa {
         (e.size() <= max_size).then_some(e)
     }
 }
+
+/// The largest table (states × alphabet pieces) [`CharDfa::from_expr`] minimizes with:
+/// 64 MiB of `u32`s.
+const MINIMIZE_MAX_CELLS: usize = 1 << 24;
 
 /// A Thompson automaton over characters, for [`CharDfa::from_expr`].
 struct CharNfa {
