@@ -215,7 +215,16 @@ async fn run_case(
         // is the stop token when the output stopped (the first contexts may be shorter:
         // mistral.rs's prefix cache hands over only the uncached tail).
         let contexts = recorder.contexts();
-        let last = contexts.last().map_or(&[][..], Vec::as_slice);
+        let mut last = contexts.last().map_or(&[][..], Vec::as_slice);
+        // Once in a while mistral.rs runs the processors once more for a sequence whose
+        // stop token was just drawn (seen in CI: the judged window then started one token
+        // late and ended on the stop token). A context never ends on a stop token
+        // otherwise — mistral.rs ends a sequence at one — so that last call is dropped: a
+        // mask that let a stop token through too early still ends the output unfinished,
+        // which the oracle rejects.
+        if last.last().is_some_and(|id| tok.stop_tokens().contains(id)) {
+            last = &last[..last.len() - 1];
+        }
         let generated =
             &last[last.len().saturating_sub(response.usage.completion_tokens.saturating_sub(1))..];
         if let Some(&bad) =
