@@ -96,13 +96,14 @@ impl CharDfa {
                 }
             }
         }
+        let mut moves = moves;
         let new_moves = order
             .iter()
             .map(|&s| {
-                moves[s]
-                    .iter()
+                std::mem::take(&mut moves[s])
+                    .into_iter()
                     .filter(|(class, t)| live[*t as usize] && !class.is_empty())
-                    .map(|(class, t)| (class.clone(), id[*t as usize]))
+                    .map(|(class, t)| (class, id[t as usize]))
                     .collect()
             })
             .collect();

@@ -63,11 +63,13 @@ fn write_expr(f: &mut fmt::Formatter<'_>, g: &Grammar, e: &Expr, ctx: Prec) -> f
         Expr::And(v) => paren(f, ctx > Prec::And, |f| write_list(f, g, v, " & ", Prec::Seq)),
         // Printed as the equivalent expression (a structural tag's free text is a few
         // kilobytes of EBNF). One whose expression would pass the size limit (patterns
-        // that overlap in many ways, never a model's triggers) prints as the empty set:
-        // the printed grammar is then for reading only.
+        // that overlap in many ways, a pattern's spelling under a length bound) prints
+        // as the empty set with a comment saying so: the printed grammar is then for
+        // reading only.
         Expr::Dfa(d) => match d.to_expr(PRINT_DFA_MAX_SIZE) {
             Some(e) => write_expr(f, g, &e, ctx),
-            None => f.write_str("[]"),
+            // Said in a comment, which the EBNF reader skips to the line's end.
+            None => write!(f, "[] # a character automaton of {} states, too large to print\n", d.len()),
         },
         Expr::Repeat { expr, min, max } => {
             // A postfix operator applied to a postfix expression needs parentheses:

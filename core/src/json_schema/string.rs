@@ -186,23 +186,22 @@ fn joint_limits(b: &Builder) -> RegexLimits {
     RegexLimits { max_size: b.opts.limits.regex.max_size.min(limit), ..b.opts.limits.regex.clone() }
 }
 
-/// The strings of `set` whose label `accept`s, as rules of this grammar (JSON-spelled); the
-/// empty set when there are none (`(a|aa)a` under `maxLength: 1`), so that an `anyOf`
-/// branch is pruned and a required value makes the schema unsatisfiable here rather than
-/// an empty automaton at compile time.
+/// The strings of `set` whose label `accept`s, JSON-spelled, as one character automaton
+/// ([`KeySet::spelled`](crate::regex::keyset::KeySet::spelled)); the empty set when there
+/// are none (`(a|aa)a` under `maxLength: 1`), so that an `anyOf` branch is pruned and a
+/// required value makes the schema unsatisfiable here rather than an empty automaton at
+/// compile time.
 fn joint_body(
     b: &mut Builder,
     set: &crate::regex::keyset::KeySet,
     accept: impl Fn(u64) -> bool,
     ptr: &str,
 ) -> Result<Expr, SchemaError> {
-    let first = b.rules.len() as u32;
-    let Some((start, bodies)) = set.class_rules(accept, first) else { return Ok(nothing()) };
-    for body in bodies {
-        let id = b.new_rule("str", ptr)?;
-        b.rules[id.index()].body = body;
+    match set.spelled(accept) {
+        Ok(Some(d)) => Ok(Expr::Dfa(std::sync::Arc::new(d))),
+        Ok(None) => Ok(nothing()),
+        Err(e) => Err(b.err(SchemaErrorKind::Budget(Box::new(e)), ptr)),
     }
-    Ok(start)
 }
 
 /// The characters of a string matching every regex of `regexes` (`pattern`, `format`),

@@ -369,12 +369,10 @@ impl KeySet {
         v
     }
 
-    /// The JSON string bodies (without quotes) of the keys whose label satisfies
-    /// `accept`: an expression for the whole class, and the bodies of the consecutive
-    /// grammar rules, numbered from `first`, that it refers to (states entered from more
-    /// than one place). `None` when no key qualifies.
-    pub(crate) fn class_rules(&self, accept: impl Fn(u64) -> bool, first: u32) -> Option<(Expr, Vec<Expr>)> {
-        // A virtual sink state stands for "left the automaton" (label 0, loops on ANY).
+    /// The automaton of the keys whose label satisfies `accept`, with a sink state
+    /// (index `n`, label 0, looping on every character) for the strings that leave the
+    /// automaton where label 0 is accepted; `None` when no key qualifies.
+    fn graph(&self, accept: &impl Fn(u64) -> bool) -> Option<Graph> {
         let n = self.edges.len();
         let sink = n;
         let sink_used = accept(0) && self.edges.iter().any(|e| covered(e) < ANY_LEN);
@@ -401,9 +399,11 @@ impl KeySet {
                 by_target
             })
             .collect();
-        let is_final = |s: usize| if s == sink { sink_used && accept(0) } else { accept(self.labels[s]) };
+        let finals: Vec<bool> = (0..=n)
+            .map(|s| if s == sink { sink_used && accept(0) } else { accept(self.labels[s]) })
+            .collect();
         // Live states: those from which a final state is reachable (backward fixpoint).
-        let mut live: Vec<bool> = (0..=n).map(is_final).collect();
+        let mut live = finals.clone();
         loop {
             let mut changed = false;
             for s in 0..=n {
@@ -416,9 +416,43 @@ impl KeySet {
                 break;
             }
         }
-        if !live[0] {
-            return None;
-        }
+        live[0].then_some(Graph { succs, finals, live, sink })
+    }
+
+    /// The JSON string bodies (without quotes) of the keys whose label satisfies
+    /// `accept`, as one automaton over their JSON spelling ([`super::spell`]); `None`
+    /// when no key qualifies. Where [`KeySet::class_rules`] writes a rule per state with
+    /// the escapes of each class in place, this shares the escape states between the
+    /// states and classes that spell alike: a pattern under a length bound compiles in a
+    /// fraction of the time, to a fraction of the states.
+    pub(crate) fn spelled(
+        &self,
+        accept: impl Fn(u64) -> bool,
+    ) -> Result<Option<crate::grammar::CharDfa>, crate::budget::BudgetError> {
+        let Some(Graph { succs, finals, live, .. }) = self.graph(&accept) else { return Ok(None) };
+        let edges: Vec<Vec<(u32, u32, u32)>> = succs
+            .iter()
+            .map(|edges| {
+                let mut pieces: Vec<(u32, u32, u32)> = edges
+                    .iter()
+                    .filter(|(_, t)| live[*t])
+                    .flat_map(|(ranges, t)| ranges.iter().map(move |&(a, b)| (a, b, *t as u32)))
+                    .collect();
+                pieces.sort_unstable();
+                pieces
+            })
+            .collect();
+        super::spell::spelled(&edges, &finals)
+    }
+
+    /// The JSON string bodies (without quotes) of the keys whose label satisfies
+    /// `accept`: an expression for the whole class, and the bodies of the consecutive
+    /// grammar rules, numbered from `first`, that it refers to (states entered from more
+    /// than one place). `None` when no key qualifies.
+    pub(crate) fn class_rules(&self, accept: impl Fn(u64) -> bool, first: u32) -> Option<(Expr, Vec<Expr>)> {
+        let Graph { succs, finals, live, sink } = self.graph(&accept)?;
+        let n = sink;
+        let is_final = |s: usize| finals[s];
         // One rule per state would leave a key class as a chain of rule calls, which the
         // matcher walks item by item; instead a state reached from exactly one other
         // state is written inside that state's body (a trie becomes one expression).
@@ -482,6 +516,14 @@ impl KeySet {
 
 /// A state's `(ranges, target)` edges.
 type Edges = Vec<(Vec<(u32, u32)>, usize)>;
+
+/// A key class's automaton (see [`KeySet::graph`]).
+struct Graph {
+    succs: Vec<Edges>,
+    finals: Vec<bool>,
+    live: Vec<bool>,
+    sink: usize,
+}
 
 /// The characters no key of printable ASCII spells: those written escaped (`"`, `\`,
 /// control characters) and all non-ASCII. At a state of such keys, each of them leaves
@@ -719,7 +761,7 @@ fn retarget(edges: &[(u32, u32, u32)], f: impl Fn(u32) -> u32) -> Vec<(u32, u32,
 
 /// Per state, whether it lies on a cycle of two or more states (Kosaraju's strongly
 /// connected components, iteratively: key automata can have thousands of states).
-fn on_cycles(edges: &[Vec<(u32, u32, u32)>]) -> Vec<bool> {
+pub(super) fn on_cycles(edges: &[Vec<(u32, u32, u32)>]) -> Vec<bool> {
     let n = edges.len();
     let succ = |s: usize| edges[s].iter().map(|e| e.2 as usize).filter(move |&t| t != s);
     // First pass: finishing order.

@@ -50,6 +50,7 @@
 pub(crate) mod keyset;
 pub(crate) mod lower;
 mod parse;
+mod spell;
 
 use crate::grammar::{Expr, Grammar, Rule, RuleId};
 use lower::{check_size, node_to_expr, restrict_branch_len, split_anchors, Branch, Encoding};

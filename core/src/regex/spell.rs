@@ -1,0 +1,497 @@
+//! The JSON spelling of a character automaton, built as an automaton.
+//!
+//! # Why
+//! A string's joint automaton (a `pattern` under `maxLength`, several patterns, a
+//! complement) is a DFA over decoded characters. JSON writes each character in several
+//! ways (`é`, `\u00e9`, `\u00E9`; `\/`; surrogate pairs), and every one must be accepted.
+//! Written as grammar rules, every state's every class carried its own copy of the escape
+//! spellings ([`super::json_string_char`]): a 1,700-state automaton (`.+@.+\.___` under
+//! `maxLength: 200`) became 3,484 rules and 112,000 byte-level states, and a fifth of a
+//! second to compile. Here the spelled automaton is built directly: after `\u` the states
+//! read hex digits, and a state is identified by what the remaining digits lead to — so
+//! "any three hex digits, then state t" is one state however many characters share it,
+//! and a state gains only the few escape states where its classes differ in the digits.
+
+use crate::grammar::class::intersect_class;
+use crate::grammar::{CharDfa, CharMove};
+use rustc_hash::FxHashMap;
+
+/// The characters a JSON string may hold as themselves (not `"`, `\` or controls).
+const PLAIN: &[(u32, u32)] = &[(0x20, 0x21), (0x23, 0x5B), (0x5D, 0xD7FF), (0xE000, 0x10FFFF)];
+
+/// The two-character escapes: the character, and the letter after `\`.
+const SHORT: [(u32, u32); 8] = [
+    (0x22, b'"' as u32),
+    (0x5C, b'\\' as u32),
+    (0x2F, b'/' as u32),
+    (0x08, b'b' as u32),
+    (0x0C, b'f' as u32),
+    (0x0A, b'n' as u32),
+    (0x0D, b'r' as u32),
+    (0x09, b't' as u32),
+];
+
+/// `(lo, hi, target)`: values `lo..=hi` lead to `target`; sorted, disjoint.
+type Pieces = Vec<(u32, u32, u32)>;
+
+/// An escape state, by what it does (so that equal ones are one state).
+#[derive(Hash, PartialEq, Eq)]
+enum Key {
+    /// Reading `digits` more hex digits; the value they spell (from 0) leads by `pieces`.
+    Hex(u8, Pieces),
+    /// Reading `digits` more hex digits, whatever they are, then the state given.
+    HexAll(u8, u32),
+    /// After `\`: each short escape's target, and the state after `u`.
+    Escape([Option<u32>; 8], Option<u32>),
+    /// After a high surrogate's four digits: `\`, then `u`, then the state given.
+    Low(u32),
+    /// After that `\`.
+    LowU(u32),
+}
+
+struct Speller {
+    moves: Vec<Vec<CharMove>>,
+    finals: Vec<bool>,
+    index: FxHashMap<Key, u32>,
+}
+
+impl Speller {
+    /// The state for `key`, built by `moves` when new.
+    fn intern(&mut self, key: Key, moves: impl FnOnce(&mut Self) -> Vec<CharMove>) -> u32 {
+        if let Some(&s) = self.index.get(&key) {
+            return s;
+        }
+        let m = moves(self);
+        let s = self.moves.len() as u32;
+        self.moves.push(m);
+        self.finals.push(false);
+        self.index.insert(key, s);
+        s
+    }
+
+    /// The state reading `digits` hex digits whose value leads by `pieces`.
+    fn hex(&mut self, digits: u8, pieces: &[(u32, u32, u32)]) -> u32 {
+        let all = 16u32.pow(u32::from(digits)) - 1;
+        let key = match pieces {
+            [(0, hi, t)] if *hi == all => Key::HexAll(digits, *t),
+            _ => Key::Hex(digits, pieces.to_vec()),
+        };
+        if let Some(&s) = self.index.get(&key) {
+            return s;
+        }
+        let span = (all + 1) / 16;
+        // Per target, the digits leading there (bit d).
+        let mut by_target: Vec<(u32, u16)> = Vec::new();
+        let mut sub: Pieces = Vec::new();
+        let mut i = 0;
+        for d in 0..16u32 {
+            let (lo, hi) = (d * span, d * span + span - 1);
+            while i < pieces.len() && pieces[i].1 < lo {
+                i += 1;
+            }
+            sub.clear();
+            sub.extend(
+                pieces[i..]
+                    .iter()
+                    .take_while(|p| p.0 <= hi)
+                    .map(|&(a, b, t)| (a.max(lo) - lo, b.min(hi) - lo, t)),
+            );
+            let target = match (digits, sub.first()) {
+                (_, None) => continue,
+                (1, Some(&(_, _, t))) => t,
+                _ => self.hex(digits - 1, &sub),
+            };
+            match by_target.iter_mut().find(|x| x.0 == target) {
+                Some(x) => x.1 |= 1 << d,
+                None => by_target.push((target, 1 << d)),
+            }
+        }
+        let moves = by_target.into_iter().map(|(t, ds)| (hex_class(ds), t)).collect();
+        let s = self.moves.len() as u32;
+        self.moves.push(moves);
+        self.finals.push(false);
+        self.index.insert(key, s);
+        s
+    }
+
+    /// The state after a high surrogate's digits whose low surrogate leads by `pieces`
+    /// (values `0xDC00..=0xDFFF`).
+    fn low(&mut self, pieces: Pieces) -> u32 {
+        let digits = self.hex(4, &pieces);
+        let u = self.intern(Key::LowU(digits), |_| vec![(vec![(b'u' as u32, b'u' as u32)], digits)]);
+        self.intern(Key::Low(digits), |_| vec![(vec![(b'\\' as u32, b'\\' as u32)], u)])
+    }
+
+    /// The `\u` units of high surrogates for the characters of `pieces` past the BMP: per
+    /// block of 1,024 characters, its high surrogate leads to the state reading the low
+    /// one. Blocks wholly of one target share that state.
+    fn highs(&mut self, pieces: &Pieces) -> Pieces {
+        let mut highs: Pieces = Vec::new();
+        // Blocks `first..=last` to state `s`, after those before them.
+        let push = |highs: &mut Pieces, first: u32, last: u32, s: u32| {
+            let (a, b) = (0xD800 + first, 0xD800 + last);
+            match highs.last_mut() {
+                Some(x) if x.2 == s && x.1 + 1 == a => x.1 = b,
+                _ => highs.push((a, b, s)),
+            }
+        };
+        // The block being gathered piece by piece, and its pieces as low-surrogate values.
+        let mut partial: Option<(u32, Pieces)> = None;
+        for &(a, b, t) in pieces.iter().filter(|p| p.1 >= 0x10000) {
+            let (mut pos, b) = (a.max(0x10000) - 0x10000, b - 0x10000);
+            while pos <= b {
+                let block = pos >> 10;
+                let (start, end) = (block << 10, (block << 10) | 0x3FF);
+                if let Some((pb, low)) = partial.take_if(|p| p.0 != block) {
+                    let s = self.low(low);
+                    push(&mut highs, pb, pb, s);
+                }
+                if pos == start && b >= end {
+                    let last = ((b + 1) >> 10) - 1;
+                    let s = self.low(vec![(0xDC00, 0xDFFF, t)]);
+                    push(&mut highs, block, last, s);
+                    pos = (last + 1) << 10;
+                } else {
+                    let to = b.min(end);
+                    let low = &mut partial.get_or_insert_with(|| (block, Vec::new())).1;
+                    low.push((pos - start + 0xDC00, to - start + 0xDC00, t));
+                    pos = to + 1;
+                }
+            }
+        }
+        if let Some((pb, low)) = partial {
+            let s = self.low(low);
+            push(&mut highs, pb, pb, s);
+        }
+        highs
+    }
+
+    /// The moves of a state whose characters lead by `pieces` (scalar values).
+    fn spell(&mut self, pieces: &Pieces) -> Vec<CharMove> {
+        let mut out: Vec<CharMove> = Vec::new();
+        let add = |out: &mut Vec<CharMove>, class: Vec<(u32, u32)>, t: u32| {
+            if class.is_empty() {
+                return;
+            }
+            match out.iter_mut().find(|m| m.1 == t) {
+                Some(m) => m.0.extend(class),
+                None => out.push((class, t)),
+            }
+        };
+        for &(a, b, t) in pieces {
+            add(&mut out, intersect_class(&[(a, b)], PLAIN), t);
+        }
+        let at = |c: u32| pieces.iter().find(|p| p.0 <= c && c <= p.1).map(|p| p.2);
+        let shorts = SHORT.map(|(c, _)| at(c));
+        // `\u` and four digits: the BMP outside the surrogates as itself; a high
+        // surrogate leads to its low one, which picks the character in its block of 1,024.
+        let mut units: Pieces = Vec::new();
+        for &(a, b, t) in pieces {
+            for (lo, hi) in intersect_class(&[(a, b)], &[(0, 0xD7FF), (0xE000, 0xFFFF)]) {
+                units.push((lo, hi, t));
+            }
+        }
+        let highs = self.highs(pieces);
+        units.extend(highs);
+        units.sort_unstable();
+        let u = (!units.is_empty()).then(|| self.hex(4, &units));
+        if u.is_some() || shorts.iter().any(Option::is_some) {
+            let esc = self.intern(Key::Escape(shorts, u), |_| {
+                let mut m: Vec<CharMove> = Vec::new();
+                for (&(_, letter), t) in SHORT.iter().zip(shorts) {
+                    if let Some(t) = t {
+                        add(&mut m, vec![(letter, letter)], t);
+                    }
+                }
+                if let Some(u) = u {
+                    add(&mut m, vec![(b'u' as u32, b'u' as u32)], u);
+                }
+                for x in &mut m {
+                    x.0 = crate::grammar::class::normalize_class(std::mem::take(&mut x.0));
+                }
+                m
+            });
+            add(&mut out, vec![(b'\\' as u32, b'\\' as u32)], esc);
+        }
+        for m in &mut out {
+            m.0 = crate::grammar::class::normalize_class(std::mem::take(&mut m.0));
+        }
+        out
+    }
+}
+
+/// The hex digits of the values whose bits are set in `ds` (bit d: digit d), both cases.
+fn hex_class(ds: u16) -> Vec<(u32, u32)> {
+    let mut class = Vec::new();
+    for d in (0..16u32).filter(|d| ds >> d & 1 == 1) {
+        if d < 10 {
+            class.push((b'0' as u32 + d, b'0' as u32 + d));
+        } else {
+            class.push((b'A' as u32 + d - 10, b'A' as u32 + d - 10));
+            class.push((b'a' as u32 + d - 10, b'a' as u32 + d - 10));
+        }
+    }
+    crate::grammar::class::normalize_class(class)
+}
+
+/// The automaton over JSON text (the body of a string, without its quotes) of the strings
+/// whose characters a character automaton accepts: per state, its moves `edges` as sorted,
+/// disjoint `(lo, hi, target)` scalar ranges, and whether it is final; state 0 starts.
+/// Every spelling of each character is taken: itself where JSON allows it, its short
+/// escape, `\u` with hex digits in either case, a surrogate pair past the BMP (never a
+/// lone surrogate), as [`super::json_string_char`] writes them. `None` for the empty
+/// language.
+pub(crate) fn spelled(
+    edges: &[Pieces],
+    finals: &[bool],
+) -> Result<Option<CharDfa>, crate::budget::BudgetError> {
+    let n = edges.len();
+    let edges = merge_acyclic(edges, finals);
+    let mut sp = Speller { moves: vec![Vec::new(); n], finals: finals.to_vec(), index: FxHashMap::default() };
+    for (s, pieces) in edges.iter().enumerate() {
+        let Some(pieces) = pieces else { continue };
+        let before = sp.moves.len();
+        sp.moves[s] = sp.spell(pieces);
+        crate::budget::charge(
+            crate::budget::Phase::Intersection,
+            (pieces.len() + sp.moves.len() - before + 1) as u64,
+        )?;
+    }
+    Ok(CharDfa::new(sp.moves, sp.finals))
+}
+
+/// The states worth spelling (`None` for the others) with their moves retargeted: states
+/// on no cycle that are equivalent (same finality, every character to equivalent states)
+/// are merged, bottom-up as for an acyclic automaton. A joint automaton under a length
+/// bound is acyclic and keeps states apart that only its construction told apart; each
+/// spelled state costs several escape states, so merging first is the cheaper order. (States
+/// on cycles keep their identity; the byte automaton's minimization still merges what is
+/// left.)
+fn merge_acyclic(edges: &[Pieces], finals: &[bool]) -> Vec<Option<Pieces>> {
+    let n = edges.len();
+    let cyclic = super::keyset::on_cycles(edges);
+    // Post-order from the start: a state on no cycle comes after all its successors.
+    let mut order = Vec::with_capacity(n);
+    let mut seen = vec![false; n];
+    seen[0] = true;
+    let mut stack = vec![(0usize, 0usize)];
+    while let Some((s, i)) = stack.pop() {
+        match edges[s].get(i) {
+            Some(&(_, _, t)) => {
+                stack.push((s, i + 1));
+                if !seen[t as usize] {
+                    seen[t as usize] = true;
+                    stack.push((t as usize, 0));
+                }
+            }
+            None => order.push(s),
+        }
+    }
+    const SELF: u32 = u32::MAX;
+    let mut canon: Vec<u32> = (0..n as u32).collect();
+    let mut out: Vec<Option<Pieces>> = vec![None; n];
+    let mut index: FxHashMap<(bool, Pieces), u32> = FxHashMap::default();
+    for s in order {
+        let mut pieces: Pieces = Vec::with_capacity(edges[s].len());
+        for &(a, b, t) in &edges[s] {
+            let t = if t as usize == s { SELF } else { canon[t as usize] };
+            match pieces.last_mut() {
+                Some(last) if last.2 == t && last.1 + 1 == a => last.1 = b,
+                _ => pieces.push((a, b, t)),
+            }
+        }
+        if !cyclic[s] && s != 0 {
+            match index.entry((finals[s], pieces)) {
+                std::collections::hash_map::Entry::Occupied(e) => {
+                    canon[s] = *e.get();
+                    continue;
+                }
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    pieces = e.key().1.clone();
+                    e.insert(s as u32);
+                }
+            }
+        }
+        for p in &mut pieces {
+            if p.2 == SELF {
+                p.2 = s as u32;
+            }
+        }
+        out[s] = Some(pieces);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::regex::keyset::{Component, KeySet};
+    use crate::regex::RegexLimits;
+
+    /// Pieces of JSON string bodies: characters as themselves and in every escape
+    /// spelling, the characters JSON forbids as themselves, lone surrogates, broken
+    /// escapes. A pair of U+103FF / U+10400 sits on each side of a block of 1,024.
+    const FRAGMENTS: &[&str] = &[
+        "a",
+        "b",
+        "@",
+        ".",
+        "_",
+        "é",
+        "😀",
+        "𐏿",
+        "𐐀",
+        "/",
+        "\\\"",
+        "\\\\",
+        "\\/",
+        "\\n",
+        "\\t",
+        "\\u0061",
+        "\\u0040",
+        "\\u00e9",
+        "\\u00E9",
+        "\\u002e",
+        "\\u005F",
+        "\\u2028",
+        "\u{2028}",
+        "\\ud83d\\ude00",
+        "\\uD83D\\uDE00",
+        "\\ud800\\udfff",
+        "\\uD801\\uDC00",
+        "\\ud83d",
+        "\\ude00",
+        "\\x",
+        "\\u00",
+        "\"",
+        "\n",
+        "\\",
+    ];
+
+    /// Every spelling of `c`: itself where JSON allows, its short escape, `\u` in both
+    /// cases, a surrogate pair past the BMP.
+    fn spellings(c: char) -> Vec<String> {
+        let mut v = Vec::new();
+        if !matches!(c, '"' | '\\' | '\0'..='\u{1f}') {
+            v.push(c.to_string());
+        }
+        let short = match c {
+            '"' => "\\\"",
+            '\\' => "\\\\",
+            '/' => "\\/",
+            '\n' => "\\n",
+            '\t' => "\\t",
+            _ => "",
+        };
+        if !short.is_empty() {
+            v.push(short.to_string());
+        }
+        let mut units = [0u16; 2];
+        let units = c.encode_utf16(&mut units);
+        let lower: String = units.iter().map(|u| format!("\\u{u:04x}")).collect();
+        v.push(lower.to_uppercase().replace("\\U", "\\u"));
+        v.push(lower);
+        v
+    }
+
+    /// The spelled automaton of a pattern under length bounds (or, with `complement`, of
+    /// the strings under the bounds it does not match) against `serde_json` decoding
+    /// bodies and the `regex` crate judging the decoded text. Bodies are near-misses of
+    /// `samples` (characters changed, added, dropped), each character spelled at random,
+    /// and random soups of fragments (broken escapes, lone surrogates, raw quotes).
+    fn check(pattern: &str, min: u32, max: Option<u32>, samples: &[&str], complement: bool, seed: u64) {
+        let comps = [Component::Pattern(pattern), Component::Length { min, max }];
+        let set = KeySet::build(&comps, &RegexLimits::default()).unwrap();
+        let accept = |l: u64| if complement { l & 1 == 0 && l & 2 == 2 } else { l & 3 == 3 };
+        let d = set.spelled(accept).unwrap();
+        // ECMA-262's `.` leaves out every line terminator, the `regex` crate's only `\n`.
+        let oracle = regex::Regex::new(&pattern.replace(".+", "[^\n\r\u{2028}\u{2029}]+")).unwrap();
+        let mut x = seed | 1;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let alphabet: Vec<char> = "ab@._é😀𐏿𐐀/\"\\\n\t\u{2028}".chars().collect();
+        let (mut yes, mut no) = (0, 0);
+        for _ in 0..6000 {
+            let body: String = if next() % 4 == 0 {
+                let len = (next() % 9) as usize;
+                (0..len).map(|_| FRAGMENTS[(next() % FRAGMENTS.len() as u64) as usize]).collect()
+            } else {
+                let mut text: Vec<char> = samples[(next() % samples.len() as u64) as usize].chars().collect();
+                for _ in 0..next() % 3 {
+                    let c = alphabet[(next() % alphabet.len() as u64) as usize];
+                    let at = (next() % (text.len() as u64 + 1)) as usize;
+                    match next() % 3 {
+                        0 => text.insert(at, c),
+                        1 if at < text.len() => text[at] = c,
+                        _ if at < text.len() => drop(text.remove(at)),
+                        _ => {}
+                    }
+                }
+                text.iter()
+                    .map(|&c| {
+                        let v = spellings(c);
+                        v[(next() % v.len() as u64) as usize].clone()
+                    })
+                    .collect()
+            };
+            let want = match serde_json::from_str::<String>(&format!("\"{body}\"")) {
+                Err(_) => false,
+                Ok(text) => {
+                    let n = text.chars().count() as u32;
+                    oracle.is_match(&text) != complement && n >= min && max.is_none_or(|m| n <= m)
+                }
+            };
+            let got = d.as_ref().is_some_and(|d| d.matches(&body));
+            assert_eq!(got, want, "{pattern:?} {min}..{max:?} complement {complement} on {body:?}");
+            if want {
+                yes += 1;
+            } else {
+                no += 1;
+            }
+        }
+        assert!(yes > 300 && no > 300, "{pattern:?}: {yes} accepted, {no} rejected: too few to judge");
+    }
+
+    #[test]
+    fn every_spelling_of_the_joint_language_and_nothing_else() {
+        let cases: &[(&str, u32, Option<u32>, &[&str])] = &[
+            (".+[@].+[.]_", 2, Some(9), &["a@b._", "@@.._", "ab@.a._", "é@😀.__", "a@\u{2028}._"]),
+            ("^[a@.]+$", 1, Some(4), &["a", "a@.", "@@@@", ".a"]),
+            ("[é/\"]", 0, Some(5), &["é", "a/b", "\"\"", "x"]),
+            ("😀|𐐀", 1, Some(3), &["😀", "a𐐀", "𐏿", "😀😀"]),
+            ("^[𐏿-𐐀]*$", 0, Some(4), &["𐏿", "𐐀𐏿", "", "😀"]),
+            ("^[^@]*$", 2, None, &["ab", "a@", "\n\t", "é😀/"]),
+            ("\\\\|\\n", 0, Some(8), &["\\", "\n", "a\\b", "ab"]),
+            ("^(a|b)*(\u{2028}|_)", 1, Some(7), &["_", "ab\u{2028}", "a", "ba_x"]),
+        ];
+        for (i, &(p, lo, hi, samples)) in cases.iter().enumerate() {
+            check(p, lo, hi, samples, false, 0x9E37_79B9 + i as u64);
+            check(p, lo, hi, samples, true, 0x85EB_CA6B + i as u64);
+        }
+    }
+
+    #[test]
+    fn equivalent_states_on_no_cycle_are_spelled_once() {
+        // `a` or `b`, then `c`: the two middle states and the two ends are alike, so
+        // three states are spelled; a state on a cycle keeps its identity.
+        let (a, b, c) = ('a' as u32, 'b' as u32, 'c' as u32);
+        let edges = vec![vec![(a, a, 1), (b, b, 2)], vec![(c, c, 3)], vec![(c, c, 4)], vec![], vec![]];
+        let finals = [false, false, false, true, true];
+        let kept = super::merge_acyclic(&edges, &finals);
+        assert_eq!(kept.iter().filter(|k| k.is_some()).count(), 3);
+        let merged = vec![vec![(a, b, 1)], vec![(c, c, 2)], vec![]];
+        let (d, m) = (
+            super::spelled(&edges, &finals).unwrap().unwrap(),
+            super::spelled(&merged, &[false, false, true]).unwrap().unwrap(),
+        );
+        assert_eq!(d.len(), m.len());
+        assert!(d.matches("a\\u0063") && d.matches("\\u0062c") && !d.matches("ac\\u0063"));
+        // 1 and 2 loop through each other: on a cycle, kept apart.
+        let cyclic = vec![vec![(a, a, 1), (b, b, 2)], vec![(c, c, 2)], vec![(c, c, 1)]];
+        let kept = super::merge_acyclic(&cyclic, &[false, true, true]);
+        assert_eq!(kept.iter().filter(|k| k.is_some()).count(), 3);
+    }
+}
