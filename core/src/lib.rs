@@ -53,6 +53,7 @@ mod constraint;
 mod crew;
 mod error;
 pub mod grammar;
+mod interner;
 pub mod json_schema;
 pub mod lark;
 pub mod matcher;

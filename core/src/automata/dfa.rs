@@ -10,7 +10,7 @@ use super::nfa::Nfa;
 use super::AutomataError;
 use super::DEAD;
 use crate::budget::{self, Phase};
-use rustc_hash::FxHashMap;
+use crate::interner::SliceInterner;
 
 /// A DFA for one rule over byte classes and rule references. State 0 is the start.
 ///
@@ -30,59 +30,6 @@ pub(crate) struct Dfa {
     /// Built over the rule's own byte classes ([`Dfa::minimal_narrow`]): the grammar's
     /// classes (first, last) each of its `n_classes` covers. `None`: the grammar's.
     pub spans: Option<Box<[(u32, u32)]>>,
-}
-
-/// Interns `u32` slices: ids in insertion order, all slices in one arena (one allocation
-/// for all DFA states' NFA sets instead of two per state).
-#[derive(Default)]
-struct SliceInterner {
-    arena: Vec<u32>,
-    /// `arena[ranges[id].0..ranges[id].1]`.
-    ranges: Vec<(u32, u32)>,
-    /// Hash of a slice → the last id with that hash; earlier ones via `next_same_hash`.
-    by_hash: FxHashMap<u64, u32>,
-    next_same_hash: Vec<u32>,
-}
-
-impl SliceInterner {
-    fn len(&self) -> usize {
-        self.ranges.len()
-    }
-
-    /// Empties the interner, keeping its allocations.
-    fn clear(&mut self) {
-        self.arena.clear();
-        self.ranges.clear();
-        self.by_hash.clear();
-        self.next_same_hash.clear();
-    }
-
-    fn get(&self, id: u32) -> &[u32] {
-        let (a, b) = self.ranges[id as usize];
-        &self.arena[a as usize..b as usize]
-    }
-
-    /// The id of `key`, and whether it is new.
-    fn intern(&mut self, key: &[u32]) -> (u32, bool) {
-        let h = {
-            use std::hash::{Hash, Hasher};
-            let mut h = rustc_hash::FxHasher::default();
-            key.hash(&mut h);
-            h.finish()
-        };
-        let mut id = self.by_hash.get(&h).copied().unwrap_or(DEAD);
-        while id != DEAD {
-            if self.get(id) == key {
-                return (id, false);
-            }
-            id = self.next_same_hash[id as usize];
-        }
-        let id = self.ranges.len() as u32;
-        self.ranges.push((self.arena.len() as u32, (self.arena.len() + key.len()) as u32));
-        self.arena.extend_from_slice(key);
-        self.next_same_hash.push(self.by_hash.insert(h, id).unwrap_or(DEAD));
-        (id, true)
-    }
 }
 
 /// Where [`Dfa::straight_walk`] stopped.

@@ -51,14 +51,16 @@ impl CharDfa {
         if moves.len() != n || n == 0 {
             return None;
         }
-        let mut sources: Vec<Vec<usize>> = vec![Vec::new(); n];
-        for (s, m) in moves.iter().enumerate() {
-            let mut ranges: Vec<(u32, u32)> = Vec::new();
+        // Each state's sources, flat: `sources[first[t]..first[t + 1]]` move to `t`.
+        let mut first = vec![0usize; n + 1];
+        let mut ranges: Vec<(u32, u32)> = Vec::new();
+        for m in &moves {
+            ranges.clear();
             for (class, t) in m {
                 if *t as usize >= n {
                     return None;
                 }
-                sources[*t as usize].push(s);
+                first[*t as usize + 1] += 1;
                 ranges.extend(class.iter().copied());
             }
             ranges.sort_unstable();
@@ -66,14 +68,25 @@ impl CharDfa {
                 return None;
             }
         }
+        for t in 0..n {
+            first[t + 1] += first[t];
+        }
+        let mut fill = first.clone();
+        let mut sources = vec![0u32; first[n]];
+        for (s, m) in moves.iter().enumerate() {
+            for (_, t) in m {
+                sources[fill[*t as usize]] = s as u32;
+                fill[*t as usize] += 1;
+            }
+        }
         // Co-reachability: backwards from the finals.
         let mut live = finals.clone();
         let mut stack: Vec<usize> = (0..n).filter(|&s| finals[s]).collect();
         while let Some(t) = stack.pop() {
-            for &s in &sources[t] {
-                if !live[s] {
-                    live[s] = true;
-                    stack.push(s);
+            for &s in &sources[first[t]..first[t + 1]] {
+                if !live[s as usize] {
+                    live[s as usize] = true;
+                    stack.push(s as usize);
                 }
             }
         }

@@ -15,6 +15,8 @@ use super::parse::{Node, Parser};
 use super::{json_string_char, RegexError, RegexErrorKind, RegexLimits};
 use crate::grammar::class::subtract_class;
 use crate::grammar::{Expr, RuleId};
+use crate::interner::SliceInterner;
+use rustc_hash::FxHashMap;
 use std::collections::HashMap;
 
 /// Every scalar value a JSON string can hold.
@@ -119,12 +121,23 @@ impl Nfa {
         })
     }
 
-    fn closure(&self, set: &mut Vec<u32>) {
+    /// Extends `set` with every state its ε edges reach, then sorts it.
+    fn closure(&self, set: &mut Vec<u32>, marks: &mut Marks) {
+        if marks.stamp == u32::MAX {
+            marks.seen.fill(0);
+            marks.stamp = 0;
+        }
+        marks.stamp += 1;
+        let stamp = marks.stamp;
+        for &s in set.iter() {
+            marks.seen[s as usize] = stamp;
+        }
         let mut i = 0;
         while i < set.len() {
             let s = set[i] as usize;
             for &t in &self.eps[s] {
-                if !set.contains(&t) {
+                if marks.seen[t as usize] != stamp {
+                    marks.seen[t as usize] = stamp;
                     set.push(t);
                 }
             }
@@ -132,6 +145,13 @@ impl Nfa {
         }
         set.sort_unstable();
     }
+}
+
+/// Membership marks for closures: a state is in the set being closed when its mark is
+/// the current stamp (no clearing between closures).
+struct Marks {
+    seen: Vec<u32>,
+    stamp: u32,
 }
 
 impl KeySet {
@@ -202,50 +222,62 @@ impl KeySet {
                 .enumerate()
                 .fold(0, |acc, (i, f)| acc | ((set.binary_search(f).is_ok() as u64) << i))
         };
+        let mut marks = Marks { seen: vec![0; nfa.eps.len()], stamp: 0 };
         let mut first = vec![start];
-        nfa.closure(&mut first);
-        let mut index: HashMap<Vec<u32>, u32> = HashMap::new();
-        index.insert(first.clone(), 0);
-        let mut sets = vec![first];
+        nfa.closure(&mut first, &mut marks);
+        // The DFA states' NFA sets, each stored once.
+        let mut sets = SliceInterner::default();
+        sets.intern(&first);
         let mut edges = Vec::new();
         let mut labels = Vec::new();
+        // Per window, the targets before closure; and per distinct such set this state,
+        // its DFA state (windows that read alike — most of a class — are closed once).
+        let mut targets: Vec<Vec<u32>> = vec![Vec::new(); cuts.len() - 1];
+        let mut resolved: FxHashMap<Vec<u32>, u32> = FxHashMap::default();
+        let mut set: Vec<u32> = Vec::new();
+        let mut closed: Vec<u32> = Vec::new();
         while edges.len() < sets.len() {
-            let set = sets[edges.len()].clone();
+            set.clear();
+            set.extend_from_slice(sets.get(edges.len() as u32));
             // The state's work: its NFA states' edges spread over the alphabet windows,
-            // then each window's target set closed, sorted and looked up (charged below).
+            // then each distinct window's target set closed, sorted and looked up
+            // (charged below).
             let mut work = 1 + (set.len() + cuts.len()) as u64;
             labels.push(label(&set));
             // Targets per alphabet window, found by binary search on each edge's ends.
-            let mut targets: Vec<Vec<u32>> = vec![Vec::new(); cuts.len() - 1];
+            for ts in &mut targets {
+                ts.clear();
+            }
             for &st in &set {
                 for &(a, b, t) in &nfa.ranges[st as usize] {
                     let (i0, i1) = (cuts.partition_point(|&c| c < a), cuts.partition_point(|&c| c <= b));
                     for ts in &mut targets[i0..i1] {
-                        if !ts.contains(&t) {
+                        if ts.last() != Some(&t) && !ts.contains(&t) {
                             ts.push(t);
                         }
                     }
                 }
             }
+            resolved.clear();
             let mut out: Vec<(u32, u32, u32)> = Vec::new();
             for (w, ts) in targets.iter_mut().enumerate() {
                 if ts.is_empty() {
                     continue;
                 }
                 let (lo, hi) = (cuts[w], cuts[w + 1] - 1);
-                nfa.closure(ts);
-                // (The closure's membership tests are linear: quadratic in the set.)
-                let n = ts.len() as u64;
-                work += n + n * n / 8;
-                let id = match index.get(ts.as_slice()) {
+                ts.sort_unstable();
+                let id = match resolved.get(ts.as_slice()) {
                     Some(&id) => id,
                     None => {
-                        if sets.len() >= limits.max_size {
-                            return Err(too_large(sets.len() + 1, ""));
+                        closed.clear();
+                        closed.extend_from_slice(ts);
+                        nfa.closure(&mut closed, &mut marks);
+                        work += 2 * closed.len() as u64;
+                        let (id, new) = sets.intern(&closed);
+                        if new && sets.len() > limits.max_size {
+                            return Err(too_large(sets.len(), ""));
                         }
-                        let id = sets.len() as u32;
-                        index.insert(ts.clone(), id);
-                        sets.push(ts.clone());
+                        resolved.insert(ts.clone(), id);
                         id
                     }
                 };

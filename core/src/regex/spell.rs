@@ -12,7 +12,6 @@
 //! "any three hex digits, then state t" is one state however many characters share it,
 //! and a state gains only the few escape states where its classes differ in the digits.
 
-use crate::grammar::class::intersect_class;
 use crate::grammar::{CharDfa, CharMove};
 use rustc_hash::FxHashMap;
 
@@ -169,28 +168,33 @@ impl Speller {
     /// The moves of a state whose characters lead by `pieces` (scalar values).
     fn spell(&mut self, pieces: &Pieces) -> Vec<CharMove> {
         let mut out: Vec<CharMove> = Vec::new();
-        let add = |out: &mut Vec<CharMove>, class: Vec<(u32, u32)>, t: u32| {
-            if class.is_empty() {
-                return;
-            }
-            match out.iter_mut().find(|m| m.1 == t) {
-                Some(m) => m.0.extend(class),
-                None => out.push((class, t)),
-            }
-        };
+        // Ranges arrive in order, so each target's class stays sorted; touching ranges
+        // (a piece's plain part meeting the next piece's) are joined.
+        let add =
+            |out: &mut Vec<CharMove>, (a, b): (u32, u32), t: u32| match out.iter_mut().find(|m| m.1 == t) {
+                Some(m) => match m.0.last_mut() {
+                    Some(last) if last.1 + 1 >= a => last.1 = last.1.max(b),
+                    _ => m.0.push((a, b)),
+                },
+                None => out.push((vec![(a, b)], t)),
+            };
+        // `\u` and four digits: the BMP outside the surrogates as itself; a high
+        // surrogate leads to its low one, which picks the character in its block of 1,024.
+        let mut units: Pieces = Vec::with_capacity(pieces.len() + 4);
         for &(a, b, t) in pieces {
-            add(&mut out, intersect_class(&[(a, b)], PLAIN), t);
+            for &(lo, hi) in PLAIN {
+                if a.max(lo) <= b.min(hi) {
+                    add(&mut out, (a.max(lo), b.min(hi)), t);
+                }
+            }
+            for (lo, hi) in [(0, 0xD7FF), (0xE000, 0xFFFF)] {
+                if a.max(lo) <= b.min(hi) {
+                    units.push((a.max(lo), b.min(hi), t));
+                }
+            }
         }
         let at = |c: u32| pieces.iter().find(|p| p.0 <= c && c <= p.1).map(|p| p.2);
         let shorts = SHORT.map(|(c, _)| at(c));
-        // `\u` and four digits: the BMP outside the surrogates as itself; a high
-        // surrogate leads to its low one, which picks the character in its block of 1,024.
-        let mut units: Pieces = Vec::new();
-        for &(a, b, t) in pieces {
-            for (lo, hi) in intersect_class(&[(a, b)], &[(0, 0xD7FF), (0xE000, 0xFFFF)]) {
-                units.push((lo, hi, t));
-            }
-        }
         let highs = self.highs(pieces);
         units.extend(highs);
         units.sort_unstable();
@@ -200,21 +204,24 @@ impl Speller {
                 let mut m: Vec<CharMove> = Vec::new();
                 for (&(_, letter), t) in SHORT.iter().zip(shorts) {
                     if let Some(t) = t {
-                        add(&mut m, vec![(letter, letter)], t);
+                        match m.iter_mut().find(|x| x.1 == t) {
+                            Some(x) => x.0.push((letter, letter)),
+                            None => m.push((vec![(letter, letter)], t)),
+                        }
                     }
                 }
                 if let Some(u) = u {
-                    add(&mut m, vec![(b'u' as u32, b'u' as u32)], u);
+                    match m.iter_mut().find(|x| x.1 == u) {
+                        Some(x) => x.0.push((b'u' as u32, b'u' as u32)),
+                        None => m.push((vec![(b'u' as u32, b'u' as u32)], u)),
+                    }
                 }
                 for x in &mut m {
                     x.0 = crate::grammar::class::normalize_class(std::mem::take(&mut x.0));
                 }
                 m
             });
-            add(&mut out, vec![(b'\\' as u32, b'\\' as u32)], esc);
-        }
-        for m in &mut out {
-            m.0 = crate::grammar::class::normalize_class(std::mem::take(&mut m.0));
+            add(&mut out, (b'\\' as u32, b'\\' as u32), esc);
         }
         out
     }
