@@ -69,7 +69,7 @@ fn write_expr(f: &mut fmt::Formatter<'_>, g: &Grammar, e: &Expr, ctx: Prec) -> f
         Expr::Dfa(d) => match d.to_expr(PRINT_DFA_MAX_SIZE) {
             Some(e) => write_expr(f, g, &e, ctx),
             // Said in a comment, which the EBNF reader skips to the line's end.
-            None => write!(f, "[] # a character automaton of {} states, too large to print\n", d.len()),
+            None => writeln!(f, "[] # a character automaton of {} states, too large to print", d.len()),
         },
         Expr::Repeat { expr, min, max } => {
             // A postfix operator applied to a postfix expression needs parentheses:
