@@ -239,6 +239,11 @@ fn constrained_body(
     let any_chars = || Expr::Repeat { expr: Box::new(json_string_char(ANY_CHAR)), min, max };
     match (regexes, lengths, not_in.is_empty()) {
         ([(p, kw)], _, true) => {
+            if *kw == "pattern" && !lengths {
+                if let Some(e) = pattern_automaton(b, p, ptr)? {
+                    return Ok(e);
+                }
+            }
             if let Some(e) = convert(b, p, kw, min, max)? {
                 return Ok(e);
             }
@@ -344,6 +349,23 @@ fn constrained_body(
         b.unsupported(kw, &format!("{detail}: {why}"), approximation, &at)?;
     }
     Ok(first)
+}
+
+/// A `pattern` (with the lengths, if any) as a character automaton spelled in JSON
+/// ([`joint_body`]): the subset construction then runs over characters, not over every
+/// escape spelling of each (an unanchored `[a-f0-9]{128}` tracks up to 128 positions at
+/// once, and with escapes in place each position was a dozen NFA states). `None` where
+/// the automaton is over the intersection limit or the pattern does not parse: the
+/// expression path then decides (and reports the error with its offset).
+fn pattern_automaton(b: &mut Builder, p: &str, ptr: &str) -> Result<Option<Expr>, SchemaError> {
+    use crate::regex::keyset::{Component, KeySet};
+    match KeySet::build(&[Component::Pattern(p)], &joint_limits(b)) {
+        Ok(set) => joint_body(b, &set, |label| label & 1 == 1, ptr).map(Some),
+        Err(e) if matches!(e.kind, RegexErrorKind::Budget(_)) => {
+            Err(b.err(SchemaErrorKind::Regex(e), &format!("{ptr}/pattern")))
+        }
+        Err(_) => Ok(None),
+    }
 }
 
 /// One language of a string's joint automaton ([`complement_body`]): a regex (a `pattern`,
