@@ -416,14 +416,11 @@ impl<'s> KeyClasses<'s> {
 
     /// The keys of class `label` as a JSON string body, or `None` if there are none.
     fn rules(&self, b: &mut Builder, label: u64, ptr: &str) -> Result<Option<Expr>, SchemaError> {
-        let first = b.rules.len() as u32;
         let Some(set) = &self.set else { return Ok(None) };
-        let Some((start, bodies)) = set.class_rules(|l| l == label, first) else { return Ok(None) };
-        for body in bodies {
-            let id = b.new_rule("key", ptr)?;
-            b.rules[id.index()].body = body;
+        match set.spelled(|l| l == label) {
+            Ok(d) => Ok(d.map(|d| Expr::Dfa(std::sync::Arc::new(d)))),
+            Err(e) => Err(b.err(super::SchemaErrorKind::Budget(Box::new(e)), ptr)),
         }
-        Ok(Some(start))
     }
 }
 

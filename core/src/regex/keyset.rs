@@ -8,13 +8,13 @@
 //! component language becomes a Thompson NFA over Unicode scalar ranges, one subset
 //! construction runs them all at once, and each DFA state is labelled with the set of
 //! components that accept there. A key class is then "the DFA with these labels final",
-//! written back as grammar rules by [`KeySet::class_rules`].
+//! spelled in JSON as one character automaton by [`KeySet::spelled`]. String values use it
+//! too: a `pattern` with a `format`, under lengths, or in a complement is such a class.
 
 use super::lower::{split_anchors, Branch};
 use super::parse::{Node, Parser};
-use super::{json_string_char, RegexError, RegexErrorKind, RegexLimits};
+use super::{RegexError, RegexErrorKind, RegexLimits};
 use crate::grammar::class::subtract_class;
-use crate::grammar::{Expr, RuleId};
 use crate::interner::SliceInterner;
 use rustc_hash::FxHashMap;
 use std::collections::HashMap;
@@ -301,12 +301,9 @@ impl KeySet {
     ///
     /// The subset construction keeps apart states that only its NFA tells apart: for the
     /// key pattern `[a-zA-Z]+` (unanchored: "holds a letter"), "inside the letters" and
-    /// "after them" both accept anything, yet were two states entered from each other,
-    /// which [`KeySet::class_rules`] writes as two mutually recursive rules — every key
-    /// character then one more Earley item and rule call (a quarter of a millisecond per
-    /// token mask on a long key). Merged, the state is one self-loop. States on no cycle
-    /// (other than a self-loop) stay apart: merging the leaves of a trie of names would
-    /// give them several parents, and so rules of their own.
+    /// "after them" both accept anything, yet were two states entered from each other;
+    /// merged, the state is one self-loop. States on no cycle (other than a self-loop)
+    /// are merged later, bottom-up, where they are spelled ([`super::spell`]).
     fn minimized(self) -> KeySet {
         let n = self.edges.len();
         let cyclic = on_cycles(&self.edges);
@@ -401,45 +398,40 @@ impl KeySet {
         v
     }
 
-    /// The automaton of the keys whose label satisfies `accept`, with a sink state
-    /// (index `n`, label 0, looping on every character) for the strings that leave the
-    /// automaton where label 0 is accepted; `None` when no key qualifies.
-    fn graph(&self, accept: &impl Fn(u64) -> bool) -> Option<Graph> {
+    /// The JSON string bodies (without quotes) of the keys whose label satisfies
+    /// `accept`, as one automaton over their JSON spelling ([`super::spell`]); `None`
+    /// when no key qualifies. Strings that leave the automaton have label 0: where it is
+    /// accepted they go to a sink state that takes any character.
+    pub(crate) fn spelled(
+        &self,
+        accept: impl Fn(u64) -> bool,
+    ) -> Result<Option<crate::grammar::CharDfa>, crate::budget::BudgetError> {
         let n = self.edges.len();
-        let sink = n;
+        let sink = n as u32;
         let sink_used = accept(0) && self.edges.iter().any(|e| covered(e) < ANY_LEN);
-        // Per state: (ranges, target) edges, the sink's gaps included.
-        let succs: Vec<Edges> = (0..=n)
-            .map(|s| {
-                if s == sink {
-                    return if sink_used { vec![(ANY.to_vec(), sink)] } else { Vec::new() };
-                }
-                let mut by_target: Vec<(Vec<(u32, u32)>, usize)> = Vec::new();
-                for &(a, b, t) in &self.edges[s] {
-                    match by_target.iter_mut().find(|x| x.1 == t as usize) {
-                        Some(x) => x.0.push((a, b)),
-                        None => by_target.push((vec![(a, b)], t as usize)),
-                    }
-                }
+        // Per state: its `(lo, hi, target)` moves, sorted, the sink's gaps included.
+        let mut edges: Vec<Vec<(u32, u32, u32)>> = self
+            .edges
+            .iter()
+            .map(|es| {
+                let mut out = es.clone();
                 if sink_used {
-                    let taken: Vec<(u32, u32)> = self.edges[s].iter().map(|e| (e.0, e.1)).collect();
-                    let gaps = subtract_class(ANY, &taken);
-                    if !gaps.is_empty() {
-                        by_target.push((gaps, sink));
-                    }
+                    let taken: Vec<(u32, u32)> = es.iter().map(|e| (e.0, e.1)).collect();
+                    out.extend(subtract_class(ANY, &taken).into_iter().map(|(a, b)| (a, b, sink)));
+                    out.sort_unstable();
                 }
-                by_target
+                out
             })
             .collect();
-        let finals: Vec<bool> = (0..=n)
-            .map(|s| if s == sink { sink_used && accept(0) } else { accept(self.labels[s]) })
-            .collect();
+        edges.push(if sink_used { ANY.iter().map(|&(a, b)| (a, b, sink)).collect() } else { Vec::new() });
+        let finals: Vec<bool> =
+            (0..=n).map(|s| if s == n { sink_used } else { accept(self.labels[s]) }).collect();
         // Live states: those from which a final state is reachable (backward fixpoint).
         let mut live = finals.clone();
         loop {
             let mut changed = false;
             for s in 0..=n {
-                if !live[s] && succs[s].iter().any(|(_, t)| live[*t]) {
+                if !live[s] && edges[s].iter().any(|e| live[e.2 as usize]) {
                     live[s] = true;
                     changed = true;
                 }
@@ -448,332 +440,15 @@ impl KeySet {
                 break;
             }
         }
-        live[0].then_some(Graph { succs, finals, live, sink })
-    }
-
-    /// The JSON string bodies (without quotes) of the keys whose label satisfies
-    /// `accept`, as one automaton over their JSON spelling ([`super::spell`]); `None`
-    /// when no key qualifies. Where [`KeySet::class_rules`] writes a rule per state with
-    /// the escapes of each class in place, this shares the escape states between the
-    /// states and classes that spell alike: a pattern under a length bound compiles in a
-    /// fraction of the time, to a fraction of the states.
-    pub(crate) fn spelled(
-        &self,
-        accept: impl Fn(u64) -> bool,
-    ) -> Result<Option<crate::grammar::CharDfa>, crate::budget::BudgetError> {
-        let Some(Graph { succs, finals, live, .. }) = self.graph(&accept) else { return Ok(None) };
-        let edges: Vec<Vec<(u32, u32, u32)>> = succs
-            .iter()
-            .map(|edges| {
-                let mut pieces: Vec<(u32, u32, u32)> = edges
-                    .iter()
-                    .filter(|(_, t)| live[*t])
-                    .flat_map(|(ranges, t)| ranges.iter().map(move |&(a, b)| (a, b, *t as u32)))
-                    .collect();
-                pieces.sort_unstable();
-                pieces
-            })
-            .collect();
+        if !live[0] {
+            return Ok(None);
+        }
+        for es in &mut edges {
+            es.retain(|e| live[e.2 as usize]);
+        }
         super::spell::spelled(&edges, &finals)
     }
-
-    /// The JSON string bodies (without quotes) of the keys whose label satisfies
-    /// `accept`: an expression for the whole class, and the bodies of the consecutive
-    /// grammar rules, numbered from `first`, that it refers to (states entered from more
-    /// than one place). `None` when no key qualifies.
-    pub(crate) fn class_rules(&self, accept: impl Fn(u64) -> bool, first: u32) -> Option<(Expr, Vec<Expr>)> {
-        let Graph { succs, finals, live, sink } = self.graph(&accept)?;
-        let n = sink;
-        let is_final = |s: usize| finals[s];
-        // One rule per state would leave a key class as a chain of rule calls, which the
-        // matcher walks item by item; instead a state reached from exactly one other
-        // state is written inside that state's body (a trie becomes one expression).
-        let mut indegree = vec![0u32; n + 1];
-        for s in (0..=n).filter(|&s| live[s]) {
-            for (_, t) in &succs[s] {
-                if *t != s && live[*t] {
-                    indegree[*t] += 1;
-                }
-            }
-        }
-        // Each edge's characters as an expression, once (every pass reads them).
-        let classes: Vec<Vec<EdgeClass>> = succs
-            .iter()
-            .enumerate()
-            .map(|(s, edges)| {
-                if !live[s] {
-                    return Vec::new();
-                }
-                edges
-                    .iter()
-                    .map(|(ranges, t)| {
-                        if *t != sink {
-                            return EdgeClass::Stay(json_string_char(ranges));
-                        }
-                        // Where the gap holds all of OTHER, only its printable ASCII
-                        // part is written at the state (see `Emit::body`).
-                        if subtract_class(OTHER, ranges).is_empty() {
-                            let ascii = subtract_class(ranges, OTHER);
-                            EdgeClass::Leave {
-                                by_other: true,
-                                rest: (!ascii.is_empty()).then(|| json_string_char(&ascii)),
-                            }
-                        } else {
-                            EdgeClass::Leave { by_other: false, rest: Some(json_string_char(ranges)) }
-                        }
-                    })
-                    .collect()
-            })
-            .collect();
-        let mut emit = Emit {
-            succs: &succs,
-            classes: &classes,
-            live: &live,
-            indegree: &indegree,
-            is_final: &is_final,
-            rule_of: vec![None; n + 1],
-            queue: Vec::new(),
-            first,
-        };
-        // The start is written in place too unless some state leads back to it.
-        let start = if indegree[0] == 0 { emit.body(0) } else { Expr::Rule(emit.rule_for(0)) };
-        let mut bodies = Vec::new();
-        while let Some(s) = emit.queue.get(bodies.len()).copied() {
-            let body = emit.body(s);
-            bodies.push(body);
-        }
-        Some((start, bodies))
-    }
 }
-
-/// A state's `(ranges, target)` edges.
-type Edges = Vec<(Vec<(u32, u32)>, usize)>;
-
-/// A key class's automaton (see [`KeySet::graph`]).
-struct Graph {
-    succs: Vec<Edges>,
-    finals: Vec<bool>,
-    live: Vec<bool>,
-    sink: usize,
-}
-
-/// The characters no key of printable ASCII spells: those written escaped (`"`, `\`,
-/// control characters) and all non-ASCII. At a state of such keys, each of them leaves
-/// the automaton.
-const OTHER: &[(u32, u32)] = &[(0, 0x1F), (0x22, 0x22), (0x5C, 0x5C), (0x80, 0xD7FF), (0xE000, 0x10FFFF)];
-
-/// An edge's characters, written as an expression.
-enum EdgeClass {
-    /// To a state of the automaton.
-    Stay(Expr),
-    /// To the sink: whether the gap holds all of [`OTHER`], and the rest of it.
-    Leave { by_other: bool, rest: Option<Expr> },
-}
-
-/// Which paths of a rule body one pass writes (see [`Emit::body`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Pass {
-    /// Paths that stay in the automaton: to final states and to other rules.
-    Stay,
-    /// Paths that leave it: a prefix, then the state's gap (what no edge takes), less
-    /// [`OTHER`] where the gap holds all of it.
-    Leave,
-    /// Prefixes whose state's gap holds all of [`OTHER`].
-    LeaveByOther,
-}
-
-/// Writes a key-class automaton back as grammar rules (see [`KeySet::class_rules`]).
-struct Emit<'a> {
-    succs: &'a [Edges],
-    /// `classes[s][k]`: the characters of `succs[s][k]`.
-    classes: &'a [Vec<EdgeClass>],
-    live: &'a [bool],
-    indegree: &'a [u32],
-    is_final: &'a dyn Fn(usize) -> bool,
-    /// The rule of each state that has one.
-    rule_of: Vec<Option<RuleId>>,
-    /// States with a rule, in rule order.
-    queue: Vec<usize>,
-    first: u32,
-}
-
-/// How deep one rule body may nest states before the next one gets a rule of its own
-/// (long chains, e.g. `^a{300}$`, would otherwise make deeply nested expressions).
-const EMBED_DEPTH_MAX: usize = 48;
-
-impl Emit<'_> {
-    fn rule_for(&mut self, s: usize) -> RuleId {
-        if let Some(r) = self.rule_of[s] {
-            return r;
-        }
-        let r = RuleId(self.first + self.queue.len() as u32);
-        self.rule_of[s] = Some(r);
-        self.queue.push(s);
-        r
-    }
-
-    /// The body of state `s`'s rule (or of the start, written in place).
-    ///
-    /// Leaving the automaton — a gap character, then anything — is possible at nearly
-    /// every state of "any key but these names". Written at each state, every copy of
-    /// that tail (a cyclic UTF-8 automaton) was determinized and minimized again before
-    /// the copies collapsed into one: a Kubernetes schema with extra properties allowed
-    /// spent ~1.6G instructions on it. So a body is written as
-    /// `stay | (leave | leave_by_other OTHER) tail`: the paths are spelled out per pass
-    /// (the prefixes are shared again by the subset construction, which walks the copies
-    /// in step), and the tail and the [`OTHER`] class appear once.
-    fn body(&mut self, s: usize) -> Expr {
-        let stay = self.pass_from(s, Pass::Stay);
-        let leave = self.pass_from(s, Pass::Leave);
-        let by_other = self.pass_from(s, Pass::LeaveByOther);
-        let by_other = by_other.map(|p| Expr::Seq(vec![p, json_string_char(OTHER)]));
-        let exits: Vec<Expr> = leave.into_iter().chain(by_other).collect();
-        let mut alts: Vec<Expr> = stay.into_iter().collect();
-        if !exits.is_empty() {
-            let tail = Expr::Repeat { expr: Box::new(json_string_char(ANY)), min: 0, max: None };
-            alts.push(Expr::Seq(vec![alt_of(exits), tail]));
-        }
-        alt_of(alts)
-    }
-
-    /// One pass's paths from `s`, `None` when it has none. States reached from one place
-    /// are nested; the decision is made in the [`Pass::Stay`] pass, which runs first and
-    /// gives the other states their rules, so the later passes nest the same states.
-    fn pass(&mut self, s: usize, depth: usize, pass: Pass) -> Option<Expr> {
-        // Self-loops become a repetition, so that the rules of a DFA whose only cycles
-        // are self-loops (tries, `[a-z]+`, `.{1,9}`) are not recursive and the grammar
-        // optimizer can inline them into one automaton.
-        let mut alts = Vec::new();
-        let mut self_loop = None;
-        if pass == Pass::Stay && (self.is_final)(s) {
-            alts.push(Expr::Empty);
-        }
-        let (succs, classes) = (self.succs, self.classes);
-        for ((_, t), class) in succs[s].iter().zip(&classes[s]) {
-            let t = *t;
-            let c = match class {
-                EdgeClass::Leave { by_other, rest } => {
-                    match pass {
-                        Pass::Stay => {}
-                        Pass::Leave => alts.extend(rest.iter().cloned()),
-                        Pass::LeaveByOther if *by_other => alts.push(Expr::Empty),
-                        Pass::LeaveByOther => {}
-                    }
-                    continue;
-                }
-                EdgeClass::Stay(c) => c,
-            };
-            if t == s {
-                self_loop = Some(c.clone());
-                continue;
-            }
-            if !self.live[t] {
-                continue;
-            }
-            let nest = match pass {
-                Pass::Stay => self.indegree[t] == 1 && depth < EMBED_DEPTH_MAX && self.rule_of[t].is_none(),
-                _ => self.rule_of[t].is_none(),
-            };
-            let next = if nest {
-                match self.run_from(t) {
-                    Some(run) => self.run(run, depth, pass),
-                    None => self.pass(t, depth + 1, pass),
-                }
-            } else if pass == Pass::Stay {
-                Some(Expr::Rule(self.rule_for(t)))
-            } else {
-                None
-            };
-            if let Some(next) = next {
-                alts.push(Expr::Seq(vec![c.clone(), next]));
-            }
-        }
-        if alts.is_empty() {
-            return None;
-        }
-        let rest = alt_of(alts);
-        Some(match self_loop {
-            Some(c) => Expr::Seq(vec![Expr::Repeat { expr: Box::new(c), min: 0, max: None }, rest]),
-            None => rest,
-        })
-    }
-}
-
-/// Shortest run of states written as a counted repetition by [`Emit::run_from`].
-const RUN_MIN: usize = 8;
-
-impl<'a> Emit<'a> {
-    /// A run of states from `t` that each read one class `c` to the next (entered only
-    /// from the previous one) and all may end the key, or none: `(length, c, the state
-    /// after it)`.
-    /// `^[0-9a-z_-]{1,255}$` is such a run of 254; nested one state per level it was six
-    /// rules, each ending where the next began, so every token running past one of
-    /// those ends was parsed item by item in the mask walks (~6 ms per fill near them).
-    fn run_from(&self, t: usize) -> Option<Run<'a>> {
-        let classes: &'a [Vec<EdgeClass>] = self.classes;
-        let mut class: Option<&'a Expr> = None;
-        let (mut len, mut cur) = (0, t);
-        loop {
-            // The one way on: the state's only edge to a live state, and no way out.
-            let mut on = None;
-            for (edge, &(_, next)) in classes[cur].iter().zip(&self.succs[cur]) {
-                match edge {
-                    EdgeClass::Stay(_) if !self.live[next] => {}
-                    EdgeClass::Stay(c) if on.is_none() => on = Some((c, next)),
-                    _ => {
-                        on = None;
-                        break;
-                    }
-                }
-            }
-            let Some((c, next)) = on.filter(|_| (self.is_final)(cur) == (self.is_final)(t)) else { break };
-            if next == cur || self.indegree[next] != 1 || self.rule_of[next].is_some() {
-                break;
-            }
-            if class.is_some_and(|k| k != c) {
-                break;
-            }
-            class = Some(c);
-            len += 1;
-            cur = next;
-        }
-        Some((len, class?, cur, (self.is_final)(t))).filter(|r| r.0 >= RUN_MIN)
-    }
-
-    /// One pass's paths from the state a body starts at (a run may start there too).
-    fn pass_from(&mut self, s: usize, pass: Pass) -> Option<Expr> {
-        match self.run_from(s) {
-            Some(run) => self.run(run, 0, pass),
-            None => self.pass(s, 0, pass),
-        }
-    }
-
-    /// One pass's paths through a run ([`Emit::run_from`]): `c{0,len-1} | c{len} rest`
-    /// for the paths that stay (each state of the run may end the key), `c{len} rest`
-    /// for the others (no state of the run leaves the automaton).
-    fn run(&mut self, (len, c, end, ends): Run<'a>, depth: usize, pass: Pass) -> Option<Expr> {
-        let rep = |lo: usize, hi: usize| Expr::Repeat {
-            expr: Box::new(c.clone()),
-            min: lo as u32,
-            max: Some(hi as u32),
-        };
-        let rest = self.pass(end, depth + 1, pass);
-        if !(ends && pass == Pass::Stay) {
-            return rest.map(|r| Expr::Seq(vec![rep(len, len), r]));
-        }
-        // (A run to the end of the key is one repetition, which the automata builder
-        // splices where it stands in a sequence.)
-        Some(match rest {
-            Some(Expr::Empty) => rep(0, len),
-            Some(r) => Expr::Alt(vec![rep(0, len - 1), Expr::Seq(vec![rep(len, len), r])]),
-            None => rep(0, len - 1),
-        })
-    }
-}
-
-/// A run of states ([`Emit::run_from`]): its length, class, the state after it, and
-/// whether its states may end the key.
-type Run<'a> = (usize, &'a Expr, usize, bool);
 
 /// A state's class and its edges with targets named by class (Moore's refinement).
 type Signature = (u32, Vec<(u32, u32, u32)>);
@@ -848,15 +523,6 @@ pub(super) fn on_cycles(edges: &[Vec<(u32, u32, u32)>]) -> Vec<bool> {
     (0..n).map(|s| size[comp[s]] > 1).collect()
 }
 
-/// One expression for alternatives (a single one stands alone).
-fn alt_of(mut alts: Vec<Expr>) -> Expr {
-    if alts.len() == 1 {
-        alts.pop().unwrap_or(Expr::Empty)
-    } else {
-        Expr::Alt(alts)
-    }
-}
-
 /// Number of scalar values covered by a state's edges.
 fn covered(e: &[(u32, u32, u32)]) -> u64 {
     e.iter().map(|&(a, b, _)| intersect_len(a, b)).sum()
@@ -871,7 +537,6 @@ const ANY_LEN: u64 = 0xD800 + (0x11_0000 - 0xE000);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::grammar::testing::{matches, recognizer};
 
     fn ks(c: &[Component<'_>]) -> KeySet {
         KeySet::build(c, &RegexLimits::default()).unwrap()
@@ -889,83 +554,9 @@ mod tests {
         assert_eq!(k.labels(), vec![0, 0b010, 0b011, 0b100, 0b110, 0b111]);
     }
 
-    fn count_rule_calls(e: &Expr) -> usize {
-        let mut n = 0;
-        e.for_each_rule(&mut |_| n += 1);
-        n
-    }
-
-    #[test]
-    fn key_tries_are_written_as_one_expression() {
-        // "Any key but these" is a trie with a sink: no rule of its own, no rule calls
-        // (a chain of calls makes every key character an Earley step).
-        let names = ["length", "radius", "width", "widths"];
-        let k = ks(&[Component::Names(&names)]);
-        let (start, rules) = k.class_rules(|l| l == 0, 7).unwrap();
-        assert!(rules.is_empty());
-        assert_eq!(count_rule_calls(&start), 0);
-        for key in
-            ["", "len", "lengthy", "width_", "x", "r\\\"", "widt", "é", "lé", "w\\n", "\\u0001x", "\\\\"]
-        {
-            assert!(matches(&start, key), "{key:?}");
-        }
-        for key in ["length", "radius", "width", "widths"] {
-            assert!(!matches(&start, key), "{key:?}");
-        }
-        let (declared, rules) = k.class_rules(|l| l == 1, 0).unwrap();
-        assert!(rules.is_empty());
-        assert!(matches(&declared, "widths") && !matches(&declared, "wid"));
-    }
-
-    #[test]
-    fn leaving_the_automaton_is_written_once() {
-        // "Any key but these": exactly the JSON string bodies that spell no declared name
-        // (names with escaped and non-ASCII characters take the other path at their
-        // states), with the "then anything" tail and the OTHER class written once.
-        let names = ["apiVersion", "kind", "metadata", "spec", "status", "a\"b", "é1"];
-        let k = ks(&[Component::Names(&names)]);
-        let (start, rules) = k.class_rules(|l| l == 0, 0).unwrap();
-        assert!(rules.is_empty());
-        let any_body = recognizer(&Expr::Repeat { expr: Box::new(json_string_char(ANY)), min: 0, max: None });
-        let re = recognizer(&start);
-        let alphabet = ["a", "p", "i", "V", "k", "s", "\\\"", "b", "é", "1", "\\u001f", "\\n", "😀", "x"];
-        let mut keys = vec![String::new()];
-        for _ in 0..3 {
-            let longer: Vec<String> =
-                keys.iter().flat_map(|k| alphabet.iter().map(move |c| format!("{k}{c}"))).collect();
-            keys.extend(longer);
-        }
-        keys.extend(["apiVersio", "apiVersionX", "spe", "statuses", "é", "é12", "a\\\"b"].map(String::from));
-        for key in &keys {
-            let declared = names.iter().any(|n| to_json_body(n) == *key);
-            assert_eq!(re.is_match(key), any_body.is_match(key) && !declared, "{key:?}");
-        }
-        let mut tails = 0;
-        count_tails(&start, &mut tails);
-        assert_eq!(tails, 1);
-    }
-
-    /// The bounds of the counted repetitions in `e`.
-    fn repeats(e: &Expr, out: &mut Vec<(u32, u32)>) {
-        match e {
-            Expr::Repeat { expr, min, max: Some(max) } => {
-                out.push((*min, *max));
-                repeats(expr, out);
-            }
-            Expr::Seq(v) | Expr::Alt(v) => v.iter().for_each(|x| repeats(x, out)),
-            Expr::Repeat { expr, .. } => repeats(expr, out),
-            _ => {}
-        }
-    }
-
-    /// Unbounded repetitions of a class reaching past ASCII: the "anything" tails.
-    fn count_tails(e: &Expr, n: &mut usize) {
-        match e {
-            Expr::Repeat { expr, max: None, .. } if expr.size() > 8 => *n += 1,
-            Expr::Seq(v) | Expr::Alt(v) => v.iter().for_each(|x| count_tails(x, n)),
-            Expr::Repeat { expr, .. } => count_tails(expr, n),
-            _ => {}
-        }
+    /// The spelled automaton of the keys with label `label`.
+    fn class(k: &KeySet, label: u64) -> crate::grammar::CharDfa {
+        k.spelled(|l| l == label).unwrap().unwrap()
     }
 
     /// `s` as written inside a JSON string (the canonical escapes only).
@@ -975,28 +566,33 @@ mod tests {
     }
 
     #[test]
-    fn long_chains_and_cycles_get_rules() {
-        // A chain of 200 states alternating two classes is cut into rules of bounded
-        // nesting.
-        let k = ks(&[Component::Pattern("^(ab){100}$")]);
-        let (start, rules) = k.class_rules(|l| l == 1, 0).unwrap();
-        assert_eq!(count_rule_calls(&start), 1);
-        assert_eq!(rules.len(), 200 / (EMBED_DEPTH_MAX + 1));
-        // Runs of one class are counted repetitions instead, with no rule: exact ones,
-        // and runs of states that may all end the key (written as one repetition).
-        for (p, (lo, hi)) in [("^a{200}$", (200, 200)), ("^[a-z]{1,255}$", (0, 254))] {
-            let (start, rules) = ks(&[Component::Pattern(p)]).class_rules(|l| l == 1, 0).unwrap();
-            assert!(rules.is_empty(), "{p}");
-            let mut reps = Vec::new();
-            repeats(&start, &mut reps);
-            assert!(reps.contains(&(lo, hi)), "{p}: {reps:?}");
+    fn any_key_but_these_is_every_other_spelled_key() {
+        // "Any key but these": exactly the JSON string bodies that spell no declared name
+        // (names with escaped and non-ASCII characters included, in any of their
+        // spellings), judged by `serde_json` decoding the body.
+        let names = ["apiVersion", "kind", "metadata", "spec", "status", "a\"b", "é1"];
+        let k = ks(&[Component::Names(&names)]);
+        let (other, declared) = (class(&k, 0), class(&k, 1));
+        let alphabet = [
+            "a", "p", "i", "V", "k", "s", "\\\"", "b", "é", "\\u00e9", "1", "\\u001f", "\\n", "😀", "x", "\"",
+        ];
+        let mut keys = vec![String::new()];
+        for _ in 0..3 {
+            let longer: Vec<String> =
+                keys.iter().flat_map(|k| alphabet.iter().map(move |c| format!("{k}{c}"))).collect();
+            keys.extend(longer);
         }
-        // A state entered from two places (the loop of `(ab)*`) is a rule.
-        let k = ks(&[Component::Pattern("^(ab)*$")]);
-        let (start, rules) = k.class_rules(|l| l == 1, 3).unwrap();
-        assert_eq!(count_rule_calls(&start), 1);
-        assert_eq!(rules.len(), 1);
-        assert_eq!(count_rule_calls(&rules[0]), 1);
+        keys.extend(
+            ["apiVersio", "apiVersionX", "spe", "statuses", "é", "é12", "a\\\"b", "\\u00e91"]
+                .map(String::from),
+        );
+        for key in &keys {
+            let decoded = serde_json::from_str::<String>(&format!("\"{key}\"")).ok();
+            let is_declared = decoded.as_deref().is_some_and(|d| names.contains(&d));
+            assert_eq!(other.matches(key), decoded.is_some() && !is_declared, "{key:?}");
+            assert_eq!(declared.matches(key), is_declared, "{key:?}");
+        }
+        assert!(declared.matches(&to_json_body("a\"b")) && declared.matches("\\u0061\\u0022b"));
     }
 
     #[test]
@@ -1004,15 +600,13 @@ mod tests {
         // "Holds a letter" (the key class of `patternProperties: {"[a-zA-Z]+": …}` with
         // `additionalProperties: false`): once a letter is read, anything goes. The subset
         // construction made that two states entered from each other ("in the letters",
-        // "after them"), written as two rules calling each other; merged, it is one state
-        // looping on everything, and no rule calls another.
+        // "after them"); merged, it is one state looping on everything, and the spelled
+        // automaton is its two states with their escape states.
         let k = ks(&[Component::Names(&[]), Component::Pattern("[a-zA-Z]+")]);
-        let (start, rules) = k.class_rules(|l| l == 0b10, 0).unwrap();
-        assert!(rules.len() <= 1, "{rules:?}");
-        let mut called = Vec::new();
-        start.for_each_rule(&mut |r| called.push(r));
-        assert!(called.iter().all(|&r| r == RuleId(0)), "{start:?}");
-        assert!(rules.iter().all(|r| count_rule_calls(r) == 0), "{rules:?}");
+        let merged = class(&k, 0b10);
+        let one = ks(&[Component::Pattern(r"^[^a-zA-Z]*[a-zA-Z][\s\S]*$")]);
+        assert_eq!(merged.len(), class(&one, 1).len());
+        assert!(merged.matches("1\\u0041") && !merged.matches("12\\n"));
         // Labels still tell the classes apart: merging never crosses them.
         let names = ["ab"];
         let k = ks(&[Component::Names(&names), Component::Pattern("b")]);
