@@ -515,6 +515,10 @@ fn low_bits(n: usize) -> u64 {
     }
 }
 
+/// What constrains a string: its regexes (`pattern`, a `format`'s) with the keyword of
+/// each, its lengths and the strings it excludes.
+pub(crate) type StringKey = (Vec<(String, &'static str)>, u32, Option<u32>, Vec<String>);
+
 /// The grammar of a `type: string` schema `m` at `ptr`, for strings other than `not_in`
 /// and those of `not_strings` (from a `not`, see [`super::combine::apply_not`]).
 pub(crate) fn build(
@@ -608,10 +612,23 @@ pub(crate) fn build(
             return Ok(e.clone());
         }
     }
-    let body = constrained_body(b, &regexes, min as u32, max.map(|x| x as u32), not_in, ptr)?;
+    let (min, max) = (min as u32, max.map(|x| x as u32));
+    let key = (regexes.clone(), min, max, not_in.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    if !format_only {
+        if let Some(e) = b.string_rules.get(&key) {
+            return Ok(e.clone());
+        }
+    }
+    let warned = b.warnings.len();
+    let body = constrained_body(b, &regexes, min, max, not_in, ptr)?;
     let string = seq(vec![lit("\""), body, lit("\"")]);
     if !format_only {
-        return b.leaf_rule(string, "string");
+        let e = b.leaf_rule(string, "string")?;
+        // A warning names its place: a string that warned is built again where it recurs.
+        if b.warnings.len() == warned {
+            b.string_rules.insert(key, e.clone());
+        }
+        return Ok(e);
     }
     // Kept by name, not by hashing the expression (a date-time's is large).
     let id = b.new_rule("format", ptr)?;

@@ -158,6 +158,10 @@ pub(crate) struct Builder<'a> {
     /// The rule of each `format` used alone on a string, by format (its expression is the
     /// largest of a tool's arguments: it is neither hashed nor copied twice).
     pub(crate) format_rules: FxHashMap<String, Expr>,
+    /// The rule of each constrained string built without a warning, by what constrains it
+    /// (see [`super::string::StringKey`]): a schema that repeats a `pattern` under lengths
+    /// (three references of one kind, each with its own copy) builds its automaton once.
+    pub(crate) string_rules: FxHashMap<super::string::StringKey, Expr>,
     /// Per character, the call of its escapes' rule ([`Self::spelled`]): keys repeat
     /// their characters, and building the escapes (hex digits in either case) for each
     /// was most of converting a tool list's schemas.
@@ -197,6 +201,7 @@ impl<'a> Builder<'a> {
             string_rule: None,
             leaves: FxHashMap::default(),
             format_rules: FxHashMap::default(),
+            string_rules: FxHashMap::default(),
             escapes: FxHashMap::default(),
             bodies: FxHashMap::default(),
             warnings: Vec::new(),
