@@ -239,12 +239,14 @@ fn constrained_body(
     let any_chars = || Expr::Repeat { expr: Box::new(json_string_char(ANY_CHAR)), min, max };
     match (regexes, lengths, not_in.is_empty()) {
         ([(p, kw)], _, true) => {
-            if *kw == "pattern" && !lengths {
-                if let Some(e) = pattern_automaton(b, p, ptr)? {
-                    return Ok(e);
-                }
-            }
             if let Some(e) = convert(b, p, kw, min, max)? {
+                // A large pattern without lengths is determinized over characters instead
+                // (its JSON spelling in place makes every position a dozen NFA states).
+                if *kw == "pattern" && !lengths && e.expanded_size() > PATTERN_EXPR_MAX {
+                    if let Some(d) = pattern_automaton(b, p, ptr)? {
+                        return Ok(d);
+                    }
+                }
                 return Ok(e);
             }
         }
@@ -351,12 +353,17 @@ fn constrained_body(
     Ok(first)
 }
 
-/// A `pattern` (with the lengths, if any) as a character automaton spelled in JSON
+/// Largest JSON-spelled expression (in [`Expr::expanded_size`] nodes) a `pattern` without
+/// lengths is compiled from; a larger one goes through [`pattern_automaton`]. Small
+/// patterns stay expressions: their escapes are built once per class and process, and a
+/// 512-tool list's small patterns took 17 → 23 ms to the first mask through automata.
+const PATTERN_EXPR_MAX: u64 = 2_000;
+
+/// A `pattern` as a character automaton spelled in JSON
 /// ([`joint_body`]): the subset construction then runs over characters, not over every
 /// escape spelling of each (an unanchored `[a-f0-9]{128}` tracks up to 128 positions at
 /// once, and with escapes in place each position was a dozen NFA states). `None` where
-/// the automaton is over the intersection limit or the pattern does not parse: the
-/// expression path then decides (and reports the error with its offset).
+/// the automaton is over the intersection limit: the expression stays.
 fn pattern_automaton(b: &mut Builder, p: &str, ptr: &str) -> Result<Option<Expr>, SchemaError> {
     use crate::regex::keyset::{Component, KeySet};
     match KeySet::build(&[Component::Pattern(p)], &joint_limits(b)) {
