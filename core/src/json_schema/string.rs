@@ -207,10 +207,11 @@ fn joint_body(
 /// The characters of a string matching every regex of `regexes` (`pattern`, `format`),
 /// with `min..=max` of them, and none of the strings `not_in`. One constraint is written
 /// directly: a regex carrying the lengths itself when it can
-/// ([`regex_to_json_string_expr`]), the lengths alone, the excluded strings alone
-/// ([`none_of`]). More are intersected on characters — the joint automaton of every
-/// operand, as for object keys — and then spelled: on JSON bytes every escape spelling of
-/// every character would multiply the product's states. An intersection larger than
+/// ([`regex_to_json_string_expr`]; a large `pattern` without lengths as an automaton,
+/// [`pattern_automaton`]), the lengths alone, the excluded strings alone ([`none_of`]).
+/// More are intersected on characters — the joint automaton of every operand, as for
+/// object keys — and then spelled: on JSON bytes every escape spelling of every character
+/// would multiply the product's states. An intersection larger than
 /// [`max_intersection_size`](super::SchemaLimits::max_intersection_size) keeps the first
 /// operand only, and the others are unsupported keywords.
 fn constrained_body(

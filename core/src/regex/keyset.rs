@@ -9,7 +9,8 @@
 //! construction runs them all at once, and each DFA state is labelled with the set of
 //! components that accept there. A key class is then "the DFA with these labels final",
 //! spelled in JSON as one character automaton by [`KeySet::spelled`]. String values use it
-//! too: a `pattern` with a `format`, under lengths, or in a complement is such a class.
+//! too: a `pattern` with a `format`, under lengths it cannot carry, in a complement, or
+//! large without lengths is such a class.
 
 use super::lower::{split_anchors, Branch};
 use super::parse::{Node, Parser};
@@ -239,9 +240,9 @@ impl KeySet {
         while edges.len() < sets.len() {
             set.clear();
             set.extend_from_slice(sets.get(edges.len() as u32));
-            // The state's work: its NFA states' edges spread over the alphabet windows,
-            // then each distinct window's target set closed, sorted and looked up
-            // (charged below).
+            // The state's work: its NFA states' edges spread over the alphabet windows (a
+            // unit per window an edge covers), each window's targets sorted, then each
+            // distinct target set closed and looked up — all charged below.
             let mut work = 1 + (set.len() + cuts.len()) as u64;
             labels.push(label(&set));
             // Targets per alphabet window, found by binary search on each edge's ends.
@@ -251,10 +252,9 @@ impl KeySet {
             for &st in &set {
                 for &(a, b, t) in &nfa.ranges[st as usize] {
                     let (i0, i1) = (cuts.partition_point(|&c| c < a), cuts.partition_point(|&c| c <= b));
+                    work += (i1 - i0) as u64;
                     for ts in &mut targets[i0..i1] {
-                        if ts.last() != Some(&t) && !ts.contains(&t) {
-                            ts.push(t);
-                        }
+                        ts.push(t);
                     }
                 }
             }
@@ -266,6 +266,8 @@ impl KeySet {
                 }
                 let (lo, hi) = (cuts[w], cuts[w + 1] - 1);
                 ts.sort_unstable();
+                ts.dedup();
+                work += ts.len() as u64;
                 let id = match resolved.get(ts.as_slice()) {
                     Some(&id) => id,
                     None => {
@@ -426,18 +428,34 @@ impl KeySet {
         edges.push(if sink_used { ANY.iter().map(|&(a, b)| (a, b, sink)).collect() } else { Vec::new() });
         let finals: Vec<bool> =
             (0..=n).map(|s| if s == n { sink_used } else { accept(self.labels[s]) }).collect();
-        // Live states: those from which a final state is reachable (backward fixpoint).
-        let mut live = finals.clone();
-        loop {
-            let mut changed = false;
-            for s in 0..=n {
-                if !live[s] && edges[s].iter().any(|e| live[e.2 as usize]) {
-                    live[s] = true;
-                    changed = true;
-                }
+        // Live states: those from which a final state is reachable, backwards from the
+        // finals over the edges reversed (flat: `sources[first[t]..first[t + 1]]`).
+        let mut first = vec![0usize; n + 2];
+        for es in &edges {
+            for e in es {
+                first[e.2 as usize + 1] += 1;
             }
-            if !changed {
-                break;
+        }
+        for t in 0..=n {
+            first[t + 1] += first[t];
+        }
+        let mut fill = first.clone();
+        let mut sources = vec![0u32; first[n + 1]];
+        for (s, es) in edges.iter().enumerate() {
+            for e in es {
+                sources[fill[e.2 as usize]] = s as u32;
+                fill[e.2 as usize] += 1;
+            }
+        }
+        crate::budget::charge(crate::budget::Phase::Intersection, (n + sources.len()) as u64)?;
+        let mut live = finals.clone();
+        let mut stack: Vec<usize> = (0..=n).filter(|&s| finals[s]).collect();
+        while let Some(t) = stack.pop() {
+            for &s in &sources[first[t]..first[t + 1]] {
+                if !live[s as usize] {
+                    live[s as usize] = true;
+                    stack.push(s as usize);
+                }
             }
         }
         if !live[0] {
