@@ -53,6 +53,10 @@ struct Speller {
     moves: Vec<Vec<CharMove>>,
     finals: Vec<bool>,
     index: FxHashMap<Key, u32>,
+    /// The digit classes built so far, by digit set (a few dozen in all).
+    classes: FxHashMap<u16, Vec<(u32, u32)>>,
+    /// Scratch per digit level for [`Speller::hex`].
+    subs: [Pieces; 5],
 }
 
 impl Speller {
@@ -82,7 +86,8 @@ impl Speller {
         let span = (all + 1) / 16;
         // Per target, the digits leading there (bit d).
         let mut by_target: Vec<(u32, u16)> = Vec::new();
-        let mut sub: Pieces = Vec::new();
+        // One buffer per digit level, reused (a call recurses one level down only).
+        let mut sub = std::mem::take(&mut self.subs[usize::from(digits)]);
         let mut i = 0;
         for d in 0..16u32 {
             let (lo, hi) = (d * span, d * span + span - 1);
@@ -106,7 +111,8 @@ impl Speller {
                 None => by_target.push((target, 1 << d)),
             }
         }
-        let moves = by_target.into_iter().map(|(t, ds)| (hex_class(ds), t)).collect();
+        self.subs[usize::from(digits)] = sub;
+        let moves = by_target.into_iter().map(|(t, ds)| (self.hex_class(ds), t)).collect();
         let s = self.moves.len() as u32;
         self.moves.push(moves);
         self.finals.push(false);
@@ -228,6 +234,13 @@ impl Speller {
     }
 }
 
+impl Speller {
+    /// [`hex_class`], kept.
+    fn hex_class(&mut self, ds: u16) -> Vec<(u32, u32)> {
+        self.classes.entry(ds).or_insert_with(|| hex_class(ds)).clone()
+    }
+}
+
 /// The hex digits of the values whose bits are set in `ds` (bit d: digit d), both cases.
 fn hex_class(ds: u16) -> Vec<(u32, u32)> {
     let mut class = Vec::new();
@@ -255,7 +268,13 @@ pub(crate) fn spelled(
 ) -> Result<Option<CharDfa>, crate::budget::BudgetError> {
     let n = edges.len();
     let edges = merge_acyclic(edges, finals);
-    let mut sp = Speller { moves: vec![Vec::new(); n], finals: finals.to_vec(), index: FxHashMap::default() };
+    let mut sp = Speller {
+        moves: vec![Vec::new(); n],
+        finals: finals.to_vec(),
+        index: FxHashMap::default(),
+        classes: FxHashMap::default(),
+        subs: Default::default(),
+    };
     for (s, pieces) in edges.iter().enumerate() {
         let Some(pieces) = pieces else { continue };
         let before = sp.moves.len();
