@@ -40,6 +40,45 @@ pub struct CharDfa {
     source: Option<std::sync::Arc<Expr>>,
 }
 
+/// Per state, whether a final state can be reached from it: backwards from the finals over
+/// the moves reversed (held flat, `sources[first[t]..first[t + 1]]` moving to `t`), so
+/// linear in the moves. `targets(s)` are the targets of state `s`'s moves, each `<
+/// finals.len()`.
+pub(crate) fn coreachable<I: Iterator<Item = u32>>(
+    finals: &[bool],
+    targets: impl Fn(usize) -> I,
+) -> Vec<bool> {
+    let n = finals.len();
+    let mut first = vec![0usize; n + 1];
+    for s in 0..n {
+        for t in targets(s) {
+            first[t as usize + 1] += 1;
+        }
+    }
+    for t in 0..n {
+        first[t + 1] += first[t];
+    }
+    let mut fill = first.clone();
+    let mut sources = vec![0u32; first[n]];
+    for s in 0..n {
+        for t in targets(s) {
+            sources[fill[t as usize]] = s as u32;
+            fill[t as usize] += 1;
+        }
+    }
+    let mut live = finals.to_vec();
+    let mut stack: Vec<usize> = (0..n).filter(|&s| finals[s]).collect();
+    while let Some(t) = stack.pop() {
+        for &s in &sources[first[t]..first[t + 1]] {
+            if !live[s as usize] {
+                live[s as usize] = true;
+                stack.push(s as usize);
+            }
+        }
+    }
+    live
+}
+
 impl CharDfa {
     /// The automaton with these moves (per state: a character class, as in
     /// [`Expr::Class`], and the state it leads to) and final states, with the states that
@@ -51,8 +90,6 @@ impl CharDfa {
         if moves.len() != n || n == 0 {
             return None;
         }
-        // Each state's sources, flat: `sources[first[t]..first[t + 1]]` move to `t`.
-        let mut first = vec![0usize; n + 1];
         let mut ranges: Vec<(u32, u32)> = Vec::new();
         for m in &moves {
             ranges.clear();
@@ -60,7 +97,6 @@ impl CharDfa {
                 if *t as usize >= n {
                     return None;
                 }
-                first[*t as usize + 1] += 1;
                 ranges.extend(class.iter().copied());
             }
             ranges.sort_unstable();
@@ -68,28 +104,7 @@ impl CharDfa {
                 return None;
             }
         }
-        for t in 0..n {
-            first[t + 1] += first[t];
-        }
-        let mut fill = first.clone();
-        let mut sources = vec![0u32; first[n]];
-        for (s, m) in moves.iter().enumerate() {
-            for (_, t) in m {
-                sources[fill[*t as usize]] = s as u32;
-                fill[*t as usize] += 1;
-            }
-        }
-        // Co-reachability: backwards from the finals.
-        let mut live = finals.clone();
-        let mut stack: Vec<usize> = (0..n).filter(|&s| finals[s]).collect();
-        while let Some(t) = stack.pop() {
-            for &s in &sources[first[t]..first[t + 1]] {
-                if !live[s as usize] {
-                    live[s as usize] = true;
-                    stack.push(s as usize);
-                }
-            }
-        }
+        let live = coreachable(&finals, |s| moves[s].iter().map(|m| m.1));
         if !live[0] {
             return None;
         }

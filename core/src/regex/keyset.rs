@@ -428,36 +428,10 @@ impl KeySet {
         edges.push(if sink_used { ANY.iter().map(|&(a, b)| (a, b, sink)).collect() } else { Vec::new() });
         let finals: Vec<bool> =
             (0..=n).map(|s| if s == n { sink_used } else { accept(self.labels[s]) }).collect();
-        // Live states: those from which a final state is reachable, backwards from the
-        // finals over the edges reversed (flat: `sources[first[t]..first[t + 1]]`).
-        let mut first = vec![0usize; n + 2];
-        for es in &edges {
-            for e in es {
-                first[e.2 as usize + 1] += 1;
-            }
-        }
-        for t in 0..=n {
-            first[t + 1] += first[t];
-        }
-        let mut fill = first.clone();
-        let mut sources = vec![0u32; first[n + 1]];
-        for (s, es) in edges.iter().enumerate() {
-            for e in es {
-                sources[fill[e.2 as usize]] = s as u32;
-                fill[e.2 as usize] += 1;
-            }
-        }
-        crate::budget::charge(crate::budget::Phase::Intersection, (n + sources.len()) as u64)?;
-        let mut live = finals.clone();
-        let mut stack: Vec<usize> = (0..=n).filter(|&s| finals[s]).collect();
-        while let Some(t) = stack.pop() {
-            for &s in &sources[first[t]..first[t + 1]] {
-                if !live[s as usize] {
-                    live[s as usize] = true;
-                    stack.push(s as usize);
-                }
-            }
-        }
+        // Live states (a final one reachable), so that only they are spelled.
+        let moves: usize = edges.iter().map(Vec::len).sum();
+        crate::budget::charge(crate::budget::Phase::Intersection, (n + moves) as u64)?;
+        let live = crate::grammar::coreachable(&finals, |s| edges[s].iter().map(|e| e.2));
         if !live[0] {
             return Ok(None);
         }
