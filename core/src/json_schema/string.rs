@@ -612,36 +612,27 @@ pub(crate) fn build(
     if regexes.is_empty() && min == 0 && max.is_none() && not_in.is_empty() {
         return b.any_string();
     }
-    // A format alone: one rule per format in the grammar, found by its name.
-    let format_only =
-        matches!(&regexes[..], [(_, "format")]) && not_in.is_empty() && min == 0 && max.is_none();
-    if format_only {
-        if let Some(e) = b.format_rules.get(&regexes[0].0) {
-            return Ok(e.clone());
-        }
-    }
+    // One rule per distinct constrained string in the grammar, found by what constrains it.
     let (min, max) = (min as u32, max.map(|x| x as u32));
-    let key = (regexes.clone(), min, max, not_in.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-    if !format_only {
-        if let Some(e) = b.string_rules.get(&key) {
-            return Ok(e.clone());
-        }
+    let key = (regexes, min, max, not_in.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    if let Some(e) = b.string_rules.get(&key) {
+        return Ok(e.clone());
     }
     let warned = b.warnings.len();
-    let body = constrained_body(b, &regexes, min, max, not_in, ptr)?;
+    let body = constrained_body(b, &key.0, min, max, not_in, ptr)?;
     let string = seq(vec![lit("\""), body, lit("\"")]);
-    if !format_only {
-        let e = b.leaf_rule(string, "string")?;
-        // A warning names its place: a string that warned is built again where it recurs.
-        if b.warnings.len() == warned {
-            b.string_rules.insert(key, e.clone());
-        }
-        return Ok(e);
+    let e = if matches!(&key.0[..], [(_, "format")]) && (min, max) == (0, None) && not_in.is_empty() {
+        // A format alone, kept without hashing its expression (a date-time's is large).
+        let id = b.new_rule("format", ptr)?;
+        b.rules[id.index()].body = string;
+        b.rules[id.index()].keep = true;
+        Expr::Rule(id)
+    } else {
+        b.leaf_rule(string, "string")?
+    };
+    // A warning names its place: a string that warned is built again where it recurs.
+    if b.warnings.len() == warned {
+        b.string_rules.insert(key, e.clone());
     }
-    // Kept by name, not by hashing the expression (a date-time's is large).
-    let id = b.new_rule("format", ptr)?;
-    b.rules[id.index()].body = string;
-    b.rules[id.index()].keep = true;
-    b.format_rules.insert(regexes[0].0.clone(), Expr::Rule(id));
-    Ok(Expr::Rule(id))
+    Ok(e)
 }

@@ -155,12 +155,10 @@ pub(crate) struct Builder<'a> {
     /// Leaf rules by the hash of their body (the bodies themselves are the rules'; a key
     /// that held a copy cost a clone of every leaf, a large format's included).
     leaves: FxHashMap<u64, Vec<RuleId>>,
-    /// The rule of each `format` used alone on a string, by format (its expression is the
-    /// largest of a tool's arguments: it is neither hashed nor copied twice).
-    pub(crate) format_rules: FxHashMap<String, Expr>,
     /// The rule of each constrained string built without a warning, by what constrains it
-    /// (see [`super::string::StringKey`]): a schema that repeats a `pattern` under lengths
-    /// (three references of one kind, each with its own copy) builds its automaton once.
+    /// (see [`super::string::StringKey`]): a `format` used alone is one rule per grammar (its
+    /// expression, the largest of a tool's arguments, is neither hashed nor copied twice),
+    /// and a schema that repeats a `pattern` under lengths builds its automaton once.
     pub(crate) string_rules: FxHashMap<super::string::StringKey, Expr>,
     /// Per character, the call of its escapes' rule ([`Self::spelled`]): keys repeat
     /// their characters, and building the escapes (hex digits in either case) for each
@@ -200,7 +198,6 @@ impl<'a> Builder<'a> {
             int_ranges: FxHashMap::default(),
             string_rule: None,
             leaves: FxHashMap::default(),
-            format_rules: FxHashMap::default(),
             string_rules: FxHashMap::default(),
             escapes: FxHashMap::default(),
             bodies: FxHashMap::default(),

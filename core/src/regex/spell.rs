@@ -80,44 +80,43 @@ impl Speller {
             [(0, hi, t)] if *hi == all => Key::HexAll(digits, *t),
             _ => Key::Hex(digits, pieces.to_vec()),
         };
-        if let Some(&s) = self.index.get(&key) {
-            return s;
-        }
-        let span = (all + 1) / 16;
-        // Per target, the digits leading there (bit d).
-        let mut by_target: Vec<(u32, u16)> = Vec::new();
-        // One buffer per digit level, reused (a call recurses one level down only).
-        let mut sub = std::mem::take(&mut self.subs[usize::from(digits)]);
-        let mut i = 0;
-        for d in 0..16u32 {
-            let (lo, hi) = (d * span, d * span + span - 1);
-            while i < pieces.len() && pieces[i].1 < lo {
-                i += 1;
+        self.intern(key, |sp| {
+            let span = (all + 1) / 16;
+            // Per target, the digits leading there (bit d).
+            let mut by_target: Vec<(u32, u16)> = Vec::new();
+            // One buffer per digit level, reused (a call recurses one level down only).
+            let mut sub = std::mem::take(&mut sp.subs[usize::from(digits)]);
+            let mut i = 0;
+            for d in 0..16u32 {
+                let (lo, hi) = (d * span, d * span + span - 1);
+                while i < pieces.len() && pieces[i].1 < lo {
+                    i += 1;
+                }
+                sub.clear();
+                sub.extend(
+                    pieces[i..]
+                        .iter()
+                        .take_while(|p| p.0 <= hi)
+                        .map(|&(a, b, t)| (a.max(lo) - lo, b.min(hi) - lo, t)),
+                );
+                let target = match (digits, sub.first()) {
+                    (_, None) => continue,
+                    (1, Some(&(_, _, t))) => t,
+                    _ => sp.hex(digits - 1, &sub),
+                };
+                match by_target.iter_mut().find(|x| x.0 == target) {
+                    Some(x) => x.1 |= 1 << d,
+                    None => by_target.push((target, 1 << d)),
+                }
             }
-            sub.clear();
-            sub.extend(
-                pieces[i..]
-                    .iter()
-                    .take_while(|p| p.0 <= hi)
-                    .map(|&(a, b, t)| (a.max(lo) - lo, b.min(hi) - lo, t)),
-            );
-            let target = match (digits, sub.first()) {
-                (_, None) => continue,
-                (1, Some(&(_, _, t))) => t,
-                _ => self.hex(digits - 1, &sub),
-            };
-            match by_target.iter_mut().find(|x| x.0 == target) {
-                Some(x) => x.1 |= 1 << d,
-                None => by_target.push((target, 1 << d)),
-            }
-        }
-        self.subs[usize::from(digits)] = sub;
-        let moves = by_target.into_iter().map(|(t, ds)| (self.hex_class(ds), t)).collect();
-        let s = self.moves.len() as u32;
-        self.moves.push(moves);
-        self.finals.push(false);
-        self.index.insert(key, s);
-        s
+            sp.subs[usize::from(digits)] = sub;
+            by_target.into_iter().map(|(t, ds)| (sp.hex_class(ds), t)).collect()
+        })
+    }
+
+    /// [`hex_class`], kept.
+    fn hex_class(&mut self, ds: u16) -> Vec<(u32, u32)> {
+        self.classes.entry(ds).or_insert_with(|| hex_class(ds)).clone()
     }
 
     /// The state after a high surrogate's digits whose low surrogate leads by `pieces`
@@ -209,18 +208,12 @@ impl Speller {
         if u.is_some() || shorts.iter().any(Option::is_some) {
             let esc = self.intern(Key::Escape(shorts, u), |_| {
                 let mut m: Vec<CharMove> = Vec::new();
-                for (&(_, letter), t) in SHORT.iter().zip(shorts) {
-                    if let Some(t) = t {
-                        match m.iter_mut().find(|x| x.1 == t) {
-                            Some(x) => x.0.push((letter, letter)),
-                            None => m.push((vec![(letter, letter)], t)),
-                        }
-                    }
-                }
-                if let Some(u) = u {
-                    match m.iter_mut().find(|x| x.1 == u) {
-                        Some(x) => x.0.push((b'u' as u32, b'u' as u32)),
-                        None => m.push((vec![(b'u' as u32, b'u' as u32)], u)),
+                let letters = SHORT.iter().zip(shorts).filter_map(|(&(_, letter), t)| Some((letter, t?)));
+                // In the table's order, not sorted (`add` would need them sorted): sorted after.
+                for (letter, t) in letters.chain(u.map(|u| (b'u' as u32, u))) {
+                    match m.iter_mut().find(|x| x.1 == t) {
+                        Some(x) => x.0.push((letter, letter)),
+                        None => m.push((vec![(letter, letter)], t)),
                     }
                 }
                 for x in &mut m {
@@ -231,13 +224,6 @@ impl Speller {
             add(&mut out, (b'\\' as u32, b'\\' as u32), esc);
         }
         out
-    }
-}
-
-impl Speller {
-    /// [`hex_class`], kept.
-    fn hex_class(&mut self, ds: u16) -> Vec<(u32, u32)> {
-        self.classes.entry(ds).or_insert_with(|| hex_class(ds)).clone()
     }
 }
 
@@ -284,13 +270,8 @@ pub(crate) fn spelled(
             (pieces.len() + sp.moves.len() - before + 1) as u64,
         )?;
     }
-    // `None` here is the empty language (no final state reachable); the moves built above
-    // never overlap, which `new` would also refuse as `None`.
-    debug_assert!(sp.moves.iter().all(|m| {
-        let mut r: Vec<(u32, u32)> = m.iter().flat_map(|(c, _)| c.iter().copied()).collect();
-        r.sort_unstable();
-        r.windows(2).all(|w| w[0].1 < w[1].0)
-    }));
+    // `None` is the empty language: the moves built above never overlap (which `new`
+    // would also answer with `None`).
     Ok(CharDfa::new(sp.moves, sp.finals))
 }
 
