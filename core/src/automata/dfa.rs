@@ -66,6 +66,11 @@ pub(crate) struct Scratch {
     set: Vec<u32>,
     by_rule: Vec<(u32, u32)>,
     next: Vec<u32>,
+    /// One NFA state's byte edges, sorted ([`Dfa::determinize_from`]'s single states).
+    single: Vec<(u8, u8, u32)>,
+    /// Per NFA state `t`, the DFA state of the closure of `{t}` once interned (`DEAD`
+    /// before): a character automaton's states are entered from many edges.
+    single_ids: Vec<u32>,
     /// All false between uses (`Nfa::closure` clears what it sets).
     seen: Vec<bool>,
     sets: SliceInterner,
@@ -145,6 +150,8 @@ impl Scratch {
             set: Vec::new(),
             by_rule: Vec::new(),
             next: Vec::new(),
+            single: Vec::new(),
+            single_ids: Vec::new(),
             seen: Vec::new(),
             sets: SliceInterner::default(),
             walked: Vec::new(),
@@ -286,7 +293,22 @@ impl Dfa {
         if sc.seen.len() < nfa.len() {
             sc.seen.resize(nfa.len(), false);
         }
-        let Scratch { class_of, per_class, touched, prev_targets, set, by_rule, next, seen, sets, .. } = sc;
+        let Scratch {
+            class_of,
+            per_class,
+            touched,
+            prev_targets,
+            set,
+            by_rule,
+            next,
+            single,
+            single_ids,
+            seen,
+            sets,
+            ..
+        } = sc;
+        single_ids.clear();
+        single_ids.resize(nfa.len(), DEAD);
         // A construction stopped by the state limit returns mid-state, with targets still
         // in the per-class lists: the next rule built with this scratch must not see them.
         for c in touched.drain(..) {
@@ -308,6 +330,33 @@ impl Dfa {
             // The state's work: its NFA states' edges are spread over the classes below.
             budget::charge(Phase::Dfa, 1 + set.len() as u64)?;
             dfa.finals.push(set.binary_search(&nfa.end).is_ok());
+            // One NFA state whose byte edges do not overlap, and no rule edge (a state of a
+            // character automaton, `Expr::Dfa`: most of a spelled string's 70,000): each
+            // edge leads to its target's closure, found once per edge instead of once per
+            // class it covers, and written to its classes directly.
+            if let [s] = set[..] {
+                single.clear();
+                single.extend_from_slice(nfa.bytes.of(s));
+                single.sort_unstable();
+                if nfa.rules.of(s).is_empty() && single.windows(2).all(|w| w[0].1 < w[1].0) {
+                    for &(lo, hi, t) in single.iter() {
+                        let id = match single_ids[t as usize] {
+                            DEAD => {
+                                next.clear();
+                                next.push(t);
+                                let id = Self::intern(nfa, next, seen, sets, max_states)?;
+                                single_ids[t as usize] = id;
+                                id
+                            }
+                            id => id,
+                        };
+                        let (first, last) = (class_of[lo as usize], class_of[hi as usize]);
+                        dfa.edges.extend((first..=last).map(|c| (c as u32, id)));
+                    }
+                    dfa.ends.push(dfa.edges.len() as u32);
+                    continue;
+                }
+            }
             // Per-class target lists. Byte edges are ranges, so each edge is spread over
             // the consecutive classes it covers.
             for &s in set.iter() {

@@ -6,7 +6,7 @@ use super::AutomataError;
 use crate::budget::{self, Phase};
 use crate::grammar::{CharMove, Expr};
 use crate::grammar::{GrammarError, GrammarErrorKind};
-use regex_syntax::utf8::Utf8Sequences;
+use regex_syntax::utf8::{Utf8Sequence, Utf8Sequences};
 use rustc_hash::FxHashMap;
 
 /// Edges out of each state in one flat array (compressed sparse rows): state `s`'s edges
@@ -82,6 +82,11 @@ struct Builder {
     dead_ends: bool,
     /// The shared tail states of the class being built: `((lo, hi, target), state)`.
     tails: Vec<((u8, u8, u32), u32)>,
+    /// The UTF-8 sequences of each range met (a spelled string's thousands of states
+    /// read the same few classes: splitting them again was a tenth of its NFA).
+    utf8: FxHashMap<(u32, u32), Box<[Utf8Sequence]>>,
+    /// Scratch: the sequences of the range being built.
+    seqs: Vec<Utf8Sequence>,
 }
 
 impl Nfa {
@@ -346,9 +351,22 @@ impl Builder {
         to: u32,
         max: usize,
     ) -> Result<(), AutomataError> {
+        let mut seqs = std::mem::take(&mut self.seqs);
         for &(lo, hi) in ranges {
+            if hi < 0x80 {
+                self.bytes.push((from, (lo as u8, hi as u8, to)));
+                continue;
+            }
             let (Some(lo), Some(hi)) = (char::from_u32(lo), char::from_u32(hi)) else { continue };
-            for seq in Utf8Sequences::new(lo, hi) {
+            seqs.clear();
+            match self.utf8.get(&(lo as u32, hi as u32)) {
+                Some(cached) => seqs.extend_from_slice(cached),
+                None => {
+                    seqs.extend(Utf8Sequences::new(lo, hi));
+                    self.utf8.insert((lo as u32, hi as u32), seqs.as_slice().into());
+                }
+            }
+            for seq in &seqs {
                 let seq = seq.as_slice();
                 let mut next = to;
                 for r in seq[1..].iter().rev() {
@@ -366,6 +384,7 @@ impl Builder {
                 self.bytes.push((from, (seq[0].start, seq[0].end, next)));
             }
         }
+        self.seqs = seqs;
         Ok(())
     }
 

@@ -328,21 +328,22 @@ impl KeySet {
     /// `max`, or the largest `min` when some length has no `max`); characters this
     /// automaton does not take lead to a sink that only counts, kept while a length can
     /// still label it.
-    fn counted(self, lengths: &[(u32, u32, Option<u32>)], limits: &RegexLimits) -> Result<KeySet, RegexError> {
+    fn counted(
+        self,
+        lengths: &[(u32, u32, Option<u32>)],
+        limits: &RegexLimits,
+    ) -> Result<KeySet, RegexError> {
         let too_large = |given: usize| RegexError {
             kind: RegexErrorKind::TooLarge { given: given as u64, limit: limits.max_size },
             pattern: String::new(),
             offset: 0,
         };
-        let cap = lengths
-            .iter()
-            .map(|&(_, min, max)| max.map_or(min, |m| m.saturating_add(1)))
-            .max()
-            .unwrap_or(0);
+        let cap =
+            lengths.iter().map(|&(_, min, max)| max.map_or(min, |m| m.saturating_add(1))).max().unwrap_or(0);
         let length_label = |c: u32| {
             lengths
                 .iter()
-                .filter(|&&(_, min, max)| c >= min && max.is_none_or(|m| c <= m))
+                .filter(|&&(_, min, max)| c >= min && max.map_or(true, |m| c <= m))
                 .fold(0u64, |acc, &(bit, _, _)| acc | 1 << bit)
         };
         // The sink: state `n`, taking every character to itself.
@@ -566,20 +567,23 @@ fn retarget(edges: &[(u32, u32, u32)], f: impl Fn(u32) -> u32) -> Vec<(u32, u32,
 /// connected components, iteratively: key automata can have thousands of states).
 pub(super) fn on_cycles(edges: &[Vec<(u32, u32, u32)>]) -> Vec<bool> {
     let n = edges.len();
-    let succ = |s: usize| edges[s].iter().map(|e| e.2 as usize).filter(move |&t| t != s);
-    // First pass: finishing order.
+    // First pass: finishing order. (The stack holds each state's next edge by index:
+    // finding the i-th successor by iterating made a state of 30 edges cost 450 steps,
+    // a tenth of a spelled string's compile.)
     let mut seen = vec![false; n];
     let mut finished = Vec::with_capacity(n);
+    let mut stack: Vec<(usize, usize)> = Vec::new();
     for root in 0..n {
         if seen[root] {
             continue;
         }
         seen[root] = true;
-        let mut stack = vec![(root, 0usize)];
+        stack.push((root, 0));
         while let Some((s, i)) = stack.pop() {
-            match succ(s).nth(i) {
-                Some(t) => {
+            match edges[s].get(i) {
+                Some(e) => {
                     stack.push((s, i + 1));
+                    let t = e.2 as usize;
                     if !seen[t] {
                         seen[t] = true;
                         stack.push((t, 0));
@@ -589,13 +593,27 @@ pub(super) fn on_cycles(edges: &[Vec<(u32, u32, u32)>]) -> Vec<bool> {
             }
         }
     }
-    // Second pass on the reversed graph, in reverse finishing order: one component each.
-    let mut preds = vec![Vec::new(); n];
-    for s in 0..n {
-        for t in succ(s) {
-            preds[t].push(s);
+    // Second pass on the reversed graph (flat, by counting), in reverse finishing order:
+    // one component each. Self-loops do not make a cycle of two or more.
+    let mut starts = vec![0usize; n + 1];
+    for (s, es) in edges.iter().enumerate() {
+        for e in es.iter().filter(|e| e.2 as usize != s) {
+            starts[e.2 as usize + 1] += 1;
         }
     }
+    for i in 0..n {
+        starts[i + 1] += starts[i];
+    }
+    let mut fill = starts[..n].to_vec();
+    let mut flat = vec![0usize; starts[n]];
+    for (s, es) in edges.iter().enumerate() {
+        for e in es.iter().filter(|e| e.2 as usize != s) {
+            let t = e.2 as usize;
+            flat[fill[t]] = s;
+            fill[t] += 1;
+        }
+    }
+    let preds = |t: usize| &flat[starts[t]..starts[t + 1]];
     let mut comp = vec![usize::MAX; n];
     let mut size = Vec::new();
     for &root in finished.iter().rev() {
@@ -608,7 +626,7 @@ pub(super) fn on_cycles(edges: &[Vec<(u32, u32, u32)>]) -> Vec<bool> {
         let mut stack = vec![root];
         while let Some(s) = stack.pop() {
             size[c] += 1;
-            for &p in &preds[s] {
+            for &p in preds(s) {
                 if comp[p] == usize::MAX {
                     comp[p] = c;
                     stack.push(p);
@@ -727,7 +745,11 @@ mod tests {
         let names = ["ab", "abc", "é@"];
         let cases: Vec<Vec<Component>> = vec![
             vec![Component::Pattern("^[a-z]+@"), Component::Length { min: 2, max: Some(4) }],
-            vec![Component::Pattern("a"), Component::Length { min: 0, max: Some(3) }, Component::Pattern("b$")],
+            vec![
+                Component::Pattern("a"),
+                Component::Length { min: 0, max: Some(3) },
+                Component::Pattern("b$"),
+            ],
             vec![Component::Names(&names), Component::Length { min: 3, max: None }],
             vec![Component::Length { min: 1, max: Some(4) }],
             vec![
@@ -759,8 +781,16 @@ mod tests {
             strings.push((0..len).map(|i| alphabet[(seed >> (3 * i)) as usize % alphabet.len()]).collect());
         }
         strings.extend(
-            ["a@b.gov.uk", "a@b.c.gov.uk", "a@bxgov.uk", "ab@c.gov.ukzz", " a@b.gov.uk", "a@b..gov.uk", "a@@b.gov.uk"]
-                .map(String::from),
+            [
+                "a@b.gov.uk",
+                "a@b.c.gov.uk",
+                "a@bxgov.uk",
+                "ab@c.gov.ukzz",
+                " a@b.gov.uk",
+                "a@b..gov.uk",
+                "a@@b.gov.uk",
+            ]
+            .map(String::from),
         );
         for comps in &cases {
             let counted = KeySet::build(comps, &limits).unwrap();
