@@ -351,6 +351,9 @@ impl Dfa {
                             id => id,
                         };
                         let (first, last) = (class_of[lo as usize], class_of[hi as usize]);
+                        // Byte classes refine every edge: its classes hold its bytes only.
+                        debug_assert!(lo == 0 || class_of[lo as usize - 1] != first);
+                        debug_assert!(hi == 255 || class_of[hi as usize + 1] != last);
                         dfa.edges.extend((first..=last).map(|c| (c as u32, id)));
                     }
                     dfa.ends.push(dfa.edges.len() as u32);

@@ -353,6 +353,10 @@ impl Builder {
     ) -> Result<(), AutomataError> {
         let mut seqs = std::mem::take(&mut self.seqs);
         for &(lo, hi) in ranges {
+            // (A reversed range is empty, as `Utf8Sequences` reads it.)
+            if lo > hi {
+                continue;
+            }
             if hi < 0x80 {
                 self.bytes.push((from, (lo as u8, hi as u8, to)));
                 continue;

@@ -5,9 +5,9 @@
 //! schema applies depends on the class, so the grammar needs each class as its own key
 //! language — `pattern₁ ∧ ¬pattern₂ ∧ ¬names`, and so on. Grammar IR has no intersection
 //! or complement, so this module does them on a small character-level automaton: every
-//! component language becomes a Thompson NFA over Unicode scalar ranges, one subset
-//! construction runs them all at once, and each DFA state is labelled with the set of
-//! components that accept there. A key class is then "the DFA with these labels final",
+//! component language but the lengths becomes a Thompson NFA over Unicode scalar ranges,
+//! one subset construction runs them all at once, the lengths are a count of characters
+//! beside it, and each state is labelled with the set of components that accept there. A key class is then "the DFA with these labels final",
 //! spelled in JSON as one character automaton by [`KeySet::spelled`]. String values use it
 //! too: a `pattern` with a `format`, under lengths it cannot carry, in a complement, or
 //! large without lengths is such a class.
@@ -285,7 +285,7 @@ impl KeySet {
             resolved.clear();
             let mut out: Vec<(u32, u32, u32)> = Vec::new();
             for (w, ts) in targets.iter_mut().enumerate() {
-                if ts.is_empty() || cuts[w] == 0xD800 {
+                if ts.is_empty() || (0xD800..0xE000).contains(&cuts[w]) {
                     continue;
                 }
                 let (lo, hi) = (cuts[w], cuts[w + 1] - 1);
@@ -323,11 +323,11 @@ impl KeySet {
     }
 
     /// This automaton (no length among its components) times a count of characters:
-    /// `(bit, min, max)` labels bit `bit` where the count is within `min..=max`. The
-    /// count stops at the first value past which no label changes (one past the largest
-    /// `max`, or the largest `min` when some length has no `max`); characters this
-    /// automaton does not take lead to a sink that only counts, kept while a length can
-    /// still label it.
+    /// `(bit, min, max)` labels bit `bit` where the count is within `min..=max` (never
+    /// when `min > max`). The count stops at the first value past which no label changes:
+    /// the largest, over the lengths, of `max + 1`, or of `min` for one without a `max`.
+    /// Characters this automaton does not take lead to a sink that only counts, kept
+    /// while a length can still label it.
     fn counted(
         self,
         lengths: &[(u32, u32, Option<u32>)],
@@ -340,6 +340,11 @@ impl KeySet {
         };
         let cap =
             lengths.iter().map(|&(_, min, max)| max.map_or(min, |m| m.saturating_add(1))).max().unwrap_or(0);
+        // Every count below the cap is some string's, so a state of its own: a cap past
+        // the limit is refused before its states are built (`maxLength: 10^9` on keys).
+        if cap as usize > limits.max_size {
+            return Err(too_large(cap as usize));
+        }
         let length_label = |c: u32| {
             lengths
                 .iter()
@@ -369,7 +374,7 @@ impl KeySet {
         let (mut edges, mut labels) = (Vec::new(), Vec::new());
         while let Some(&(p, c)) = order.get(edges.len()) {
             labels.push(base_label(p) | length_label(c));
-            let next = (c + 1).min(cap);
+            let next = c.saturating_add(1).min(cap);
             let mut out: Vec<(u32, u32, u32)> = Vec::new();
             for &(a, b, t) in &total[p as usize] {
                 if gone(t, next) {
@@ -739,7 +744,7 @@ mod tests {
     fn counted_lengths_are_the_subset_construction() {
         // Lengths counted beside the other components label every string as the subset
         // construction over all of them does, and spell to no larger an automaton: for
-        // strings over an alphabet the patterns tell apart, up to 6 characters (past
+        // strings over an alphabet the patterns tell apart, up to 5 characters (past
         // several caps), and longer ones at random.
         let limits = RegexLimits::default();
         let names = ["ab", "abc", "é@"];
@@ -807,6 +812,30 @@ mod tests {
                 assert!(size(&counted) <= size(&subsets), "{comps:?}, label {label:#b}");
             }
         }
+    }
+
+    #[test]
+    fn lengths_no_string_has_label_nothing() {
+        // `minLength: 5, maxLength: 3` holds no string (the subset construction's
+        // repetition took exactly 5 characters there); `maxLength: 0` only the empty one.
+        let limits = RegexLimits::default();
+        let k =
+            KeySet::build(&[Component::Pattern("a"), Component::Length { min: 5, max: Some(3) }], &limits)
+                .unwrap();
+        assert!(k.labels().iter().all(|l| l & 0b10 == 0), "{:?}", k.labels());
+        assert_eq!((k.label_of("aaaaa"), k.label_of("aaaa")), (0b01, 0b01));
+        let k =
+            KeySet::build(&[Component::Names(&["x"]), Component::Length { min: 0, max: Some(0) }], &limits)
+                .unwrap();
+        assert_eq!((k.label_of(""), k.label_of("x"), k.label_of("y")), (0b10, 0b01, 0));
+        // A count past the size limit is refused at once.
+        let small = RegexLimits { max_size: 1000, ..RegexLimits::default() };
+        let e = KeySet::build(
+            &[Component::Pattern("a"), Component::Length { min: 0, max: Some(1_000_000_000) }],
+            &small,
+        )
+        .unwrap_err();
+        assert!(matches!(e.kind, RegexErrorKind::TooLarge { .. }), "{e:?}");
     }
 
     #[test]
