@@ -71,6 +71,12 @@ pub(crate) struct Scratch {
     /// Per NFA state `t`, the DFA state of the closure of `{t}` once interned (`DEAD`
     /// before): a character automaton's states are entered from many edges.
     single_ids: Vec<u32>,
+    /// Tests: the per-class path only, to hold the single-state path to it; and how
+    /// many states took the single-state path.
+    #[cfg(test)]
+    per_class_only: bool,
+    #[cfg(test)]
+    single_hits: usize,
     /// All false between uses (`Nfa::closure` clears what it sets).
     seen: Vec<bool>,
     sets: SliceInterner,
@@ -152,6 +158,10 @@ impl Scratch {
             next: Vec::new(),
             single: Vec::new(),
             single_ids: Vec::new(),
+            #[cfg(test)]
+            per_class_only: false,
+            #[cfg(test)]
+            single_hits: 0,
             seen: Vec::new(),
             sets: SliceInterner::default(),
             walked: Vec::new(),
@@ -293,6 +303,12 @@ impl Dfa {
         if sc.seen.len() < nfa.len() {
             sc.seen.resize(nfa.len(), false);
         }
+        #[cfg(test)]
+        let single_path = !sc.per_class_only;
+        #[cfg(test)]
+        let mut hits = 0;
+        #[cfg(not(test))]
+        let single_path = true;
         let Scratch {
             class_of,
             per_class,
@@ -334,7 +350,7 @@ impl Dfa {
             // character automaton, `Expr::Dfa`: most of a spelled string's 70,000): each
             // edge leads to its target's closure, found once per edge instead of once per
             // class it covers, and written to its classes directly.
-            if let [s] = set[..] {
+            if let (true, &[s]) = (single_path, &set[..]) {
                 single.clear();
                 single.extend_from_slice(nfa.bytes.of(s));
                 single.sort_unstable();
@@ -357,6 +373,10 @@ impl Dfa {
                         dfa.edges.extend((first..=last).map(|c| (c as u32, id)));
                     }
                     dfa.ends.push(dfa.edges.len() as u32);
+                    #[cfg(test)]
+                    {
+                        hits += 1;
+                    }
                     continue;
                 }
             }
@@ -410,6 +430,10 @@ impl Dfa {
                 dfa.edges.push((nc as u32 + r, id));
             }
             dfa.ends.push(dfa.edges.len() as u32);
+        }
+        #[cfg(test)]
+        {
+            sc.single_hits += hits;
         }
         Ok(dfa)
     }
@@ -717,7 +741,7 @@ impl Dfa {
         }
         // Nothing merged: every state kept where it is (a spelled string automaton of
         // 73,000 states is minimal as built; rewriting its million edges into fresh lists
-        // cost a third of its compile, mostly first-touch page faults).
+        // was an eighth of its compile in a profile, mostly first-touch page faults).
         if order.len() == class.len() {
             return;
         }
@@ -942,6 +966,48 @@ mod tests {
             out.extend(level.iter().cloned());
         }
         out
+    }
+
+    #[test]
+    fn single_states_are_determinized_as_per_class() {
+        // The single-state path gives the per-class path's DFA, state for state, on every
+        // rule of schemas with spelled strings (patterns under lengths, key classes,
+        // formats) and of a grammar with rule references.
+        let schemas = [
+            r#"{"type":"object","properties":{"from":{"type":"string","pattern":"^[^@\\s]+@[^@.\\s]+(\\.[^@.\\s]*)*.gov.uk","maxLength":40},"to":{"type":"string","format":"email","maxLength":30}},"patternProperties":{"^x-[a-z]+$":{"type":"integer"}},"additionalProperties":false}"#,
+            r#"{"type":"array","items":{"type":"string","pattern":"[a-f0-9]{8}","minLength":3,"maxLength":20}}"#,
+            r#"{"type":"object","properties":{"a":{"type":"string","format":"date-time"},"é😀":{"enum":["x\"y",1,null]}}}"#,
+        ];
+        let mut grammars: Vec<Grammar> = schemas
+            .iter()
+            .map(|s| {
+                crate::json_schema::json_schema_str_to_grammar(
+                    s,
+                    &crate::json_schema::JsonSchemaOptions::default(),
+                )
+                .unwrap()
+            })
+            .collect();
+        grammars
+            .push(Grammar::from_ebnf("root ::= (x | \"é\" [a-zé-ü]{2,4})+\nx ::= [^\"\\\\]* \"!\"").unwrap());
+        let mut hits = 0;
+        for g in &grammars {
+            let nfas: Vec<Nfa> = g.rules.iter().map(|r| Nfa::build(&r.body, 1 << 20).unwrap()).collect();
+            let (class, n) = super::super::byte_classes(nfas.iter());
+            let rep: Vec<u8> =
+                (0..n).map(|c| (0..=255u8).find(|&b| class[b as usize] as usize == c).unwrap()).collect();
+            for nfa in &nfas {
+                let mut fast = Scratch::new(&rep);
+                let mut slow = Scratch::new(&rep);
+                slow.per_class_only = true;
+                let a = Dfa::determinize_with(nfa, &mut fast, 1 << 20).unwrap();
+                let b = Dfa::determinize_with(nfa, &mut slow, 1 << 20).unwrap();
+                assert_eq!((&a.edges, &a.ends, &a.finals), (&b.edges, &b.ends, &b.finals));
+                assert_eq!(slow.single_hits, 0);
+                hits += fast.single_hits;
+            }
+        }
+        assert!(hits > 1000, "the single-state path was taken {hits} times");
     }
 
     #[test]

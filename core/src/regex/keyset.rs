@@ -7,10 +7,11 @@
 //! or complement, so this module does them on a small character-level automaton: every
 //! component language but the lengths becomes a Thompson NFA over Unicode scalar ranges,
 //! one subset construction runs them all at once, the lengths are a count of characters
-//! beside it, and each state is labelled with the set of components that accept there. A key class is then "the DFA with these labels final",
-//! spelled in JSON as one character automaton by [`KeySet::spelled`]. String values use it
-//! too: a `pattern` with a `format`, under lengths it cannot carry, in a complement, or
-//! large without lengths is such a class.
+//! beside it, and each state is labelled with the set of components that accept there. A
+//! key class is then "the DFA with these labels final", spelled in JSON as one character
+//! automaton by [`KeySet::spelled`]. String values use it too: a `pattern` with a
+//! `format`, under lengths it cannot carry, in a complement, or large without lengths is
+//! such a class.
 
 use super::lower::{split_anchors, Branch};
 use super::parse::{Node, Parser};
