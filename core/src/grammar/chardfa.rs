@@ -41,14 +41,34 @@ pub struct CharDfa {
 }
 
 /// Per state, whether a final state can be reached from it: backwards from the finals over
-/// the moves reversed (held flat, `sources[first[t]..first[t + 1]]` moving to `t`), so
-/// linear in the moves. `targets(s)` are the targets of state `s`'s moves, each `<
-/// finals.len()`.
+/// the moves [`reversed`], so linear in the moves. `targets(s)` are the targets of state
+/// `s`'s moves, each `< finals.len()`.
 pub(crate) fn coreachable<I: Iterator<Item = u32>>(
     finals: &[bool],
     targets: impl Fn(usize) -> I,
 ) -> Vec<bool> {
     let n = finals.len();
+    let (first, sources) = reversed(n, targets);
+    let mut live = finals.to_vec();
+    let mut stack: Vec<usize> = (0..n).filter(|&s| finals[s]).collect();
+    while let Some(t) = stack.pop() {
+        for &s in &sources[first[t]..first[t + 1]] {
+            if !live[s as usize] {
+                live[s as usize] = true;
+                stack.push(s as usize);
+            }
+        }
+    }
+    live
+}
+
+/// The moves of `n` states reversed, held flat (one counting pass, no list per state):
+/// the states moving to `t` are `sources[first[t]..first[t + 1]]`. `targets(s)` are the
+/// targets of state `s`'s moves, each `< n`.
+pub(crate) fn reversed<I: Iterator<Item = u32>>(
+    n: usize,
+    targets: impl Fn(usize) -> I,
+) -> (Vec<usize>, Vec<u32>) {
     let mut first = vec![0usize; n + 1];
     for s in 0..n {
         for t in targets(s) {
@@ -66,17 +86,7 @@ pub(crate) fn coreachable<I: Iterator<Item = u32>>(
             fill[t as usize] += 1;
         }
     }
-    let mut live = finals.to_vec();
-    let mut stack: Vec<usize> = (0..n).filter(|&s| finals[s]).collect();
-    while let Some(t) = stack.pop() {
-        for &s in &sources[first[t]..first[t + 1]] {
-            if !live[s as usize] {
-                live[s as usize] = true;
-                stack.push(s as usize);
-            }
-        }
-    }
-    live
+    (first, sources)
 }
 
 impl CharDfa {

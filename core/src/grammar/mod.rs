@@ -21,8 +21,8 @@ mod print;
 pub(crate) mod testing;
 
 pub use builtin::{json_grammar, JSON_EBNF};
-pub(crate) use chardfa::coreachable;
 pub(crate) use chardfa::{alt2, alts, seq2};
+pub(crate) use chardfa::{coreachable, reversed};
 pub use chardfa::{CharDfa, CharMove};
 pub use ebnf::{parse_ebnf, parse_ebnf_bytes, ParseLimits};
 pub(crate) use error::write_located;

@@ -167,19 +167,18 @@ impl KeySet {
     /// 94 ms compile, measured).
     pub(crate) fn build(components: &[Component<'_>], limits: &RegexLimits) -> Result<KeySet, RegexError> {
         let components = &components[..components.len().min(64)];
-        let (lengths, others): (Vec<_>, Vec<_>) =
-            components.iter().enumerate().partition(|(_, c)| matches!(c, Component::Length { .. }));
-        if lengths.is_empty() {
-            return Self::subsets(&others, limits);
+        let (mut lengths, mut others) = (Vec::new(), Vec::new());
+        for (i, c) in components.iter().enumerate() {
+            match c {
+                Component::Length { min, max } => lengths.push((i as u32, *min, *max)),
+                _ => others.push((i, c)),
+            }
         }
-        let lengths: Vec<(u32, u32, Option<u32>)> = lengths
-            .iter()
-            .filter_map(|&(i, c)| match c {
-                Component::Length { min, max } => Some((i as u32, *min, *max)),
-                _ => None,
-            })
-            .collect();
-        Self::subsets(&others, limits)?.counted(&lengths, limits)
+        let set = Self::subsets(&others, limits)?;
+        if lengths.is_empty() {
+            return Ok(set);
+        }
+        set.counted(&lengths, limits)
     }
 
     /// The subset construction over `components`, component `(i, c)` labelling bit `i`.
@@ -599,27 +598,11 @@ pub(super) fn on_cycles(edges: &[Vec<(u32, u32, u32)>]) -> Vec<bool> {
             }
         }
     }
-    // Second pass on the reversed graph (flat, by counting), in reverse finishing order:
-    // one component each. Self-loops do not make a cycle of two or more.
-    let mut starts = vec![0usize; n + 1];
-    for (s, es) in edges.iter().enumerate() {
-        for e in es.iter().filter(|e| e.2 as usize != s) {
-            starts[e.2 as usize + 1] += 1;
-        }
-    }
-    for i in 0..n {
-        starts[i + 1] += starts[i];
-    }
-    let mut fill = starts[..n].to_vec();
-    let mut flat = vec![0usize; starts[n]];
-    for (s, es) in edges.iter().enumerate() {
-        for e in es.iter().filter(|e| e.2 as usize != s) {
-            let t = e.2 as usize;
-            flat[fill[t]] = s;
-            fill[t] += 1;
-        }
-    }
-    let preds = |t: usize| &flat[starts[t]..starts[t + 1]];
+    // Second pass on the reversed graph, in reverse finishing order: one component each.
+    // Self-loops do not make a cycle of two or more.
+    let (first, sources) =
+        crate::grammar::reversed(n, |s| edges[s].iter().map(|e| e.2).filter(move |&t| t as usize != s));
+    let preds = |t: usize| sources[first[t]..first[t + 1]].iter().map(|&p| p as usize);
     let mut comp = vec![usize::MAX; n];
     let mut size = Vec::new();
     for &root in finished.iter().rev() {
@@ -632,7 +615,7 @@ pub(super) fn on_cycles(edges: &[Vec<(u32, u32, u32)>]) -> Vec<bool> {
         let mut stack = vec![root];
         while let Some(s) = stack.pop() {
             size[c] += 1;
-            for &p in preds(s) {
+            for p in preds(s) {
                 if comp[p] == usize::MAX {
                     comp[p] = c;
                     stack.push(p);
