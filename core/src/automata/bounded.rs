@@ -29,7 +29,6 @@ impl Automata {
 
     /// [`Automata::agreement_depth`] by walking pairs of states.
     fn walked_agreement(&self, s: u32, t: u32, depth: usize, max_pairs: usize) -> usize {
-        let nc = self.n_classes;
         let mut seen: FxHashSet<(u32, u32)> = FxHashSet::default();
         let mut level = vec![(s, t)];
         for n in 0..depth {
@@ -65,12 +64,11 @@ impl Automata {
                         next.push((tp, tq));
                     }
                 }
-                let (rowp, rowq) =
-                    (&self.trans[p as usize * nc..][..nc], &self.trans[q as usize * nc..][..nc]);
+                let (rowp, rowq) = (self.row(p), self.row(q));
                 // Neighbouring classes mostly lead to the same pair: push it once per run
                 // (the `seen` set drops the remaining repeats).
                 let mut last = (DEAD, DEAD);
-                for (&a, &b) in rowp.iter().zip(rowq) {
+                for (a, b) in rowp.iter().zip(rowq.iter()) {
                     if (a == DEAD) != (b == DEAD) {
                         return n;
                     }

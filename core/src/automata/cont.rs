@@ -136,8 +136,7 @@ impl Automata {
             };
             let (lo, hi) = self.rule_range(r as u32);
             for s in lo..hi {
-                let row = &self.trans[s as usize * self.n_classes..][..self.n_classes];
-                if self.nodes[s as usize].is_final && row.iter().all(|&x| x == DEAD) {
+                if self.nodes[s as usize].is_final && self.row(s).is_empty() {
                     out.push((s, j, copies));
                 }
             }
@@ -180,11 +179,11 @@ impl Automata {
         let mut todo = vec![start];
         while let Some((x, y)) = todo.pop() {
             for c in 0..nc {
-                let tx = self.trans[x as usize * nc + c];
+                let tx = self.next(x, c);
                 if tx == DEAD {
                     continue;
                 }
-                let ty = self.trans[y as usize * nc + c];
+                let ty = self.next(y, c);
                 if ty == DEAD {
                     return false;
                 }

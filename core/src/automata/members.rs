@@ -225,11 +225,7 @@ impl Automata {
                 if self.nodes[s as usize].scannable {
                     return Err(bad(name, "text after a member (separators and the end must be rules)"));
                 }
-                stack.extend(
-                    self.trans[s as usize * self.n_classes..][..self.n_classes]
-                        .iter()
-                        .filter(|&&t| t != DEAD),
-                );
+                stack.extend(self.row(s).iter().filter(|&t| t != DEAD));
                 stack.extend(self.edges(s).iter().map(|e| e.1));
             }
             for s in lo..hi {

@@ -8,7 +8,8 @@
 //! Edges of a rule's DFA read either a byte or a whole rule (a reference). All DFAs live in
 //! one arena of [`StateId`]s so the matcher can index them directly. Bytes are first
 //! mapped to equivalence classes (bytes that no edge distinguishes share a class), so the
-//! transition table is `states × classes` rather than `states × 256`.
+//! transition table is `states × classes` rather than `states × 256`, and states whose
+//! rows agree relative to themselves share one ([`table`]).
 //!
 //! Alongside the DFAs, three analyses feed the compiler and the matcher:
 //! - `nullable[rule]`: the rule can match the empty string (Earley needs this to complete
@@ -26,6 +27,7 @@ mod dfa;
 mod error;
 mod members;
 mod nfa;
+mod table;
 mod tail;
 pub use error::AutomataError;
 pub mod optimize;
@@ -49,8 +51,8 @@ pub struct AutomataLimits {
     pub max_nfa_states: usize,
     /// Most DFA states over all rules (default 300,000: every JSON spelling of the
     /// characters of 587 declared keys and their values took the largest Kubernetes
-    /// schema of the dev split to 200,145). The transition table costs `4 × byte classes`
-    /// bytes per state; the compile's work budget bounds the time.
+    /// schema of the dev split to 200,145). The transition table costs 4 bytes per state,
+    /// and `4 × byte classes` per distinct row; the compile's work budget bounds the time.
     pub max_dfa_states: usize,
 }
 
@@ -72,6 +74,8 @@ pub(crate) struct NodeInfo {
     pub tail: bool,
     /// `rule_edges[edges.0..edges.1]`.
     pub edges: (u32, u32),
+    /// Where the state's byte transitions start in the [`table::Table`].
+    pub row: u32,
 }
 
 /// 256-bit byte set.
@@ -112,7 +116,8 @@ pub struct Automata {
     pub(crate) n_classes: usize,
     /// Bytes of each class.
     pub(crate) class_bytes: Vec<Vec<u8>>,
-    pub(crate) trans: Vec<u32>,
+    /// Every state's byte transitions ([`table`]).
+    pub(crate) table: table::Table,
     /// `(rule, target)`.
     pub(crate) rule_edges: Vec<(u32, u32)>,
     /// Per rule, every state that predicting it adds at the current position: its start,
@@ -265,38 +270,21 @@ impl Automata {
     ) -> Result<Automata, AutomataError> {
         let mut rule_start = Vec::with_capacity(dfas.len());
         let mut nodes = Vec::new();
-        let mut trans = Vec::new();
-        let mut rule_edges = Vec::new();
         let total: usize = dfas.iter().map(Dfa::len).sum();
+        let mut table = table::Builder::new(n_classes);
+        let mut rule_edges = Vec::new();
         nodes.reserve(total);
-        trans.reserve_exact(total * n_classes);
         for (r, d) in dfas.iter().enumerate() {
             let base = nodes.len() as u32;
             rule_start.push(base);
+            // Byte classes sort before rule letters; a rule's own class stands for a run
+            // of the grammar's ([`Dfa::spans`]).
+            let spans = d.spans.as_deref();
+            let group = spans.map(|_| r as u32);
             for s in 0..d.len() {
-                // Row by row: each row is written while it is in cache (a table-wide fill
-                // first would stream megabytes twice).
-                let at = trans.len();
-                trans.resize(at + n_classes, DEAD);
-                let row = &mut trans[at..];
                 let edges = d.edges(s);
-                // Byte classes sort before rule letters; a rule's own class stands for a
-                // run of the grammar's ([`Dfa::spans`]).
                 let n_bytes = edges.partition_point(|e| (e.0 as usize) < d.n_classes);
-                match &d.spans {
-                    None => {
-                        for &(c, t) in &edges[..n_bytes] {
-                            row[c as usize] = t + base;
-                        }
-                    }
-                    Some(spans) => {
-                        for &(c, t) in &edges[..n_bytes] {
-                            if let Some(&(a, b)) = spans.get(c as usize) {
-                                row[a as usize..=b as usize].fill(t + base);
-                            }
-                        }
-                    }
-                }
+                let row = table.push(s as u32, &edges[..n_bytes], group, spans);
                 let e0 = rule_edges.len() as u32;
                 rule_edges.extend(edges[n_bytes..].iter().map(|&(l, t)| (l - d.n_classes as u32, t + base)));
                 nodes.push(NodeInfo {
@@ -306,6 +294,7 @@ impl Automata {
                     gated: false,
                     tail: false,
                     edges: (e0, rule_edges.len() as u32),
+                    row,
                 });
             }
         }
@@ -318,7 +307,7 @@ impl Automata {
             byte_class,
             n_classes,
             class_bytes,
-            trans,
+            table: table.finish(),
             rule_edges,
             prediction: Vec::new(),
             prediction_ends: Vec::new(),
@@ -399,7 +388,7 @@ impl Automata {
         };
         h.write_usize(self.n_classes);
         h.write(&self.byte_class);
-        words(&mut h, &self.trans);
+        self.table.hash_into(&mut h);
         words(&mut h, &self.rule_start);
         words(&mut h, &self.prediction);
         words(&mut h, &self.prediction_ends);
@@ -411,6 +400,7 @@ impl Automata {
             );
             h.write_u32(n.edges.0);
             h.write_u32(n.edges.1);
+            h.write_u32(n.row);
         }
         for &(r, t) in &self.rule_edges {
             h.write_u32(r);
@@ -474,18 +464,26 @@ impl Automata {
     /// parser's own states, which scan nothing).
     #[inline]
     pub(crate) fn next(&self, state: u32, class: usize) -> u32 {
-        self.trans.get(state as usize * self.n_classes + class).copied().unwrap_or(DEAD)
+        match self.nodes.get(state as usize) {
+            Some(n) => self.table.next(n.row, state, class),
+            None => DEAD,
+        }
+    }
+
+    /// The byte transitions of `state` (none for a parser's own states, which scan
+    /// nothing).
+    #[inline]
+    pub(crate) fn row(&self, state: u32) -> table::Row<'_> {
+        match self.nodes.get(state as usize) {
+            Some(n) => self.table.row(n.row, state),
+            None => table::Row::EMPTY,
+        }
     }
 
     /// Bytes with a transition out of `state`.
     pub(crate) fn out_bytes(&self, state: u32) -> ByteSet {
         let mut set = ByteSet::default();
-        let Some(row) =
-            self.trans.get(state as usize * self.n_classes..(state as usize + 1) * self.n_classes)
-        else {
-            return set;
-        };
-        for (c, &t) in row.iter().enumerate() {
+        for (c, t) in self.row(state).iter().enumerate() {
             if t != DEAD {
                 self.class_bytes[c].iter().for_each(|&b| set.insert(b));
             }
@@ -585,7 +583,7 @@ impl Automata {
 
     /// Approximate heap bytes.
     pub fn memory_bytes(&self) -> usize {
-        self.trans.len() * 4
+        self.table.memory_bytes()
             + self.nodes.len() * std::mem::size_of::<NodeInfo>()
             + self.rule_edges.len() * 8
             + self.prediction.len() * 4
@@ -613,7 +611,7 @@ impl Automata {
                 let node = self.nodes[s as usize];
                 let _ = write!(out, "  {s}{}:", if node.is_final { " (final)" } else { "" });
                 for (c, bytes) in self.class_bytes.iter().enumerate() {
-                    let t = self.trans[s as usize * self.n_classes + c];
+                    let t = self.next(s, c);
                     if t != DEAD {
                         let _ = write!(out, " {}→{t}", show_bytes(bytes));
                     }
@@ -724,7 +722,7 @@ impl Automata {
     /// The state after reading `input` from the root's start, by DFA moves only (tests).
     pub(crate) fn after(&self, input: &[u8]) -> u32 {
         input.iter().fold(self.root_start().0, |s, &b| {
-            let t = self.trans[s as usize * self.n_classes + self.byte_class[b as usize] as usize];
+            let t = self.next(s, self.byte_class[b as usize] as usize);
             assert_ne!(t, DEAD, "{input:?} dies");
             t
         })
@@ -774,6 +772,34 @@ mod tests {
         assert!(serial.num_states() > 500, "{} states: too small to split", serial.num_states());
         assert_eq!(serial.digest(), parallel.digest());
         assert_eq!(serial.digest(), outside.digest());
+    }
+
+    #[test]
+    fn long_strings_share_their_rows() {
+        // Github_easy o21456's address: a pattern under a length limit, tens of thousands
+        // of states that are copies of a few.
+        let schema = serde_json::json!({"type": "object", "properties": {"from": {
+            "type": "string", "minLength": 5, "maxLength": 254,
+            "pattern": "^[^@^\\s]+@[^@^\\.^\\s]+(\\.[^@^\\.^\\s]*)*.gov.uk"}}, "required": ["from"]});
+        let g = crate::json_schema::json_schema_to_grammar(&schema, &Default::default()).unwrap();
+        let a = Automata::build_owned(g, &AutomataLimits::default()).unwrap();
+        let (states, rows) = (a.num_states(), a.table.rows());
+        assert!(states > 20_000 && rows * 8 < states, "{states} states, {rows} rows");
+        assert!(a.table.memory_bytes() * 8 < states * a.n_classes * 4);
+        // Moves stay the language's: from the string rule's start (the largest rule), 254
+        // characters end the value, 255 do not.
+        let rule =
+            (0..a.rule_start.len()).max_by_key(|&r| a.rule_range(r as u32).1 - a.rule_start[r]).unwrap();
+        let read = |s: &str| {
+            s.bytes().try_fold(a.rule_start[rule], |q, b| {
+                let t = a.next(q, a.byte_class[b as usize] as usize);
+                (t != DEAD).then_some(t)
+            })
+        };
+        let local = "a".repeat(254 - "@b.gov.uk".len());
+        assert!(read(&format!("\"{local}@b.gov.uk\"")).is_some_and(|q| a.nodes[q as usize].is_final));
+        assert!(!read(&format!("\"a{local}@b.gov.uk\"")).is_some_and(|q| a.nodes[q as usize].is_final));
+        assert!(read(&format!("\"{local}@b.gov.ukx")).is_none());
     }
 
     #[test]

@@ -15,14 +15,13 @@ impl Automata {
     /// member's value after flexible whitespace (`":" [ \t\n\r]* value`) is such a state,
     /// walked a few times faster than as two Earley items.
     pub(super) fn mark_tail_calls(&mut self) {
-        let nc = self.n_classes;
         let pure: Vec<bool> = (0..self.rule_start.len() as u32).map(|r| self.is_pure(r)).collect();
         for s in 0..self.nodes.len() {
             let n = self.nodes[s];
             let [(callee, t)] = *self.edges(s as u32) else { continue };
             let (callee, start) = (callee as usize, self.rule_start[callee as usize] as usize);
             let sink = self.nodes[t as usize];
-            let row = |q: usize| &self.trans[q * nc..(q + 1) * nc];
+            let row = |q: usize| self.row(q as u32);
             // (Never into a stand-in: a walk moving into its callee in DFA mode would
             // predict it without the parser seeing the prediction.)
             let tail = !n.gated
@@ -32,8 +31,8 @@ impl Automata {
                 && sink.is_final
                 && !sink.gated
                 && sink.edges.0 == sink.edges.1
-                && row(t as usize).iter().all(|&x| x == DEAD)
-                && row(s).iter().zip(row(start)).all(|(&x, &y)| x == DEAD || y == DEAD);
+                && row(t as usize).is_empty()
+                && row(s).iter().zip(row(start).iter()).all(|(x, y)| x == DEAD || y == DEAD);
             self.nodes[s].tail = tail;
         }
     }
@@ -85,7 +84,7 @@ str ::= "\"" [a-z]* "\"""#,
         let num = a.rule_start[rule("num") as usize];
         let [s] = tails("m1")[..] else { panic!("m1: {:?}", tails("m1")) };
         assert_eq!(a.tail_callee(s), num);
-        assert_ne!(a.trans[s as usize * a.n_classes + a.byte_class[b' ' as usize] as usize], DEAD);
+        assert_ne!(a.next(s, a.byte_class[b' ' as usize] as usize), DEAD);
         assert_eq!(tails("m2").len(), 1, "a tail call with no bytes of its own");
         assert_eq!(tails("m3"), Vec::<u32>::new(), "digits start the callee too");
         assert_eq!(tails("m4"), Vec::<u32>::new(), "the caller reads on");

@@ -39,7 +39,6 @@ pub(crate) fn divergent_subtrees(
     if !local_agree(a, s, t) {
         return None;
     }
-    let nc = a.n_classes;
     let nodes = &trie.nodes;
     if nodes.is_empty() {
         return Some((Vec::new(), 0));
@@ -59,7 +58,7 @@ pub(crate) fn divergent_subtrees(
             }
             let (node, end) = (trie.sib_node[i], trie.sib_node[i + 1]);
             let class = a.byte_class[trie.sib_byte[i] as usize] as usize;
-            let (x, y) = (a.trans[p as usize * nc + class], a.trans[q as usize * nc + class]);
+            let (x, y) = (a.next(p, class), a.next(q, class));
             i += 1;
             if x == y {
                 // One state (or both dead on this byte: the callees and the completed

@@ -36,7 +36,7 @@ pub(crate) fn signature(a: &Automata, rule: u32) -> Option<Arc<[u32]>> {
     let mut sig = vec![(end - start) as u32];
     for s in start..end {
         sig.push(a.nodes[s].is_final as u32);
-        let row = &a.trans[s * a.n_classes..(s + 1) * a.n_classes];
+        let row = a.row(s as u32);
         let at = sig.len();
         sig.push(0);
         let mut run: Option<(u32, u32, u32)> = None;
@@ -45,7 +45,7 @@ pub(crate) fn signature(a: &Automata, rule: u32) -> Option<Arc<[u32]>> {
         for (c, bytes) in a.class_bytes.iter().enumerate() {
             let (Some(&first), Some(&last)) = (bytes.first(), bytes.last()) else { continue };
             let (first, last) = (first as u32, last as u32);
-            let t = row[c];
+            let t = row.get(c);
             let t = if t == DEAD { DEAD } else { t - start as u32 };
             match run {
                 Some((lo, _, rt)) if rt == t => run = Some((lo, last, t)),
@@ -133,7 +133,7 @@ mod tests {
             sig.push(a.nodes[s].is_final as u32);
             let mut ranges: Vec<[u32; 3]> = Vec::new();
             for b in 0..=255u32 {
-                let t = a.trans[s * a.n_classes + a.byte_class[b as usize] as usize];
+                let t = a.next(s as u32, a.byte_class[b as usize] as usize);
                 if t == DEAD {
                     continue;
                 }

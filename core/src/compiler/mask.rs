@@ -686,7 +686,7 @@ fn wide_loop(a: &Automata, tok: &TokenizerInfo, s: u32, origin: u32) -> Option<S
 fn whole_moves(a: &Automata, tok: &TokenizerInfo, from: u32, to: u32, origin: u32) -> Option<(Skip, bool)> {
     let mut set = [0u64; 4];
     for b in 0..=255u8 {
-        if a.trans[from as usize * a.n_classes + a.byte_class[b as usize] as usize] == to {
+        if a.next(from, a.byte_class[b as usize] as usize) == to {
             set[b as usize / 64] |= 1 << (b % 64);
         }
     }
@@ -713,7 +713,7 @@ fn stays_dfa(a: &Automata, t: u32, origin: u32) -> bool {
 /// Whether state `from` reads every well-formed non-ASCII character to state `to`, never
 /// dying or leaving DFA mode (`ok_move`) inside one: explores (UTF-8 phase, state) pairs.
 fn reads_utf8(a: &Automata, from: u32, to: u32, ok_move: impl Fn(u32) -> bool) -> bool {
-    let next = |st: u32, b: u8| a.trans[st as usize * a.n_classes + a.byte_class[b as usize] as usize];
+    let next = |st: u32, b: u8| a.next(st, a.byte_class[b as usize] as usize);
     let mut seen = vec![(utf8::BOUNDARY, from)];
     let mut todo = vec![(utf8::BOUNDARY, from)];
     while let Some((p, st)) = todo.pop() {
@@ -823,8 +823,7 @@ fn chain_skip(a: &Automata, tok: &TokenizerInfo, chain: usize, origin: u32) -> O
     // Ending early onto one of the chain's characters: never, when no position ends the
     // rule or no character may follow it (a run of characters before a closing quote).
     let follow = &a.follow[a.nodes[l.positions as usize].rule as usize];
-    let moves =
-        |b: u8| a.trans[l.positions as usize * a.n_classes + a.byte_class[b as usize] as usize] != DEAD;
+    let moves = |b: u8| a.next(l.positions, a.byte_class[b as usize] as usize) != DEAD;
     let follow_free = (0..=255u8).all(|b| !follow.contains(b) || !(moves(b) || (utf8 && b >= 0xC0)));
     // Characters are counted as bytes that start one (`char_starts`): right for UTF-8
     // characters read one position each, and for a chain of ASCII bytes.
@@ -1016,9 +1015,9 @@ fn single_item(a: &Automata, parser: &Earley, dstate: &mut [u32], depth: usize) 
 /// the walk's rule, as the call's target does.
 #[inline]
 fn dfa_move(a: &Automata, here: u32, class: usize, origin: u32) -> u32 {
-    let t = a.trans[here as usize * a.n_classes + class];
+    let t = a.next(here, class);
     if t == DEAD && origin == 0 && a.nodes[here as usize].tail {
-        a.trans[a.tail_callee(here) as usize * a.n_classes + class]
+        a.next(a.tail_callee(here), class)
     } else {
         t
     }

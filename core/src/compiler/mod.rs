@@ -924,8 +924,8 @@ impl CompiledGrammar {
     fn starts_in_free_text(&self) -> bool {
         let a = &self.automata;
         let start = a.root_start().0;
-        let row = &a.trans[start as usize * a.n_classes..(start as usize + 1) * a.n_classes];
-        let looping = (0..128).filter(|&b| row[a.byte_class[b] as usize] == start).count();
+        let row = a.row(start);
+        let looping = (0..128).filter(|&b| row.get(a.byte_class[b] as usize) == start).count();
         4 * looping >= 3 * 128
     }
 
@@ -952,9 +952,8 @@ impl CompiledGrammar {
             if a.nodes[s as usize].scannable && !f(s) {
                 return;
             }
-            let row = &a.trans[s as usize * a.n_classes..(s as usize + 1) * a.n_classes];
             let rules = a.edges(s).iter().flat_map(|&(r, t)| [a.rule_start[r as usize], t]);
-            for t in row.iter().copied().filter(|&t| t != DEAD).chain(rules) {
+            for t in a.row(s).iter().filter(|&t| t != DEAD).chain(rules) {
                 if !seen[t as usize] {
                     seen[t as usize] = true;
                     queue.push_back(t);
@@ -1165,7 +1164,7 @@ impl CompiledGrammar {
             (n * a.n_classes <= MAX_PRED_ENTRIES).then(|| {
                 let mut pred = vec![DEAD; n];
                 for p in first..end {
-                    for &t in &a.trans[p as usize * a.n_classes..][..a.n_classes] {
+                    for t in a.row(p).iter() {
                         if t != DEAD
                             && t != p
                             && (first..end).contains(&t)
