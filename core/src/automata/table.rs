@@ -14,7 +14,9 @@
 //! ([`super::NodeInfo::row`]), which a walk reads at every state anyway, then the cell:
 //! no more cache lines than a flat table, and far fewer rows to keep in cache.
 
-use rustc_hash::FxHashMap;
+use std::hash::Hasher;
+
+use rustc_hash::{FxHashMap, FxHasher};
 
 use super::DEAD;
 
@@ -104,62 +106,99 @@ impl<'a> Row<'a> {
     }
 }
 
-/// Builds a [`Table`] state by state.
-pub(crate) struct Builder {
-    table: Table,
-    /// Rows stored, by their key (see [`Builder::push`]).
-    index: FxHashMap<Box<[u64]>, u32>,
+/// Builds a [`Table`] state by state: rows are found first (keyed by their sparse
+/// edges), then written once, each into a table allocated at its final size.
+pub(crate) struct Builder<'a> {
+    n_classes: usize,
+    /// The keys of the distinct rows, one after another (see [`Builder::push`]).
+    keys: Vec<u64>,
+    /// Per distinct row: where its key ends in `keys`, and its class spans.
+    rows: Vec<(u32, Option<&'a [(u32, u32)]>)>,
+    /// A key's hash → the last row with that hash; `same_hash[row]` → the one before.
+    /// (Hashes kept as words, not keys in boxes: an allocation and a rehash of the whole
+    /// key per distinct row cost more than the rest of the build.)
+    by_hash: FxHashMap<u64, u32>,
+    same_hash: Vec<u32>,
     key: Vec<u64>,
 }
 
-impl Builder {
+impl<'a> Builder<'a> {
     pub(crate) fn new(n_classes: usize) -> Self {
-        Self { table: Table { n_classes, cells: Vec::new() }, index: FxHashMap::default(), key: Vec::new() }
+        Self {
+            n_classes,
+            keys: Vec::new(),
+            rows: Vec::new(),
+            by_hash: FxHashMap::default(),
+            same_hash: Vec::new(),
+            key: Vec::new(),
+        }
     }
 
-    /// The offset of a row for a state: `edges` are `(class, target)` in a numbering of `group`'s
-    /// own (the rule's DFA: a class stands for the grammar's classes `spans[class]` when
-    /// given, else for itself), its state being `state` in that numbering. Rows are shared
-    /// when their edges are alike at the same distances within the same class numbering;
-    /// `group` names a numbering with spans (`None`: the grammar's classes).
+    /// The offset of a row for a state: `edges` are `(class, target)` in a numbering of
+    /// `group`'s own (the rule's DFA: a class stands for the grammar's classes
+    /// `spans[class]` when given, else for itself), its state being `state` in that
+    /// numbering. Rows are shared when their edges are alike at the same distances within
+    /// the same class numbering; `group` names a numbering with spans (`None`: the
+    /// grammar's classes).
     pub(crate) fn push(
         &mut self,
         state: u32,
         edges: &[(u32, u32)],
         group: Option<u32>,
-        spans: Option<&[(u32, u32)]>,
+        spans: Option<&'a [(u32, u32)]>,
     ) -> u32 {
-        // The key: the numbering, then each edge's class and distance (a hash of the
-        // sparse edges, not of the row's cells: rows have ~16 live cells of ~100).
-        // (An edge as one word: half the hasher's rounds of two.)
+        // The key: the numbering, then each edge's class and distance, an edge a word (a
+        // key of the sparse edges, not of the row's cells: rows have ~16 live cells of
+        // ~100).
         self.key.clear();
         self.key.push(u64::from(group.unwrap_or(u32::MAX)));
         self.key.extend(edges.iter().map(|&(c, t)| u64::from(c) << 32 | u64::from(t.wrapping_sub(state))));
-        let t = &mut self.table;
-        if let Some(&at) = self.index.get(&self.key[..]) {
-            return at;
+        let mut h = FxHasher::default();
+        self.key.iter().for_each(|&w| h.write_u64(w));
+        let hash = h.finish();
+        let head = self.by_hash.get(&hash).copied();
+        let mut at = head.unwrap_or(u32::MAX);
+        while at != u32::MAX {
+            if self.key_of(at) == self.key.as_slice() {
+                return at * self.n_classes as u32;
+            }
+            at = self.same_hash[at as usize];
         }
-        let at = t.cells.len();
-        t.cells.resize(at + t.n_classes, NONE);
-        let row = &mut t.cells[at..];
-        for &k in &self.key[1..] {
-            let (c, d) = ((k >> 32) as u32, k as u32);
-            match spans {
-                None => row[c as usize] = d,
-                Some(spans) => {
-                    if let Some(&(a, b)) = spans.get(c as usize) {
-                        row[a as usize..=b as usize].fill(d);
+        let row = self.rows.len() as u32;
+        self.keys.extend_from_slice(&self.key);
+        self.rows.push((self.keys.len() as u32, spans));
+        self.same_hash.push(head.unwrap_or(u32::MAX));
+        self.by_hash.insert(hash, row);
+        row * self.n_classes as u32
+    }
+
+    /// The key of distinct row `row`.
+    fn key_of(&self, row: u32) -> &[u64] {
+        let start = match row.checked_sub(1) {
+            Some(p) => self.rows[p as usize].0 as usize,
+            None => 0,
+        };
+        &self.keys[start..self.rows[row as usize].0 as usize]
+    }
+
+    pub(crate) fn finish(self) -> Table {
+        let nc = self.n_classes;
+        let mut cells = vec![NONE; self.rows.len() * nc];
+        for (r, row) in cells.chunks_exact_mut(nc.max(1)).enumerate() {
+            let spans = self.rows[r].1;
+            for &k in &self.key_of(r as u32)[1..] {
+                let (c, d) = ((k >> 32) as u32, k as u32);
+                match spans {
+                    None => row[c as usize] = d,
+                    Some(spans) => {
+                        if let Some(&(a, b)) = spans.get(c as usize) {
+                            row[a as usize..=b as usize].fill(d);
+                        }
                     }
                 }
             }
         }
-        self.index.insert(self.key.as_slice().into(), at as u32);
-        at as u32
-    }
-
-    pub(crate) fn finish(mut self) -> Table {
-        self.table.cells.shrink_to_fit();
-        self.table
+        Table { n_classes: nc, cells }
     }
 }
 
