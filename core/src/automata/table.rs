@@ -106,6 +106,9 @@ impl<'a> Row<'a> {
     }
 }
 
+/// A rule's byte classes as runs of the grammar's ([`super::dfa::Dfa::spans`]).
+type Spans<'a> = &'a [(u32, u32)];
+
 /// Builds a [`Table`] state by state: rows are found first (keyed by their sparse
 /// edges), then written once, each into a table allocated at its final size.
 pub(crate) struct Builder<'a> {
@@ -113,7 +116,7 @@ pub(crate) struct Builder<'a> {
     /// The keys of the distinct rows, one after another (see [`Builder::push`]).
     keys: Vec<u64>,
     /// Per distinct row: where its key ends in `keys`, and its class spans.
-    rows: Vec<(u32, Option<&'a [(u32, u32)]>)>,
+    rows: Vec<(u32, Option<Spans<'a>>)>,
     /// A key's hash → the last row with that hash; `same_hash[row]` → the one before.
     /// (Hashes kept as words, not keys in boxes: an allocation and a rehash of the whole
     /// key per distinct row cost more than the rest of the build.)
@@ -145,7 +148,7 @@ impl<'a> Builder<'a> {
         state: u32,
         edges: &[(u32, u32)],
         group: Option<u32>,
-        spans: Option<&'a [(u32, u32)]>,
+        spans: Option<Spans<'a>>,
     ) -> u32 {
         // The key: the numbering, then each edge's class and distance, an edge a word (a
         // key of the sparse edges, not of the row's cells: rows have ~16 live cells of
