@@ -16,9 +16,9 @@ use crate::interner::SliceInterner;
 ///
 /// Edges are stored sparsely (one flat list, grouped by source state): a rule's states
 /// read one or two of the ~70 byte classes on average, so the passes below (trim,
-/// minimize, renumber) cost the real edges rather than `states × classes`. The dense
-/// table the matcher indexes is built once, by [`super::Automata`] when it assembles
-/// the rules.
+/// minimize, renumber) cost the real edges rather than `states × classes`. The table
+/// the matcher indexes ([`super::table`]) is built once, by [`super::Automata`] when it
+/// assembles the rules.
 #[derive(Debug, Clone)]
 pub(crate) struct Dfa {
     pub n_classes: usize,

@@ -7,9 +7,9 @@
 //!
 //! Edges of a rule's DFA read either a byte or a whole rule (a reference). All DFAs live in
 //! one arena of [`StateId`]s so the matcher can index them directly. Bytes are first
-//! mapped to equivalence classes (bytes that no edge distinguishes share a class), so the
-//! transition table is `states × classes` rather than `states × 256`, and states whose
-//! rows agree relative to themselves share one ([`table`]).
+//! mapped to equivalence classes (bytes that no edge distinguishes share a class), so a
+//! state's row of transitions has a cell per class rather than per byte, and states whose
+//! rows agree relative to themselves share one (`table`).
 //!
 //! Alongside the DFAs, three analyses feed the compiler and the matcher:
 //! - `nullable[rule]`: the rule can match the empty string (Earley needs this to complete
@@ -39,6 +39,10 @@ use nfa::Nfa;
 
 /// "No transition".
 pub(crate) const DEAD: u32 = u32::MAX;
+
+/// Most DFA states whatever [`AutomataLimits::max_dfa_states`] says: state numbers are
+/// `u32`, and the table's distances between states must stay below 2³¹ ([`table`]).
+const MAX_STATES: usize = (1 << 31) - 1;
 
 /// Index of a DFA state in the [`Automata`] arena.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -221,11 +225,13 @@ impl Automata {
         for d in built {
             let (d, layout) = d?;
             total += d.len();
-            if total > limits.max_dfa_states {
+            // (States are `u32`, and a row's distances must stay clear of `table::NONE`.)
+            let limit = limits.max_dfa_states.min(MAX_STATES);
+            if total > limit {
                 return Err(AutomataError::Limit {
                     what: "automaton size (DFA states)",
                     given: total,
-                    limit: limits.max_dfa_states,
+                    limit,
                 });
             }
             layouts.extend(layout.map(|l| (dfas.len(), l)));
@@ -284,7 +290,12 @@ impl Automata {
             for s in 0..d.len() {
                 let edges = d.edges(s);
                 let n_bytes = edges.partition_point(|e| (e.0 as usize) < d.n_classes);
-                let row = table.push(s as u32, &edges[..n_bytes], group, spans);
+                let row =
+                    table.push(s as u32, &edges[..n_bytes], group, spans).ok_or(AutomataError::Limit {
+                        what: "transition table cells",
+                        given: total.saturating_mul(n_classes),
+                        limit: u32::MAX as usize,
+                    })?;
                 let e0 = rule_edges.len() as u32;
                 rule_edges.extend(edges[n_bytes..].iter().map(|&(l, t)| (l - d.n_classes as u32, t + base)));
                 nodes.push(NodeInfo {
@@ -323,7 +334,33 @@ impl Automata {
         a.follow = a.compute_follow(&with_edges);
         a.compute_predictions();
         a.mark_tail_calls();
+        #[cfg(test)]
+        a.check_table(&dfas);
         Ok(a)
+    }
+
+    /// Every state's row against its rule DFA's edges, cell by cell (every automaton a
+    /// unit test builds): the targets the flat table of targets held.
+    #[cfg(test)]
+    fn check_table(&self, dfas: &[Dfa]) {
+        for (r, d) in dfas.iter().enumerate() {
+            let base = self.rule_start[r];
+            for s in 0..d.len() {
+                let mut want = vec![DEAD; self.n_classes];
+                for &(c, t) in d.edges(s).iter().take_while(|e| (e.0 as usize) < d.n_classes) {
+                    match &d.spans {
+                        None => want[c as usize] = t + base,
+                        Some(spans) => {
+                            if let Some(&(a, b)) = spans.get(c as usize) {
+                                want[a as usize..=b as usize].fill(t + base);
+                            }
+                        }
+                    }
+                }
+                let got: Vec<u32> = self.row(base + s as u32).iter().collect();
+                assert_eq!(got, want, "rule {r}, state {s}");
+            }
+        }
     }
 
     /// Fills [`Automata::prediction`]: a closure per rule over "predict" and "advance over

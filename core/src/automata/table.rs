@@ -11,8 +11,9 @@
 //! made such grammars' time to first mask grow with the process's age.
 //!
 //! A move reads the state's row offset from its per-state facts
-//! ([`super::NodeInfo::row`]), which a walk reads at every state anyway, then the cell:
-//! no more cache lines than a flat table, and far fewer rows to keep in cache.
+//! ([`super::NodeInfo::row`], which a walk reads at every state anyway; they grew from
+//! 16 to 20 bytes), then the cell: one dependent load as with a flat table, from far
+//! fewer rows.
 
 use std::hash::Hasher;
 
@@ -20,13 +21,13 @@ use rustc_hash::{FxHashMap, FxHasher};
 
 use super::DEAD;
 
-/// A cell with no transition. No distance between states takes this value: states are
-/// fewer than 2³¹ ([`super::AutomataLimits::max_dfa_states`]).
+/// A cell with no transition. No distance between two states of a rule takes this value:
+/// the automata have fewer than 2³¹ states (`super::MAX_STATES`, whatever
+/// [`super::AutomataLimits::max_dfa_states`] allows).
 const NONE: u32 = 1 << 31;
 
 /// Rows of `n_classes` cells; a state finds its row by the offset its
-/// [`super::NodeInfo::row`] holds (beside the facts a walk reads at each state anyway, so
-/// a move costs no extra cache line).
+/// [`super::NodeInfo::row`] holds (beside the facts a walk reads at each state anyway).
 #[derive(Debug, Default)]
 pub(crate) struct Table {
     n_classes: usize,
@@ -116,7 +117,7 @@ pub(crate) struct Builder<'a> {
     /// The keys of the distinct rows, one after another (see [`Builder::push`]).
     keys: Vec<u64>,
     /// Per distinct row: where its key ends in `keys`, and its class spans.
-    rows: Vec<(u32, Option<Spans<'a>>)>,
+    rows: Vec<(usize, Option<Spans<'a>>)>,
     /// A key's hash → the last row with that hash; `same_hash[row]` → the one before.
     /// (Hashes kept as words, not keys in boxes: an allocation and a rehash of the whole
     /// key per distinct row cost more than the rest of the build.)
@@ -142,14 +143,14 @@ impl<'a> Builder<'a> {
     /// `spans[class]` when given, else for itself), its state being `state` in that
     /// numbering. Rows are shared when their edges are alike at the same distances within
     /// the same class numbering; `group` names a numbering with spans (`None`: the
-    /// grammar's classes).
+    /// grammar's classes). `None` when the table would pass 2³² cells.
     pub(crate) fn push(
         &mut self,
         state: u32,
         edges: &[(u32, u32)],
         group: Option<u32>,
         spans: Option<Spans<'a>>,
-    ) -> u32 {
+    ) -> Option<u32> {
         // The key: the numbering, then each edge's class and distance, an edge a word (a
         // key of the sparse edges, not of the row's cells: rows have ~16 live cells of
         // ~100).
@@ -163,25 +164,27 @@ impl<'a> Builder<'a> {
         let mut at = head.unwrap_or(u32::MAX);
         while at != u32::MAX {
             if self.key_of(at) == self.key.as_slice() {
-                return at * self.n_classes as u32;
+                return Some(at * self.n_classes as u32);
             }
             at = self.same_hash[at as usize];
         }
-        let row = self.rows.len() as u32;
+        // Offsets are `u32` (in `NodeInfo`): the last row must start below 2³².
+        let row = self.rows.len();
+        let at = u32::try_from(row.checked_mul(self.n_classes)?).ok()?;
         self.keys.extend_from_slice(&self.key);
-        self.rows.push((self.keys.len() as u32, spans));
+        self.rows.push((self.keys.len(), spans));
         self.same_hash.push(head.unwrap_or(u32::MAX));
-        self.by_hash.insert(hash, row);
-        row * self.n_classes as u32
+        self.by_hash.insert(hash, row as u32);
+        Some(at)
     }
 
     /// The key of distinct row `row`.
     fn key_of(&self, row: u32) -> &[u64] {
         let start = match row.checked_sub(1) {
-            Some(p) => self.rows[p as usize].0 as usize,
+            Some(p) => self.rows[p as usize].0,
             None => 0,
         };
-        &self.keys[start..self.rows[row as usize].0 as usize]
+        &self.keys[start..self.rows[row as usize].0]
     }
 
     pub(crate) fn finish(self) -> Table {
@@ -222,13 +225,17 @@ mod tests {
         let mut rows = Vec::new();
         for copy in 0..3u32 {
             let (x, y) = (2 * copy, 2 * copy + 1);
-            rows.push(b.push(x, &[(0, y)], None, None));
-            rows.push(b.push(y, &[(1, x)], None, None));
+            rows.push(b.push(x, &[(0, y)], None, None).unwrap());
+            rows.push(b.push(y, &[(1, x)], None, None).unwrap());
         }
-        rows.push(b.push(6, &[(2, 6)], None, None));
-        rows.push(b.push(7, &[], None, None));
+        rows.push(b.push(6, &[(2, 6)], None, None).unwrap());
+        rows.push(b.push(7, &[], None, None).unwrap());
+        // A second rule's start, numbered from 0 in its own DFA: the first loop's row,
+        // read from wherever the rule starts.
+        let other = b.push(0, &[(0, 1)], None, None).unwrap();
         let t = b.finish();
         assert_eq!(t.rows(), 4);
+        assert_eq!((other, t.next(other, 8, 0), t.next(other, 20, 0)), (rows[0], 9, 21));
         for copy in 0..3u32 {
             let (x, y) = (2 * copy, 2 * copy + 1);
             let (rx, ry) = (rows[x as usize], rows[y as usize]);
@@ -246,13 +253,16 @@ mod tests {
     fn spans_expand_a_class_and_are_shared_only_within_their_numbering() {
         let spans = [(0u32, 1u32), (2, 3)];
         let mut b = Builder::new(4);
-        let r0 = b.push(0, &[(1, 1)], Some(7), Some(&spans));
+        let r0 = b.push(0, &[(1, 1)], Some(7), Some(&spans)).unwrap();
         // The same edges in another numbering: a row of its own.
-        let r1 = b.push(1, &[(1, 2)], Some(8), Some(&[(0, 2), (3, 3)]));
+        let r1 = b.push(1, &[(1, 2)], Some(8), Some(&[(0, 2), (3, 3)])).unwrap();
         // The grammar's own classes: class 1 is class 1.
-        let r2 = b.push(2, &[(1, 3)], None, None);
+        let r2 = b.push(2, &[(1, 3)], None, None).unwrap();
+        // Alike in the first numbering: shared.
+        let r3 = b.push(5, &[(1, 6)], Some(7), Some(&spans)).unwrap();
         let t = b.finish();
         assert_eq!(t.rows(), 3);
+        assert_eq!((r3, targets(&t, r3, 5)), (r0, vec![DEAD, DEAD, 6, 6]));
         assert_eq!(targets(&t, r0, 0), [DEAD, DEAD, 1, 1]);
         assert_eq!(targets(&t, r1, 1), [DEAD, DEAD, DEAD, 2]);
         assert_eq!(targets(&t, r2, 2), [DEAD, 3, DEAD, DEAD]);
@@ -261,8 +271,8 @@ mod tests {
     #[test]
     fn backward_edges_are_distances_too() {
         let mut b = Builder::new(1);
-        let mut rows = vec![b.push(0, &[(0, 0)], None, None)];
-        rows.extend((1..4).map(|s| b.push(s, &[(0, s - 1)], None, None)));
+        let mut rows = vec![b.push(0, &[(0, 0)], None, None).unwrap()];
+        rows.extend((1..4).map(|s| b.push(s, &[(0, s - 1)], None, None).unwrap()));
         let t = b.finish();
         assert_eq!(t.rows(), 2);
         assert_eq!((0..4).map(|s| t.next(rows[s as usize], s, 0)).collect::<Vec<_>>(), [0, 0, 1, 2]);

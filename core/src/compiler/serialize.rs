@@ -40,7 +40,7 @@ use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 /// Version of the byte format; bumped whenever its layout changes.
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 
 const MAGIC: &[u8; 8] = b"GRAMMASK";
 
