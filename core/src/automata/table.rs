@@ -5,7 +5,7 @@
 //! the target itself. The states of a long string are copies of a few: a counted
 //! repetition's positions, a length counter beside a pattern's automaton, every rule of one
 //! shape. Their rows differ in absolute targets and agree in distances, so they are stored
-//! once: the 105,997 states of a schema with two 254-character email patterns share 8,210
+//! once: the 105,997 states of a schema with two 254-character email patterns share 8,298
 //! rows (39 MB as a `states × classes` table of targets, 3 MB shared). A large table was
 //! not only memory: every page of it was written, then faulted in, at compile time, which
 //! made such grammars' time to first mask grow with the process's age.
@@ -120,7 +120,7 @@ pub(crate) struct Builder<'a> {
     rows: Vec<(usize, Option<Spans<'a>>)>,
     /// A key's hash → the last row with that hash; `same_hash[row]` → the one before.
     /// (Hashes kept as words, not keys in boxes: an allocation and a rehash of the whole
-    /// key per distinct row cost more than the rest of the build.)
+    /// key per distinct row took kb_1161's table 3.4–5.5 ms against 2.3–2.8 ms.)
     by_hash: FxHashMap<u64, u32>,
     same_hash: Vec<u32>,
     key: Vec<u64>,
