@@ -425,7 +425,7 @@ impl Automata {
         };
         h.write_usize(self.n_classes);
         h.write(&self.byte_class);
-        self.table.hash_into(&mut h);
+        words(&mut h, self.table.cells());
         words(&mut h, &self.rule_start);
         words(&mut h, &self.prediction);
         words(&mut h, &self.prediction_ends);

@@ -60,11 +60,10 @@ impl Table {
         self.cells.len() / self.n_classes.max(1)
     }
 
-    /// Feeds the rows to a digest: their layout follows from the automata alone (rows are
-    /// stored in the order states first use them), so equal automata hash alike.
-    pub(crate) fn hash_into(&self, h: &mut impl std::hash::Hasher) {
-        h.write_usize(self.cells.len());
-        self.cells.iter().for_each(|&x| h.write_u32(x));
+    /// The rows' cells, for a digest: their layout follows from the automata alone (rows
+    /// are stored in the order states first use them), so equal automata hash alike.
+    pub(crate) fn cells(&self) -> &[u32] {
+        &self.cells
     }
 }
 

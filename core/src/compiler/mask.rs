@@ -685,8 +685,9 @@ fn wide_loop(a: &Automata, tok: &TokenizerInfo, s: u32, origin: u32) -> Option<S
 /// of UTF-8 characters too). `to` is `from` for a self-loop, the next position of a chain.
 fn whole_moves(a: &Automata, tok: &TokenizerInfo, from: u32, to: u32, origin: u32) -> Option<(Skip, bool)> {
     let mut set = [0u64; 4];
+    let row = a.row(from);
     for b in 0..=255u8 {
-        if a.next(from, a.byte_class[b as usize] as usize) == to {
+        if row.get(a.byte_class[b as usize] as usize) == to {
             set[b as usize / 64] |= 1 << (b % 64);
         }
     }
@@ -823,7 +824,8 @@ fn chain_skip(a: &Automata, tok: &TokenizerInfo, chain: usize, origin: u32) -> O
     // Ending early onto one of the chain's characters: never, when no position ends the
     // rule or no character may follow it (a run of characters before a closing quote).
     let follow = &a.follow[a.nodes[l.positions as usize].rule as usize];
-    let moves = |b: u8| a.next(l.positions, a.byte_class[b as usize] as usize) != DEAD;
+    let row = a.row(l.positions);
+    let moves = |b: u8| row.get(a.byte_class[b as usize] as usize) != DEAD;
     let follow_free = (0..=255u8).all(|b| !follow.contains(b) || !(moves(b) || (utf8 && b >= 0xC0)));
     // Characters are counted as bytes that start one (`char_starts`): right for UTF-8
     // characters read one position each, and for a chain of ASCII bytes.
