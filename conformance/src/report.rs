@@ -216,7 +216,9 @@ impl Report {
                  sampling: 0), sampling (the unconstrained run's in brackets), accepting the drawn tokens, \
                  jump-forward (forced text found, re-tokenized, accepted), the rest; rows per step. The \
                  router then runs the same constrained requests once more drawing each masked row twice, \
-                 under its mask and without, on the same logits and thread, in alternating order \
+                 under its mask and without, on the same logits and thread, in alternating order, each \
+                 draw timed on the thread's CPU clock (a preemption of the thread is no cost of the \
+                 mask) \
                  (`EngineOptions::pair_masked_draws`; that run's throughput is no figure): \
                  \"masked − unmasked\" is what masking costs sampling, µs a row, over that many rows — \
                  what the two runs' sampling columns cannot say to a microsecond, their rows being \

@@ -190,10 +190,13 @@ pub struct EngineOptions {
     pub batch: BatchOptions,
     /// Keep a [`StepRecord`] per step (benchmarks: [`EngineHandle::take_step_records`]).
     pub record_steps: bool,
-    /// Host logits, masks read by the sampler: how long past the forward the step waits
-    /// for the masks. A row whose mask is not ready by then sits the step out (its logits
-    /// kept until its mask is back) instead of stalling every row; `None`: wait for every
-    /// mask. Outputs are the same either way: only when a row gets its token changes.
+    /// Host logits, masks read by the sampler: the longest the step waits for the masks
+    /// past the forward. A row whose mask is not ready by then sits the step out (its
+    /// logits kept until its mask is back) instead of stalling every row; `None`: wait
+    /// for every mask. The wait is also never longer than the forward's time over the
+    /// step's rows: past that, waiting costs the batch more than sitting out costs the
+    /// late row (one forward). Outputs are the same either way: only when a row gets its
+    /// token changes.
     pub late_mask_grace: Option<Duration>,
     /// Speculative decoding (`None`: off): decode rows carry a draft tree the forward
     /// verifies (see [`crate::speculate`]). Needs a model that verifies drafts
@@ -202,7 +205,8 @@ pub struct EngineOptions {
     pub speculation: Option<SpeculationOptions>,
     /// Measurement, not serving: each host row drawn under its mask is drawn a second
     /// time without it, from copies of its logits and sampler (the copy's token is
-    /// dropped), both draws timed on the same thread, which goes first flipping at each
+    /// dropped), both draws timed on the same thread's CPU clock (Unix; so that a
+    /// preemption in either is not read as its cost), which goes first flipping at each
     /// of the row's paired draws. The metrics `grammask_paired_draw_seconds_total{draw}` and
     /// `grammask_paired_draws_total` then give what reading the mask costs sampling, row
     /// for row on the same logits, which two runs (constrained and not) cannot resolve
@@ -269,6 +273,18 @@ impl Default for EngineOptions {
 /// [`EngineOptions::late_mask_grace`]'s default: a fill a little slower than the forward
 /// is waited for (sitting out costs its row a whole step); a slow one is not.
 pub const DEFAULT_LATE_MASK_GRACE: Duration = Duration::from_millis(1);
+
+/// How long a step of `rows` rows whose forward took `forward` waits for late masks:
+/// `max`, or less where waiting would cost the batch more than sitting out costs a late
+/// row — every row waits, a late row loses about one forward, and keeping its logits
+/// costs a copy of the row ([`MIN_GRACE`]).
+fn grace(max: Duration, forward: Duration, rows: usize) -> Duration {
+    max.min((forward / rows.max(1) as u32).max(MIN_GRACE))
+}
+
+/// The shortest wait [`grace`] gives: about what a late row costs whatever the forward
+/// (its logits row kept, a copy of 0.6 MB for a 150k vocabulary, and sampled later).
+const MIN_GRACE: Duration = Duration::from_micros(100);
 
 /// How long a loop whose every row sits out waits for a late mask before it looks at
 /// its queue again.
@@ -934,7 +950,10 @@ impl Loop {
                         // do not mix).
                         self.batch.finish_masks()
                     } else if self.options.sample_under_masks {
-                        let deadline = self.options.late_mask_grace.map(|g| Instant::now() + g);
+                        let deadline = self
+                            .options
+                            .late_mask_grace
+                            .map(|g| Instant::now() + grace(g, forward_t, ids.len()));
                         self.batch.finish_masks_by(deadline)
                     } else {
                         self.batch.apply_masks((&mut *logits).into(), layout)
@@ -1332,14 +1351,14 @@ fn draw(
     let masked_first = *turn;
     let (mut twin, mut copy) = (sampler.twin(), row.to_vec());
     let mut unmasked = || {
-        let t = Instant::now();
+        let t = thread_cpu();
         let _ = std::hint::black_box(twin.sample(&mut copy));
-        t.elapsed()
+        thread_cpu().saturating_sub(t)
     };
     let mut masked = || {
-        let t = Instant::now();
+        let t = thread_cpu();
         let pick = sampler.sample_masked(row, m);
-        (pick, t.elapsed())
+        (pick, thread_cpu().saturating_sub(t))
     };
     let (pick, m_t, u_t) = if masked_first {
         let (pick, m_t) = masked();
@@ -1351,6 +1370,22 @@ fn draw(
     };
     metrics.record_paired_draw([m_t, u_t]);
     pick
+}
+
+/// The calling thread's CPU time, for paired draws: what a draw costs, not the time the
+/// thread was preempted in it (on 2 vCPUs one preemption of a few milliseconds reads as
+/// microseconds a row over a whole run). Elsewhere than Unix: wall time.
+fn thread_cpu() -> Duration {
+    #[cfg(unix)]
+    {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+        Duration::new(t.tv_sec.max(0) as u64, t.tv_nsec.clamp(0, 999_999_999) as u32)
+    }
+    #[cfg(not(unix))]
+    {
+        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        START.get_or_init(Instant::now).elapsed()
+    }
 }
 
 /// A draw without a tree as a walk of one token.
@@ -1464,4 +1499,25 @@ fn held_for_stop(stops: &[String], tail: &[u8]) -> usize {
         .filter_map(|st| (1..st.len()).rev().find(|&k| tail.ends_with(&st[..k])))
         .max()
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_grace_is_the_forward_shared_by_the_rows_between_its_floor_and_its_cap() {
+        let ms = Duration::from_millis;
+        let max = DEFAULT_LATE_MASK_GRACE;
+        // Batch 1 and 4 behind a 5 ms forward: the cap (waiting costs less than a step).
+        assert_eq!(grace(max, ms(5), 1), max);
+        assert_eq!(grace(max, ms(5), 4), max);
+        // Batch 32: 5 ms / 32 rows.
+        assert_eq!(grace(max, ms(5), 32), Duration::from_nanos(156_250));
+        // A fast forward, many rows: the floor (a late row's copy costs that much).
+        assert_eq!(grace(max, Duration::from_micros(50), 64), MIN_GRACE);
+        // No rows (cannot happen in a step) divides by one; a cap below the floor wins.
+        assert_eq!(grace(max, ms(5), 0), max);
+        assert_eq!(grace(Duration::ZERO, ms(5), 32), Duration::ZERO);
+    }
 }

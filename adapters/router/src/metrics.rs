@@ -69,8 +69,8 @@ pub struct Metrics {
     /// Sequences whose prompt's prefill was shared with another of the same prompt (the
     /// `n` choices of one request).
     pub prefill_shared: IntCounter,
-    /// `EngineOptions::pair_masked_draws`: the paired draws' time, by draw (`masked`,
-    /// `unmasked`: the same row's draw without its mask).
+    /// `EngineOptions::pair_masked_draws`: the paired draws' time on their thread's CPU
+    /// clock, by draw (`masked`, `unmasked`: the same row's draw without its mask).
     pub paired_draw_seconds: CounterVec,
     /// `EngineOptions::pair_masked_draws`: rows drawn twice.
     pub paired_draws: IntCounter,
@@ -197,7 +197,7 @@ impl Metrics {
             paired_draw_seconds: CounterVec::new(
                 Opts::new(
                     "grammask_paired_draw_seconds_total",
-                    "Measurement mode: masked rows' draws under their masks and the same rows' draws without (seconds)",
+                    "Measurement mode: masked rows' draws under their masks and the same rows' draws without (thread CPU seconds)",
                 ),
                 &["draw"],
             )
