@@ -193,10 +193,10 @@ pub struct EngineOptions {
     /// Host logits, masks read by the sampler: the longest the step waits for the masks
     /// past the forward. A row whose mask is not ready by then sits the step out (its
     /// logits kept until its mask is back) instead of stalling every row; `None`: wait
-    /// for every mask. The wait is also never longer than the forward's time over the
-    /// step's rows: past that, waiting costs the batch more than sitting out costs the
-    /// late row (one forward). Outputs are the same either way: only when a row gets its
-    /// token changes.
+    /// for every mask. With the overlap the wait is also never longer than the forward's
+    /// time over the step's rows (but at least 0.1 ms): past that, waiting costs the
+    /// batch more than sitting out costs the late row (one forward). Outputs are the same
+    /// either way: only when a row gets its token changes.
     pub late_mask_grace: Option<Duration>,
     /// Speculative decoding (`None`: off): decode rows carry a draft tree the forward
     /// verifies (see [`crate::speculate`]). Needs a model that verifies drafts
@@ -205,7 +205,7 @@ pub struct EngineOptions {
     pub speculation: Option<SpeculationOptions>,
     /// Measurement, not serving: each host row drawn under its mask is drawn a second
     /// time without it, from copies of its logits and sampler (the copy's token is
-    /// dropped), both draws timed on the same thread's CPU clock (Unix; so that a
+    /// dropped), both draws timed on the same thread's CPU clock (Linux; so that a
     /// preemption in either is not read as its cost), which goes first flipping at each
     /// of the row's paired draws. The metrics `grammask_paired_draw_seconds_total{draw}` and
     /// `grammask_paired_draws_total` then give what reading the mask costs sampling, row
@@ -279,7 +279,7 @@ pub const DEFAULT_LATE_MASK_GRACE: Duration = Duration::from_millis(1);
 /// row — every row waits, a late row loses about one forward, and keeping its logits
 /// costs a copy of the row ([`MIN_GRACE`]).
 fn grace(max: Duration, forward: Duration, rows: usize) -> Duration {
-    max.min((forward / rows.max(1) as u32).max(MIN_GRACE))
+    max.min((forward / u32::try_from(rows).unwrap_or(u32::MAX).max(1)).max(MIN_GRACE))
 }
 
 /// The shortest wait [`grace`] gives: about what a late row costs whatever the forward
@@ -950,10 +950,12 @@ impl Loop {
                         // do not mix).
                         self.batch.finish_masks()
                     } else if self.options.sample_under_masks {
-                        let deadline = self
-                            .options
-                            .late_mask_grace
-                            .map(|g| Instant::now() + grace(g, forward_t, ids.len()));
+                        // Without the overlap the fills began after the forward: they get
+                        // the whole grace.
+                        let deadline = self.options.late_mask_grace.map(|g| {
+                            Instant::now()
+                                + if self.options.overlap { grace(g, forward_t, ids.len()) } else { g }
+                        });
                         self.batch.finish_masks_by(deadline)
                     } else {
                         self.batch.apply_masks((&mut *logits).into(), layout)
@@ -1374,14 +1376,14 @@ fn draw(
 
 /// The calling thread's CPU time, for paired draws: what a draw costs, not the time the
 /// thread was preempted in it (on 2 vCPUs one preemption of a few milliseconds reads as
-/// microseconds a row over a whole run). Elsewhere than Unix: wall time.
+/// microseconds a row over a whole run). Elsewhere than Linux and Android: wall time.
 fn thread_cpu() -> Duration {
-    #[cfg(unix)]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
         Duration::new(t.tv_sec.max(0) as u64, t.tv_nsec.clamp(0, 999_999_999) as u32)
     }
-    #[cfg(not(unix))]
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
     {
         static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
         START.get_or_init(Instant::now).elapsed()

@@ -426,33 +426,6 @@ struct Landed {
     done: Instant,
 }
 
-/// What a fill needs besides its row; shared by the pool's jobs and the step thread.
-#[derive(Clone)]
-struct FillJob {
-    step: u64,
-    encoder: Option<Arc<dyn TextEncoder + Send + Sync>>,
-    max_rollback: usize,
-    #[cfg(feature = "cuda")]
-    upload: Option<Arc<std::sync::Mutex<MaskUpload>>>,
-}
-
-impl FillJob {
-    /// Fills row `r` of the step (on whichever thread calls it).
-    fn run(&self, r: usize, mut row: Box<Row>) -> Landed {
-        let _span = tracing::debug_span!("fill", row = r).entered();
-        let began = Instant::now();
-        row.fill(self.encoder.as_deref(), self.max_rollback);
-        #[cfg(feature = "cuda")]
-        if let (Some(up), Some(mask)) = (&self.upload, row.needed_mask()) {
-            up.lock().unwrap_or_else(|p| p.into_inner()).upload(r, mask);
-        }
-        Landed { step: self.step, row, began, done: Instant::now() }
-    }
-}
-
-/// The rows of a step not yet taken up by a fill.
-type FillQueue = Arc<std::sync::Mutex<std::collections::VecDeque<(usize, Box<Row>)>>>;
-
 /// The device copy of the masks, for logits on a CUDA device: each row's fill copies its
 /// mask on a stream of its own, so the upload overlaps the forward too and the apply
 /// reads the masks on the device.
@@ -546,9 +519,6 @@ pub struct StructuredBatch {
     host: TokenBitmask,
     /// Accepting tokens since the last report.
     costs: AcceptCosts,
-    /// The step's rows not yet taken up by the pool, which the step thread fills itself
-    /// once the forward is done ([`finish_masks_by`](Self::finish_masks_by)).
-    queue: Option<(FillQueue, FillJob)>,
     #[cfg(feature = "cuda")]
     upload: Option<Arc<std::sync::Mutex<MaskUpload>>>,
 }
@@ -592,7 +562,6 @@ impl StructuredBatch {
             masked_rows: Vec::new(),
             host: TokenBitmask::new(0, vocab),
             costs: AcceptCosts::default(),
-            queue: None,
         })
     }
 
@@ -698,24 +667,27 @@ impl StructuredBatch {
         // as soon as it is filled (a job per row was measured slower: each paid the
         // pool's wake-up).
         let jobs = self.options.fill_threads.max(1).min(queue.len());
-        let queue: FillQueue = Arc::new(std::sync::Mutex::new(queue));
-        let job = FillJob {
-            step: self.step,
-            encoder: self.options.encoder.clone(),
-            max_rollback: self.max_rollback(),
-            #[cfg(feature = "cuda")]
-            upload: self.upload.clone(),
-        };
+        let queue = Arc::new(std::sync::Mutex::new(queue));
+        let max_rollback = self.max_rollback();
         for _ in 0..jobs {
-            let (tx, queue, job) = (self.tx.clone(), queue.clone(), job.clone());
+            let (tx, step, queue) = (self.tx.clone(), self.step, queue.clone());
+            let encoder = self.options.encoder.clone();
+            #[cfg(feature = "cuda")]
+            let upload = self.upload.clone();
             self.pool.spawn(move || loop {
                 let next = queue.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
-                let Some((r, row)) = next else { break };
+                let Some((r, mut row)) = next else { break };
+                let _span = tracing::debug_span!("fill", row = r).entered();
+                let began = Instant::now();
+                row.fill(encoder.as_deref(), max_rollback);
+                #[cfg(feature = "cuda")]
+                if let (Some(up), Some(mask)) = (&upload, row.needed_mask()) {
+                    up.lock().unwrap_or_else(|p| p.into_inner()).upload(r, mask);
+                }
                 // The receiver lives as long as the batch.
-                let _ = tx.send(job.run(r, row));
+                let _ = tx.send(Landed { step, row, began, done: Instant::now() });
             });
         }
-        self.queue = Some((queue, job));
         self.begun = true;
         Ok(())
     }
@@ -845,35 +817,7 @@ impl StructuredBatch {
         };
         {
             let _span = tracing::debug_span!("wait_for_masks").entered();
-            // The forward is done. Where the step waits for every mask anyway, rows the
-            // pool has not taken up yet (its threads starved of a core, or fewer than the
-            // rows) are filled here rather than waited for. Not under a deadline: a fill
-            // can take far longer than the last one (a mask not computed yet), and the
-            // deadline promises that one slow row never holds up the batch past it.
-            let queue = self.queue.take().filter(|_| deadline.is_none());
             while waiting > 0 {
-                while let Ok(landed) = self.rx.try_recv() {
-                    let (began, done) = (landed.began, landed.done);
-                    if self.land(landed) {
-                        waiting -= 1;
-                        widen(began, done);
-                    }
-                }
-                if waiting == 0 {
-                    break;
-                }
-                if let Some((queue, job)) = &queue {
-                    let next = queue.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
-                    if let Some((r, row)) = next {
-                        let landed = job.run(r, row);
-                        let (began, done) = (landed.began, landed.done);
-                        if self.land(landed) {
-                            waiting -= 1;
-                            widen(began, done);
-                        }
-                        continue;
-                    }
-                }
                 let landed = match deadline {
                     None => self.rx.recv().map_err(|_| StepError::WorkerGone)?,
                     Some(d) => match self.rx.recv_timeout(d.saturating_duration_since(Instant::now())) {
@@ -1200,83 +1144,5 @@ impl StructuredBatch {
             }
             Place::Away { .. } => None,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::server::LoadedTokenizer;
-    use grammask::{GrammarCompiler, GrammarSpec};
-
-    /// The pool's only thread held by a job until the returned sender is dropped or
-    /// sent to (20 s at most, so that a step waiting for the pool fails the test instead
-    /// of hanging it): what a fill thread starved of its core looks like to the step.
-    fn hold_pool(batch: &StructuredBatch) -> mpsc::Sender<()> {
-        let (tx, rx) = mpsc::channel::<()>();
-        let (started_tx, started) = mpsc::channel();
-        batch.pool.spawn(move || {
-            let _ = started_tx.send(());
-            let _ = rx.recv_timeout(Duration::from_secs(20));
-        });
-        started.recv().expect("the pool runs the holding job");
-        tx
-    }
-
-    #[test]
-    fn the_step_thread_fills_rows_the_pool_has_not_taken_up_unless_under_a_deadline() {
-        let tok = LoadedTokenizer::embedded().expect("embedded tokenizer");
-        let vocab = tok.info.vocab_size();
-        let compiled = GrammarCompiler::new(tok.info.clone())
-            .compile(&GrammarSpec::Regex("[a-z]{1,40}".into()))
-            .expect("compiles");
-        let opts = BatchOptions { fill_threads: 1, ..Default::default() };
-        let mut batch = StructuredBatch::new(vocab, opts).expect("batch");
-        let mut refs = Vec::new();
-        for id in [1u64, 2, 3] {
-            batch.add(id, GrammarMatcher::new(compiled.clone())).expect("added");
-            refs.push(GrammarMatcher::new(compiled.clone()));
-        }
-        let lowest = |mask: Option<&[u32]>| {
-            (0..vocab as u32)
-                .find(|&t| mask.is_none_or(|m| m[t as usize / 32] >> (t % 32) & 1 == 1))
-                .expect("a token")
-        };
-        let rows = [1u64, 2, 3];
-        for step in 0..3 {
-            // The pool's only thread held: without a deadline every row is filled on
-            // this thread (before, the step waited for the pool as long as it was held).
-            let held = hold_pool(&batch);
-            batch.begin_step(&rows).expect("begun");
-            let t0 = Instant::now();
-            let report = batch.finish_masks().expect("masks");
-            assert!(report.late.is_empty() && report.failed.is_empty(), "step {step}");
-            assert!(t0.elapsed() < Duration::from_secs(10), "waited for the held pool");
-            drop(held);
-            for (r, m) in refs.iter_mut().enumerate() {
-                let mut want = vec![0u32; words_per_row(vocab)];
-                let all = m.fill_next_token_bitmask(&mut want).expect("filled");
-                assert_eq!(batch.step_mask(r), (!all).then_some(&want[..]), "step {step}, row {r}");
-                let t = lowest(batch.step_mask(r));
-                batch.accept(rows[r], t).expect("accepted");
-                m.accept_token(t).expect("accepted");
-            }
-        }
-        // Under a deadline the rows are left to the pool, however quick their last fills
-        // were (the next one may not be): held, every row sits the step out and the step
-        // ends at its deadline; released, the rows come back.
-        let held = hold_pool(&batch);
-        batch.begin_step(&rows).expect("begun");
-        let t0 = Instant::now();
-        let report = batch.finish_masks_by(Some(Instant::now() + Duration::from_millis(50))).expect("masks");
-        assert_eq!(report.late, rows);
-        assert!(t0.elapsed() < Duration::from_secs(5));
-        drop(held);
-        let mut back = Vec::new();
-        while back.len() < rows.len() {
-            back.extend(batch.collect_late(Duration::from_secs(30)).expect("collected").arrived);
-        }
-        back.sort_unstable();
-        assert_eq!(back, rows);
     }
 }

@@ -64,6 +64,9 @@ impl MistralRsEngine {
         let model = rt
             .block_on(
                 TextModelBuilder::new(dir.to_string_lossy())
+                    // mistral.rs 0.8.1's prefix cache panics its engine when a restored
+                    // cache is batched beside one of another capacity (docs/mistralrs.md).
+                    .with_prefix_cache_n(None)
                     .with_force_cpu()
                     .with_token_source(TokenSource::None)
                     .with_dtype(ModelDType::F32)
@@ -110,6 +113,7 @@ impl MistralRsEngine {
         let model = rt
             .block_on(
                 GgufModelBuilder::new(dir.to_string_lossy(), vec![file])
+                    .with_prefix_cache_n(None)
                     .with_force_cpu()
                     .with_token_source(TokenSource::None)
                     .build(),

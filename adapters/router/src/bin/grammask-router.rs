@@ -118,9 +118,9 @@ struct Args {
     fill_threads: Option<usize>,
     /// The longest a step waits for the token masks past the forward, milliseconds: a
     /// row whose mask is not ready by then sits the step out (its logits kept until the
-    /// mask is back) instead of stalling every row. Never longer than the forward's time
-    /// over the step's rows (at least 0.1 ms): past that, waiting costs the batch more
-    /// than sitting out costs the late row.
+    /// mask is back) instead of stalling every row. With the overlap, never longer than the
+    /// forward's time over the step's rows (at least 0.1 ms): past that, waiting costs the
+    /// batch more than sitting out costs the late row.
     #[arg(long, default_value_t = grammask_router::engine::DEFAULT_LATE_MASK_GRACE.as_millis() as u64)]
     late_mask_grace_ms: u64,
     /// Time a request's compile may spend computing token masks before the request joins
