@@ -205,7 +205,7 @@ pub struct EngineOptions {
     pub speculation: Option<SpeculationOptions>,
     /// Measurement, not serving: each host row drawn under its mask is drawn a second
     /// time without it, from copies of its logits and sampler (the copy's token is
-    /// dropped), both draws timed on the same thread's CPU clock (Linux; so that a
+    /// dropped), both draws timed on the same thread's CPU clock (Linux, Android; so that a
     /// preemption in either is not read as its cost), which goes first flipping at each
     /// of the row's paired draws. The metrics `grammask_paired_draw_seconds_total{draw}` and
     /// `grammask_paired_draws_total` then give what reading the mask costs sampling, row

@@ -193,8 +193,8 @@ impl MistralRsEngine {
             ..Generation::default()
         };
         // The last context the processor saw holds the prompt and every generated token
-        // but the last (the prompt's first contexts may be shorter: mistral.rs's prefix
-        // cache hands over only the uncached tail).
+        // but the last (the prompt's first contexts could be shorter with mistral.rs's
+        // prefix cache, which hands over only the uncached tail; it is off here).
         let contexts = recorder.contexts();
         let last = contexts.last().map_or(&[][..], Vec::as_slice);
         let generated = &last[last.len().saturating_sub(g.tokens.saturating_sub(1))..];
