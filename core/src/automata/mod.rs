@@ -221,12 +221,12 @@ impl Automata {
         let mut dfas = Vec::with_capacity(plans.len());
         let mut layouts: Vec<(usize, chain::Layout)> = Vec::new();
         let mut total = 0;
+        // (States are `u32`, and a row's distances must stay clear of `table::NONE`.)
+        let limit = limits.max_dfa_states.min(MAX_STATES);
         // In rule order, so that the error is the one a sequential build stops at.
         for d in built {
             let (d, layout) = d?;
             total += d.len();
-            // (States are `u32`, and a row's distances must stay clear of `table::NONE`.)
-            let limit = limits.max_dfa_states.min(MAX_STATES);
             if total > limit {
                 return Err(AutomataError::Limit {
                     what: "automaton size (DFA states)",
