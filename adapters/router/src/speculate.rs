@@ -88,8 +88,9 @@ pub struct SpeculationOptions {
     /// Who proposes.
     pub drafter: DrafterKind,
     /// Stop drafting for a row while its drafts do not pay (measured acceptance against
-    /// the measured forward cost of a node), trying again every few steps; `false`:
-    /// always draft (to measure, or to test exactness under heavy drafting).
+    /// the measured forward cost of a node), probing with a small draft after a few steps
+    /// and ever more rarely while it keeps not paying; `false`: always draft (to measure,
+    /// or to test exactness under heavy drafting).
     pub backoff: bool,
 }
 
