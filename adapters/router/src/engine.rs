@@ -462,13 +462,42 @@ struct SpecStats {
     verifies: u32,
     /// Steps left before it drafts a probe after backing off.
     pause: u32,
-    /// Back-offs since drafting last paid: each doubles the pause.
+    /// Back-offs since drafting last paid: each doubles the next pause.
     backoffs: u32,
+    /// The draft being verified is a probe ([`PROBE_NODES`]).
+    probing: bool,
 }
 
 impl Default for SpecStats {
     fn default() -> Self {
-        Self { rate: 1.0, verifies: 0, pause: 0, backoffs: 0 }
+        Self { rate: 1.0, verifies: 0, pause: 0, backoffs: 0, probing: false }
+    }
+}
+
+impl SpecStats {
+    /// Stops drafting: the next probe in [`SPEC_PROBE_EVERY`] steps, twice as many after
+    /// each back-off in a row, at most [`SPEC_PROBE_MAX`].
+    fn back_off(&mut self) {
+        self.pause = SPEC_PROBE_EVERY.saturating_mul(1 << self.backoffs.min(16)).min(SPEC_PROBE_MAX);
+        self.backoffs = self.backoffs.saturating_add(1);
+    }
+
+    /// A probe that drafted nothing (no guess, the drafting budget spent) measured nothing:
+    /// it is tried again after the same wait, which does not double.
+    fn probe_again(&mut self) {
+        self.pause =
+            SPEC_PROBE_EVERY.saturating_mul(1 << self.backoffs.saturating_sub(1).min(16)).min(SPEC_PROBE_MAX);
+    }
+
+    /// A verify accepted `rate` of its nodes; `pays` says whether the row's smoothed rate
+    /// now pays for drafting (which ends the doubling).
+    fn verified(&mut self, rate: f64, pays: impl Fn(f64) -> bool) {
+        self.rate = 0.7 * self.rate + 0.3 * rate;
+        self.verifies = self.verifies.saturating_add(1);
+        self.probing = false;
+        if pays(self.rate) {
+            self.backoffs = 0;
+        }
     }
 }
 
@@ -483,7 +512,8 @@ const SPEC_PROBE_MAX: u32 = 128;
 /// that a wrong guess costs little.
 const PROBE_NODES: usize = 2;
 
-/// Acceptance measured over every row's verifies: where a new row starts. Each row that
+/// Acceptance over every row's verifies (a moving average, a tenth per verify; probes left
+/// out): where a new row starts. Each row that
 /// started hopeful paid for its first verifies before its own rate said drafting did not
 /// pay (at batch 8 with ~1 token accepted per verify, 57 verify steps of 492, 0.91–0.94×
 /// the rate without speculation, measured 2026-11-28); a drafter that does not pay for one
@@ -547,8 +577,12 @@ impl ForwardCosts {
                 .recent
                 .iter()
                 .fold((0.0, 0.0), |(a, b), &(x, y)| (a + (x - mx) * (x - mx), b + (x - mx) * (y - my)));
-            if sxx >= 1.0 {
-                self.per_row = Some((sxy / sxx).max(0.0));
+            // Refitted only when the window's sizes really vary (a variance of at least a
+            // quarter of a row: not one probe step among 63 of one size, whose timing alone
+            // would set the slope), and a fit at or below zero (noise) does not replace one.
+            let slope = sxy / sxx.max(f64::MIN_POSITIVE);
+            if sxx >= 1.0 && sxx / n >= 0.25 && (slope > 0.0 || self.per_row.is_none()) {
+                self.per_row = Some(slope.max(0.0));
             }
         }
     }
@@ -681,7 +715,7 @@ struct Loop {
     /// Proposes draft trees (with [`EngineOptions::speculation`]).
     drafter: Option<Box<dyn Drafter>>,
     costs: ForwardCosts,
-    /// Acceptance over every row's verifies: a new row's starting rate.
+    /// Acceptance over every row's verifies (probes left out): a new row's starting rate.
     spec_prior: SpecPrior,
     /// Which row drafts first this step (rows take turns under the drafting budget).
     draft_turn: usize,
@@ -895,15 +929,16 @@ impl Loop {
                 s.spec.rate = self.spec_prior.start();
             }
             if spec.backoff && !probe && !self.costs.pays(s.spec.rate) {
-                s.spec.pause = (SPEC_PROBE_EVERY << s.spec.backoffs.min(4)).min(SPEC_PROBE_MAX);
-                s.spec.backoffs = s.spec.backoffs.saturating_add(1);
+                s.spec.back_off();
                 self.metrics.draft_backoffs.inc();
                 continue;
             }
+            // A probe is a chain (siblings would cap what it can measure at one of them).
             let probe_options;
             let spec = if probe {
                 probe_options = SpeculationOptions {
                     depth: spec.depth.min(PROBE_NODES),
+                    width: 1,
                     max_nodes: spec.max_nodes.min(PROBE_NODES),
                     ..spec.clone()
                 };
@@ -925,10 +960,19 @@ impl Loop {
             let drafted = tree.as_ref().map_or(0, |d| d.tree.len() - 1);
             // A row that drafted nothing still spent the time: counted against one node.
             self.costs.note_draft(t0.elapsed().as_secs_f64(), drafted.max(1));
-            let Some(draft) = tree.filter(|d| d.tree.len() > 1) else { continue };
+            let Some(draft) = tree.filter(|d| d.tree.len() > 1) else {
+                if probe {
+                    s.spec.probe_again();
+                }
+                continue;
+            };
             if s.constrained && self.batch.set_draft(s.id, draft.tree.clone()).is_err() {
+                if probe {
+                    s.spec.probe_again();
+                }
                 continue;
             }
+            s.spec.probing = probe;
             nodes += draft.tree.len() - 1;
             self.metrics.drafted.with_label_values(&[drafter.name()]).inc_by((draft.tree.len() - 1) as u64);
             s.draft = Some(draft);
@@ -1328,12 +1372,13 @@ impl Loop {
                 self.metrics.draft_accepted.with_label_values(&[drafter]).inc_by(took as u64);
                 record.draft_accepted += took;
                 let rate = took as f64 / (d.tree.len() - 1).max(1) as f64;
-                s.spec.rate = 0.7 * s.spec.rate + 0.3 * rate;
-                s.spec.verifies = s.spec.verifies.saturating_add(1);
-                self.spec_prior.note(rate);
-                if self.costs.pays(s.spec.rate) {
-                    s.spec.backoffs = 0;
+                // (A probe's two-node chain says little of what a full draft accepts: it
+                // moves the row's rate, not the prior new rows start from.)
+                if !s.spec.probing {
+                    self.spec_prior.note(rate);
                 }
+                let costs = &self.costs;
+                s.spec.verified(rate, |r| costs.pays(r));
             }
             let mut reason = None;
             let mut tokens = walk.tokens.into_iter().take(kept).peekable();
@@ -1645,8 +1690,48 @@ mod tests {
         assert_eq!(p.start(), 1.0);
         p.note(0.05);
         assert!((p.start() - 0.05).abs() < 1e-9);
-        // Smoothed: one good verify moves it a tenth of the way.
-        p.note(1.05);
-        assert!((p.start() - 0.15).abs() < 1e-9);
+        // Smoothed: one verify taking every node moves it a tenth of the way.
+        p.note(1.0);
+        assert!((p.start() - 0.145).abs() < 1e-9);
+    }
+
+    #[test]
+    fn backed_off_rows_probe_ever_more_rarely_until_a_verify_pays() {
+        let mut s = SpecStats::default();
+        let mut pauses = Vec::new();
+        for _ in 0..7 {
+            s.back_off();
+            pauses.push(s.pause);
+        }
+        assert_eq!(pauses, [8, 16, 32, 64, 128, 128, 128]);
+        // A probe that drafted nothing waits as long again, without doubling.
+        s.probe_again();
+        assert_eq!(s.pause, 128);
+        // A verify whose smoothed rate does not pay keeps the doubling; one that pays ends it.
+        s.probing = true;
+        s.verified(0.0, |_| false);
+        assert!(!s.probing && s.backoffs == 7 && s.verifies == 1);
+        s.verified(1.0, |r| r > 0.2);
+        assert_eq!(s.backoffs, 0);
+        s.back_off();
+        assert_eq!(s.pause, 8);
+    }
+
+    #[test]
+    fn one_probe_step_among_steps_of_one_size_does_not_refit_the_cost() {
+        let mut c = ForwardCosts::default();
+        for k in 0..8 {
+            let rows = if k % 2 == 0 { 1 } else { 5 };
+            c.note(rows, 0.010 + 0.002 * (rows - 1) as f64);
+        }
+        for _ in 0..ForwardCosts::KEEP {
+            c.note(1, 0.010);
+        }
+        let before = c.per_row.expect("a fit");
+        // A probe's step of 3 rows that happened to be no slower (timing noise): the fit
+        // stays, where refitting on it would have made a row free.
+        c.note(3, 0.009);
+        assert!((c.per_row.expect("kept") - before).abs() < 1e-9);
+        assert!(!c.pays(0.01));
     }
 }
