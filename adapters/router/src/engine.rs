@@ -482,8 +482,9 @@ impl SpecStats {
         self.backoffs = self.backoffs.saturating_add(1);
     }
 
-    /// A probe that drafted nothing (no guess, the drafting budget spent) measured nothing:
-    /// it is tried again after the same wait, which does not double.
+    /// A probe that drafted nothing (no guess, the drafting budget spent, its tree refused
+    /// by the batch) measured nothing: it is tried again after the same wait, which does
+    /// not double.
     fn probe_again(&mut self) {
         self.pause =
             SPEC_PROBE_EVERY.saturating_mul(1 << self.backoffs.saturating_sub(1).min(16)).min(SPEC_PROBE_MAX);
@@ -557,8 +558,9 @@ struct ForwardCosts {
     /// smoothed: a node costs this on top of its share of the forward.
     draft_per_node: f64,
     /// Seconds per logits row, from the last window of steps whose sizes varied enough to
-    /// fit it: kept while the rows stop drafting and the steps' sizes stop varying (a fit
-    /// that forgot would turn hopeful and draft again at once).
+    /// fit it (a later fit at or below zero does not replace it; a first one may be zero):
+    /// kept while the rows stop drafting and the steps' sizes stop varying (a fit that
+    /// forgot would turn hopeful and draft again at once).
     per_row: Option<f64>,
 }
 
@@ -578,10 +580,11 @@ impl ForwardCosts {
                 .iter()
                 .fold((0.0, 0.0), |(a, b), &(x, y)| (a + (x - mx) * (x - mx), b + (x - mx) * (y - my)));
             // Refitted only when the window's sizes really vary (a variance of at least a
-            // quarter of a row: not one probe step among 63 of one size, whose timing alone
-            // would set the slope), and a fit at or below zero (noise) does not replace one.
+            // quarter, rows squared: a spread of half a row — not one probe's step among 63
+            // of one size, whose timing alone would set the slope), and a fit at or below
+            // zero (noise) does not replace one.
             let slope = sxy / sxx.max(f64::MIN_POSITIVE);
-            if sxx >= 1.0 && sxx / n >= 0.25 && (slope > 0.0 || self.per_row.is_none()) {
+            if sxx / n >= 0.25 && (slope > 0.0 || self.per_row.is_none()) {
                 self.per_row = Some(slope.max(0.0));
             }
         }
@@ -933,7 +936,9 @@ impl Loop {
                 self.metrics.draft_backoffs.inc();
                 continue;
             }
-            // A probe is a chain (siblings would cap what it can measure at one of them).
+            // A probe is a chain (siblings would cap what it can measure at one of them). A
+            // width of 1 also lets the grammar drafter draft only where at most 8 tokens are
+            // legal: a probe then drafts nothing more often (and waits as long again).
             let probe_options;
             let spec = if probe {
                 probe_options = SpeculationOptions {
@@ -1728,9 +1733,9 @@ mod tests {
             c.note(1, 0.010);
         }
         let before = c.per_row.expect("a fit");
-        // A probe's step of 3 rows that happened to be no slower (timing noise): the fit
-        // stays, where refitting on it would have made a row free.
-        c.note(3, 0.009);
+        // A probe's step of 3 rows, slow by timing noise: refitted on it alone, a row would
+        // cost 10 ms; the window's spread (a variance of 0.06) is too small to refit on.
+        c.note(3, 0.030);
         assert!((c.per_row.expect("kept") - before).abs() < 1e-9);
         assert!(!c.pays(0.01));
     }
