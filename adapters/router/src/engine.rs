@@ -514,11 +514,11 @@ const SPEC_PROBE_MAX: u32 = 128;
 const PROBE_NODES: usize = 2;
 
 /// Acceptance over every row's verifies (a moving average, a tenth per verify; probes left
-/// out): where a new row starts. Each row that
-/// started hopeful paid for its first verifies before its own rate said drafting did not
-/// pay (at batch 8 with ~1 token accepted per verify, 57 verify steps of 492, 0.91–0.94×
-/// the rate without speculation, measured 2026-11-28); a drafter that does not pay for one
-/// row of a workload rarely pays for the next.
+/// out): where a new row starts. Each row that started hopeful paid for its first verifies
+/// before its own rate said drafting did not pay (at batch 8 with ~1 token accepted per
+/// verify, 57 verify steps of 492, 0.91–0.94× the rate without speculation, measured
+/// 2026-11-28); a drafter that does not pay for one row of a workload rarely pays for the
+/// next.
 #[derive(Debug, Default)]
 struct SpecPrior {
     rate: f64,
