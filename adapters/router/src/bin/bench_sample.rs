@@ -31,6 +31,72 @@ struct Args {
     /// Only the modes whose name starts with this (`greedy`, `temperature`).
     #[arg(long)]
     mode: Option<String>,
+    /// Also time each masked draw right after its mask was written again, by this thread
+    /// and by another one (as the router's fill pool writes masks its step then reads):
+    /// what bringing a mask from another core's cache costs a draw.
+    #[arg(long)]
+    cross_thread: bool,
+}
+
+/// A mask sent to the helper thread, and whether it writes it before sending it back.
+type Trip = (Vec<u32>, bool);
+
+/// The median µs of one masked draw right after a round trip to the helper thread (not
+/// timed), before which the mask was written again by this thread or (`there`) by the
+/// helper: both draws follow the same wake-up, and only who wrote the mask last differs
+/// (the mask travels by channel, its lines left in the writer's cache).
+fn rewritten_us(
+    args: &Args,
+    sampler: &mut Sampler,
+    row: &mut [f32],
+    mut mask: Vec<u32>,
+    (to, from): &(std::sync::mpsc::Sender<Trip>, std::sync::mpsc::Receiver<Trip>),
+    there: bool,
+) -> (f64, Vec<u32>) {
+    let mut t = Vec::with_capacity(args.calls * args.repeats.max(1));
+    for _ in 0..args.calls * args.repeats.max(1) {
+        if !there {
+            rewrite(&mut mask);
+        }
+        if let Err(e) = to.send((mask, there)) {
+            mask = e.0 .0;
+            break;
+        }
+        match from.recv() {
+            Ok((m, _)) => mask = m,
+            // (The helper is gone, and the mask with it.)
+            Err(_) => return (f64::NAN, Vec::new()),
+        }
+        let t0 = Instant::now();
+        std::hint::black_box(sampler.sample_masked(row, &mask).ok());
+        t.push(t0.elapsed().as_secs_f64() * 1e6);
+    }
+    t.sort_by(f64::total_cmp);
+    (t.get(t.len() / 2).copied().unwrap_or(f64::NAN), mask)
+}
+
+/// Keeps the calling thread on CPU `cpu` (Linux, Android; elsewhere, and where the call
+/// fails, a note on stderr).
+fn pin(cpu: usize) {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        let mut set = rustix::thread::CpuSet::new();
+        set.set(cpu);
+        if let Err(e) = rustix::thread::sched_setaffinity(None, &set) {
+            eprintln!("bench_sample: cannot pin a thread to CPU {cpu}: {e}");
+        }
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    eprintln!("bench_sample: threads not pinned to CPU {cpu} (Linux only)");
+}
+
+/// Writes every word of `mask` again (the same values), so that its lines are this
+/// thread's, modified.
+fn rewrite(mask: &mut [u32]) {
+    for w in mask.iter_mut() {
+        // SAFETY: `w` is a valid, aligned, exclusive reference.
+        unsafe { std::ptr::write_volatile(w, *w) };
+    }
 }
 
 /// SplitMix64: reproducible logits and masks without a dependency.
@@ -63,6 +129,27 @@ fn main() {
     // tokens let the Gumbel draw skip most of the row).
     let logits: Vec<f32> = (0..args.vocab).map(|_| (next(&mut s) % 10_000) as f32 / 1_000.0 - 5.0).collect();
     let words = args.vocab.div_ceil(32);
+    // The thread that rewrites masks for `--cross-thread`.
+    let other = args.cross_thread.then(|| {
+        let (to_helper, helper_in) = std::sync::mpsc::channel::<Trip>();
+        let (helper_out, from_helper) = std::sync::mpsc::channel::<Trip>();
+        // Each thread on a CPU of its own where the OS lets a program say so, so that the
+        // helper's writes sit in another core's cache (not the one the step thread slept on).
+        pin(0);
+        std::thread::spawn(move || {
+            pin(1);
+            for (mut m, write) in helper_in {
+                if write {
+                    rewrite(&mut m);
+                }
+                if helper_out.send((m, write)).is_err() {
+                    break;
+                }
+            }
+        });
+        (to_helper, from_helper)
+    });
+    let mut cross = Vec::new();
     println!("| mode | mask allows | whole row µs | under the mask µs | difference µs |");
     println!("|---|---|---|---|---|");
     let modes: [(&str, SamplingParams); 4] = [
@@ -106,6 +193,23 @@ fn main() {
                 100.0 * allowed as f64 / args.vocab as f64,
                 b - a
             );
+            if let Some(other) = &other {
+                let (here, m) = rewritten_us(&args, &mut masked, &mut row, mask, other, false);
+                let (there, _) = rewritten_us(&args, &mut masked, &mut row, m, other, true);
+                cross.push(format!(
+                    "| {name} | {allowed} ({:.1} %) | {here:.2} | {there:.2} | {:+.2} |",
+                    100.0 * allowed as f64 / args.vocab as f64,
+                    there - here
+                ));
+            }
+        }
+    }
+    if !cross.is_empty() {
+        println!();
+        println!("| mode | mask allows | mask written here µs | mask written by another thread µs | difference µs |");
+        println!("|---|---|---|---|---|");
+        for line in cross {
+            println!("{line}");
         }
     }
 }
