@@ -9,6 +9,8 @@
 //! default; temperature 1, the Gumbel-max draw; temperature 1
 //! with `top_p` 0.9, the general path) and mask density, the median µs per call of both
 //! and their difference. One thread: the router samples rows in parallel, each row alone.
+//! With `--cross-thread`, a second table: each masked draw after a round trip to a helper
+//! thread on the other CPU, the mask written last by the drawing thread or by the helper.
 
 use clap::Parser;
 use grammask_router::sampling::{Sampler, SamplingParams};
