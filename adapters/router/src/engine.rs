@@ -478,7 +478,7 @@ impl SpecStats {
     /// Stops drafting: the next probe in [`SPEC_PROBE_EVERY`] steps, twice as many after
     /// each back-off in a row, at most [`SPEC_PROBE_MAX`].
     fn back_off(&mut self) {
-        self.pause = SPEC_PROBE_EVERY.saturating_mul(1 << self.backoffs.min(16)).min(SPEC_PROBE_MAX);
+        self.pause = Self::wait(self.backoffs);
         self.backoffs = self.backoffs.saturating_add(1);
     }
 
@@ -486,8 +486,12 @@ impl SpecStats {
     /// by the batch) measured nothing: it is tried again after the same wait, which does
     /// not double.
     fn probe_again(&mut self) {
-        self.pause =
-            SPEC_PROBE_EVERY.saturating_mul(1 << self.backoffs.saturating_sub(1).min(16)).min(SPEC_PROBE_MAX);
+        self.pause = Self::wait(self.backoffs.saturating_sub(1));
+    }
+
+    /// The wait after `backoffs` earlier back-offs in a row.
+    fn wait(backoffs: u32) -> u32 {
+        SPEC_PROBE_EVERY.saturating_mul(1 << backoffs.min(16)).min(SPEC_PROBE_MAX)
     }
 
     /// A verify accepted `rate` of its nodes; `pays` says whether the row's smoothed rate
