@@ -121,8 +121,11 @@ fn the_tree_forward_is_sequential_decoding_bit_for_bit_on_smollm2_path() {
     check_tree_is_sequential(&mut m, &prompt, &[17, 18, 19, 20], [-1, 1000, 2000, 3000, 4000, 5000, 6000]);
 }
 
-/// Greedy continuations of a prompt, `n` tokens, by our forward and by candle-transformers'
-/// quantized Llama on the same file; and the largest logit difference on the way.
+/// Greedy continuations of a few prompts by candle-transformers' quantized Llama on the same
+/// file, fed to our forward too (so that every step compares logits after the same tokens,
+/// however early a near tie sends two greedy decodings their own ways): the largest logit
+/// difference stays within the noise of 8-bit activations, and wherever our top two are
+/// further apart than that noise, our greedy choice is candle's.
 #[test]
 fn greedy_outputs_match_candle_transformers_quantized_llama() {
     let Some(path) = smollm2_path() else { return };
@@ -140,59 +143,55 @@ fn greedy_outputs_match_candle_transformers_quantized_llama() {
     };
     let prompts: [&[u32]; 3] =
         [&[1, 504, 3458, 282, 4649, 314], &[1, 2683, 1341, 253, 1345, 28], &[1, 30, 31, 32, 33, 34, 35]];
-    let (mut agree, mut total, mut max_diff, mut decided) = (0, 0, 0.0f32, 0);
+    let (mut agree, mut total, mut max_diff, mut decided, mut mean_sum) = (0, 0, 0.0f32, 0, 0.0f32);
     for (k, prompt) in prompts.iter().enumerate() {
         let id = k as u64 + 1;
         let mut a = host(&mut ours, &[ForwardRow::new(id, prompt)]);
         let x = Tensor::new(*prompt, &Device::Cpu).unwrap().unsqueeze(0).unwrap();
         let mut theirs_seq = theirs.clone();
         let mut b = theirs_seq.forward(&x, 0).unwrap().squeeze(0).unwrap().to_vec1::<f32>().unwrap();
-        let (mut ta, mut tb) = (Vec::new(), Vec::new());
         for (step, pos) in (0..24).zip(prompt.len()..) {
             let (na, nb) = (argmax(&a), argmax(&b));
-            // Compared while both saw the same tokens: where our top two are further apart
-            // than the noise, both must choose alike.
-            if ta == tb {
-                let d = a.iter().zip(&b).fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
-                let mut sorted = a.clone();
-                sorted.sort_by(|x, y| y.total_cmp(x));
-                let gap = sorted[0] - sorted[1];
-                eprintln!("  step {step}: largest difference {d:.4}, our top-2 gap {gap:.4}");
-                max_diff = max_diff.max(d);
-                if gap > NOISE {
-                    assert_eq!(na, nb, "prompt {k}, step {step}: a gap of {gap} and different choices");
-                    decided += 1;
-                }
+            let d = a.iter().zip(&b).fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+            let mut sorted = a.clone();
+            sorted.sort_by(|x, y| y.total_cmp(x));
+            let gap = sorted[0] - sorted[1];
+            let mean = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).sum::<f32>() / a.len() as f32;
+            eprintln!("  prompt {k}, step {step}: largest difference {d:.4}, mean {mean:.4}, our top-2 gap {gap:.4}");
+            max_diff = max_diff.max(d);
+            mean_sum += mean;
+            if gap > NOISE {
+                assert_eq!(na, nb, "prompt {k}, step {step}: a gap of {gap} and different choices");
+                decided += 1;
             }
-            ta.push(na);
-            tb.push(nb);
-            a = host(&mut ours, &[ForwardRow::new(id, &[na])]);
+            agree += usize::from(na == nb);
+            total += 1;
+            // Both go on with candle's choice.
+            a = host(&mut ours, &[ForwardRow::new(id, &[nb])]);
             let x = Tensor::new(&[nb], &Device::Cpu).unwrap().unsqueeze(0).unwrap();
             b = theirs_seq.forward(&x, pos).unwrap().squeeze(0).unwrap().to_vec1::<f32>().unwrap();
         }
-        let same = ta.iter().zip(&tb).take_while(|(x, y)| x == y).count();
-        eprintln!("prompt {k}: {same} of 24 greedy tokens agree; ours {ta:?}, candle {tb:?}");
-        agree += same;
-        total += 24;
         theirs = theirs_seq;
     }
+    let mean = mean_sum / total as f32;
     eprintln!(
-        "{agree} of {total} tokens agree before the first difference; largest logit difference {max_diff}; \
+        "{agree} of {total} greedy choices alike; largest logit difference {max_diff}, mean {mean}; \
          {decided} choices with a gap over {NOISE} all alike"
     );
     assert!(max_diff < NOISE, "largest logit difference {max_diff}");
-    assert!(decided >= 5);
+    // A wrong product moves every logit: the mean difference is the sharp check.
+    assert!(mean < 0.3, "mean logit difference {mean}");
+    assert!(decided >= 10, "only {decided} of {total} steps had a gap over {NOISE}");
 }
 
 /// How far apart two correct forwards' logits may be on SmolLM2: both quantize each
 /// activation row to 8 bits before every product (as ggml does), and a difference in the
-/// last bit of a sum flips a rounding there that 30 layers amplify. Measured: our own
-/// forward with `f32` weights and activations differs from its 8-bit one by up to 1.0
-/// over the first tokens of these prompts, and from candle's by up to 1.4; candle's and
-/// ours by up to 1.6 (ours rounds halves to even, ggml's away from zero). Greedy outputs
-/// therefore agree until two tokens come within a logit or two of each other (after 3–9
-/// tokens here), then go their own ways.
-const NOISE: f32 = 2.0;
+/// last bit of a sum flips a rounding there that 30 layers amplify. Measured over the 72
+/// steps above: the mean absolute difference from candle's 0.20 with the kernel of 2026-11
+/// and 0.19 with the interleaved one of 2026-12-07, the largest 1.6 and 2.1; our own
+/// forward with `f32` weights and activations differs from its 8-bit one by up to 1.0 over
+/// the first tokens (ours rounds halves to even, ggml's away from zero).
+const NOISE: f32 = 2.5;
 
 include!("support/smollm2.rs");
 include!("support/tiny_llama.rs");

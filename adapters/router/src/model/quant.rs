@@ -1,17 +1,20 @@
 //! The matrix products of the Llama forward: weight matrices in GGUF's block formats
 //! (Q4_1, Q8_0) or in `f32`, times a batch of activation rows.
 //!
-//! The product is multi-row: each weight row is read (and each quantized block unpacked)
-//! once for every activation row of the forward, four rows at a time, so that a forward of
-//! eight rows or of a draft tree's nodes costs little more memory traffic than one row.
+//! Quantized weights are stored interleaved by groups of [`GROUP`] rows: for each block of
+//! 32 columns, four consecutive values of each of the group's 16 rows side by side, so that
+//! one 512-bit `vpdpbusd` (AVX-512 VNNI) against four activation bytes broadcast gives the
+//! 16 rows' partial sums in its 16 lanes — no horizontal sums, and each unpacked weight
+//! block serves every activation row of the forward (eight at a time): a forward of eight
+//! rows, or of a draft tree's nodes, costs little more weight traffic than one row.
 //! Activations are quantized per row to 8 bits in blocks of 32 (ggml's Q8_1 for Q4_1
-//! weights, Q8_0 for Q8_0 weights), and a block's dot product is an integer one, as
+//! weights, Q8_0 for Q8_0 weights), and a block's dot product is an exact integer one, as
 //! ggml's and candle's CPU kernels do it.
 //!
-//! Every output `(row, column)` is computed by the same instructions in the same order
-//! whatever the number of rows and wherever the row sits in the batch: a row's logits are
-//! bit for bit the same in any batch or tree shape. The AVX2 path (detected at run time)
-//! and the portable path sum in different orders, so they may differ in the last bits.
+//! Every output `(row, column)` is computed by the same floating-point operations in the
+//! same order whatever the number of rows, wherever the row sits in the batch and on every
+//! instruction level (portable, AVX2, AVX-512 VNNI): a row's logits are bit for bit the
+//! same in any batch or tree shape, on any x86-64 CPU.
 
 use half::f16;
 use rayon::prelude::*;
@@ -19,22 +22,40 @@ use rayon::prelude::*;
 /// Values per quantized block.
 pub(crate) const BLOCK: usize = 32;
 
+/// Weight rows interleaved together (the lanes of a 512-bit vector of `i32`).
+pub(crate) const GROUP: usize = 16;
+
+/// Bytes of one group's block: Q4_1 (32 values of 4 bits per row) and Q8_0 (32 bytes).
+const Q4_GROUP_BLOCK: usize = GROUP * BLOCK / 2;
+const Q8_GROUP_BLOCK: usize = GROUP * BLOCK;
+
 /// A weight matrix `[rows, cols]` (`rows` outputs, each a dot product over `cols`).
 #[derive(Debug, Clone)]
 pub(crate) enum Weights {
-    /// GGUF Q4_1: per block of 32, `w = d·q + m` with 4-bit `q`.
+    /// GGUF Q4_1: per block of 32, `w = d·q + m` with 4-bit `q`; rows padded with zeros to
+    /// a whole number of groups.
     Q4_1 {
         rows: usize,
         cols: usize,
-        /// Per block: scale and minimum.
+        /// Per group and block, the 16 rows' scales and minimums (`[group][block][row]`).
         d: Vec<f32>,
         m: Vec<f32>,
-        /// Per block 16 bytes: value `j` in the low nibble of byte `j`, value `j + 16` in
-        /// its high nibble.
+        /// Per group and block 256 bytes: four chunks `h` of 64 bytes, whose byte `4k + t`
+        /// is byte `4h + t` of row `k`'s GGUF block (value `4h + t` in its low nibble,
+        /// `16 + 4h + t` in its high nibble).
         qs: Vec<u8>,
     },
-    /// GGUF Q8_0: per block of 32, `w = d·q` with 8-bit `q`.
-    Q8_0 { rows: usize, cols: usize, d: Vec<f32>, qs: Vec<i8> },
+    /// GGUF Q8_0: per block of 32, `w = d·q` with 8-bit `q`; rows padded as for Q4_1.
+    Q8_0 {
+        rows: usize,
+        cols: usize,
+        /// Per group and block, the 16 rows' scales.
+        d: Vec<f32>,
+        /// Per group and block 512 bytes: eight chunks `g` of 64 bytes, whose byte
+        /// `4k + t` is row `k`'s value `4g + t` plus 128 (`vpdpbusd` multiplies unsigned
+        /// bytes by signed ones; the 128 is taken back with the activations' block sum).
+        qs: Vec<u8>,
+    },
     /// Plain `f32`, row-major.
     F32 { rows: usize, cols: usize, w: Vec<f32> },
 }
@@ -60,6 +81,9 @@ impl Weights {
             Ok(blocks)
         };
         let h = |b: &[u8]| f16::from_le_bytes([b[0], b[1]]).to_f32();
+        let (nb, groups) = (cols / BLOCK, rows.div_ceil(GROUP));
+        // Where row `r`'s block `b` goes: its group's block, lane `r % GROUP`.
+        let slot = |r: usize, b: usize| ((r / GROUP) * nb + b, r % GROUP);
         match kind {
             0 | 1 => {
                 let size = if kind == 0 { 4 } else { 2 };
@@ -74,22 +98,30 @@ impl Weights {
                 Ok(Weights::F32 { rows, cols, w })
             }
             3 => {
-                let blocks = need(20)?;
-                let (mut d, mut m, mut qs) =
-                    (Vec::with_capacity(blocks), Vec::with_capacity(blocks), Vec::with_capacity(blocks * 16));
-                for b in bytes.chunks_exact(20) {
-                    d.push(h(&b[0..2]));
-                    m.push(h(&b[2..4]));
-                    qs.extend_from_slice(&b[4..20]);
+                need(20)?;
+                let (mut d, mut m) = (vec![0.0; groups * nb * GROUP], vec![0.0; groups * nb * GROUP]);
+                let mut qs = vec![0u8; groups * nb * Q4_GROUP_BLOCK];
+                for (i, blk) in bytes.chunks_exact(20).enumerate() {
+                    let (gb, k) = slot(i / nb, i % nb);
+                    d[gb * GROUP + k] = h(&blk[0..2]);
+                    m[gb * GROUP + k] = h(&blk[2..4]);
+                    for (j, &byte) in blk[4..20].iter().enumerate() {
+                        qs[gb * Q4_GROUP_BLOCK + (j / 4) * 64 + 4 * k + j % 4] = byte;
+                    }
                 }
                 Ok(Weights::Q4_1 { rows, cols, d, m, qs })
             }
             8 => {
-                let blocks = need(34)?;
-                let (mut d, mut qs) = (Vec::with_capacity(blocks), Vec::with_capacity(blocks * 32));
-                for b in bytes.chunks_exact(34) {
-                    d.push(h(&b[0..2]));
-                    qs.extend(b[2..34].iter().map(|&x| x as i8));
+                need(34)?;
+                let mut d = vec![0.0; groups * nb * GROUP];
+                // Padding rows hold weight 0, stored as 128.
+                let mut qs = vec![0x80u8; groups * nb * Q8_GROUP_BLOCK];
+                for (i, blk) in bytes.chunks_exact(34).enumerate() {
+                    let (gb, k) = slot(i / nb, i % nb);
+                    d[gb * GROUP + k] = h(&blk[0..2]);
+                    for (j, &byte) in blk[2..34].iter().enumerate() {
+                        qs[gb * Q8_GROUP_BLOCK + (j / 4) * 64 + 4 * k + j % 4] = byte ^ 0x80;
+                    }
                 }
                 Ok(Weights::Q8_0 { rows, cols, d, qs })
             }
@@ -114,23 +146,27 @@ impl Weights {
     /// Row `r` as `f32` (an embedding lookup).
     pub fn row_f32(&self, r: usize, out: &mut [f32]) {
         let c = self.cols();
+        let nb = c / BLOCK;
+        let (g, k) = (r / GROUP, r % GROUP);
         match self {
             Weights::F32 { w, .. } => out.copy_from_slice(&w[r * c..(r + 1) * c]),
             Weights::Q4_1 { d, m, qs, .. } => {
-                for b in 0..c / BLOCK {
-                    let k = r * c / BLOCK + b;
-                    let q = &qs[k * 16..k * 16 + 16];
+                for b in 0..nb {
+                    let gb = g * nb + b;
+                    let (dd, mm) = (d[gb * GROUP + k], m[gb * GROUP + k]);
                     for j in 0..16 {
-                        out[b * BLOCK + j] = f32::from(q[j] & 0xF) * d[k] + m[k];
-                        out[b * BLOCK + j + 16] = f32::from(q[j] >> 4) * d[k] + m[k];
+                        let q = qs[gb * Q4_GROUP_BLOCK + (j / 4) * 64 + 4 * k + j % 4];
+                        out[b * BLOCK + j] = f32::from(q & 0xF) * dd + mm;
+                        out[b * BLOCK + j + 16] = f32::from(q >> 4) * dd + mm;
                     }
                 }
             }
             Weights::Q8_0 { d, qs, .. } => {
-                for b in 0..c / BLOCK {
-                    let k = r * c / BLOCK + b;
+                for b in 0..nb {
+                    let gb = g * nb + b;
                     for j in 0..BLOCK {
-                        out[b * BLOCK + j] = f32::from(qs[k * BLOCK + j]) * d[k];
+                        let q = (qs[gb * Q8_GROUP_BLOCK + (j / 4) * 64 + 4 * k + j % 4] ^ 0x80) as i8;
+                        out[b * BLOCK + j] = f32::from(q) * d[gb * GROUP + k];
                     }
                 }
             }
@@ -177,10 +213,12 @@ impl Weights {
         let need = |f: fn(&Weights) -> bool| products.iter().any(|p| f(p.0));
         let q8_1 = need(|w| matches!(w, Weights::Q4_1 { .. })).then(|| Q8Rows::quantize(x, cols, true));
         let q8_0 = need(|w| matches!(w, Weights::Q8_0 { .. })).then(|| Q8Rows::quantize(x, cols, false));
-        // Output columns in chunks (a few per thread: each chunk is a task of the pool,
-        // and a task costs microseconds), each chunk's results gathered then scattered.
+        // Output columns in chunks of whole groups (a few per thread: each chunk is a task
+        // of the pool, and a task costs microseconds), each chunk's results gathered then
+        // scattered.
         let total: usize = products.iter().map(|p| p.0.rows()).sum();
-        let chunk = total.div_ceil(rayon::current_num_threads().max(1) * 4).max(16);
+        let chunk =
+            total.div_ceil(rayon::current_num_threads().max(1) * 4).max(GROUP).next_multiple_of(GROUP);
         let mut tasks = Vec::new();
         for (k, (w, _)) in products.iter().enumerate() {
             for j0 in (0..w.rows()).step_by(chunk) {
@@ -192,20 +230,32 @@ impl Weights {
             .par_iter()
             .map(|&(k, j0, j1)| {
                 let w = weights[k];
-                let acts = match w {
-                    Weights::Q4_1 { .. } => q8_1.as_ref(),
-                    Weights::Q8_0 { .. } => q8_0.as_ref(),
-                    Weights::F32 { .. } => None,
-                };
                 // Row-major within the chunk (`[r][j − j0]`), so that the results go out
                 // as one copy per activation row.
                 let width = j1 - j0;
                 let mut part = vec![0.0f32; width * n];
-                let mut col = vec![0.0f32; n];
-                for j in j0..j1 {
-                    w.dot_rows(level, j, x, acts, &mut col);
-                    for (r, &v) in col.iter().enumerate() {
-                        part[r * width + j - j0] = v;
+                let acts = match w {
+                    Weights::Q4_1 { .. } => q8_1.as_ref(),
+                    Weights::Q8_0 { .. } => q8_0.as_ref(),
+                    Weights::F32 { cols, w: fw, .. } => {
+                        let mut col = vec![0.0f32; n];
+                        for j in j0..j1 {
+                            kernels::f32_rows(level, &fw[j * cols..(j + 1) * cols], x, &mut col);
+                            for (r, &v) in col.iter().enumerate() {
+                                part[r * width + j - j0] = v;
+                            }
+                        }
+                        return part;
+                    }
+                };
+                let Some(a) = acts else { return part };
+                let mut lanes = vec![0.0f32; n * GROUP];
+                for g in j0 / GROUP..j1.div_ceil(GROUP) {
+                    w.group_rows(level, g, a, &mut lanes);
+                    let (lo, hi) = (g * GROUP, ((g + 1) * GROUP).min(j1));
+                    for r in 0..n {
+                        part[r * width + lo - j0..r * width + hi - j0]
+                            .copy_from_slice(&lanes[r * GROUP..r * GROUP + hi - lo]);
                     }
                 }
                 part
@@ -220,23 +270,30 @@ impl Weights {
         }
     }
 
-    /// Weight row `j` against every activation row: `dst[r]`.
-    fn dot_rows(&self, level: kernels::Level, j: usize, x: &[f32], acts: Option<&Q8Rows>, dst: &mut [f32]) {
-        match (self, acts) {
-            (Weights::Q4_1 { cols, d, m, qs, .. }, Some(a)) => {
-                let nb = cols / BLOCK;
-                let (d, m, qs) =
-                    (&d[j * nb..(j + 1) * nb], &m[j * nb..(j + 1) * nb], &qs[j * nb * 16..(j + 1) * nb * 16]);
-                kernels::q4_1_rows(level, d, m, qs, a, dst);
+    /// Group `g`'s 16 weight rows against every activation row: `out[r·16 + k]`.
+    fn group_rows(&self, level: kernels::Level, g: usize, a: &Q8Rows, out: &mut [f32]) {
+        let nb = a.nb;
+        let blocks = g * nb..(g + 1) * nb;
+        match self {
+            Weights::Q4_1 { d, m, qs, .. } => {
+                let span = |s: &std::ops::Range<usize>, per: usize| s.start * per..s.end * per;
+                kernels::q4_1_group(
+                    level,
+                    &d[span(&blocks, GROUP)],
+                    &m[span(&blocks, GROUP)],
+                    &qs[span(&blocks, Q4_GROUP_BLOCK)],
+                    a,
+                    out,
+                );
             }
-            (Weights::Q8_0 { cols, d, qs, .. }, Some(a)) => {
-                let nb = cols / BLOCK;
-                kernels::q8_0_rows(level, &d[j * nb..(j + 1) * nb], &qs[j * cols..(j + 1) * cols], a, dst);
-            }
-            (Weights::F32 { cols, w, .. }, _) => {
-                kernels::f32_rows(level, &w[j * cols..(j + 1) * cols], x, dst);
-            }
-            _ => {}
+            Weights::Q8_0 { d, qs, .. } => kernels::q8_0_group(
+                level,
+                &d[blocks.start * GROUP..blocks.end * GROUP],
+                &qs[blocks.start * Q8_GROUP_BLOCK..blocks.end * Q8_GROUP_BLOCK],
+                a,
+                out,
+            ),
+            Weights::F32 { .. } => {}
         }
     }
 }
@@ -248,53 +305,66 @@ pub(crate) struct Q8Rows {
     pub nb: usize,
     pub d: Vec<f32>,
     pub s: Vec<f32>,
+    /// Per block, `Σq` (the Q8_0 kernels take back the 128 added to the weights with it).
+    pub sum: Vec<i32>,
     pub qs: Vec<i8>,
-    /// `d` and `s` block-major (`[nb][padded rows]`, rows padded with zeros to a whole
-    /// tile): the scales of a tile of rows for one block are contiguous.
-    pub d_t: Vec<f32>,
-    pub s_t: Vec<f32>,
-    /// Rows in `d_t` and `s_t` per block.
-    pub padded: usize,
 }
 
 impl Q8Rows {
     /// Quantizes each row of `x` (`cols` values) as ggml's `quantize_row_q8_1` (with the
     /// sums) or `quantize_row_q8_0` does.
     pub fn quantize(x: &[f32], cols: usize, sums: bool) -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if kernels::Level::best() == kernels::Level::Avx512Vnni {
+            // SAFETY: the CPU has AVX-512 F and BW (`Level::best`).
+            return unsafe { Self::quantize_avx512(x, cols, sums) };
+        }
+        Self::quantize_here(x, cols, sums)
+    }
+
+    /// The same code compiled for AVX-512 (vectorized by the compiler; the same values).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
+    unsafe fn quantize_avx512(x: &[f32], cols: usize, sums: bool) -> Self {
+        Self::quantize_here(x, cols, sums)
+    }
+
+    #[inline(always)]
+    fn quantize_here(x: &[f32], cols: usize, sums: bool) -> Self {
         let nb_total = x.len() / BLOCK;
-        let (mut d, mut s, mut qs) = (Vec::with_capacity(nb_total), Vec::new(), Vec::with_capacity(x.len()));
-        for block in x.chunks_exact(BLOCK) {
-            let amax = block.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+        let (mut d, mut s, mut sum_q, mut qs) = (
+            vec![0.0; nb_total],
+            vec![0.0; if sums { nb_total } else { 0 }],
+            vec![0; nb_total],
+            vec![0i8; nb_total * BLOCK],
+        );
+        for (k, (block, q)) in x.chunks_exact(BLOCK).zip(qs.chunks_exact_mut(BLOCK)).enumerate() {
+            let mut amax = [0.0f32; 8];
+            for c in block.chunks_exact(8) {
+                for (m, v) in amax.iter_mut().zip(c) {
+                    *m = m.max(v.abs());
+                }
+            }
+            let amax = amax.iter().fold(0.0f32, |a, &m| a.max(m));
             let dd = amax / 127.0;
             let id = if dd != 0.0 { 1.0 / dd } else { 0.0 };
             let mut sum = 0i32;
-            for &v in block {
+            for (q, &v) in q.iter_mut().zip(block) {
                 // Round to nearest (ties to even: ggml's roundf takes ties away from zero,
                 // a difference only at exact halves) without a libm call: adding 1.5·2²³
                 // leaves no fraction bits.
                 const MAGIC: f32 = 12_582_912.0;
-                let q = ((v * id + MAGIC) - MAGIC) as i32;
-                sum += q;
-                qs.push(q as i8);
+                let r = ((v * id + MAGIC) - MAGIC) as i32;
+                sum += r;
+                *q = r as i8;
             }
-            d.push(dd);
+            d[k] = dd;
+            sum_q[k] = sum;
             if sums {
-                s.push(dd * sum as f32);
+                s[k] = dd * sum as f32;
             }
         }
-        let nb = cols / BLOCK;
-        let rows = d.len() / nb.max(1);
-        let padded = rows.div_ceil(kernels::TILE) * kernels::TILE;
-        let (mut d_t, mut s_t) = (vec![0.0; nb * padded], vec![0.0; if sums { nb * padded } else { 0 }]);
-        for r in 0..rows {
-            for b in 0..nb {
-                d_t[b * padded + r] = d[r * nb + b];
-                if sums {
-                    s_t[b * padded + r] = s[r * nb + b];
-                }
-            }
-        }
-        Self { nb, d, s, qs, d_t, s_t, padded }
+        Self { nb: cols / BLOCK, d, s, sum: sum_q, qs }
     }
 
     pub(crate) fn rows(&self) -> usize {
@@ -306,9 +376,9 @@ impl Q8Rows {
 // quantized values): index loops are the clearer form there.
 #[allow(clippy::needless_range_loop)]
 pub(crate) mod kernels {
-    use super::{Q8Rows, BLOCK};
+    use super::{Q8Rows, BLOCK, GROUP, Q4_GROUP_BLOCK, Q8_GROUP_BLOCK};
 
-    /// Rows handled together: each weight block is unpacked once for them.
+    /// Activation rows handled together: each weight block is unpacked once for them.
     pub const TILE: usize = 8;
 
     /// The instructions a product runs on.
@@ -351,52 +421,87 @@ pub(crate) mod kernels {
         }
     }
 
-    pub fn q4_1_rows(level: Level, d: &[f32], m: &[f32], qs: &[u8], a: &Q8Rows, dst: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        match level.min(Level::best()) {
-            // SAFETY: the CPU has what the level needs (`Level::best`).
-            Level::Avx512Vnni => return unsafe { avx512::q4_1_rows(d, m, qs, a, dst) },
-            // SAFETY: as above.
-            Level::Avx2 => return unsafe { avx2::q4_1_rows(d, m, qs, a, dst) },
-            Level::Portable => {}
-        }
+    // Every level takes the same floating-point steps for one block of one output, in this
+    // order, so that every level gives the same bits: the exact integer dot product `p`,
+    // then `acc = fma(p, d_w·d_y, acc)`, then for Q4_1 `acc = fma(m_w, s_y, acc)`.
+
+    /// The activation rows a group's product computes, once the slices' lengths are checked
+    /// (the SIMD kernels read them unchecked).
+    fn checked(a: &Q8Rows, d: &[f32], qs: &[u8], per_block: usize, out: &[f32]) -> usize {
         let nb = a.nb;
-        for (r, out) in dst.iter_mut().enumerate().take(a.rows()) {
-            let mut acc = 0.0f32;
-            for b in 0..nb {
-                let (y, k) = (&a.qs[(r * nb + b) * BLOCK..(r * nb + b + 1) * BLOCK], r * nb + b);
-                let q = &qs[b * 16..b * 16 + 16];
-                let mut sumi = 0i32;
-                for j in 0..16 {
-                    sumi +=
-                        i32::from(q[j] & 0xF) * i32::from(y[j]) + i32::from(q[j] >> 4) * i32::from(y[j + 16]);
-                }
-                acc += d[b] * a.d[k] * sumi as f32 + m[b] * a.s[k];
-            }
-            *out = acc;
-        }
+        assert!(d.len() >= nb * GROUP && qs.len() >= nb * per_block, "a group's weights are short");
+        assert!(a.qs.len() >= a.rows() * nb * BLOCK && a.sum.len() >= a.rows() * nb, "activations are short");
+        a.rows().min(out.len() / GROUP)
     }
 
-    pub fn q8_0_rows(level: Level, d: &[f32], qs: &[i8], a: &Q8Rows, dst: &mut [f32]) {
+    /// Q4_1 group × Q8_1 rows: `out[r·16 + k]` for weight row `k` of the group.
+    pub fn q4_1_group(level: Level, d: &[f32], m: &[f32], qs: &[u8], a: &Q8Rows, out: &mut [f32]) {
+        let rows = checked(a, d, qs, Q4_GROUP_BLOCK, out);
+        assert!(m.len() >= a.nb * GROUP && a.s.len() >= rows * a.nb, "Q4_1 needs minimums and sums");
         #[cfg(target_arch = "x86_64")]
         match level.min(Level::best()) {
-            // SAFETY: the CPU has what the level needs (`Level::best`).
-            Level::Avx512Vnni => return unsafe { avx512::q8_0_rows(d, qs, a, dst) },
+            // SAFETY: the CPU has what the level needs (`Level::best`); the slices' lengths
+            // were checked above.
+            Level::Avx512Vnni => return unsafe { avx512::q4_1_group(d, m, qs, a, rows, out) },
             // SAFETY: as above.
-            Level::Avx2 => return unsafe { avx2::q8_0_rows(d, qs, a, dst) },
+            Level::Avx2 => return unsafe { avx2::q4_1_group(d, m, qs, a, rows, out) },
             Level::Portable => {}
         }
         let nb = a.nb;
-        for (r, out) in dst.iter_mut().enumerate().take(a.rows()) {
-            let mut acc = 0.0f32;
+        for r in 0..rows {
+            let mut acc = [0.0f32; GROUP];
             for b in 0..nb {
                 let k = r * nb + b;
                 let y = &a.qs[k * BLOCK..(k + 1) * BLOCK];
-                let w = &qs[b * BLOCK..(b + 1) * BLOCK];
-                let sumi: i32 = w.iter().zip(y).map(|(&p, &q)| i32::from(p) * i32::from(q)).sum();
-                acc += d[b] * a.d[k] * sumi as f32;
+                let blk = &qs[b * Q4_GROUP_BLOCK..(b + 1) * Q4_GROUP_BLOCK];
+                for (lane, acc) in acc.iter_mut().enumerate() {
+                    let mut p = 0i32;
+                    for h in 0..4 {
+                        for t in 0..4 {
+                            let q = blk[h * 64 + 4 * lane + t];
+                            p += i32::from(q & 0xF) * i32::from(y[4 * h + t])
+                                + i32::from(q >> 4) * i32::from(y[16 + 4 * h + t]);
+                        }
+                    }
+                    let scale = d[b * GROUP + lane] * a.d[k];
+                    *acc = (p as f32).mul_add(scale, *acc);
+                    *acc = m[b * GROUP + lane].mul_add(a.s[k], *acc);
+                }
             }
-            *out = acc;
+            out[r * GROUP..(r + 1) * GROUP].copy_from_slice(&acc);
+        }
+    }
+
+    /// Q8_0 group × Q8_0 rows: `out[r·16 + k]` for weight row `k` of the group.
+    pub fn q8_0_group(level: Level, d: &[f32], qs: &[u8], a: &Q8Rows, out: &mut [f32]) {
+        let rows = checked(a, d, qs, Q8_GROUP_BLOCK, out);
+        #[cfg(target_arch = "x86_64")]
+        match level.min(Level::best()) {
+            // SAFETY: the CPU has what the level needs (`Level::best`); the slices' lengths
+            // were checked above.
+            Level::Avx512Vnni => return unsafe { avx512::q8_0_group(d, qs, a, rows, out) },
+            // SAFETY: as above.
+            Level::Avx2 => return unsafe { avx2::q8_0_group(d, qs, a, rows, out) },
+            Level::Portable => {}
+        }
+        let nb = a.nb;
+        for r in 0..rows {
+            let mut acc = [0.0f32; GROUP];
+            for b in 0..nb {
+                let k = r * nb + b;
+                let y = &a.qs[k * BLOCK..(k + 1) * BLOCK];
+                let blk = &qs[b * Q8_GROUP_BLOCK..(b + 1) * Q8_GROUP_BLOCK];
+                for (lane, acc) in acc.iter_mut().enumerate() {
+                    let mut p = 0i32;
+                    for j in 0..BLOCK {
+                        let q = (blk[(j / 4) * 64 + 4 * lane + j % 4] ^ 0x80) as i8;
+                        p += i32::from(q) * i32::from(y[j]);
+                    }
+                    let scale = d[b * GROUP + lane] * a.d[k];
+                    *acc = (p as f32).mul_add(scale, *acc);
+                }
+            }
+            out[r * GROUP..(r + 1) * GROUP].copy_from_slice(&acc);
         }
     }
 
@@ -413,40 +518,26 @@ pub(crate) mod kernels {
         }
     }
 
-    /// Two blocks per instruction: 64 weight bytes against 64 activation bytes with VNNI's
-    /// `vpdpbusd`, each row's scales for the two blocks in the two halves of a vector.
+    /// Four activation bytes at `p` as one `i32` (to broadcast to every lane).
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn four(p: *const i8) -> i32 {
+        std::ptr::read_unaligned(p as *const i32)
+    }
+
+    /// One `vpdpbusd` per four columns: 16 weight rows' bytes (one chunk of 64) against
+    /// four activation bytes broadcast, the 16 rows' sums in the 16 lanes.
     #[cfg(target_arch = "x86_64")]
     mod avx512 {
-        use super::{Q8Rows, BLOCK, TILE};
+        use super::{four, Q8Rows, BLOCK, GROUP, Q4_GROUP_BLOCK, Q8_GROUP_BLOCK, TILE};
         use std::arch::x86_64::*;
 
-        /// `lo` and `hi` as the two halves of one vector (AVX-512 F only).
-        #[inline]
+        /// The caller checked the slices' lengths (`kernels::checked`).
         #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma")]
-        unsafe fn pair(lo: __m256, hi: __m256) -> __m512 {
-            _mm512_castpd_ps(_mm512_insertf64x4(
-                _mm512_castps_pd(_mm512_castps256_ps512(lo)),
-                _mm256_castps_pd(hi),
-                1,
-            ))
-        }
-
-        /// Lane `i` of `lo` in the low half, lane `i` of `hi` in the high half.
-        #[inline]
-        #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma")]
-        unsafe fn pair_index(i: i32) -> __m512i {
-            _mm512_setr_epi32(i, i, i, i, i, i, i, i, 8 + i, 8 + i, 8 + i, 8 + i, 8 + i, 8 + i, 8 + i, 8 + i)
-        }
-
-        /// Q4_1 × Q8_1 (see `avx2::q4_1_rows`), two blocks per step (an odd last block
-        /// the 256-bit way), `T` rows at a time (a constant, so that the row loop unrolls).
-        #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma")]
-        pub unsafe fn q4_1_rows(d: &[f32], m: &[f32], qs: &[u8], a: &Q8Rows, dst: &mut [f32]) {
-            let rows = a.rows().min(dst.len());
+        pub unsafe fn q4_1_group(d: &[f32], m: &[f32], qs: &[u8], a: &Q8Rows, rows: usize, out: &mut [f32]) {
             let mut r0 = 0;
             while r0 < rows {
                 let t = TILE.min(rows - r0);
-                let out = &mut dst[r0..r0 + t];
                 match t {
                     8 => q4_1_tile::<8>(d, m, qs, a, r0, out),
                     7 => q4_1_tile::<7>(d, m, qs, a, r0, out),
@@ -461,6 +552,7 @@ pub(crate) mod kernels {
             }
         }
 
+        /// `T` activation rows (a constant, so that the row loop unrolls) from `r0`.
         #[inline]
         #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma")]
         unsafe fn q4_1_tile<const T: usize>(
@@ -469,120 +561,101 @@ pub(crate) mod kernels {
             qs: &[u8],
             a: &Q8Rows,
             r0: usize,
-            dst: &mut [f32],
+            out: &mut [f32],
         ) {
             let nb = a.nb;
-            let low = _mm256_set1_epi8(0x0F);
-            let idx: [__m512i; T] = std::array::from_fn(|i| pair_index(i as i32));
+            let low = _mm512_set1_epi8(0x0F);
             let mut acc = [_mm512_setzero_ps(); T];
-            let mut mins = _mm256_setzero_ps();
-            let y0 = a.qs.as_ptr().add(r0 * nb * BLOCK);
-            let row = nb * BLOCK;
-            let mut b = 0;
-            while b + 2 <= nb {
-                // [q_b | q_b+1] → [lo_b, hi_b, lo_b+1, hi_b+1] (16 bytes each), the
-                // activations' order for two consecutive blocks.
-                let q = _mm256_loadu_si256(qs.as_ptr().add(b * 16) as *const __m256i);
-                let lo = _mm256_and_si256(q, low);
-                let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
-                let z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-                let w = _mm512_shuffle_i64x2(z, z, 0b11_01_10_00);
-                let (at0, at1) = (b * a.padded + r0, (b + 1) * a.padded + r0);
-                let s0 = _mm256_mul_ps(_mm256_set1_ps(d[b]), _mm256_loadu_ps(a.d_t.as_ptr().add(at0)));
-                let s1 = _mm256_mul_ps(_mm256_set1_ps(d[b + 1]), _mm256_loadu_ps(a.d_t.as_ptr().add(at1)));
-                let scales = pair(s0, s1);
-                mins = _mm256_fmadd_ps(_mm256_set1_ps(m[b]), _mm256_loadu_ps(a.s_t.as_ptr().add(at0)), mins);
-                mins =
-                    _mm256_fmadd_ps(_mm256_set1_ps(m[b + 1]), _mm256_loadu_ps(a.s_t.as_ptr().add(at1)), mins);
+            for b in 0..nb {
+                let blk = qs.as_ptr().add(b * Q4_GROUP_BLOCK);
+                let mut lo = [_mm512_setzero_si512(); 4];
+                let mut hi = [_mm512_setzero_si512(); 4];
+                for h in 0..4 {
+                    let q = _mm512_loadu_si512(blk.add(h * 64) as *const _);
+                    lo[h] = _mm512_and_si512(q, low);
+                    hi[h] = _mm512_and_si512(_mm512_srli_epi16(q, 4), low);
+                }
+                let dw = _mm512_loadu_ps(d.as_ptr().add(b * GROUP));
+                let mw = _mm512_loadu_ps(m.as_ptr().add(b * GROUP));
                 for i in 0..T {
-                    let y = _mm512_loadu_si512(y0.add(i * row + b * BLOCK) as *const _);
-                    let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, y);
-                    let scale = _mm512_permutexvar_ps(idx[i], scales);
-                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[i]);
-                }
-                b += 2;
-            }
-            let mut tail = [0.0f32; T];
-            if b < nb {
-                // The odd last block: its 32 products in the low half of a vector.
-                let q = _mm_loadu_si128(qs.as_ptr().add(b * 16) as *const __m128i);
-                let w256 = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), low);
-                let w = _mm512_castsi256_si512(w256);
-                let at = b * a.padded + r0;
-                mins = _mm256_fmadd_ps(_mm256_set1_ps(m[b]), _mm256_loadu_ps(a.s_t.as_ptr().add(at)), mins);
-                for (i, t) in tail.iter_mut().enumerate() {
-                    let y = _mm512_castsi256_si512(_mm256_loadu_si256(
-                        y0.add(i * row + b * BLOCK) as *const __m256i
-                    ));
-                    let p = _mm512_maskz_dpbusd_epi32(0x00FF, _mm512_setzero_si512(), w, y);
-                    *t = _mm512_reduce_add_epi32(p) as f32 * (d[b] * a.d_t[at + i]);
+                    let k = (r0 + i) * nb + b;
+                    let y = a.qs.as_ptr().add(k * BLOCK);
+                    // Two chains of four (the low nibbles' values, the high ones') for
+                    // twice the instruction-level parallelism; the integer sum is exact.
+                    let mut p0 = _mm512_setzero_si512();
+                    let mut p1 = _mm512_setzero_si512();
+                    for h in 0..4 {
+                        p0 = _mm512_dpbusd_epi32(p0, lo[h], _mm512_set1_epi32(four(y.add(4 * h))));
+                        p1 = _mm512_dpbusd_epi32(p1, hi[h], _mm512_set1_epi32(four(y.add(16 + 4 * h))));
+                    }
+                    let p = _mm512_cvtepi32_ps(_mm512_add_epi32(p0, p1));
+                    let scale = _mm512_mul_ps(dw, _mm512_set1_ps(*a.d.get_unchecked(k)));
+                    acc[i] = _mm512_fmadd_ps(p, scale, acc[i]);
+                    acc[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(*a.s.get_unchecked(k)), acc[i]);
                 }
             }
-            let mut m8 = [0.0f32; TILE];
-            _mm256_storeu_ps(m8.as_mut_ptr(), mins);
             for i in 0..T {
-                dst[i] = _mm512_reduce_add_ps(acc[i]) + tail[i] + m8[i];
+                _mm512_storeu_ps(out.as_mut_ptr().add((r0 + i) * GROUP), acc[i]);
             }
         }
 
-        /// Q8_0 × Q8_0 (see `avx2::q8_0_rows`), two blocks per step.
+        /// The caller checked the slices' lengths (`kernels::checked`).
         #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma")]
-        pub unsafe fn q8_0_rows(d: &[f32], qs: &[i8], a: &Q8Rows, dst: &mut [f32]) {
-            let nb = a.nb;
-            let rows = a.rows().min(dst.len());
-            let idx: [__m512i; TILE] = std::array::from_fn(|i| pair_index(i as i32));
-            let lane: [__m256i; TILE] = std::array::from_fn(|i| _mm256_set1_epi32(i as i32));
-            let ones = _mm256_set1_epi16(1);
+        pub unsafe fn q8_0_group(d: &[f32], qs: &[u8], a: &Q8Rows, rows: usize, out: &mut [f32]) {
             let mut r0 = 0;
             while r0 < rows {
                 let t = TILE.min(rows - r0);
-                let mut acc = [_mm512_setzero_ps(); TILE];
-                let mut acc_tail = [_mm256_setzero_ps(); TILE];
-                let mut b = 0;
-                while b + 2 <= nb {
-                    let w = _mm512_loadu_si512(qs.as_ptr().add(b * BLOCK) as *const _);
-                    // vpdpbusd takes unsigned × signed: |w| × (y with w's sign).
-                    let wa = _mm512_abs_epi8(w);
-                    let neg = _mm512_movepi8_mask(w);
-                    let (at0, at1) = (b * a.padded + r0, (b + 1) * a.padded + r0);
-                    let s0 = _mm256_mul_ps(_mm256_set1_ps(d[b]), _mm256_loadu_ps(a.d_t.as_ptr().add(at0)));
-                    let s1 =
-                        _mm256_mul_ps(_mm256_set1_ps(d[b + 1]), _mm256_loadu_ps(a.d_t.as_ptr().add(at1)));
-                    let scales = pair(s0, s1);
-                    for (i, acc) in acc.iter_mut().enumerate().take(t) {
-                        let k = (r0 + i) * nb + b;
-                        let y = _mm512_loadu_si512(a.qs.as_ptr().add(k * BLOCK) as *const _);
-                        let ys = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
-                        let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa, ys);
-                        let scale = _mm512_permutexvar_ps(idx[i], scales);
-                        *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, *acc);
-                    }
-                    b += 2;
-                }
-                if b < nb {
-                    let w = _mm256_loadu_si256(qs.as_ptr().add(b * BLOCK) as *const __m256i);
-                    let wa = _mm256_sign_epi8(w, w);
-                    let at = b * a.padded + r0;
-                    let scales = _mm256_mul_ps(_mm256_set1_ps(d[b]), _mm256_loadu_ps(a.d_t.as_ptr().add(at)));
-                    for (i, acc) in acc_tail.iter_mut().enumerate().take(t) {
-                        let k = (r0 + i) * nb + b;
-                        let y = _mm256_loadu_si256(a.qs.as_ptr().add(k * BLOCK) as *const __m256i);
-                        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(y, w)), ones);
-                        let scale = _mm256_permutevar8x32_ps(scales, lane[i]);
-                        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, *acc);
-                    }
-                }
-                for i in 0..t {
-                    dst[r0 + i] = _mm512_reduce_add_ps(acc[i]) + super::avx2::hsum(acc_tail[i]);
+                match t {
+                    8 => q8_0_tile::<8>(d, qs, a, r0, out),
+                    7 => q8_0_tile::<7>(d, qs, a, r0, out),
+                    6 => q8_0_tile::<6>(d, qs, a, r0, out),
+                    5 => q8_0_tile::<5>(d, qs, a, r0, out),
+                    4 => q8_0_tile::<4>(d, qs, a, r0, out),
+                    3 => q8_0_tile::<3>(d, qs, a, r0, out),
+                    2 => q8_0_tile::<2>(d, qs, a, r0, out),
+                    _ => q8_0_tile::<1>(d, qs, a, r0, out),
                 }
                 r0 += t;
             }
         }
+
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma")]
+        unsafe fn q8_0_tile<const T: usize>(d: &[f32], qs: &[u8], a: &Q8Rows, r0: usize, out: &mut [f32]) {
+            let nb = a.nb;
+            let mut acc = [_mm512_setzero_ps(); T];
+            for b in 0..nb {
+                let blk = qs.as_ptr().add(b * Q8_GROUP_BLOCK);
+                let dw = _mm512_loadu_ps(d.as_ptr().add(b * GROUP));
+                for i in 0..T {
+                    let k = (r0 + i) * nb + b;
+                    let y = a.qs.as_ptr().add(k * BLOCK);
+                    let mut p0 = _mm512_setzero_si512();
+                    let mut p1 = _mm512_setzero_si512();
+                    for g in 0..4 {
+                        let w0 = _mm512_loadu_si512(blk.add(g * 64) as *const _);
+                        let w1 = _mm512_loadu_si512(blk.add((g + 4) * 64) as *const _);
+                        p0 = _mm512_dpbusd_epi32(p0, w0, _mm512_set1_epi32(four(y.add(4 * g))));
+                        p1 = _mm512_dpbusd_epi32(p1, w1, _mm512_set1_epi32(four(y.add(16 + 4 * g))));
+                    }
+                    // Σ (w + 128)·y − 128·Σy = Σ w·y.
+                    let bias = _mm512_set1_epi32(128 * *a.sum.get_unchecked(k));
+                    let p = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_add_epi32(p0, p1), bias));
+                    let scale = _mm512_mul_ps(dw, _mm512_set1_ps(*a.d.get_unchecked(k)));
+                    acc[i] = _mm512_fmadd_ps(p, scale, acc[i]);
+                }
+            }
+            for i in 0..T {
+                _mm512_storeu_ps(out.as_mut_ptr().add((r0 + i) * GROUP), acc[i]);
+            }
+        }
     }
 
+    /// The AVX-512 layout in two halves of eight lanes (rows 0–7, then 8–15 of the group),
+    /// with `vpmaddubsw` + `vpmaddwd` for `vpdpbusd`.
     #[cfg(target_arch = "x86_64")]
     mod avx2 {
-        use super::{Q8Rows, BLOCK, TILE};
+        use super::{four, Q8Rows, BLOCK, GROUP, Q4_GROUP_BLOCK, Q8_GROUP_BLOCK};
         use std::arch::x86_64::*;
 
         #[inline]
@@ -596,83 +669,78 @@ pub(crate) mod kernels {
             _mm_cvtss_f32(s)
         }
 
-        /// Q4_1 × Q8_1, a tile of `TILE` activation rows per unpacked weight block: the
-        /// tile's scales for a block are one vector product (`d_w · d_y[tile]`), its
-        /// minimum terms one fused multiply-add, each row's scale a lane of it.
+        /// The caller checked the slices' lengths (`kernels::checked`).
         #[target_feature(enable = "avx2,fma")]
-        pub unsafe fn q4_1_rows(d: &[f32], m: &[f32], qs: &[u8], a: &Q8Rows, dst: &mut [f32]) {
+        pub unsafe fn q4_1_group(d: &[f32], m: &[f32], qs: &[u8], a: &Q8Rows, rows: usize, out: &mut [f32]) {
             let nb = a.nb;
-            let rows = a.rows().min(dst.len());
             let low = _mm256_set1_epi8(0x0F);
             let ones = _mm256_set1_epi16(1);
-            let lane: [__m256i; TILE] = std::array::from_fn(|i| _mm256_set1_epi32(i as i32));
-            let mut r0 = 0;
-            while r0 < rows {
-                let t = TILE.min(rows - r0);
-                let mut acc = [_mm256_setzero_ps(); TILE];
-                let mut mins = _mm256_setzero_ps();
-                for b in 0..nb {
-                    // 32 weights as bytes: the low nibbles (values 0..16), then the high.
-                    let q = _mm_loadu_si128(qs.as_ptr().add(b * 16) as *const __m128i);
-                    let both = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
-                    let w = _mm256_and_si256(both, low);
-                    let at = b * a.padded + r0;
-                    let scales = _mm256_mul_ps(_mm256_set1_ps(d[b]), _mm256_loadu_ps(a.d_t.as_ptr().add(at)));
-                    mins =
-                        _mm256_fmadd_ps(_mm256_set1_ps(m[b]), _mm256_loadu_ps(a.s_t.as_ptr().add(at)), mins);
-                    for (i, acc) in acc.iter_mut().enumerate().take(t) {
-                        let k = (r0 + i) * nb + b;
-                        let y = _mm256_loadu_si256(a.qs.as_ptr().add(k * BLOCK) as *const __m256i);
-                        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, y), ones);
-                        let scale = _mm256_permutevar8x32_ps(scales, lane[i]);
-                        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, *acc);
+            for half in 0..2 {
+                for r in 0..rows {
+                    let mut acc = _mm256_setzero_ps();
+                    for b in 0..nb {
+                        let blk = qs.as_ptr().add(b * Q4_GROUP_BLOCK + half * 32);
+                        let k = r * nb + b;
+                        let y = a.qs.as_ptr().add(k * BLOCK);
+                        // Eight products of ≤ 15·127·2 each: the 16-bit sums cannot overflow.
+                        let mut p16 = _mm256_setzero_si256();
+                        for h in 0..4 {
+                            let q = _mm256_loadu_si256(blk.add(h * 64) as *const __m256i);
+                            let lo = _mm256_and_si256(q, low);
+                            let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low);
+                            let ylo = _mm256_set1_epi32(four(y.add(4 * h)));
+                            let yhi = _mm256_set1_epi32(four(y.add(16 + 4 * h)));
+                            p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(lo, ylo));
+                            p16 = _mm256_add_epi16(p16, _mm256_maddubs_epi16(hi, yhi));
+                        }
+                        let p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+                        let dw = _mm256_loadu_ps(d.as_ptr().add(b * GROUP + half * 8));
+                        let mw = _mm256_loadu_ps(m.as_ptr().add(b * GROUP + half * 8));
+                        let scale = _mm256_mul_ps(dw, _mm256_set1_ps(*a.d.get_unchecked(k)));
+                        acc = _mm256_fmadd_ps(p, scale, acc);
+                        acc = _mm256_fmadd_ps(mw, _mm256_set1_ps(*a.s.get_unchecked(k)), acc);
                     }
+                    _mm256_storeu_ps(out.as_mut_ptr().add(r * GROUP + half * 8), acc);
                 }
-                let mut m8 = [0.0f32; TILE];
-                _mm256_storeu_ps(m8.as_mut_ptr(), mins);
-                for i in 0..t {
-                    dst[r0 + i] = hsum(acc[i]) + m8[i];
-                }
-                r0 += t;
             }
         }
 
-        /// Q8_0 × Q8_0, a tile of `TILE` activation rows per weight block.
+        /// The caller checked the slices' lengths (`kernels::checked`).
         #[target_feature(enable = "avx2,fma")]
-        pub unsafe fn q8_0_rows(d: &[f32], qs: &[i8], a: &Q8Rows, dst: &mut [f32]) {
+        pub unsafe fn q8_0_group(d: &[f32], qs: &[u8], a: &Q8Rows, rows: usize, out: &mut [f32]) {
             let nb = a.nb;
-            let rows = a.rows().min(dst.len());
             let ones = _mm256_set1_epi16(1);
-            let lane: [__m256i; TILE] = std::array::from_fn(|i| _mm256_set1_epi32(i as i32));
-            let mut r0 = 0;
-            while r0 < rows {
-                let t = TILE.min(rows - r0);
-                let mut acc = [_mm256_setzero_ps(); TILE];
-                for b in 0..nb {
-                    let w = _mm256_loadu_si256(qs.as_ptr().add(b * BLOCK) as *const __m256i);
-                    // maddubs takes unsigned × signed: |w| × (y with w's sign).
-                    let wa = _mm256_sign_epi8(w, w);
-                    let at = b * a.padded + r0;
-                    let scales = _mm256_mul_ps(_mm256_set1_ps(d[b]), _mm256_loadu_ps(a.d_t.as_ptr().add(at)));
-                    for (i, acc) in acc.iter_mut().enumerate().take(t) {
-                        let k = (r0 + i) * nb + b;
-                        let y = _mm256_loadu_si256(a.qs.as_ptr().add(k * BLOCK) as *const __m256i);
-                        let ys = _mm256_sign_epi8(y, w);
-                        let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, ys), ones);
-                        let scale = _mm256_permutevar8x32_ps(scales, lane[i]);
-                        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, *acc);
+            let flip = _mm256_set1_epi8(-128);
+            for half in 0..2 {
+                for r in 0..rows {
+                    let mut acc = _mm256_setzero_ps();
+                    for b in 0..nb {
+                        let blk = qs.as_ptr().add(b * Q8_GROUP_BLOCK + half * 32);
+                        let k = r * nb + b;
+                        let y = a.qs.as_ptr().add(k * BLOCK);
+                        let mut p32 = _mm256_setzero_si256();
+                        for g in 0..8 {
+                            // Back to signed weights; maddubs takes unsigned × signed:
+                            // |w| × (y with w's sign), each pair ≤ 128·127·2.
+                            let w =
+                                _mm256_xor_si256(_mm256_loadu_si256(blk.add(g * 64) as *const __m256i), flip);
+                            let yb = _mm256_set1_epi32(four(y.add(4 * g)));
+                            let pair = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(yb, w));
+                            p32 = _mm256_add_epi32(p32, _mm256_madd_epi16(pair, ones));
+                        }
+                        let dw = _mm256_loadu_ps(d.as_ptr().add(b * GROUP + half * 8));
+                        let scale = _mm256_mul_ps(dw, _mm256_set1_ps(*a.d.get_unchecked(k)));
+                        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), scale, acc);
                     }
+                    _mm256_storeu_ps(out.as_mut_ptr().add(r * GROUP + half * 8), acc);
                 }
-                for i in 0..t {
-                    dst[r0 + i] = hsum(acc[i]);
-                }
-                r0 += t;
             }
         }
 
         /// f32 × f32, `TILE` activation rows per weight chunk.
         #[target_feature(enable = "avx2,fma")]
         pub unsafe fn f32_rows(w: &[f32], x: &[f32], dst: &mut [f32]) {
+            use super::TILE;
             let cols = w.len();
             let rows = dst.len().min(x.len() / cols.max(1));
             let mut r0 = 0;
@@ -741,20 +809,24 @@ mod tests {
     }
 
     /// Each format's product is the dequantized weights' product (within the 8-bit
-    /// quantization of the activations), and a row's result is bit for bit the same in
-    /// any batch, at any position.
+    /// quantization of the activations), a row's result is bit for bit the same in any
+    /// batch, at any position, and the quantized products the same on every level.
     #[test]
     fn products_match_the_dequantized_weights_and_do_not_depend_on_the_batch() {
         // 96 columns: three blocks (an odd last one); 11 rows: a full tile of 8 and one of 3.
         let (rows, cols, n) = (70, 96, 11);
         let w = noise(rows * cols, 1);
         let x = noise(n * cols, 2);
+        let mut first: Vec<Vec<f32>> = Vec::new();
         for level in kernels::Level::available() {
-            for (kind, bytes) in [
+            for (f, (kind, bytes)) in [
                 (3u32, q4_1_bytes(&w)),
                 (8, q8_0_bytes(&w)),
                 (0, w.iter().flat_map(|v| v.to_le_bytes()).collect()),
-            ] {
+            ]
+            .into_iter()
+            .enumerate()
+            {
                 let q = Weights::from_gguf(kind, rows, cols, &bytes).unwrap();
                 let product = |x: &[f32]| {
                     let mut out = vec![0.0; x.len() / cols * rows];
@@ -762,6 +834,15 @@ mod tests {
                     out
                 };
                 let got = product(&x);
+                // The quantized products are the same bits on every level.
+                if f < 2 {
+                    match first.get(f) {
+                        Some(want) => {
+                            assert_eq!(&got, want, "{level:?}, type {kind}: other bits than portable")
+                        }
+                        None => first.push(got.clone()),
+                    }
+                }
                 let Weights::F32 { w: fw, .. } = q.dequantized() else { unreachable!() };
                 for r in 0..n {
                     for j in 0..rows {
