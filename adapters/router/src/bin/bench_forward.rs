@@ -35,6 +35,12 @@ struct Args {
     /// Time only the draft trees (not the decode batches).
     #[arg(long)]
     trees_only: bool,
+    /// The decode batches to time.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
+    batches: Vec<usize>,
+    /// Leave out the draft trees.
+    #[arg(long)]
+    no_trees: bool,
 }
 
 fn stats(mut t: Vec<Duration>) -> (f64, f64) {
@@ -56,7 +62,7 @@ fn ours(a: &Args, format: WeightFormat) -> Result<(), Box<dyn std::error::Error>
         m.weight_bytes() as f64 / 1e6
     );
     let mut base = None;
-    let batches: &[usize] = if a.trees_only { &[1] } else { &[1, 8, 32] };
+    let batches: &[usize] = if a.trees_only { &[1] } else { &a.batches };
     for &batch in batches {
         let ids: Vec<u64> = (0..batch as u64).collect();
         let prompts: Vec<Vec<u32>> = ids.iter().map(|&i| prompt(a.prompt, i as u32)).collect();
@@ -86,7 +92,8 @@ fn ours(a: &Args, format: WeightFormat) -> Result<(), Box<dyn std::error::Error>
         }
     }
     let p = prompt(a.prompt, 99);
-    for nodes in [4usize, 8, 16, 32] {
+    let trees: &[usize] = if a.no_trees { &[] } else { &[4, 8, 16, 32] };
+    for &nodes in trees {
         m.release(7);
         m.forward(&[ForwardRow::new(7, &p)])?;
         // A chain of half the nodes and siblings for the rest.

@@ -456,6 +456,46 @@ impl Llama {
             }
         }
         let lens: Vec<usize> = rows.iter().map(|row| self.seqs.get(&row.id).map_or(0, |s| s.len)).collect();
+        // What each query sees: the cache up to its own position (nodes: all the row's new
+        // tokens), then its ancestors among the draft nodes.
+        let group = c.heads / c.kv_heads;
+        let spans: Vec<Span> = queries
+            .iter()
+            .map(|q| {
+                let upto = lens[q.row] + q.i.min(rows[q.row].tokens.len() - 1) + 1;
+                let mut path = Vec::new();
+                if let (Some(mut v), Some(t)) = (q.node, rows[q.row].draft) {
+                    while v != 0 {
+                        path.push(v);
+                        v = t.parent(v).unwrap_or(0);
+                    }
+                    path.reverse();
+                }
+                Span { upto, path }
+            })
+            .collect();
+        let att_work = spans.iter().map(|s| s.upto + s.path.len()).sum::<usize>() * c.heads * hd;
+        // Attention tasks `(row, key head, queries a..b)`: a row's queries (consecutive in
+        // `queries`) share its cache, so they go together — each block of keys and values
+        // read once for all of them — in chunks that give every thread of the pool about
+        // two tasks (and at most 64 queries, to keep a task's scores small).
+        let mut att_tasks: Vec<(usize, usize, usize, usize)> = Vec::new();
+        let mut ranges: Vec<(usize, usize)> = Vec::new();
+        for (qi, q) in queries.iter().enumerate() {
+            match ranges.last_mut() {
+                Some(last) if queries[last.0].row == q.row => last.1 = qi + 1,
+                _ => ranges.push((qi, qi + 1)),
+            }
+        }
+        let per_row = (2 * rayon::current_num_threads()).div_ceil(ranges.len().max(1) * c.kv_heads).max(1);
+        for &(a, b) in &ranges {
+            let chunk = (b - a).div_ceil(per_row).clamp(1, 64);
+            for h in 0..c.kv_heads {
+                for s in (a..b).step_by(chunk) {
+                    att_tasks.push((queries[a].row, h, s, (s + chunk).min(b)));
+                }
+            }
+        }
         let mut h = vec![0.0f32; q_n * hidden];
         let mut qv = vec![0.0f32; q_n * hidden];
         let mut kk = vec![0.0f32; q_n * kv];
@@ -492,42 +532,33 @@ impl Llama {
                     }
                 }
             }
-            // Attention, per query token and head, over its keys in position order.
+            // Attention: per row and key head, its queries together (`att_tasks`).
             let seqs = &self.seqs;
             let node_kv_ref = &node_kv;
-            let attend = |((out, q), qrow): ((&mut [f32], &Query), &[f32])| {
-                let ForwardRow { id, draft, .. } = rows[q.row];
-                let Some(cache) = seqs.get(&id) else { return };
-                // Keys from the cache: the committed ones and the row's new tokens up to
-                // this one (nodes: all of them).
-                let upto = lens[q.row] + q.i.min(rows[q.row].tokens.len() - 1) + 1;
-                let mut path: Vec<usize> = Vec::new();
-                if let (Some(mut v), Some(t)) = (q.node, draft) {
-                    while v != 0 {
-                        path.push(v);
-                        v = t.parent(v).unwrap_or(0);
-                    }
-                    path.reverse();
-                }
-                let (ck, cv) = (&cache.k[l], &cache.v[l]);
-                let (nk, nv): (&[f32], &[f32]) = match node_kv_ref.get(&q.row) {
+            let run = |&(r, h, a, b): &(usize, usize, usize, usize)| -> Vec<f32> {
+                let mut out = vec![0.0f32; (b - a) * group * hd];
+                let Some(cache) = seqs.get(&rows[r].id) else { return out };
+                let (nk, nv): (&[f32], &[f32]) = match node_kv_ref.get(&r) {
                     Some(n) => (&n.0[l], &n.1[l]),
                     None => (&[], &[]),
                 };
-                // The cache's keys, then the ancestors' (in depth order).
-                let keys = Keys { ck, cv, upto, nk, nv, path: &path, kv, hd, kv_heads: c.kv_heads };
-                let mut scores = vec![0.0f32; upto + path.len()];
-                attend_heads(&keys, qrow, out, c.heads, c.heads / c.kv_heads, &mut scores);
+                let rk = RowKv { ck: &cache.k[l], cv: &cache.v[l], nk, nv, kv, hd, kv_heads: c.kv_heads };
+                attend_group(&rk, h, group, &qv[a * hidden..b * hidden], &spans[a..b], &mut out);
+                out
             };
             // Spread over the pool only when there is enough of it.
-            let keys: usize = queries.iter().map(|q| lens[q.row] + q.i + 1).sum();
-            if keys * c.heads * hd > 1 << 18 {
-                att.par_chunks_mut(hidden)
-                    .zip(queries.par_iter())
-                    .zip(qv.par_chunks(hidden))
-                    .for_each(attend);
-            } else {
-                att.chunks_mut(hidden).zip(&queries).zip(qv.chunks(hidden)).for_each(attend);
+            let outs: Vec<Vec<f32>> = match att_work > 1 << 18 {
+                true => att_tasks.par_iter().map(run).collect(),
+                false => att_tasks.iter().map(run).collect(),
+            };
+            for (&(_, h, a, b), out) in att_tasks.iter().zip(&outs) {
+                for i in 0..b - a {
+                    for g in 0..group {
+                        let at = (a + i) * hidden + (h * group + g) * hd;
+                        att[at..at + hd]
+                            .copy_from_slice(&out[(i * group + g) * hd..(i * group + g + 1) * hd]);
+                    }
+                }
             }
             layer.wo.matmul(&att, &mut o);
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
@@ -620,176 +651,215 @@ fn rope(x: &mut [f32], pos: usize, hd: usize, cos: &[f32], sin: &[f32]) {
     }
 }
 
-/// One query's keys and values in one layer: the first `upto` positions of the cache's
-/// (keys in [`Cache`]'s blocks), then the draft nodes' on its path (node `v` at row
-/// `v − 1`); rows of `kv` values, `hd` per head.
-struct Keys<'a> {
+/// A row's keys and values in one layer: the cache's (keys in [`Cache`]'s blocks, values
+/// `[position, kv]`) and its draft nodes' (`[node, kv]`, node `v` at row `v − 1`); `hd`
+/// values per head.
+struct RowKv<'a> {
     ck: &'a [f32],
     cv: &'a [f32],
-    upto: usize,
     nk: &'a [f32],
     nv: &'a [f32],
-    path: &'a [usize],
     kv: usize,
     hd: usize,
     kv_heads: usize,
 }
 
-/// Attention of one query (`qrow`, every head) over `keys` into `out`; `group` query heads
-/// share a key head. The same operations in the same order on every CPU: with AVX2 the
-/// compiler only gets wider registers for them (Rust never fuses a multiply and an add).
-fn attend_heads(
-    keys: &Keys<'_>,
-    qrow: &[f32],
-    out: &mut [f32],
-    heads: usize,
-    group: usize,
-    scores: &mut [f32],
-) {
+/// The keys one query sees: the cache's first `upto` positions, then the draft nodes on
+/// its path, in depth order.
+struct Span {
+    upto: usize,
+    path: Vec<usize>,
+}
+
+/// Attention of some of a row's queries (`q`: their rows of every head, `spans`: what each
+/// sees) for the `group` query heads that share key head `kvh`, into `out`
+/// (`[query][head of the group][hd]`). Each block of 16 keys, and of values, is read once
+/// for all of them: a draft tree's nodes, and a prompt's tokens, share their row's cache.
+///
+/// Every score, softmax and weighted sum is the same operations in the same order as for
+/// the query alone, on every CPU: with AVX-512 two hot loops take explicit 16-lane form
+/// (lane by lane the same multiplies and adds), with AVX2 the compiler only gets wider
+/// registers (Rust never fuses a multiply and an add).
+fn attend_group(kv: &RowKv<'_>, kvh: usize, group: usize, q: &[f32], spans: &[Span], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         use super::quant::kernels::Level;
         match Level::best() {
             // SAFETY: the CPU has AVX-512 F (`Level::best`).
-            Level::Avx512Vnni => {
-                return unsafe { attend_heads_avx512(keys, qrow, out, heads, group, scores) }
-            }
+            Level::Avx512Vnni => return unsafe { attend_group_avx512(kv, kvh, group, q, spans, out) },
             // SAFETY: the CPU has AVX2 (`Level::best`).
-            Level::Avx2 => return unsafe { attend_heads_avx2(keys, qrow, out, heads, group, scores) },
+            Level::Avx2 => return unsafe { attend_group_avx2(kv, kvh, group, q, spans, out) },
             Level::Portable => {}
         }
     }
-    attend_heads_here::<false>(keys, qrow, out, heads, group, scores)
+    attend_group_here::<false>(kv, kvh, group, q, spans, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2")]
-unsafe fn attend_heads_avx512(
-    keys: &Keys<'_>,
-    qrow: &[f32],
-    out: &mut [f32],
-    heads: usize,
+unsafe fn attend_group_avx512(
+    kv: &RowKv<'_>,
+    kvh: usize,
     group: usize,
-    scores: &mut [f32],
+    q: &[f32],
+    spans: &[Span],
+    out: &mut [f32],
 ) {
-    attend_heads_here::<true>(keys, qrow, out, heads, group, scores)
+    attend_group_here::<true>(kv, kvh, group, q, spans, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn attend_heads_avx2(
-    keys: &Keys<'_>,
-    qrow: &[f32],
-    out: &mut [f32],
-    heads: usize,
+unsafe fn attend_group_avx2(
+    kv: &RowKv<'_>,
+    kvh: usize,
     group: usize,
-    scores: &mut [f32],
+    q: &[f32],
+    spans: &[Span],
+    out: &mut [f32],
 ) {
-    attend_heads_here::<false>(keys, qrow, out, heads, group, scores)
+    attend_group_here::<false>(kv, kvh, group, q, spans, out)
 }
 
-/// `WIDE`: AVX-512 F is there (the caller is compiled for it), for the two hot loops in
-/// explicit 16-lane form — the same multiplies and adds lane by lane as the plain form.
+/// `WIDE`: AVX-512 F is there (the caller is compiled for it).
 #[inline(always)]
-fn attend_heads_here<const WIDE: bool>(
-    keys: &Keys<'_>,
-    qrow: &[f32],
-    out: &mut [f32],
-    heads: usize,
+fn attend_group_here<const WIDE: bool>(
+    kv: &RowKv<'_>,
+    kvh: usize,
     group: usize,
-    scores: &mut [f32],
+    q: &[f32],
+    spans: &[Span],
+    out: &mut [f32],
 ) {
     // The common head size as a constant, for the compiler to unroll by.
-    match keys.hd {
-        64 => attend_heads_of::<WIDE>(keys, qrow, out, heads, group, scores, 64),
-        hd => attend_heads_of::<WIDE>(keys, qrow, out, heads, group, scores, hd),
+    match kv.hd {
+        64 => attend_group_of::<WIDE>(kv, kvh, group, q, spans, out, 64),
+        hd => attend_group_of::<WIDE>(kv, kvh, group, q, spans, out, hd),
     }
 }
 
 #[inline(always)]
-fn attend_heads_of<const WIDE: bool>(
-    keys: &Keys<'_>,
-    qrow: &[f32],
-    out: &mut [f32],
-    heads: usize,
+fn attend_group_of<const WIDE: bool>(
+    rk: &RowKv<'_>,
+    kvh: usize,
     group: usize,
-    scores: &mut [f32],
+    q: &[f32],
+    spans: &[Span],
+    out: &mut [f32],
     hd: usize,
 ) {
-    let Keys { ck, cv, upto, nk, nv, path, kv, kv_heads, .. } = *keys;
+    let RowKv { ck, cv, nk, nv, kv, kv_heads, .. } = *rk;
+    let width = group * kv_heads * hd;
     let scale = 1.0 / (hd as f32).sqrt();
     let block = kv_heads * hd * KEY_BLOCK;
+    let off = kvh * hd;
+    let m_n = spans.len() * group;
+    let len = spans.iter().map(|s| s.upto + s.path.len()).max().unwrap_or(0);
+    let blocks = spans.iter().map(|s| s.upto).max().unwrap_or(0).div_ceil(KEY_BLOCK);
+    // Query head `m`: query `m / group`, head `kvh·group + m % group`.
+    let qh = |m: usize| {
+        let at = (m / group) * width + (kvh * group + m % group) * hd;
+        &q[at..at + hd]
+    };
+    let mut scores = vec![0.0f32; m_n * len];
+    for b in 0..blocks {
+        let keys = &ck[b * block + off * KEY_BLOCK..b * block + (off + hd) * KEY_BLOCK];
+        for m in 0..m_n {
+            let upto = spans[m / group].upto;
+            if upto > b * KEY_BLOCK {
+                let n = (upto - b * KEY_BLOCK).min(KEY_BLOCK);
+                let at = m * len + b * KEY_BLOCK;
+                block_scores::<WIDE>(keys, qh(m), hd, scale, &mut scores[at..at + n]);
+            }
+        }
+    }
+    let mut sums = vec![0.0f32; m_n];
+    for (m, sum) in sums.iter_mut().enumerate() {
+        let Span { upto, path } = &spans[m / group];
+        let s = &mut scores[m * len..m * len + upto + path.len()];
+        let mut max = s[..*upto].iter().fold(f32::NEG_INFINITY, |a, &x| a.max(x));
+        for (x, &v) in s[*upto..].iter_mut().zip(path) {
+            *x = dot(qh(m), &nk[(v - 1) * kv + off..(v - 1) * kv + off + hd]) * scale;
+            max = max.max(*x);
+        }
+        *sum = softmax_numerators(s, max);
+    }
+    out.fill(0.0);
+    for b in 0..blocks {
+        let values = &cv[b * KEY_BLOCK * kv..];
+        for m in 0..m_n {
+            let upto = spans[m / group].upto;
+            if upto > b * KEY_BLOCK {
+                let n = (upto - b * KEY_BLOCK).min(KEY_BLOCK);
+                let p = &scores[m * len + b * KEY_BLOCK..m * len + b * KEY_BLOCK + n];
+                weighted_values::<WIDE>(&mut out[m * hd..(m + 1) * hd], p, sums[m], values, kv, off);
+            }
+        }
+    }
+    for (m, &sum) in sums.iter().enumerate() {
+        let Span { upto, path } = &spans[m / group];
+        let o = &mut out[m * hd..(m + 1) * hd];
+        for (&x, &v) in scores[m * len + upto..].iter().zip(path) {
+            axpy(o, x / sum, &nv[(v - 1) * kv + off..(v - 1) * kv + off + hd]);
+        }
+    }
+}
+
+/// One block's scores for the query head `qh` (`out.len()` ≤ 16 positions): each the sums
+/// of `dot` in its order (eight partial sums by dimension mod 8, their tree, then the
+/// rest) times `scale`, so that a score's bits do not depend on where its key sits.
+#[inline(always)]
+fn block_scores<const WIDE: bool>(keys: &[f32], qh: &[f32], hd: usize, scale: f32, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if WIDE {
+        // SAFETY: AVX-512 F is there (`WIDE`); `keys` holds `hd` rows of 16, `qh` `hd`
+        // values, `out` at most 16 (a masked store).
+        return unsafe { wide::block_scores(keys, qh, hd, scale, out) };
+    }
     let whole = hd / 8 * 8;
-    for head in 0..heads {
-        let off = (head / group) * hd;
-        let qh = &qrow[head * hd..(head + 1) * hd];
-        // The cache's scores 16 at a time, each lane the same sums in the same order as
-        // `dot` (eight partial sums by dimension mod 8, their tree, then the rest): the
-        // bits do not depend on where a key sits.
-        for b in 0..upto.div_ceil(KEY_BLOCK) {
-            let keys = &ck[b * block + off * KEY_BLOCK..b * block + (off + hd) * KEY_BLOCK];
-            let n = (upto - b * KEY_BLOCK).min(KEY_BLOCK);
-            #[cfg(target_arch = "x86_64")]
-            if WIDE {
-                // SAFETY: AVX-512 F is there (`WIDE`); `keys` holds `hd` rows of 16, `qh`
-                // `hd` values, `scores` at least `upto` (the masked store writes `n`).
-                unsafe {
-                    wide::block_scores(keys, qh, hd, scale, &mut scores[b * KEY_BLOCK..b * KEY_BLOCK + n])
-                };
-                continue;
-            }
-            let mut acc = [[0.0f32; KEY_BLOCK]; 8];
-            for d8 in (0..whole).step_by(8) {
-                for (i, acc) in acc.iter_mut().enumerate() {
-                    let (qd, row) = (qh[d8 + i], &keys[(d8 + i) * KEY_BLOCK..(d8 + i + 1) * KEY_BLOCK]);
-                    for (a, &k) in acc.iter_mut().zip(row) {
-                        *a += qd * k;
-                    }
-                }
-            }
-            let mut sum = [0.0f32; KEY_BLOCK];
-            for (j, s) in sum.iter_mut().enumerate() {
-                *s = ((acc[0][j] + acc[4][j]) + (acc[1][j] + acc[5][j]))
-                    + ((acc[2][j] + acc[6][j]) + (acc[3][j] + acc[7][j]));
-            }
-            for d in whole..hd {
-                for (s, &k) in sum.iter_mut().zip(&keys[d * KEY_BLOCK..(d + 1) * KEY_BLOCK]) {
-                    *s += qh[d] * k;
-                }
-            }
-            for (s, &x) in scores[b * KEY_BLOCK..b * KEY_BLOCK + n].iter_mut().zip(&sum) {
-                *s = x * scale;
+    let mut acc = [[0.0f32; KEY_BLOCK]; 8];
+    for d8 in (0..whole).step_by(8) {
+        for (i, acc) in acc.iter_mut().enumerate() {
+            let (qd, row) = (qh[d8 + i], &keys[(d8 + i) * KEY_BLOCK..(d8 + i + 1) * KEY_BLOCK]);
+            for (a, &k) in acc.iter_mut().zip(row) {
+                *a += qd * k;
             }
         }
-        let mut max = scores[..upto].iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
-        for (s, &v) in scores[upto..].iter_mut().zip(path) {
-            *s = dot(qh, &nk[(v - 1) * kv + off..(v - 1) * kv + off + hd]) * scale;
-            max = max.max(*s);
+    }
+    let mut sum = [0.0f32; KEY_BLOCK];
+    for (j, s) in sum.iter_mut().enumerate() {
+        *s = ((acc[0][j] + acc[4][j]) + (acc[1][j] + acc[5][j]))
+            + ((acc[2][j] + acc[6][j]) + (acc[3][j] + acc[7][j]));
+    }
+    for d in whole..hd {
+        for (s, &k) in sum.iter_mut().zip(&keys[d * KEY_BLOCK..(d + 1) * KEY_BLOCK]) {
+            *s += qh[d] * k;
         }
-        let sum = softmax_numerators(scores, max);
-        // The weighted values summed in a local (registers, for the usual head sizes).
-        let mut local = [0.0f32; 256];
-        let oh: &mut [f32] = match hd <= local.len() {
-            true => &mut local[..hd],
-            false => &mut out[head * hd..(head + 1) * hd],
-        };
-        oh.fill(0.0);
-        #[cfg(target_arch = "x86_64")]
-        if WIDE && hd == 64 {
-            // SAFETY: AVX-512 F is there (`WIDE`); every value row holds `hd` = 64 values.
-            unsafe { wide::weighted_values_64(oh, &scores[..upto], sum, cv, kv, off) };
-        }
-        if !(WIDE && hd == 64 && cfg!(target_arch = "x86_64")) {
-            for (j, &s) in scores[..upto].iter().enumerate() {
-                axpy(oh, s / sum, &cv[j * kv + off..j * kv + off + hd]);
-            }
-        }
-        for (&s, &v) in scores[upto..].iter().zip(path) {
-            axpy(oh, s / sum, &nv[(v - 1) * kv + off..(v - 1) * kv + off + hd]);
-        }
-        if hd <= local.len() {
-            out[head * hd..(head + 1) * hd].copy_from_slice(&local[..hd]);
-        }
+    }
+    for (s, &x) in out.iter_mut().zip(&sum) {
+        *s = x * scale;
+    }
+}
+
+/// `o += (p_j / sum) · v_j` for the value rows `v_j` (`kv` apart in `values`, from `off`)
+/// of the scores `p`, in order.
+#[inline(always)]
+fn weighted_values<const WIDE: bool>(
+    o: &mut [f32],
+    p: &[f32],
+    sum: f32,
+    values: &[f32],
+    kv: usize,
+    off: usize,
+) {
+    let hd = o.len();
+    #[cfg(target_arch = "x86_64")]
+    if WIDE && hd == 64 {
+        // SAFETY: AVX-512 F is there (`WIDE`); every value row holds `hd` = 64 values.
+        return unsafe { wide::weighted_values_64(o, p, sum, values, kv, off) };
+    }
+    for (j, &x) in p.iter().enumerate() {
+        axpy(o, x / sum, &values[j * kv + off..j * kv + off + hd]);
     }
 }
 
@@ -940,63 +1010,70 @@ mod tests {
             .collect()
     }
 
-    /// Attention over the blocked key cache, on every instruction level, is bit for bit the
-    /// attention of the plain row-major form (each key's score a `dot`): for a head size with
-    /// the 16-lane loops (64) and one with leftover dimensions (36), a cache that ends inside
-    /// a block, and draft nodes on the path.
+    /// Attention over the blocked key cache, several queries of a row together, on every
+    /// instruction level, is bit for bit each query's attention alone in the plain row-major
+    /// form (each key's score a `dot`): for a head size with the 16-lane loops (64) and one
+    /// with leftover dimensions (36), caches seen up to inside a block, draft nodes on a path.
     #[test]
     fn blocked_keys_attend_as_row_major_keys_on_every_level() {
         for hd in [64usize, 36] {
-            let (kv_heads, heads, upto) = (3, 9, 37);
-            let kv = kv_heads * hd;
+            let (kv_heads, heads, total) = (3, 9, 37);
+            let (kv, group, width) = (kv_heads * hd, heads / kv_heads, heads * hd);
             let mut cache = Cache { k: vec![Vec::new()], v: vec![Vec::new()], ..Cache::default() };
-            let (keys, values) = (noise(upto * kv, 1), noise(upto * kv, 2));
-            for j in 0..upto {
+            let (keys, values) = (noise(total * kv, 1), noise(total * kv, 2));
+            for j in 0..total {
                 cache.push(0, &keys[j * kv..(j + 1) * kv], &values[j * kv..(j + 1) * kv], hd);
             }
             let (nk, nv) = (noise(3 * kv, 3), noise(3 * kv, 4));
-            let path = [1usize, 3];
-            let q = noise(heads * hd, 5);
-            let k = Keys {
-                ck: &cache.k[0],
-                cv: &cache.v[0],
-                upto,
-                nk: &nk,
-                nv: &nv,
-                path: &path,
-                kv,
-                hd,
-                kv_heads,
-            };
-            let group = heads / kv_heads;
+            let spans = [
+                Span { upto: 30, path: vec![] },
+                Span { upto: 37, path: vec![1, 3] },
+                Span { upto: 5, path: vec![2] },
+            ];
+            let q = noise(spans.len() * width, 5);
+            let rk = RowKv { ck: &cache.k[0], cv: &cache.v[0], nk: &nk, nv: &nv, kv, hd, kv_heads };
             let run = |wide: bool| {
-                let mut out = vec![0.0f32; heads * hd];
-                let mut scores = vec![0.0f32; upto + path.len()];
-                match wide {
-                    true => attend_heads(&k, &q, &mut out, heads, group, &mut scores),
-                    false => attend_heads_here::<false>(&k, &q, &mut out, heads, group, &mut scores),
+                let mut all = vec![0.0f32; spans.len() * width];
+                for kvh in 0..kv_heads {
+                    let mut out = vec![0.0f32; spans.len() * group * hd];
+                    match wide {
+                        true => attend_group(&rk, kvh, group, &q, &spans, &mut out),
+                        false => attend_group_here::<false>(&rk, kvh, group, &q, &spans, &mut out),
+                    }
+                    for i in 0..spans.len() {
+                        for g in 0..group {
+                            let at = i * width + (kvh * group + g) * hd;
+                            all[at..at + hd]
+                                .copy_from_slice(&out[(i * group + g) * hd..(i * group + g + 1) * hd]);
+                        }
+                    }
                 }
-                out
+                all
             };
-            // The plain form, keys row-major.
-            let mut want = vec![0.0f32; heads * hd];
+            // The plain form, one query at a time, keys row-major.
+            let mut want = vec![0.0f32; spans.len() * width];
             let scale = 1.0 / (hd as f32).sqrt();
-            for head in 0..heads {
-                let off = (head / group) * hd;
-                let qh = &q[head * hd..(head + 1) * hd];
-                let mut s: Vec<f32> =
-                    (0..upto).map(|j| dot(qh, &keys[j * kv + off..j * kv + off + hd]) * scale).collect();
-                s.extend(
-                    path.iter().map(|&v| dot(qh, &nk[(v - 1) * kv + off..(v - 1) * kv + off + hd]) * scale),
-                );
-                let max = s.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-                let sum = softmax_numerators(&mut s, max);
-                let o = &mut want[head * hd..(head + 1) * hd];
-                for (j, &x) in s[..upto].iter().enumerate() {
-                    axpy(o, x / sum, &values[j * kv + off..j * kv + off + hd]);
-                }
-                for (&x, &v) in s[upto..].iter().zip(&path) {
-                    axpy(o, x / sum, &nv[(v - 1) * kv + off..(v - 1) * kv + off + hd]);
+            for (i, span) in spans.iter().enumerate() {
+                for head in 0..heads {
+                    let off = (head / group) * hd;
+                    let qh = &q[i * width + head * hd..i * width + (head + 1) * hd];
+                    let mut s: Vec<f32> = (0..span.upto)
+                        .map(|j| dot(qh, &keys[j * kv + off..j * kv + off + hd]) * scale)
+                        .collect();
+                    s.extend(
+                        span.path
+                            .iter()
+                            .map(|&v| dot(qh, &nk[(v - 1) * kv + off..(v - 1) * kv + off + hd]) * scale),
+                    );
+                    let max = s.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                    let sum = softmax_numerators(&mut s, max);
+                    let o = &mut want[i * width + head * hd..i * width + (head + 1) * hd];
+                    for (j, &x) in s[..span.upto].iter().enumerate() {
+                        axpy(o, x / sum, &values[j * kv + off..j * kv + off + hd]);
+                    }
+                    for (&x, &v) in s[span.upto..].iter().zip(&span.path) {
+                        axpy(o, x / sum, &nv[(v - 1) * kv + off..(v - 1) * kv + off + hd]);
+                    }
                 }
             }
             assert_eq!(run(false), want, "head size {hd}, plain");
