@@ -475,11 +475,11 @@ impl Llama {
             })
             .collect();
         let att_work = spans.iter().map(|s| s.upto + s.path.len()).sum::<usize>() * c.heads * hd;
-        // Attention tasks `(row, key head, queries a..b)`: a row's queries (consecutive in
-        // `queries`) share its cache, so they go together — each block of keys and values
-        // read once for all of them — in chunks that give every thread of the pool about
-        // two tasks (and at most 64 queries, to keep a task's scores small).
-        let mut att_tasks: Vec<(usize, usize, usize, usize)> = Vec::new();
+        // Attention tasks `(row, queries a..b)`: a row's queries (consecutive in `queries`)
+        // share its cache, so they go together — each block of keys and values read once
+        // for all of them — in chunks that give each thread of the pool a task where there
+        // are fewer rows than threads (and at most 64 queries, to keep a task's scores small).
+        let mut att_tasks: Vec<(usize, usize, usize)> = Vec::new();
         let mut ranges: Vec<(usize, usize)> = Vec::new();
         for (qi, q) in queries.iter().enumerate() {
             match ranges.last_mut() {
@@ -487,13 +487,11 @@ impl Llama {
                 _ => ranges.push((qi, qi + 1)),
             }
         }
-        let per_row = (2 * rayon::current_num_threads()).div_ceil(ranges.len().max(1) * c.kv_heads).max(1);
+        let per_row = rayon::current_num_threads().div_ceil(ranges.len().max(1)).max(1);
         for &(a, b) in &ranges {
             let chunk = (b - a).div_ceil(per_row).clamp(1, 64);
-            for h in 0..c.kv_heads {
-                for s in (a..b).step_by(chunk) {
-                    att_tasks.push((queries[a].row, h, s, (s + chunk).min(b)));
-                }
+            for s in (a..b).step_by(chunk) {
+                att_tasks.push((queries[a].row, s, (s + chunk).min(b)));
             }
         }
         let mut h = vec![0.0f32; q_n * hidden];
@@ -535,15 +533,17 @@ impl Llama {
             // Attention: per row and key head, its queries together (`att_tasks`).
             let seqs = &self.seqs;
             let node_kv_ref = &node_kv;
-            let run = |&(r, h, a, b): &(usize, usize, usize, usize)| -> Vec<f32> {
-                let mut out = vec![0.0f32; (b - a) * group * hd];
+            let run = |&(r, a, b): &(usize, usize, usize)| -> Vec<f32> {
+                let mut out = vec![0.0f32; (b - a) * hidden];
                 let Some(cache) = seqs.get(&rows[r].id) else { return out };
                 let (nk, nv): (&[f32], &[f32]) = match node_kv_ref.get(&r) {
                     Some(n) => (&n.0[l], &n.1[l]),
                     None => (&[], &[]),
                 };
                 let rk = RowKv { ck: &cache.k[l], cv: &cache.v[l], nk, nv, kv, hd, kv_heads: c.kv_heads };
-                attend_group(&rk, h, group, &qv[a * hidden..b * hidden], &spans[a..b], &mut out);
+                for h in 0..c.kv_heads {
+                    attend_group(&rk, h, group, &qv[a * hidden..b * hidden], &spans[a..b], &mut out);
+                }
                 out
             };
             // Spread over the pool only when there is enough of it.
@@ -551,14 +551,8 @@ impl Llama {
                 true => att_tasks.par_iter().map(run).collect(),
                 false => att_tasks.iter().map(run).collect(),
             };
-            for (&(_, h, a, b), out) in att_tasks.iter().zip(&outs) {
-                for i in 0..b - a {
-                    for g in 0..group {
-                        let at = (a + i) * hidden + (h * group + g) * hd;
-                        att[at..at + hd]
-                            .copy_from_slice(&out[(i * group + g) * hd..(i * group + g + 1) * hd]);
-                    }
-                }
+            for (&(_, a, b), out) in att_tasks.iter().zip(&outs) {
+                att[a * hidden..b * hidden].copy_from_slice(out);
             }
             layer.wo.matmul(&att, &mut o);
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
@@ -672,8 +666,8 @@ struct Span {
 }
 
 /// Attention of some of a row's queries (`q`: their rows of every head, `spans`: what each
-/// sees) for the `group` query heads that share key head `kvh`, into `out`
-/// (`[query][head of the group][hd]`). Each block of 16 keys, and of values, is read once
+/// sees) for the `group` query heads that share key head `kvh`, added into their places in
+/// `out` (laid out as `q`, zeros there beforehand). Each block of 16 keys, and of values, is read once
 /// for all of them: a draft tree's nodes, and a prompt's tokens, share their row's cache.
 ///
 /// Every score, softmax and weighted sum is the same operations in the same order as for
@@ -753,53 +747,55 @@ fn attend_group_of<const WIDE: bool>(
     let scale = 1.0 / (hd as f32).sqrt();
     let block = kv_heads * hd * KEY_BLOCK;
     let off = kvh * hd;
-    let m_n = spans.len() * group;
     let len = spans.iter().map(|s| s.upto + s.path.len()).max().unwrap_or(0);
     let blocks = spans.iter().map(|s| s.upto).max().unwrap_or(0).div_ceil(KEY_BLOCK);
-    // Query head `m`: query `m / group`, head `kvh·group + m % group`.
-    let qh = |m: usize| {
-        let at = (m / group) * width + (kvh * group + m % group) * hd;
-        &q[at..at + hd]
-    };
-    let mut scores = vec![0.0f32; m_n * len];
+    // Per query head: its span, where its query and its output sit in `q` and `out`
+    // (worked out once: the loops below run per block of 16 keys).
+    let heads: Vec<(&Span, usize)> = spans
+        .iter()
+        .enumerate()
+        .flat_map(|(i, span)| (0..group).map(move |g| (span, i * width + (kvh * group + g) * hd)))
+        .collect();
+    let mut scores = vec![0.0f32; heads.len() * len];
     for b in 0..blocks {
         let keys = &ck[b * block + off * KEY_BLOCK..b * block + (off + hd) * KEY_BLOCK];
-        for m in 0..m_n {
-            let upto = spans[m / group].upto;
-            if upto > b * KEY_BLOCK {
-                let n = (upto - b * KEY_BLOCK).min(KEY_BLOCK);
-                let at = m * len + b * KEY_BLOCK;
-                block_scores::<WIDE>(keys, qh(m), hd, scale, &mut scores[at..at + n]);
+        for (s, &(span, at)) in scores.chunks_exact_mut(len.max(1)).zip(&heads) {
+            if span.upto > b * KEY_BLOCK {
+                let n = (span.upto - b * KEY_BLOCK).min(KEY_BLOCK);
+                block_scores::<WIDE>(
+                    keys,
+                    &q[at..at + hd],
+                    hd,
+                    scale,
+                    &mut s[b * KEY_BLOCK..b * KEY_BLOCK + n],
+                );
             }
         }
     }
-    let mut sums = vec![0.0f32; m_n];
-    for (m, sum) in sums.iter_mut().enumerate() {
-        let Span { upto, path } = &spans[m / group];
-        let s = &mut scores[m * len..m * len + upto + path.len()];
-        let mut max = s[..*upto].iter().fold(f32::NEG_INFINITY, |a, &x| a.max(x));
-        for (x, &v) in s[*upto..].iter_mut().zip(path) {
-            *x = dot(qh(m), &nk[(v - 1) * kv + off..(v - 1) * kv + off + hd]) * scale;
+    let mut sums = vec![0.0f32; heads.len()];
+    for ((s, sum), &(span, at)) in scores.chunks_exact_mut(len.max(1)).zip(&mut sums).zip(&heads) {
+        let (upto, path) = (span.upto, &span.path);
+        let s = &mut s[..upto + path.len()];
+        let mut max = s[..upto].iter().fold(f32::NEG_INFINITY, |a, &x| a.max(x));
+        for (x, &v) in s[upto..].iter_mut().zip(path) {
+            *x = dot(&q[at..at + hd], &nk[(v - 1) * kv + off..(v - 1) * kv + off + hd]) * scale;
             max = max.max(*x);
         }
         *sum = softmax_numerators(s, max);
     }
-    out.fill(0.0);
     for b in 0..blocks {
         let values = &cv[b * KEY_BLOCK * kv..];
-        for m in 0..m_n {
-            let upto = spans[m / group].upto;
-            if upto > b * KEY_BLOCK {
-                let n = (upto - b * KEY_BLOCK).min(KEY_BLOCK);
-                let p = &scores[m * len + b * KEY_BLOCK..m * len + b * KEY_BLOCK + n];
-                weighted_values::<WIDE>(&mut out[m * hd..(m + 1) * hd], p, sums[m], values, kv, off);
+        for ((s, &sum), &(span, at)) in scores.chunks_exact(len.max(1)).zip(&sums).zip(&heads) {
+            if span.upto > b * KEY_BLOCK {
+                let n = (span.upto - b * KEY_BLOCK).min(KEY_BLOCK);
+                let p = &s[b * KEY_BLOCK..b * KEY_BLOCK + n];
+                weighted_values::<WIDE>(&mut out[at..at + hd], p, sum, values, kv, off);
             }
         }
     }
-    for (m, &sum) in sums.iter().enumerate() {
-        let Span { upto, path } = &spans[m / group];
-        let o = &mut out[m * hd..(m + 1) * hd];
-        for (&x, &v) in scores[m * len + upto..].iter().zip(path) {
+    for ((s, &sum), &(span, at)) in scores.chunks_exact(len.max(1)).zip(&sums).zip(&heads) {
+        let o = &mut out[at..at + hd];
+        for (&x, &v) in s[span.upto..].iter().zip(&span.path) {
             axpy(o, x / sum, &nv[(v - 1) * kv + off..(v - 1) * kv + off + hd]);
         }
     }
@@ -1033,22 +1029,14 @@ mod tests {
             let q = noise(spans.len() * width, 5);
             let rk = RowKv { ck: &cache.k[0], cv: &cache.v[0], nk: &nk, nv: &nv, kv, hd, kv_heads };
             let run = |wide: bool| {
-                let mut all = vec![0.0f32; spans.len() * width];
+                let mut out = vec![0.0f32; spans.len() * width];
                 for kvh in 0..kv_heads {
-                    let mut out = vec![0.0f32; spans.len() * group * hd];
                     match wide {
                         true => attend_group(&rk, kvh, group, &q, &spans, &mut out),
                         false => attend_group_here::<false>(&rk, kvh, group, &q, &spans, &mut out),
                     }
-                    for i in 0..spans.len() {
-                        for g in 0..group {
-                            let at = i * width + (kvh * group + g) * hd;
-                            all[at..at + hd]
-                                .copy_from_slice(&out[(i * group + g) * hd..(i * group + g + 1) * hd]);
-                        }
-                    }
                 }
-                all
+                out
             };
             // The plain form, one query at a time, keys row-major.
             let mut want = vec![0.0f32; spans.len() * width];
