@@ -159,7 +159,13 @@ impl Llama {
         let eps = f("llama.attention.layer_norm_rms_epsilon").unwrap_or(1e-5);
         let base = f("llama.rope.freq_base").unwrap_or(10_000.0);
         let context = u("llama.context_length").unwrap_or(max_context).min(max_context);
-        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 || head_dim % 2 != 0 || hidden % BLOCK != 0 {
+        if heads == 0
+            || kv_heads == 0
+            || heads % kv_heads != 0
+            || hidden % heads != 0
+            || head_dim % 2 != 0
+            || hidden % BLOCK != 0
+        {
             return Err(ModelError(format!(
                 "unsupported shape: hidden {hidden}, heads {heads}, kv heads {kv_heads}"
             )));
@@ -1028,12 +1034,18 @@ mod tests {
             ];
             let q = noise(spans.len() * width, 5);
             let rk = RowKv { ck: &cache.k[0], cv: &cache.v[0], nk: &nk, nv: &nv, kv, hd, kv_heads };
-            let run = |wide: bool| {
+            // 0: plain; 1: AVX2 (where the CPU has it); 2: the best level.
+            let run = |level: u8| {
                 let mut out = vec![0.0f32; spans.len() * width];
                 for kvh in 0..kv_heads {
-                    match wide {
-                        true => attend_group(&rk, kvh, group, &q, &spans, &mut out),
-                        false => attend_group_here::<false>(&rk, kvh, group, &q, &spans, &mut out),
+                    match level {
+                        #[cfg(target_arch = "x86_64")]
+                        // SAFETY: only where the CPU has AVX2.
+                        1 if std::arch::is_x86_feature_detected!("avx2") => unsafe {
+                            attend_group_avx2(&rk, kvh, group, &q, &spans, &mut out)
+                        },
+                        2 => attend_group(&rk, kvh, group, &q, &spans, &mut out),
+                        _ => attend_group_here::<false>(&rk, kvh, group, &q, &spans, &mut out),
                     }
                 }
                 out
@@ -1064,8 +1076,9 @@ mod tests {
                     }
                 }
             }
-            assert_eq!(run(false), want, "head size {hd}, plain");
-            assert_eq!(run(true), want, "head size {hd}, best level");
+            assert_eq!(run(0), want, "head size {hd}, plain");
+            assert_eq!(run(1), want, "head size {hd}, AVX2");
+            assert_eq!(run(2), want, "head size {hd}, best level");
         }
     }
 

@@ -4,17 +4,21 @@
 //! Quantized weights are stored interleaved by groups of [`GROUP`] rows: for each block of
 //! 32 columns, four consecutive values of each of the group's 16 rows side by side, so that
 //! one 512-bit `vpdpbusd` (AVX-512 VNNI) against four activation bytes broadcast gives the
-//! 16 rows' partial sums in its 16 lanes — no horizontal sums, and each unpacked weight
-//! block serves every activation row of the forward (eight at a time): a forward of eight
-//! rows, or of a draft tree's nodes, costs little more weight traffic than one row.
+//! 16 rows' partial sums in its 16 lanes — no horizontal sums; a group's weights are read
+//! from memory once for every activation row of the forward (with AVX-512 each block is
+//! unpacked once for a tile of eight rows; the AVX2 and portable kernels unpack it per row,
+//! from cache): a forward of eight rows, or of a draft tree's nodes, costs little more
+//! weight traffic than one row.
 //! Activations are quantized per row to 8 bits in blocks of 32 (ggml's Q8_1 for Q4_1
 //! weights, Q8_0 for Q8_0 weights), and a block's dot product is an exact integer one, as
 //! ggml's and candle's CPU kernels do it.
 //!
 //! Every output `(row, column)` is computed by the same floating-point operations in the
-//! same order whatever the number of rows, wherever the row sits in the batch and on every
-//! instruction level (portable, AVX2, AVX-512 VNNI): a row's logits are bit for bit the
-//! same in any batch or tree shape, on any x86-64 CPU.
+//! same order whatever the number of rows and wherever the row sits in the batch: a row's
+//! logits are bit for bit the same in any batch or tree shape. The quantized products are
+//! moreover the same bits on every instruction level (portable, AVX2, AVX-512 VNNI); `f32`
+//! weights (F32 / F16 tensors, [`Weights::dequantized`]) are summed in eight lanes with AVX2
+//! and in sequence without, so they may differ across CPUs in the last bits.
 
 use half::f16;
 use rayon::prelude::*;
@@ -354,7 +358,10 @@ impl Q8Rows {
                 // a difference only at exact halves) without a libm call: adding 1.5·2²³
                 // leaves no fraction bits.
                 const MAGIC: f32 = 12_582_912.0;
-                let r = ((v * id + MAGIC) - MAGIC) as i32;
+                // Clamped: a block whose largest value is below ~1e-36 has a subnormal
+                // scale whose inverse is infinite, and the block sum must be the stored
+                // bytes' (the Q8_0 kernels take back their 128 with it).
+                let r = (((v * id + MAGIC) - MAGIC) as i32).clamp(-127, 127);
                 sum += r;
                 *q = r as i8;
             }
@@ -813,7 +820,8 @@ mod tests {
     /// batch, at any position, and the quantized products the same on every level.
     #[test]
     fn products_match_the_dequantized_weights_and_do_not_depend_on_the_batch() {
-        // 96 columns: three blocks (an odd last one); 11 rows: a full tile of 8 and one of 3.
+        // 96 columns: three blocks; 70 weight rows: four groups of 16 and one padded from 6;
+        // 11 activation rows: a full tile of 8 and one of 3.
         let (rows, cols, n) = (70, 96, 11);
         let w = noise(rows * cols, 1);
         let x = noise(n * cols, 2);
@@ -867,5 +875,31 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A block of activations so small that its scale is subnormal (its inverse infinite)
+    /// quantizes to bytes whose sum is the block sum the Q8_0 kernels take back, and the
+    /// product is the same bits on every level.
+    #[test]
+    fn tiny_activations_keep_their_block_sums() {
+        let (rows, cols) = (16, 64);
+        let w = noise(rows * cols, 7);
+        let mut x = noise(cols, 8);
+        for (i, v) in x[..32].iter_mut().enumerate() {
+            *v = if i % 2 == 0 { 1e-38 } else { -3e-39 };
+        }
+        let a = Q8Rows::quantize(&x, cols, false);
+        for b in 0..2 {
+            let bytes: i32 = a.qs[b * BLOCK..(b + 1) * BLOCK].iter().map(|&q| i32::from(q)).sum();
+            assert_eq!(a.sum[b], bytes, "block {b}");
+        }
+        let q = Weights::from_gguf(8, rows, cols, &q8_0_bytes(&w)).unwrap();
+        let mut outs = Vec::new();
+        for level in kernels::Level::available() {
+            let mut out = vec![0.0; rows];
+            Weights::matmul_many_at(level, &x, &mut [(&q, &mut out)]);
+            outs.push(out);
+        }
+        assert!(outs.windows(2).all(|p| p[0] == p[1]), "{outs:?}");
     }
 }
