@@ -1474,12 +1474,15 @@ impl Loop {
 
 /// A row's draw: under `mask` where it has one. With `pair` (the row's own turn flag and
 /// the metrics: [`EngineOptions::pair_masked_draws`]) a masked row is also drawn without
-/// its mask, from copies of its logits and sampler (that token dropped), and both draws'
-/// times are recorded. The copies are made before either draw, so both find the
-/// row equally warm; the copy's buffers have the sampler's capacity, so neither draw
-/// grows one the other reuses; and which draw goes first flips at each of the row's
-/// paired draws (not with the step: a row drawn every other step, forced text between,
-/// would keep one order).
+/// its mask, with a copy of its sampler (that token dropped), and both draws' times are
+/// recorded. Each draw reads a copy of the row written into one buffer just before it, so
+/// both find the logits equally fresh in the cache (a draw of the row itself, read once to
+/// make the other draw's copy, would find it colder than that copy: a row of 151,669
+/// logits is 0.6 MB, and the row and its copy together pass a core's L2); the buffer has the
+/// row's length and the twin's buffers the sampler's capacity, so neither draw grows one the
+/// other reuses; and which draw goes first flips at each of the row's paired draws (not with
+/// the step: a row drawn every other step, forced text between, would keep one order). The
+/// masked draw, with the row's own sampler, gives the pick: the same as from the row.
 fn draw(
     sampler: &mut Sampler,
     row: &mut [f32],
@@ -1491,22 +1494,24 @@ fn draw(
     *turn = !*turn;
     let masked_first = *turn;
     let (mut twin, mut copy) = (sampler.twin(), row.to_vec());
-    let mut unmasked = || {
+    let mut unmasked = |copy: &mut Vec<f32>| {
+        copy.copy_from_slice(row);
         let t = thread_cpu();
-        let _ = std::hint::black_box(twin.sample(&mut copy));
+        let _ = std::hint::black_box(twin.sample(copy));
         thread_cpu().saturating_sub(t)
     };
-    let mut masked = || {
+    let mut masked = |copy: &mut Vec<f32>| {
+        copy.copy_from_slice(row);
         let t = thread_cpu();
-        let pick = sampler.sample_masked(row, m);
+        let pick = sampler.sample_masked(copy, m);
         (pick, thread_cpu().saturating_sub(t))
     };
     let (pick, m_t, u_t) = if masked_first {
-        let (pick, m_t) = masked();
-        (pick, m_t, unmasked())
+        let (pick, m_t) = masked(&mut copy);
+        (pick, m_t, unmasked(&mut copy))
     } else {
-        let u_t = unmasked();
-        let (pick, m_t) = masked();
+        let u_t = unmasked(&mut copy);
+        let (pick, m_t) = masked(&mut copy);
         (pick, m_t, u_t)
     };
     metrics.record_paired_draw([m_t, u_t]);
