@@ -32,10 +32,8 @@ struct Args {
     /// Leave out candle-transformers' forward.
     #[arg(long)]
     no_candle: bool,
-    /// Time only the draft trees (not the decode batches).
-    #[arg(long)]
-    trees_only: bool,
-    /// The decode batches to time.
+    /// The decode batches to time (the first is the ratios' base; `--batches 1` for the
+    /// draft trees alone).
     #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
     batches: Vec<usize>,
     /// Leave out the draft trees.
@@ -62,8 +60,7 @@ fn ours(a: &Args, format: WeightFormat) -> Result<(), Box<dyn std::error::Error>
         m.weight_bytes() as f64 / 1e6
     );
     let mut base = None;
-    let batches: &[usize] = if a.trees_only { &[1] } else { &a.batches };
-    for &batch in batches {
+    for &batch in &a.batches {
         let ids: Vec<u64> = (0..batch as u64).collect();
         let prompts: Vec<Vec<u32>> = ids.iter().map(|&i| prompt(a.prompt, i as u32)).collect();
         let rows: Vec<ForwardRow<'_>> =

@@ -548,7 +548,8 @@ impl Llama {
                 };
                 let rk = RowKv { ck: &cache.k[l], cv: &cache.v[l], nk, nv, kv, hd, kv_heads: c.kv_heads };
                 for h in 0..c.kv_heads {
-                    attend_group(&rk, h, group, &qv[a * hidden..b * hidden], &spans[a..b], &mut out);
+                    let g = HeadGroup { kvh: h, group, q: &qv[a * hidden..b * hidden], spans: &spans[a..b] };
+                    attend_group(&rk, &g, &mut out);
                 }
                 out
             };
@@ -671,83 +672,64 @@ struct Span {
     path: Vec<usize>,
 }
 
-/// Attention of some of a row's queries (`q`: their rows of every head, `spans`: what each
-/// sees) for the `group` query heads that share key head `kvh`, added into their places in
-/// `out` (laid out as `q`, zeros there beforehand). Each block of 16 keys, and of values, is read once
-/// for all of them: a draft tree's nodes, and a prompt's tokens, share their row's cache.
+/// Some of a row's queries (`q`: their rows of every head, `spans`: what each sees), for the
+/// `group` query heads that share key head `kvh`.
+struct HeadGroup<'a> {
+    kvh: usize,
+    group: usize,
+    q: &'a [f32],
+    spans: &'a [Span],
+}
+
+/// Attention of `g`'s queries over the row's keys and values `kv`, added into their places in
+/// `out` (laid out as `g.q`, zeros there beforehand). Each block of 16 keys, and of values, is
+/// read once for all of them: a draft tree's nodes, and a prompt's tokens, share their row's
+/// cache.
 ///
 /// Every score, softmax and weighted sum is the same operations in the same order as for
 /// the query alone, on every CPU: with AVX-512 two hot loops take explicit 16-lane form
 /// (lane by lane the same multiplies and adds), with AVX2 the compiler only gets wider
 /// registers (Rust never fuses a multiply and an add).
-fn attend_group(kv: &RowKv<'_>, kvh: usize, group: usize, q: &[f32], spans: &[Span], out: &mut [f32]) {
+fn attend_group(kv: &RowKv<'_>, g: &HeadGroup<'_>, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         use super::quant::kernels::Level;
         match Level::best() {
             // SAFETY: the CPU has AVX-512 F (`Level::best`).
-            Level::Avx512Vnni => return unsafe { attend_group_avx512(kv, kvh, group, q, spans, out) },
+            Level::Avx512Vnni => return unsafe { attend_group_avx512(kv, g, out) },
             // SAFETY: the CPU has AVX2 (`Level::best`).
-            Level::Avx2 => return unsafe { attend_group_avx2(kv, kvh, group, q, spans, out) },
+            Level::Avx2 => return unsafe { attend_group_avx2(kv, g, out) },
             Level::Portable => {}
         }
     }
-    attend_group_here::<false>(kv, kvh, group, q, spans, out)
+    attend_group_here::<false>(kv, g, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2")]
-unsafe fn attend_group_avx512(
-    kv: &RowKv<'_>,
-    kvh: usize,
-    group: usize,
-    q: &[f32],
-    spans: &[Span],
-    out: &mut [f32],
-) {
-    attend_group_here::<true>(kv, kvh, group, q, spans, out)
+unsafe fn attend_group_avx512(kv: &RowKv<'_>, g: &HeadGroup<'_>, out: &mut [f32]) {
+    attend_group_here::<true>(kv, g, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn attend_group_avx2(
-    kv: &RowKv<'_>,
-    kvh: usize,
-    group: usize,
-    q: &[f32],
-    spans: &[Span],
-    out: &mut [f32],
-) {
-    attend_group_here::<false>(kv, kvh, group, q, spans, out)
+unsafe fn attend_group_avx2(kv: &RowKv<'_>, g: &HeadGroup<'_>, out: &mut [f32]) {
+    attend_group_here::<false>(kv, g, out)
 }
 
 /// `WIDE`: AVX-512 F is there (the caller is compiled for it).
 #[inline(always)]
-fn attend_group_here<const WIDE: bool>(
-    kv: &RowKv<'_>,
-    kvh: usize,
-    group: usize,
-    q: &[f32],
-    spans: &[Span],
-    out: &mut [f32],
-) {
+fn attend_group_here<const WIDE: bool>(kv: &RowKv<'_>, g: &HeadGroup<'_>, out: &mut [f32]) {
     // The common head size as a constant, for the compiler to unroll by.
     match kv.hd {
-        64 => attend_group_of::<WIDE>(kv, kvh, group, q, spans, out, 64),
-        hd => attend_group_of::<WIDE>(kv, kvh, group, q, spans, out, hd),
+        64 => attend_group_of::<WIDE>(kv, g, out, 64),
+        hd => attend_group_of::<WIDE>(kv, g, out, hd),
     }
 }
 
 #[inline(always)]
-fn attend_group_of<const WIDE: bool>(
-    rk: &RowKv<'_>,
-    kvh: usize,
-    group: usize,
-    q: &[f32],
-    spans: &[Span],
-    out: &mut [f32],
-    hd: usize,
-) {
+fn attend_group_of<const WIDE: bool>(rk: &RowKv<'_>, g: &HeadGroup<'_>, out: &mut [f32], hd: usize) {
+    let HeadGroup { kvh, group, q, spans } = *g;
     let RowKv { ck, cv, nk, nv, kv, kv_heads, .. } = *rk;
     let width = group * kv_heads * hd;
     let scale = 1.0 / (hd as f32).sqrt();
@@ -1038,14 +1020,15 @@ mod tests {
             let run = |level: u8| {
                 let mut out = vec![0.0f32; spans.len() * width];
                 for kvh in 0..kv_heads {
+                    let g = HeadGroup { kvh, group, q: &q, spans: &spans };
                     match level {
                         #[cfg(target_arch = "x86_64")]
                         // SAFETY: only where the CPU has AVX2.
                         1 if std::arch::is_x86_feature_detected!("avx2") => unsafe {
-                            attend_group_avx2(&rk, kvh, group, &q, &spans, &mut out)
+                            attend_group_avx2(&rk, &g, &mut out)
                         },
-                        2 => attend_group(&rk, kvh, group, &q, &spans, &mut out),
-                        _ => attend_group_here::<false>(&rk, kvh, group, &q, &spans, &mut out),
+                        2 => attend_group(&rk, &g, &mut out),
+                        _ => attend_group_here::<false>(&rk, &g, &mut out),
                     }
                 }
                 out

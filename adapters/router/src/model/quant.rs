@@ -536,27 +536,35 @@ pub(crate) mod kernels {
     /// four activation bytes broadcast, the 16 rows' sums in the 16 lanes.
     #[cfg(target_arch = "x86_64")]
     mod avx512 {
+        /// `$tile::<T>(args…, r0, out)` over the activation rows in tiles of up to [`TILE`]
+        /// from `r0`, `T` a constant (so that each tile's row loop unrolls).
+        macro_rules! tiles {
+            ($rows:expr, $tile:ident($($arg:expr),*), $out:expr) => {{
+                let mut r0 = 0;
+                while r0 < $rows {
+                    let t = TILE.min($rows - r0);
+                    match t {
+                        8 => $tile::<8>($($arg,)* r0, $out),
+                        7 => $tile::<7>($($arg,)* r0, $out),
+                        6 => $tile::<6>($($arg,)* r0, $out),
+                        5 => $tile::<5>($($arg,)* r0, $out),
+                        4 => $tile::<4>($($arg,)* r0, $out),
+                        3 => $tile::<3>($($arg,)* r0, $out),
+                        2 => $tile::<2>($($arg,)* r0, $out),
+                        _ => $tile::<1>($($arg,)* r0, $out),
+                    }
+                    r0 += t;
+                }
+            }};
+        }
+
         use super::{four, Q8Rows, BLOCK, GROUP, Q4_GROUP_BLOCK, Q8_GROUP_BLOCK, TILE};
         use std::arch::x86_64::*;
 
         /// The caller checked the slices' lengths (`kernels::checked`).
         #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma")]
         pub unsafe fn q4_1_group(d: &[f32], m: &[f32], qs: &[u8], a: &Q8Rows, rows: usize, out: &mut [f32]) {
-            let mut r0 = 0;
-            while r0 < rows {
-                let t = TILE.min(rows - r0);
-                match t {
-                    8 => q4_1_tile::<8>(d, m, qs, a, r0, out),
-                    7 => q4_1_tile::<7>(d, m, qs, a, r0, out),
-                    6 => q4_1_tile::<6>(d, m, qs, a, r0, out),
-                    5 => q4_1_tile::<5>(d, m, qs, a, r0, out),
-                    4 => q4_1_tile::<4>(d, m, qs, a, r0, out),
-                    3 => q4_1_tile::<3>(d, m, qs, a, r0, out),
-                    2 => q4_1_tile::<2>(d, m, qs, a, r0, out),
-                    _ => q4_1_tile::<1>(d, m, qs, a, r0, out),
-                }
-                r0 += t;
-            }
+            tiles!(rows, q4_1_tile(d, m, qs, a), out);
         }
 
         /// `T` activation rows (a constant, so that the row loop unrolls) from `r0`.
@@ -609,21 +617,7 @@ pub(crate) mod kernels {
         /// The caller checked the slices' lengths (`kernels::checked`).
         #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma")]
         pub unsafe fn q8_0_group(d: &[f32], qs: &[u8], a: &Q8Rows, rows: usize, out: &mut [f32]) {
-            let mut r0 = 0;
-            while r0 < rows {
-                let t = TILE.min(rows - r0);
-                match t {
-                    8 => q8_0_tile::<8>(d, qs, a, r0, out),
-                    7 => q8_0_tile::<7>(d, qs, a, r0, out),
-                    6 => q8_0_tile::<6>(d, qs, a, r0, out),
-                    5 => q8_0_tile::<5>(d, qs, a, r0, out),
-                    4 => q8_0_tile::<4>(d, qs, a, r0, out),
-                    3 => q8_0_tile::<3>(d, qs, a, r0, out),
-                    2 => q8_0_tile::<2>(d, qs, a, r0, out),
-                    _ => q8_0_tile::<1>(d, qs, a, r0, out),
-                }
-                r0 += t;
-            }
+            tiles!(rows, q8_0_tile(d, qs, a), out);
         }
 
         #[inline]
