@@ -200,15 +200,17 @@ async fn smollm2_calls_tools_through_the_openai_client_with_every_tool_choice() 
             }
             _ => {}
         }
-        if finish == "length" {
-            continue; // cut off: the last call may be unfinished
-        }
-        for c in calls {
+        for (i, c) in calls.iter().enumerate() {
             let name = c["name"].as_str().unwrap_or_else(|| panic!("{a}"));
             let schema =
                 &schemas.iter().find(|(n, _)| *n == name).unwrap_or_else(|| panic!("unknown tool: {a}")).1;
-            let args: Value = serde_json::from_str(c["arguments"].as_str().unwrap())
-                .unwrap_or_else(|e| panic!("arguments not JSON ({e}): {a}"));
+            let args: Value = match serde_json::from_str(c["arguments"].as_str().unwrap()) {
+                Ok(args) => args,
+                // Cut off: only the last call may be unfinished (the text after a
+                // finished call, which `auto` and `required` allow, may be what was cut).
+                Err(_) if finish == "length" && i + 1 == calls.len() => continue,
+                Err(e) => panic!("arguments not JSON ({e}): {a}"),
+            };
             assert!(jsonschema::validator_for(schema).unwrap().is_valid(&args), "invalid arguments: {a}");
             calls_checked += 1;
         }

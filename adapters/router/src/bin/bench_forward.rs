@@ -1,5 +1,6 @@
-//! The GGUF forward's cost by shape: a decode step at batch 1 / 8 / 32, a batch-1 row
-//! verifying a draft tree of 4 / 8 / 16 / 32 nodes, against the forward the router used
+//! The GGUF forward's cost by shape: a decode step at batch 1 / 8 / 32 (the shapes in
+//! turn, a block of steps each per round, with each round's ratio to the first shape), a
+//! batch-1 row verifying a draft tree of 4 / 8 / 16 / 32 nodes, against the forward the router used
 //! before (candle-transformers' quantized Llama, rows one after another), with the weights
 //! as the file has them (Q4_1 / Q8_0 products) and dequantized to `f32`. Medians and p90
 //! over `--repeats` steps after a warm-up.
@@ -20,7 +21,7 @@ struct Args {
     /// The GGUF model.
     #[arg(long)]
     gguf: std::path::PathBuf,
-    /// Timed steps per shape.
+    /// Timed steps per shape (decode: rounded up to whole rounds of three).
     #[arg(long, default_value_t = 15)]
     repeats: usize,
     /// Prompt tokens per sequence (prefilled before timing).
@@ -59,31 +60,64 @@ fn ours(a: &Args, format: WeightFormat) -> Result<(), Box<dyn std::error::Error>
         t0.elapsed().as_secs_f64(),
         m.weight_bytes() as f64 / 1e6
     );
-    let mut base = None;
-    for &batch in &a.batches {
-        let ids: Vec<u64> = (0..batch as u64).collect();
+    // Every shape's sequences prefilled first, then the shapes stepped in turn, a block of
+    // steps each per round (two untimed, so that a block starts with the shape's own data
+    // in the caches, then three timed): a shape's steps and the base's see the same machine
+    // (a neighbour's burst on this shared VM moves both), and each round's ratio of the
+    // blocks' medians is kept.
+    const WARM: usize = 2;
+    const TIMED: usize = 3;
+    let shapes: Vec<Vec<u64>> = a
+        .batches
+        .iter()
+        .enumerate()
+        .map(|(s, &b)| (0..b as u64).map(|i| (s as u64 + 1) * 1000 + i).collect())
+        .collect();
+    for ids in &shapes {
         let prompts: Vec<Vec<u32>> = ids.iter().map(|&i| prompt(a.prompt, i as u32)).collect();
         let rows: Vec<ForwardRow<'_>> =
             ids.iter().zip(&prompts).map(|(&i, p)| ForwardRow::new(i, p)).collect();
         m.forward(&rows)?;
-        let mut times = Vec::new();
-        for k in 0..a.repeats + 2 {
-            let toks: Vec<[u32; 1]> =
-                ids.iter().map(|&i| [(300 + i as u32 * 7 + k as u32) % 20_000]).collect();
-            let rows: Vec<ForwardRow<'_>> =
-                ids.iter().zip(&toks).map(|(&i, t)| ForwardRow::new(i, t)).collect();
-            let t = Instant::now();
-            m.forward(&rows)?;
-            if k >= 2 {
-                times.push(t.elapsed());
+    }
+    let mut times = vec![Vec::new(); shapes.len()];
+    let mut rounds: Vec<Vec<f64>> = vec![Vec::new(); shapes.len()];
+    let mut step = 0u32;
+    for _ in 0..a.repeats.div_ceil(TIMED).max(1) {
+        let mut medians = Vec::new();
+        for (s, ids) in shapes.iter().enumerate() {
+            let mut block = Vec::new();
+            for k in 0..WARM + TIMED {
+                step += 1;
+                let toks: Vec<[u32; 1]> =
+                    ids.iter().map(|&i| [(300 + i as u32 * 7 + step) % 20_000]).collect();
+                let rows: Vec<ForwardRow<'_>> =
+                    ids.iter().zip(&toks).map(|(&i, t)| ForwardRow::new(i, t)).collect();
+                let t = Instant::now();
+                m.forward(&rows)?;
+                if k >= WARM {
+                    block.push(t.elapsed());
+                }
             }
+            times[s].extend(&block);
+            medians.push(stats(block).0);
         }
-        let (p50, p90) = stats(times);
-        let b1 = *base.get_or_insert(p50);
+        for (s, r) in rounds.iter_mut().enumerate() {
+            r.push(medians[s] / medians[0]);
+        }
+    }
+    let mut base = None;
+    for (s, &batch) in a.batches.iter().enumerate() {
+        let ratios = &mut rounds[s];
+        ratios.sort_by(f64::total_cmp);
+        let (p50, p90) = stats(times[s].clone());
+        base.get_or_insert(p50);
         println!(
-            "{format:?}: decode batch {batch:>2}: p50 {p50:7.2} ms  p90 {p90:7.2} ms  ({:.2}× batch 1)",
-            p50 / b1
+            "{format:?}: decode batch {batch:>2}: p50 {p50:7.2} ms  p90 {p90:7.2} ms  ({:.2}× batch {}, median of the rounds' ratios)",
+            ratios[ratios.len() / 2],
+            a.batches[0]
         );
+    }
+    for ids in shapes {
         for i in ids {
             m.release(i);
         }

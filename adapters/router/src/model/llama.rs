@@ -17,6 +17,8 @@ use super::quant::{Weights, BLOCK};
 use super::{ForwardRow, ModelError};
 use crate::step::SeqId;
 use candle_core::quantized::gguf_file;
+use half::f16;
+use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 use std::collections::HashMap;
 
@@ -56,35 +58,50 @@ struct Layer {
 /// Positions per block of the key cache.
 const KEY_BLOCK: usize = 16;
 
-/// A sequence's keys and values, per layer: values `[position, kv_heads × head_dim]`, keys
-/// in blocks of [`KEY_BLOCK`] positions, dimension-major inside (`[block][kv head][dim]
-/// [position in block]`), so that one pass over a block's dimensions gives a query 16
-/// scores without a horizontal sum.
+/// A sequence's keys and values, per layer, in half precision: values `[position,
+/// kv_heads × head_dim]`, keys in blocks of [`KEY_BLOCK`] positions, dimension-major inside
+/// (`[block][kv head][dim][position in block]`), so that one pass over a block's
+/// dimensions gives a query 16 scores without a horizontal sum.
+///
+/// Half precision because attention reads every cached key and value of a row at every
+/// step: in `f32` a batch of 8 SmolLM2 rows at 512 positions read 190 MB a step from
+/// memory, more than the weights. Every key and value is rounded to half once, as it is
+/// made ([`round_to_half`]), so a draft node attends to its ancestors' rounded values as
+/// the cache would hold them, and a committed node's entry is the one sequential decoding
+/// would have written.
 #[derive(Default)]
 struct Cache {
     len: usize,
-    k: Vec<Vec<f32>>,
-    v: Vec<Vec<f32>>,
+    k: Vec<Vec<f16>>,
+    v: Vec<Vec<f16>>,
+    /// A key in half precision on its way into its block.
+    scratch: Vec<f16>,
     /// The last forward's draft: each node's parent and, per layer, its keys and values
     /// (node `v`'s at `v − 1`).
     draft: Option<DraftKv>,
 }
 
 impl Cache {
-    /// Appends one position's key and value (`kv` values each, `hd` per head) to layer `l`.
-    fn push(&mut self, l: usize, key: &[f32], value: &[f32], hd: usize) {
+    /// Appends one position's key and value (`kv` values each, already rounded to half:
+    /// [`round_to_half`]) to layer `l`.
+    fn push(&mut self, l: usize, key: &[f32], value: &[f32]) {
         let kv = key.len();
         let at = self.v[l].len() / kv.max(1);
         let (b, lane) = (at / KEY_BLOCK, at % KEY_BLOCK);
+        self.scratch.resize(kv, f16::ZERO);
+        self.scratch.convert_from_f32_slice(key);
         let keys = &mut self.k[l];
         if lane == 0 {
-            keys.resize((b + 1) * kv * KEY_BLOCK, 0.0);
+            keys.resize((b + 1) * kv * KEY_BLOCK, f16::ZERO);
         }
-        for (i, &x) in key.iter().enumerate() {
-            let (head, d) = (i / hd, i % hd);
-            keys[b * kv * KEY_BLOCK + (head * hd + d) * KEY_BLOCK + lane] = x;
+        // Key value `i` (head `i / hd`, dimension `i % hd`) is row `i` of the block.
+        for (i, &x) in self.scratch.iter().enumerate() {
+            keys[b * kv * KEY_BLOCK + i * KEY_BLOCK + lane] = x;
         }
-        self.v[l].extend_from_slice(value);
+        let values = &mut self.v[l];
+        let start = values.len();
+        values.resize(start + kv, f16::ZERO);
+        values[start..].convert_from_f32_slice(value);
     }
 }
 
@@ -320,11 +337,11 @@ impl Llama {
                 self.cfg.context
             )));
         }
-        let (hd, kv) = (self.cfg.head_dim, self.cfg.kv_heads * self.cfg.head_dim);
+        let kv = self.cfg.kv_heads * self.cfg.head_dim;
         for l in 0..self.cfg.layers {
             for &v in path {
                 let (key, value) = (&draft.k[l][(v - 1) * kv..v * kv], &draft.v[l][(v - 1) * kv..v * kv]);
-                cache.push(l, key, value, hd);
+                cache.push(l, key, value);
             }
         }
         cache.len += path.len();
@@ -506,6 +523,7 @@ impl Llama {
         let mut vv = vec![0.0f32; q_n * kv];
         let mut att = vec![0.0f32; q_n * hidden];
         let mut o = vec![0.0f32; q_n * hidden];
+        let mut half_scratch = Vec::new();
         let ffn = self.layers.first().map_or(0, |l| l.up.rows());
         let (mut g, mut u, mut dn) =
             (vec![0.0f32; q_n * ffn], vec![0.0f32; q_n * ffn], vec![0.0f32; q_n * hidden]);
@@ -518,6 +536,10 @@ impl Llama {
             // of the pool would cost more than the work.)
             qv.chunks_mut(hidden).zip(&queries).for_each(|(q, qq)| rope(q, qq.pos, hd, cos, sin));
             kk.chunks_mut(kv).zip(&queries).for_each(|(k, qq)| rope(k, qq.pos, hd, cos, sin));
+            // Keys and values in the cache's precision before anything reads them (draft
+            // nodes' too: their descendants attend to them as the cache would hold them).
+            round_to_half(&mut kk, &mut half_scratch);
+            round_to_half(&mut vv, &mut half_scratch);
             // New tokens' keys and values join their caches; nodes' are kept aside.
             for (qi, q) in queries.iter().enumerate() {
                 let (kr, vr) = (&kk[qi * kv..(qi + 1) * kv], &vv[qi * kv..(qi + 1) * kv]);
@@ -525,7 +547,7 @@ impl Llama {
                     None => {
                         let id = rows[q.row].id;
                         if let Some(cache) = self.seqs.get_mut(&id) {
-                            cache.push(l, kr, vr, hd);
+                            cache.push(l, kr, vr);
                         }
                     }
                     Some(v) => {
@@ -565,7 +587,7 @@ impl Llama {
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
             rms_norm(&x, &layer.ffn_norm, c.eps, &mut h);
             Weights::matmul_many(&h, &mut [(&layer.gate, &mut g), (&layer.up, &mut u)]);
-            g.iter_mut().zip(&u).for_each(|(a, &b)| *a = *a / (1.0 + (-*a).exp()) * b);
+            g.iter_mut().zip(&u).for_each(|(a, &b)| *a = swiglu(*a, b));
             layer.down.matmul(&g, &mut dn);
             x.iter_mut().zip(&dn).for_each(|(a, b)| *a += b);
         }
@@ -590,6 +612,7 @@ impl Llama {
                 len: c.len,
                 k: c.k.clone(),
                 v: c.v.clone(),
+                scratch: Vec::new(),
                 draft: None,
             });
             if let Some(copy) = copy {
@@ -639,6 +662,17 @@ fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     });
 }
 
+/// Rounds `x` in place to half precision, the cache's (beyond ±65,504, the largest half,
+/// it saturates there rather than becoming infinite): the conversions of the `half` crate,
+/// vectorized where the CPU has F16C and the same values where it has not.
+fn round_to_half(x: &mut [f32], scratch: &mut Vec<f16>) {
+    const MAX: f32 = 65_504.0;
+    x.iter_mut().for_each(|v| *v = v.clamp(-MAX, MAX));
+    scratch.resize(x.len(), f16::ZERO);
+    scratch.convert_from_f32_slice(x);
+    scratch.convert_to_f32_slice(x);
+}
+
 /// Rotates each head of `x` (interleaved pairs, as GGUF's Llama weights expect) by `pos`.
 fn rope(x: &mut [f32], pos: usize, hd: usize, cos: &[f32], sin: &[f32]) {
     let half = hd / 2;
@@ -653,11 +687,11 @@ fn rope(x: &mut [f32], pos: usize, hd: usize, cos: &[f32], sin: &[f32]) {
 }
 
 /// A row's keys and values in one layer: the cache's (keys in [`Cache`]'s blocks, values
-/// `[position, kv]`) and its draft nodes' (`[node, kv]`, node `v` at row `v − 1`); `hd`
-/// values per head.
+/// `[position, kv]`, half precision) and its draft nodes' (`[node, kv]`, node `v` at row
+/// `v − 1`, rounded to half but held in `f32`); `hd` values per head.
 struct RowKv<'a> {
-    ck: &'a [f32],
-    cv: &'a [f32],
+    ck: &'a [f16],
+    cv: &'a [f16],
     nk: &'a [f32],
     nv: &'a [f32],
     kv: usize,
@@ -745,6 +779,8 @@ fn attend_group_of<const WIDE: bool>(rk: &RowKv<'_>, g: &HeadGroup<'_>, out: &mu
         .flat_map(|(i, span)| (0..group).map(move |g| (span, i * width + (kvh * group + g) * hd)))
         .collect();
     let mut scores = vec![0.0f32; heads.len() * len];
+    // The plain loops' block of keys, or row of values, in `f32`.
+    let mut wide_buf = vec![0.0f32; if WIDE && hd == 64 { 0 } else { hd * KEY_BLOCK }];
     for b in 0..blocks {
         let keys = &ck[b * block + off * KEY_BLOCK..b * block + (off + hd) * KEY_BLOCK];
         for (s, &(span, at)) in scores.chunks_exact_mut(len.max(1)).zip(&heads) {
@@ -756,12 +792,12 @@ fn attend_group_of<const WIDE: bool>(rk: &RowKv<'_>, g: &HeadGroup<'_>, out: &mu
                     hd,
                     scale,
                     &mut s[b * KEY_BLOCK..b * KEY_BLOCK + n],
+                    &mut wide_buf,
                 );
             }
         }
     }
-    let mut sums = vec![0.0f32; heads.len()];
-    for ((s, sum), &(span, at)) in scores.chunks_exact_mut(len.max(1)).zip(&mut sums).zip(&heads) {
+    for (s, &(span, at)) in scores.chunks_exact_mut(len.max(1)).zip(&heads) {
         let (upto, path) = (span.upto, &span.path);
         let s = &mut s[..upto + path.len()];
         let mut max = s[..upto].iter().fold(f32::NEG_INFINITY, |a, &x| a.max(x));
@@ -769,37 +805,52 @@ fn attend_group_of<const WIDE: bool>(rk: &RowKv<'_>, g: &HeadGroup<'_>, out: &mu
             *x = dot(&q[at..at + hd], &nk[(v - 1) * kv + off..(v - 1) * kv + off + hd]) * scale;
             max = max.max(*x);
         }
-        *sum = softmax_numerators(s, max);
+        let sum = softmax_numerators(s, max);
+        // The weights, divided here in one vectorized pass (a division rounds the same
+        // in any register: the weighted sums' bits are those of dividing per value row,
+        // which had one scalar division per key in the values' loop).
+        s.iter_mut().for_each(|x| *x /= sum);
     }
     for b in 0..blocks {
         let values = &cv[b * KEY_BLOCK * kv..];
-        for ((s, &sum), &(span, at)) in scores.chunks_exact(len.max(1)).zip(&sums).zip(&heads) {
+        for (s, &(span, at)) in scores.chunks_exact(len.max(1)).zip(&heads) {
             if span.upto > b * KEY_BLOCK {
                 let n = (span.upto - b * KEY_BLOCK).min(KEY_BLOCK);
                 let p = &s[b * KEY_BLOCK..b * KEY_BLOCK + n];
-                weighted_values::<WIDE>(&mut out[at..at + hd], p, sum, values, kv, off);
+                weighted_values::<WIDE>(&mut out[at..at + hd], p, values, kv, off, &mut wide_buf);
             }
         }
     }
-    for ((s, &sum), &(span, at)) in scores.chunks_exact(len.max(1)).zip(&sums).zip(&heads) {
+    for (s, &(span, at)) in scores.chunks_exact(len.max(1)).zip(&heads) {
         let o = &mut out[at..at + hd];
         for (&x, &v) in s[span.upto..].iter().zip(&span.path) {
-            axpy(o, x / sum, &nv[(v - 1) * kv + off..(v - 1) * kv + off + hd]);
+            axpy(o, x, &nv[(v - 1) * kv + off..(v - 1) * kv + off + hd]);
         }
     }
 }
 
 /// One block's scores for the query head `qh` (`out.len()` ≤ 16 positions): each the sums
 /// of `dot` in its order (eight partial sums by dimension mod 8, their tree, then the
-/// rest) times `scale`, so that a score's bits do not depend on where its key sits.
+/// rest) times `scale`, so that a score's bits do not depend on where its key sits. `buf`
+/// (`hd × 16` values) takes the block in `f32` for the plain loop.
 #[inline(always)]
-fn block_scores<const WIDE: bool>(keys: &[f32], qh: &[f32], hd: usize, scale: f32, out: &mut [f32]) {
+fn block_scores<const WIDE: bool>(
+    keys: &[f16],
+    qh: &[f32],
+    hd: usize,
+    scale: f32,
+    out: &mut [f32],
+    buf: &mut [f32],
+) {
     #[cfg(target_arch = "x86_64")]
     if WIDE {
         // SAFETY: AVX-512 F is there (`WIDE`); `keys` holds `hd` rows of 16, `qh` `hd`
         // values, `out` at most 16 (a masked store).
         return unsafe { wide::block_scores(keys, qh, hd, scale, out) };
     }
+    let f = &mut buf[..hd * KEY_BLOCK];
+    keys[..hd * KEY_BLOCK].convert_to_f32_slice(f);
+    let keys = &*f;
     let whole = hd / 8 * 8;
     let mut acc = [[0.0f32; KEY_BLOCK]; 8];
     for d8 in (0..whole).step_by(8) {
@@ -825,25 +876,28 @@ fn block_scores<const WIDE: bool>(keys: &[f32], qh: &[f32], hd: usize, scale: f3
     }
 }
 
-/// `o += (p_j / sum) · v_j` for the value rows `v_j` (`kv` apart in `values`, from `off`)
-/// of the scores `p`, in order.
+/// `o += p_j · v_j` for the value rows `v_j` (`kv` apart in `values`, from `off`) of the
+/// weights `p`, in order; `buf` (at least `hd` values) takes a row in `f32` for the plain
+/// loop.
 #[inline(always)]
 fn weighted_values<const WIDE: bool>(
     o: &mut [f32],
     p: &[f32],
-    sum: f32,
-    values: &[f32],
+    values: &[f16],
     kv: usize,
     off: usize,
+    buf: &mut [f32],
 ) {
     let hd = o.len();
     #[cfg(target_arch = "x86_64")]
     if WIDE && hd == 64 {
         // SAFETY: AVX-512 F is there (`WIDE`); every value row holds `hd` = 64 values.
-        return unsafe { wide::weighted_values_64(o, p, sum, values, kv, off) };
+        return unsafe { wide::weighted_values_64(o, p, values, kv, off) };
     }
+    let row = &mut buf[..hd];
     for (j, &x) in p.iter().enumerate() {
-        axpy(o, x / sum, &values[j * kv + off..j * kv + off + hd]);
+        values[j * kv + off..j * kv + off + hd].convert_to_f32_slice(row);
+        axpy(o, x, row);
     }
 }
 
@@ -852,13 +906,20 @@ fn weighted_values<const WIDE: bool>(
 #[cfg(target_arch = "x86_64")]
 mod wide {
     use super::KEY_BLOCK;
+    use half::f16;
     use std::arch::x86_64::*;
+
+    /// Sixteen halves at `p` in `f32` (exactly).
+    #[inline(always)]
+    unsafe fn load16(p: *const f16) -> __m512 {
+        _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
+    }
 
     /// One key block's scores for the query head `qh`: `out[j] = scale · (the sum of
     /// `dot`'s shape over dimension rows `keys[d·16..]`)`, `out.len()` ≤ 16.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    pub unsafe fn block_scores(keys: &[f32], qh: &[f32], hd: usize, scale: f32, out: &mut [f32]) {
+    pub unsafe fn block_scores(keys: &[f16], qh: &[f32], hd: usize, scale: f32, out: &mut [f32]) {
         debug_assert!(keys.len() >= hd * KEY_BLOCK && qh.len() >= hd && out.len() <= KEY_BLOCK);
         let k = keys.as_ptr();
         let whole = hd / 8 * 8;
@@ -866,7 +927,7 @@ mod wide {
         let mut d8 = 0;
         while d8 < whole {
             for (i, a) in acc.iter_mut().enumerate() {
-                let row = _mm512_loadu_ps(k.add((d8 + i) * KEY_BLOCK));
+                let row = load16(k.add((d8 + i) * KEY_BLOCK));
                 *a = _mm512_add_ps(*a, _mm512_mul_ps(_mm512_set1_ps(*qh.get_unchecked(d8 + i)), row));
             }
             d8 += 8;
@@ -876,7 +937,7 @@ mod wide {
             _mm512_add_ps(_mm512_add_ps(acc[2], acc[6]), _mm512_add_ps(acc[3], acc[7])),
         );
         for d in whole..hd {
-            let row = _mm512_loadu_ps(k.add(d * KEY_BLOCK));
+            let row = load16(k.add(d * KEY_BLOCK));
             s = _mm512_add_ps(s, _mm512_mul_ps(_mm512_set1_ps(*qh.get_unchecked(d)), row));
         }
         s = _mm512_mul_ps(s, _mm512_set1_ps(scale));
@@ -884,11 +945,11 @@ mod wide {
         _mm512_mask_storeu_ps(out.as_mut_ptr(), mask, s);
     }
 
-    /// `o += (p_j / sum) · v_j` over the cache's first `p.len()` value rows (`kv` apart,
-    /// from `off`), a 64-value head in four registers.
+    /// `o += p_j · v_j` over the cache's first `p.len()` value rows (`kv` apart, from
+    /// `off`), a 64-value head in four registers.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    pub unsafe fn weighted_values_64(o: &mut [f32], p: &[f32], sum: f32, cv: &[f32], kv: usize, off: usize) {
+    pub unsafe fn weighted_values_64(o: &mut [f32], p: &[f32], cv: &[f16], kv: usize, off: usize) {
         debug_assert!(o.len() == 64 && cv.len() >= p.len().saturating_sub(1) * kv + off + 64);
         let mut acc = [
             _mm512_loadu_ps(o.as_ptr()),
@@ -897,10 +958,10 @@ mod wide {
             _mm512_loadu_ps(o.as_ptr().add(48)),
         ];
         for (j, &pj) in p.iter().enumerate() {
-            let w = _mm512_set1_ps(pj / sum);
+            let w = _mm512_set1_ps(pj);
             let v = cv.as_ptr().add(j * kv + off);
             for (c, a) in acc.iter_mut().enumerate() {
-                *a = _mm512_add_ps(*a, _mm512_mul_ps(w, _mm512_loadu_ps(v.add(16 * c))));
+                *a = _mm512_add_ps(*a, _mm512_mul_ps(w, load16(v.add(16 * c))));
             }
         }
         for (c, a) in acc.iter().enumerate() {
@@ -955,6 +1016,16 @@ fn exp_nonpositive(x: f32) -> f32 {
     y * f32::from_bits(((n as i32 + 127) as u32) << 23)
 }
 
+/// `a · σ(a) · b` (SwiGLU), the logistic function from [`exp_nonpositive`] of `−|a|`:
+/// plain arithmetic the compiler vectorizes, where a libm `expf` call per value was the
+/// most of the step's one-thread work between products.
+#[inline(always)]
+fn swiglu(a: f32, b: f32) -> f32 {
+    let e = exp_nonpositive(-a.abs());
+    let sigmoid = if a >= 0.0 { 1.0 / (1.0 + e) } else { e / (1.0 + e) };
+    a * sigmoid * b
+}
+
 /// `y += a·x`.
 #[inline(always)]
 fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
@@ -994,7 +1065,7 @@ mod tests {
             .collect()
     }
 
-    /// Attention over the blocked key cache, several queries of a row together, on every
+    /// Attention over the blocked half-precision key cache, several queries of a row together, on every
     /// instruction level, is bit for bit each query's attention alone in the plain row-major
     /// form (each key's score a `dot`): for a head size with the 16-lane loops (64) and one
     /// with leftover dimensions (36), caches seen up to inside a block, draft nodes on a path.
@@ -1004,9 +1075,12 @@ mod tests {
             let (kv_heads, heads, total) = (3, 9, 37);
             let (kv, group, width) = (kv_heads * hd, heads / kv_heads, heads * hd);
             let mut cache = Cache { k: vec![Vec::new()], v: vec![Vec::new()], ..Cache::default() };
-            let (keys, values) = (noise(total * kv, 1), noise(total * kv, 2));
+            // (In half precision, as the forward rounds them before the cache takes them.)
+            let (mut keys, mut values) = (noise(total * kv, 1), noise(total * kv, 2));
+            round_to_half(&mut keys, &mut Vec::new());
+            round_to_half(&mut values, &mut Vec::new());
             for j in 0..total {
-                cache.push(0, &keys[j * kv..(j + 1) * kv], &values[j * kv..(j + 1) * kv], hd);
+                cache.push(0, &keys[j * kv..(j + 1) * kv], &values[j * kv..(j + 1) * kv]);
             }
             let (nk, nv) = (noise(3 * kv, 3), noise(3 * kv, 4));
             let spans = [

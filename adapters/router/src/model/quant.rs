@@ -326,11 +326,53 @@ impl Q8Rows {
         Self::quantize_here(x, cols, sums)
     }
 
-    /// The same code compiled for AVX-512 (vectorized by the compiler; the same values).
+    /// [`quantize_here`](Self::quantize_here) in explicit AVX-512 form, block by block: the
+    /// same values (the largest magnitude is exact in any order; a product rounded to
+    /// nearest, ties to even, by `vcvtps2dq` is what adding and taking away 1.5·2²³ gives).
+    /// The compiler left the plain loop's saturating `as i32` scalar, and with it the
+    /// whole block: a twentieth of a batch-8 SmolLM2 step, on the step's one thread.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
     unsafe fn quantize_avx512(x: &[f32], cols: usize, sums: bool) -> Self {
-        Self::quantize_here(x, cols, sums)
+        use std::arch::x86_64::*;
+        let nb_total = x.len() / BLOCK;
+        let (mut d, mut s, mut sum_q, mut qs) = (
+            vec![0.0; nb_total],
+            vec![0.0; if sums { nb_total } else { 0 }],
+            vec![0; nb_total],
+            vec![0i8; nb_total * BLOCK],
+        );
+        let (lo, hi) = (_mm512_set1_epi32(-127), _mm512_set1_epi32(127));
+        for k in 0..nb_total {
+            let p = x.as_ptr().add(k * BLOCK);
+            let (a, b) = (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)));
+            let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+            let (dd, id) = Self::scales(amax);
+            let id = _mm512_set1_ps(id);
+            let to_int = |v: __m512| {
+                _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v, id)), lo), hi)
+            };
+            let (qa, qb) = (to_int(a), to_int(b));
+            let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
+            let out = qs.as_mut_ptr().add(k * BLOCK);
+            _mm_storeu_si128(out as *mut __m128i, _mm512_cvtepi32_epi8(qa));
+            _mm_storeu_si128(out.add(16) as *mut __m128i, _mm512_cvtepi32_epi8(qb));
+            d[k] = dd;
+            sum_q[k] = sum;
+            if sums {
+                s[k] = dd * sum as f32;
+            }
+        }
+        Self { nb: cols / BLOCK, d, s, sum: sum_q, qs }
+    }
+
+    /// A block's scale `amax / 127` and the inverse the values are multiplied by: zero for
+    /// a block whose scale is zero or subnormal (its bytes all zero), so that every product
+    /// is finite and rounds alike in either form.
+    #[inline(always)]
+    fn scales(amax: f32) -> (f32, f32) {
+        let dd = amax / 127.0;
+        (dd, if dd >= f32::MIN_POSITIVE { 1.0 / dd } else { 0.0 })
     }
 
     #[inline(always)]
@@ -350,17 +392,13 @@ impl Q8Rows {
                 }
             }
             let amax = amax.iter().fold(0.0f32, |a, &m| a.max(m));
-            let dd = amax / 127.0;
-            let id = if dd != 0.0 { 1.0 / dd } else { 0.0 };
+            let (dd, id) = Self::scales(amax);
             let mut sum = 0i32;
             for (q, &v) in q.iter_mut().zip(block) {
                 // Round to nearest (ties to even: ggml's roundf takes ties away from zero,
                 // a difference only at exact halves) without a libm call: adding 1.5·2²³
-                // leaves no fraction bits.
+                // leaves no fraction bits. (|v · id| ≤ 127 and a little: clamped.)
                 const MAGIC: f32 = 12_582_912.0;
-                // Clamped: a block whose largest value is below ~1e-36 has a subnormal
-                // scale whose inverse is infinite, and the block sum must be the stored
-                // bytes' (the Q8_0 kernels take back their 128 with it).
                 let r = (((v * id + MAGIC) - MAGIC) as i32).clamp(-127, 127);
                 sum += r;
                 *q = r as i8;
@@ -871,9 +909,46 @@ mod tests {
         }
     }
 
-    /// A block of activations so small that its scale is subnormal (its inverse infinite)
-    /// quantizes to bytes whose sum is the block sum the Q8_0 kernels take back, and the
-    /// product is the same bits on every level.
+    /// The explicit AVX-512 quantization gives the plain loop's values: random blocks at
+    /// many scales, ties, tiny and zero blocks.
+    #[test]
+    fn quantization_is_the_same_on_every_level() {
+        #[cfg(target_arch = "x86_64")]
+        if kernels::Level::best() == kernels::Level::Avx512Vnni {
+            let cols = 32 * 24;
+            let mut x = Vec::new();
+            for (i, scale) in [1e-40f32, 1e-38, 3e-36, 1e-3, 0.5, 1.0, 7.0, 1e4, 3e30].iter().enumerate() {
+                x.extend(noise(cols, 20 + i as u64).iter().map(|v| v * scale));
+            }
+            // Exact halves after scaling (ties), and all-zero blocks.
+            let mut tie = vec![0.0f32; cols];
+            for (i, v) in tie.iter_mut().enumerate().take(cols / 2) {
+                *v = if i % 32 == 0 { 127.0 } else { (i % 7) as f32 + 0.5 };
+            }
+            x.extend(tie);
+            for sums in [false, true] {
+                let plain = Q8Rows::quantize_here(&x, cols, sums);
+                // SAFETY: the CPU has AVX-512 F and BW (`Level::best`).
+                let wide = unsafe { Q8Rows::quantize_avx512(&x, cols, sums) };
+                assert_eq!(plain.qs, wide.qs);
+                assert_eq!(plain.sum, wide.sum);
+                assert_eq!(
+                    plain.d.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    wide.d.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                );
+                assert_eq!(
+                    plain.s.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    wide.s.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                );
+            }
+            return;
+        }
+        eprintln!("no AVX-512 here: one form only");
+    }
+
+    /// A block of activations so small that its scale is subnormal quantizes to bytes
+    /// whose sum is the block sum the Q8_0 kernels take back, and the product is the same
+    /// bits on every level.
     #[test]
     fn tiny_activations_keep_their_block_sums() {
         let (rows, cols) = (16, 64);
