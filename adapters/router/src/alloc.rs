@@ -29,7 +29,8 @@ pub(crate) const PURGE_DECOMMITS: libmimalloc_sys::mi_option_t =
 /// grammask_router::alloc::keep_freed_pages();
 /// ```
 pub fn keep_freed_pages() -> bool {
-    if ["MIMALLOC_PURGE_DECOMMITS", "MIMALLOC_RESET_DECOMMITS"].iter().any(|k| std::env::var_os(k).is_some()) {
+    if ["MIMALLOC_PURGE_DECOMMITS", "MIMALLOC_RESET_DECOMMITS"].iter().any(|k| std::env::var_os(k).is_some())
+    {
         return false;
     }
     // SAFETY: sets one of mimalloc's options, which it reads on its next purge.

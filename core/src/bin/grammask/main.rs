@@ -18,7 +18,8 @@ const PURGE_DECOMMITS: libmimalloc_sys::mi_option_t = libmimalloc_sys::mi_option
 /// why and what it measured).
 /// The environment's choice (`MIMALLOC_PURGE_DECOMMITS`, `MIMALLOC_RESET_DECOMMITS`) stands.
 fn keep_freed_pages() {
-    if ["MIMALLOC_PURGE_DECOMMITS", "MIMALLOC_RESET_DECOMMITS"].iter().all(|k| std::env::var_os(k).is_none()) {
+    if ["MIMALLOC_PURGE_DECOMMITS", "MIMALLOC_RESET_DECOMMITS"].iter().all(|k| std::env::var_os(k).is_none())
+    {
         // SAFETY: sets one of mimalloc's options, which it reads on its next purge.
         unsafe { libmimalloc_sys::mi_option_set(PURGE_DECOMMITS, 0) }
     }
