@@ -781,20 +781,25 @@ fn attend_group_of<const WIDE: bool>(rk: &RowKv<'_>, g: &HeadGroup<'_>, out: &mu
         .flat_map(|(i, span)| (0..group).map(move |g| (span, i * width + (kvh * group + g) * hd)))
         .collect();
     let mut scores = vec![0.0f32; heads.len() * len];
-    // The plain loops' block of keys, or row of values, in `f32`.
-    let mut wide_buf = vec![0.0f32; if WIDE && hd == 64 { 0 } else { hd * KEY_BLOCK }];
+    // The 16-lane loops read halves directly; the plain ones read a block of keys, or of
+    // value rows, converted to `f32` once for all the group's query heads.
+    let direct_values = WIDE && hd == 64;
+    let mut buf = vec![0.0f32; if direct_values { 0 } else { hd * KEY_BLOCK }];
     for b in 0..blocks {
         let keys = &ck[b * block + off * KEY_BLOCK..b * block + (off + hd) * KEY_BLOCK];
+        if !WIDE {
+            keys.convert_to_f32_slice(&mut buf);
+        }
         for (s, &(span, at)) in scores.chunks_exact_mut(len.max(1)).zip(&heads) {
             if span.upto > b * KEY_BLOCK {
                 let n = (span.upto - b * KEY_BLOCK).min(KEY_BLOCK);
                 block_scores::<WIDE>(
                     keys,
+                    &buf,
                     &q[at..at + hd],
                     hd,
                     scale,
                     &mut s[b * KEY_BLOCK..b * KEY_BLOCK + n],
-                    &mut wide_buf,
                 );
             }
         }
@@ -813,13 +818,20 @@ fn attend_group_of<const WIDE: bool>(rk: &RowKv<'_>, g: &HeadGroup<'_>, out: &mu
         // which had one scalar division per key in the values' loop).
         s.iter_mut().for_each(|x| *x /= sum);
     }
+    let upto = spans.iter().map(|s| s.upto).max().unwrap_or(0);
     for b in 0..blocks {
         let values = &cv[b * KEY_BLOCK * kv..];
+        if !direct_values {
+            // The block's value rows of this key head, `hd` apart.
+            for j in 0..(upto - b * KEY_BLOCK).min(KEY_BLOCK) {
+                values[j * kv + off..j * kv + off + hd].convert_to_f32_slice(&mut buf[j * hd..(j + 1) * hd]);
+            }
+        }
         for (s, &(span, at)) in scores.chunks_exact(len.max(1)).zip(&heads) {
             if span.upto > b * KEY_BLOCK {
                 let n = (span.upto - b * KEY_BLOCK).min(KEY_BLOCK);
                 let p = &s[b * KEY_BLOCK..b * KEY_BLOCK + n];
-                weighted_values::<WIDE>(&mut out[at..at + hd], p, values, kv, off, &mut wide_buf);
+                weighted_values::<WIDE>(&mut out[at..at + hd], p, values, kv, off, &buf);
             }
         }
     }
@@ -833,16 +845,17 @@ fn attend_group_of<const WIDE: bool>(rk: &RowKv<'_>, g: &HeadGroup<'_>, out: &mu
 
 /// One block's scores for the query head `qh` (`out.len()` ≤ 16 positions): each the sums
 /// of `dot` in its order (eight partial sums by dimension mod 8, their tree, then the
-/// rest) times `scale`, so that a score's bits do not depend on where its key sits. `buf`
-/// (`hd × 16` values) takes the block in `f32` for the plain loop.
+/// rest) times `scale`, so that a score's bits do not depend on where its key sits. The
+/// 16-lane form reads the block's halves (`keys`), the plain one the block in `f32`
+/// (`plain`, `hd × 16` values).
 #[inline(always)]
 fn block_scores<const WIDE: bool>(
     keys: &[f16],
+    plain: &[f32],
     qh: &[f32],
     hd: usize,
     scale: f32,
     out: &mut [f32],
-    buf: &mut [f32],
 ) {
     #[cfg(target_arch = "x86_64")]
     if WIDE {
@@ -850,9 +863,8 @@ fn block_scores<const WIDE: bool>(
         // values, `out` at most 16 (a masked store).
         return unsafe { wide::block_scores(keys, qh, hd, scale, out) };
     }
-    let f = &mut buf[..hd * KEY_BLOCK];
-    keys[..hd * KEY_BLOCK].convert_to_f32_slice(f);
-    let keys = &*f;
+    let _ = keys;
+    let keys = &plain[..hd * KEY_BLOCK];
     let whole = hd / 8 * 8;
     let mut acc = [[0.0f32; KEY_BLOCK]; 8];
     for d8 in (0..whole).step_by(8) {
@@ -878,9 +890,9 @@ fn block_scores<const WIDE: bool>(
     }
 }
 
-/// `o += p_j · v_j` for the value rows `v_j` (`kv` apart in `values`, from `off`) of the
-/// weights `p`, in order; `buf` (at least `hd` values) takes a row in `f32` for the plain
-/// loop.
+/// `o += p_j · v_j` for the value rows `v_j` of the weights `p`, in order: the 16-lane form
+/// reads the cache's halves (`values`, rows `kv` apart, from `off`), the plain one the rows
+/// in `f32` (`plain`, `hd` apart).
 #[inline(always)]
 fn weighted_values<const WIDE: bool>(
     o: &mut [f32],
@@ -888,7 +900,7 @@ fn weighted_values<const WIDE: bool>(
     values: &[f16],
     kv: usize,
     off: usize,
-    buf: &mut [f32],
+    plain: &[f32],
 ) {
     let hd = o.len();
     #[cfg(target_arch = "x86_64")]
@@ -896,10 +908,9 @@ fn weighted_values<const WIDE: bool>(
         // SAFETY: AVX-512 F is there (`WIDE`); every value row holds `hd` = 64 values.
         return unsafe { wide::weighted_values_64(o, p, values, kv, off) };
     }
-    let row = &mut buf[..hd];
+    let _ = (values, kv, off);
     for (j, &x) in p.iter().enumerate() {
-        values[j * kv + off..j * kv + off + hd].convert_to_f32_slice(row);
-        axpy(o, x, row);
+        axpy(o, x, &plain[j * hd..(j + 1) * hd]);
     }
 }
 

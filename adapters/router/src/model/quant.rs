@@ -346,11 +346,19 @@ impl Q8Rows {
         for k in 0..nb_total {
             let p = x.as_ptr().add(k * BLOCK);
             let (a, b) = (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)));
-            let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+            // (`vmaxps` answers its second operand where either is NaN: the running maximum
+            // goes second, so a NaN is passed over as `f32::max` passes it over.)
+            let running = _mm512_max_ps(_mm512_abs_ps(a), _mm512_setzero_ps());
+            let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(b), running));
             let (dd, id) = Self::scales(amax);
             let id = _mm512_set1_ps(id);
+            // A NaN product (a NaN value, or an infinite one times a zero inverse) is 0, as
+            // the plain loop's `as i32` makes it (`vcvtps2dq` would give `i32::MIN`).
             let to_int = |v: __m512| {
-                _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v, id)), lo), hi)
+                let p = _mm512_mul_ps(v, id);
+                let ordered = _mm512_cmp_ps_mask::<_CMP_ORD_Q>(p, p);
+                let r = _mm512_maskz_mov_epi32(ordered, _mm512_cvtps_epi32(p));
+                _mm512_min_epi32(_mm512_max_epi32(r, lo), hi)
             };
             let (qa, qb) = (to_int(a), to_int(b));
             let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
@@ -368,7 +376,7 @@ impl Q8Rows {
 
     /// A block's scale `amax / 127` and the inverse the values are multiplied by: zero for
     /// a block whose scale is zero or subnormal (its bytes all zero), so that every product
-    /// is finite and rounds alike in either form.
+    /// of finite values is finite (at most ~127) and rounds alike in either form.
     #[inline(always)]
     fn scales(amax: f32) -> (f32, f32) {
         let dd = amax / 127.0;
@@ -926,10 +934,23 @@ mod tests {
                 *v = if i % 32 == 0 { 127.0 } else { (i % 7) as f32 + 0.5 };
             }
             x.extend(tie);
+            // Non-finite and extreme values, in either half of a block and in every block.
+            let mut odd = noise(cols, 40);
+            for (i, &bad) in
+                [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::MAX, -f32::MAX].iter().enumerate()
+            {
+                for b in 0..cols / 32 {
+                    if b % 5 == i {
+                        odd[b * 32 + (b * 7 + i * 3) % 32] = bad;
+                    }
+                }
+            }
+            x.extend(odd);
             for sums in [false, true] {
                 let plain = Q8Rows::quantize_here(&x, cols, sums);
                 // SAFETY: the CPU has AVX-512 F and BW (`Level::best`).
                 let wide = unsafe { Q8Rows::quantize_avx512(&x, cols, sums) };
+                assert!(plain.qs.iter().any(|&q| q != 0) && plain.d.iter().any(|d| d.is_infinite()));
                 assert_eq!(plain.qs, wide.qs);
                 assert_eq!(plain.sum, wide.sum);
                 assert_eq!(

@@ -18,7 +18,10 @@ const PURGE_DECOMMITS: libmimalloc_sys::mi_option_t = libmimalloc_sys::mi_option
 /// why and what it measured).
 /// The environment's choice (`MIMALLOC_PURGE_DECOMMITS`, `MIMALLOC_RESET_DECOMMITS`) stands.
 fn keep_freed_pages() {
-    if ["MIMALLOC_PURGE_DECOMMITS", "MIMALLOC_RESET_DECOMMITS"].iter().all(|k| std::env::var_os(k).is_none())
+    let names = ["MIMALLOC_PURGE_DECOMMITS", "MIMALLOC_RESET_DECOMMITS"];
+    // (In any case: mimalloc compares the names without case.)
+    if !std::env::vars_os()
+        .any(|(k, _)| k.to_str().is_some_and(|k| names.iter().any(|n| k.eq_ignore_ascii_case(n))))
     {
         // SAFETY: sets one of mimalloc's options, which it reads on its next purge.
         unsafe { libmimalloc_sys::mi_option_set(PURGE_DECOMMITS, 0) }
