@@ -336,12 +336,7 @@ impl Q8Rows {
     unsafe fn quantize_avx512(x: &[f32], cols: usize, sums: bool) -> Self {
         use std::arch::x86_64::*;
         let nb_total = x.len() / BLOCK;
-        let (mut d, mut s, mut sum_q, mut qs) = (
-            vec![0.0; nb_total],
-            vec![0.0; if sums { nb_total } else { 0 }],
-            vec![0; nb_total],
-            vec![0i8; nb_total * BLOCK],
-        );
+        let mut rows = Self::zeroed(x.len(), cols, sums);
         let (lo, hi) = (_mm512_set1_epi32(-127), _mm512_set1_epi32(127));
         for k in 0..nb_total {
             let p = x.as_ptr().add(k * BLOCK);
@@ -362,16 +357,34 @@ impl Q8Rows {
             };
             let (qa, qb) = (to_int(a), to_int(b));
             let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
-            let out = qs.as_mut_ptr().add(k * BLOCK);
+            let out = rows.qs.as_mut_ptr().add(k * BLOCK);
             _mm_storeu_si128(out as *mut __m128i, _mm512_cvtepi32_epi8(qa));
             _mm_storeu_si128(out.add(16) as *mut __m128i, _mm512_cvtepi32_epi8(qb));
-            d[k] = dd;
-            sum_q[k] = sum;
-            if sums {
-                s[k] = dd * sum as f32;
-            }
+            rows.set_block(k, dd, sum);
         }
-        Self { nb: cols / BLOCK, d, s, sum: sum_q, qs }
+        rows
+    }
+
+    /// Rows of `values` activations, `cols` each, every block zero (filled block by block).
+    fn zeroed(values: usize, cols: usize, sums: bool) -> Self {
+        let nb_total = values / BLOCK;
+        Self {
+            nb: cols / BLOCK,
+            d: vec![0.0; nb_total],
+            s: vec![0.0; if sums { nb_total } else { 0 }],
+            sum: vec![0; nb_total],
+            qs: vec![0i8; nb_total * BLOCK],
+        }
+    }
+
+    /// Block `k`'s scale and byte sum (and, where the sums are kept, `d·Σq`).
+    #[inline(always)]
+    fn set_block(&mut self, k: usize, dd: f32, sum: i32) {
+        self.d[k] = dd;
+        self.sum[k] = sum;
+        if let Some(s) = self.s.get_mut(k) {
+            *s = dd * sum as f32;
+        }
     }
 
     /// A block's scale `amax / 127` and the inverse the values are multiplied by: zero for
@@ -385,14 +398,9 @@ impl Q8Rows {
 
     #[inline(always)]
     fn quantize_here(x: &[f32], cols: usize, sums: bool) -> Self {
-        let nb_total = x.len() / BLOCK;
-        let (mut d, mut s, mut sum_q, mut qs) = (
-            vec![0.0; nb_total],
-            vec![0.0; if sums { nb_total } else { 0 }],
-            vec![0; nb_total],
-            vec![0i8; nb_total * BLOCK],
-        );
-        for (k, (block, q)) in x.chunks_exact(BLOCK).zip(qs.chunks_exact_mut(BLOCK)).enumerate() {
+        let mut rows = Self::zeroed(x.len(), cols, sums);
+        for (k, block) in x.chunks_exact(BLOCK).enumerate() {
+            let q = &mut rows.qs[k * BLOCK..(k + 1) * BLOCK];
             let mut amax = [0.0f32; 8];
             for c in block.chunks_exact(8) {
                 for (m, v) in amax.iter_mut().zip(c) {
@@ -411,13 +419,9 @@ impl Q8Rows {
                 sum += r;
                 *q = r as i8;
             }
-            d[k] = dd;
-            sum_q[k] = sum;
-            if sums {
-                s[k] = dd * sum as f32;
-            }
+            rows.set_block(k, dd, sum);
         }
-        Self { nb: cols / BLOCK, d, s, sum: sum_q, qs }
+        rows
     }
 
     pub(crate) fn rows(&self) -> usize {
