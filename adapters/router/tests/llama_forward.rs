@@ -121,6 +121,22 @@ fn the_tree_forward_is_sequential_decoding_bit_for_bit_on_smollm2_path() {
     check_tree_is_sequential(&mut m, &prompt, &[17, 18, 19, 20], [-1, 1000, 2000, 3000, 4000, 5000, 6000]);
 }
 
+/// A decode step of a long row alone (its attention split by key heads over the pool) and
+/// beside another row (a task per row): the same logits, bit for bit.
+#[test]
+fn a_long_row_decodes_the_same_alone_and_in_a_batch_on_smollm2() {
+    let Some(path) = smollm2_path() else { return };
+    let mut m = GgufModel::load(&path).unwrap();
+    let prompt: Vec<u32> = (0..520).map(|i| 100 + (i * 37) % 20_000).collect();
+    let v = m.vocab_size();
+    host(&mut m, &[ForwardRow::new(1, &prompt)]);
+    let alone = host(&mut m, &[ForwardRow::new(1, &[4242])]);
+    m.release(1);
+    host(&mut m, &[ForwardRow::new(1, &prompt), ForwardRow::new(2, &prompt[..300])]);
+    let both = host(&mut m, &[ForwardRow::new(1, &[4242]), ForwardRow::new(2, &[17])]);
+    assert!(same_bits(&alone, &both[..v]), "the long row's logits depend on the batch");
+}
+
 /// Greedy continuations of a few prompts by candle-transformers' quantized Llama on the same
 /// file, fed to our forward too (so that every step compares logits after the same tokens,
 /// however early a near tie sends two greedy decodings their own ways): the largest logit

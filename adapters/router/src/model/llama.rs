@@ -114,6 +114,18 @@ struct DraftKv {
     v: Vec<Vec<f32>>,
 }
 
+/// A layer's attention work (positions seen × query heads × head size, summed over the
+/// queries) above which its tasks go to the pool: below, a task's hand-over costs more
+/// than it spreads.
+const PARALLEL_ATTENTION_WORK: usize = 1 << 18;
+
+/// One task of a layer's attention: some of a row's queries, over some of its key heads.
+struct AttTask {
+    row: usize,
+    queries: std::ops::Range<usize>,
+    heads: std::ops::Range<usize>,
+}
+
 /// One query token of a forward.
 #[derive(Clone, Copy)]
 struct Query {
@@ -498,11 +510,13 @@ impl Llama {
             })
             .collect();
         let att_work = spans.iter().map(|s| s.upto + s.path.len()).sum::<usize>() * c.heads * hd;
-        // Attention tasks `(row, queries a..b)`: a row's queries (consecutive in `queries`)
-        // share its cache, so they go together — each block of keys and values read once
-        // for all of them — in chunks that give each thread of the pool a task where there
-        // are fewer rows than threads (and at most 64 queries, to keep a task's scores small).
-        let mut att_tasks: Vec<(usize, usize, usize)> = Vec::new();
+        // Attention tasks `(row, queries a..b, key heads h0..h1)`: a row's queries
+        // (consecutive in `queries`) share its cache, so they go together — each block of
+        // keys and values read once for all of them — in chunks that give each thread of the
+        // pool a task where there are fewer rows than threads (and at most 64 queries, to
+        // keep a task's scores small); where a row's queries are too few to chunk (a decode
+        // step at batch 1), by key heads instead, whose keys and values are apart anyway.
+        let mut att_tasks: Vec<AttTask> = Vec::new();
         let mut ranges: Vec<(usize, usize)> = Vec::new();
         for (qi, q) in queries.iter().enumerate() {
             match ranges.last_mut() {
@@ -513,8 +527,13 @@ impl Llama {
         let per_row = rayon::current_num_threads().div_ceil(ranges.len().max(1)).max(1);
         for &(a, b) in &ranges {
             let chunk = (b - a).div_ceil(per_row).clamp(1, 64);
+            let parallel = att_work > PARALLEL_ATTENTION_WORK;
+            let by_heads = if parallel && (b - a).div_ceil(chunk) < per_row { c.kv_heads } else { 1 };
             for s in (a..b).step_by(chunk) {
-                att_tasks.push((queries[a].row, s, (s + chunk).min(b)));
+                for k in 0..by_heads {
+                    let heads = k * c.kv_heads / by_heads..(k + 1) * c.kv_heads / by_heads;
+                    att_tasks.push(AttTask { row: queries[a].row, queries: s..(s + chunk).min(b), heads });
+                }
             }
         }
         let mut h = vec![0.0f32; q_n * hidden];
@@ -561,7 +580,8 @@ impl Llama {
             // Attention: per row and key head, its queries together (`att_tasks`).
             let seqs = &self.seqs;
             let node_kv_ref = &node_kv;
-            let run = |&(r, a, b): &(usize, usize, usize)| -> Vec<f32> {
+            let run = |t: &AttTask| -> Vec<f32> {
+                let (r, a, b) = (t.row, t.queries.start, t.queries.end);
                 let mut out = vec![0.0f32; (b - a) * hidden];
                 let Some(cache) = seqs.get(&rows[r].id) else { return out };
                 let (nk, nv): (&[f32], &[f32]) = match node_kv_ref.get(&r) {
@@ -569,19 +589,24 @@ impl Llama {
                     None => (&[], &[]),
                 };
                 let rk = RowKv { ck: &cache.k[l], cv: &cache.v[l], nk, nv, kv, hd, kv_heads: c.kv_heads };
-                for h in 0..c.kv_heads {
+                for h in t.heads.clone() {
                     let g = HeadGroup { kvh: h, group, q: &qv[a * hidden..b * hidden], spans: &spans[a..b] };
                     attend_group(&rk, &g, &mut out);
                 }
                 out
             };
             // Spread over the pool only when there is enough of it.
-            let outs: Vec<Vec<f32>> = match att_work > 1 << 18 {
+            let outs: Vec<Vec<f32>> = match att_work > PARALLEL_ATTENTION_WORK {
                 true => att_tasks.par_iter().map(run).collect(),
                 false => att_tasks.iter().map(run).collect(),
             };
-            for (&(_, a, b), out) in att_tasks.iter().zip(&outs) {
-                att[a * hidden..b * hidden].copy_from_slice(out);
+            // Each task's query heads (those of its key heads: contiguous in a query's row).
+            for (t, out) in att_tasks.iter().zip(&outs) {
+                let cols = t.heads.start * group * hd..t.heads.end * group * hd;
+                for (i, qi) in t.queries.clone().enumerate() {
+                    att[qi * hidden..(qi + 1) * hidden][cols.clone()]
+                        .copy_from_slice(&out[i * hidden..(i + 1) * hidden][cols.clone()]);
+                }
             }
             layer.wo.matmul(&att, &mut o);
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
