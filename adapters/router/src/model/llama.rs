@@ -74,34 +74,27 @@ struct Cache {
     len: usize,
     k: Vec<Vec<f16>>,
     v: Vec<Vec<f16>>,
-    /// A key in half precision on its way into its block.
-    scratch: Vec<f16>,
     /// The last forward's draft: each node's parent and, per layer, its keys and values
     /// (node `v`'s at `v − 1`).
     draft: Option<DraftKv>,
 }
 
 impl Cache {
-    /// Appends one position's key and value (`kv` values each, already rounded to half:
-    /// [`round_to_half`]) to layer `l`.
-    fn push(&mut self, l: usize, key: &[f32], value: &[f32]) {
+    /// Appends one position's key and value (`kv` halves each, [`round_to_half`]'s) to
+    /// layer `l`.
+    fn push(&mut self, l: usize, key: &[f16], value: &[f16]) {
         let kv = key.len();
         let at = self.v[l].len() / kv.max(1);
         let (b, lane) = (at / KEY_BLOCK, at % KEY_BLOCK);
-        self.scratch.resize(kv, f16::ZERO);
-        self.scratch.convert_from_f32_slice(key);
         let keys = &mut self.k[l];
         if lane == 0 {
             keys.resize((b + 1) * kv * KEY_BLOCK, f16::ZERO);
         }
         // Key value `i` (head `i / hd`, dimension `i % hd`) is row `i` of the block.
-        for (i, &x) in self.scratch.iter().enumerate() {
+        for (i, &x) in key.iter().enumerate() {
             keys[b * kv * KEY_BLOCK + i * KEY_BLOCK + lane] = x;
         }
-        let values = &mut self.v[l];
-        let start = values.len();
-        values.resize(start + kv, f16::ZERO);
-        values[start..].convert_from_f32_slice(value);
+        self.v[l].extend_from_slice(value);
     }
 }
 
@@ -350,10 +343,13 @@ impl Llama {
             )));
         }
         let kv = self.cfg.kv_heads * self.cfg.head_dim;
+        // (The nodes' values were rounded to half when made: converting them back is exact.)
+        let (mut key, mut value) = (vec![f16::ZERO; kv], vec![f16::ZERO; kv]);
         for l in 0..self.cfg.layers {
             for &v in path {
-                let (key, value) = (&draft.k[l][(v - 1) * kv..v * kv], &draft.v[l][(v - 1) * kv..v * kv]);
-                cache.push(l, key, value);
+                key.convert_from_f32_slice(&draft.k[l][(v - 1) * kv..v * kv]);
+                value.convert_from_f32_slice(&draft.v[l][(v - 1) * kv..v * kv]);
+                cache.push(l, &key, &value);
             }
         }
         cache.len += path.len();
@@ -542,7 +538,8 @@ impl Llama {
         let mut vv = vec![0.0f32; q_n * kv];
         let mut att = vec![0.0f32; q_n * hidden];
         let mut o = vec![0.0f32; q_n * hidden];
-        let mut half_scratch = Vec::new();
+        // The step's keys and values in half precision, as the cache takes them.
+        let (mut kh, mut vh) = (Vec::new(), Vec::new());
         let ffn = self.layers.first().map_or(0, |l| l.up.rows());
         let (mut g, mut u, mut dn) =
             (vec![0.0f32; q_n * ffn], vec![0.0f32; q_n * ffn], vec![0.0f32; q_n * hidden]);
@@ -557,8 +554,8 @@ impl Llama {
             kk.chunks_mut(kv).zip(&queries).for_each(|(k, qq)| rope(k, qq.pos, hd, cos, sin));
             // Keys and values in the cache's precision before anything reads them (draft
             // nodes' too: their descendants attend to them as the cache would hold them).
-            round_to_half(&mut kk, &mut half_scratch);
-            round_to_half(&mut vv, &mut half_scratch);
+            round_to_half(&mut kk, &mut kh);
+            round_to_half(&mut vv, &mut vh);
             // New tokens' keys and values join their caches; nodes' are kept aside.
             for (qi, q) in queries.iter().enumerate() {
                 let (kr, vr) = (&kk[qi * kv..(qi + 1) * kv], &vv[qi * kv..(qi + 1) * kv]);
@@ -566,7 +563,7 @@ impl Llama {
                     None => {
                         let id = rows[q.row].id;
                         if let Some(cache) = self.seqs.get_mut(&id) {
-                            cache.push(l, kr, vr);
+                            cache.push(l, &kh[qi * kv..(qi + 1) * kv], &vh[qi * kv..(qi + 1) * kv]);
                         }
                     }
                     Some(v) => {
@@ -637,7 +634,6 @@ impl Llama {
                 len: c.len,
                 k: c.k.clone(),
                 v: c.v.clone(),
-                scratch: Vec::new(),
                 draft: None,
             });
             if let Some(copy) = copy {
@@ -690,14 +686,15 @@ fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
 }
 
 /// Rounds `x` in place to half precision, the cache's (beyond ±65,504, the largest half,
-/// it saturates there rather than becoming infinite): the conversions of the `half` crate,
-/// vectorized where the CPU has F16C and the same values where it has not.
-fn round_to_half(x: &mut [f32], scratch: &mut Vec<f16>) {
+/// it saturates there rather than becoming infinite), and leaves the halves in `half` for
+/// the cache: the conversions of the `half` crate, vectorized where the CPU has F16C and
+/// the same values where it has not.
+fn round_to_half(x: &mut [f32], half: &mut Vec<f16>) {
     const MAX: f32 = 65_504.0;
     x.iter_mut().for_each(|v| *v = v.clamp(-MAX, MAX));
-    scratch.resize(x.len(), f16::ZERO);
-    scratch.convert_from_f32_slice(x);
-    scratch.convert_to_f32_slice(x);
+    half.resize(x.len(), f16::ZERO);
+    half.convert_from_f32_slice(x);
+    half.convert_to_f32_slice(x);
 }
 
 /// Rotates each head of `x` (interleaved pairs, as GGUF's Llama weights expect) by `pos`.
@@ -1137,10 +1134,11 @@ mod tests {
             let mut cache = Cache { k: vec![Vec::new()], v: vec![Vec::new()], ..Cache::default() };
             // (In half precision, as the forward rounds them before the cache takes them.)
             let (mut keys, mut values) = (noise(total * kv, 1), noise(total * kv, 2));
-            round_to_half(&mut keys, &mut Vec::new());
-            round_to_half(&mut values, &mut Vec::new());
+            let (mut kh, mut vh) = (Vec::new(), Vec::new());
+            round_to_half(&mut keys, &mut kh);
+            round_to_half(&mut values, &mut vh);
             for j in 0..total {
-                cache.push(0, &keys[j * kv..(j + 1) * kv], &values[j * kv..(j + 1) * kv]);
+                cache.push(0, &kh[j * kv..(j + 1) * kv], &vh[j * kv..(j + 1) * kv]);
             }
             let (nk, nv) = (noise(3 * kv, 3), noise(3 * kv, 4));
             let spans = [
