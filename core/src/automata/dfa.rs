@@ -71,12 +71,14 @@ pub(crate) struct Scratch {
     /// Per NFA state `t`, the DFA state of the closure of `{t}` once interned (`DEAD`
     /// before): a character automaton's states are entered from many edges.
     single_ids: Vec<u32>,
-    /// Tests: the per-class path only, to hold the single-state path to it; and how
-    /// many states took the single-state path.
+    /// Tests: the per-class path only, to hold the disjoint-edges path to it; how many
+    /// states took that path, and how many of them were sets of several NFA states.
     #[cfg(test)]
     per_class_only: bool,
     #[cfg(test)]
     single_hits: usize,
+    #[cfg(test)]
+    multi_hits: usize,
     /// All false between uses (`Nfa::closure` clears what it sets).
     seen: Vec<bool>,
     sets: SliceInterner,
@@ -162,6 +164,8 @@ impl Scratch {
             per_class_only: false,
             #[cfg(test)]
             single_hits: 0,
+            #[cfg(test)]
+            multi_hits: 0,
             seen: Vec::new(),
             sets: SliceInterner::default(),
             walked: Vec::new(),
@@ -212,6 +216,15 @@ impl Scratch {
         self.n_classes = self.global_rep.len();
     }
 }
+
+/// Most NFA states in a DFA state whose byte edges the subset construction tries as one
+/// disjoint list (see [`Dfa::determinize_from`]): larger sets rarely are, and gathering
+/// and sorting their edges would be spent for nothing.
+const DISJOINT_MAX_SET: usize = 4;
+
+/// Byte edges from which an NFA's subset construction reserves its edge list (see
+/// [`Dfa::determinize_from`]); below it the list grows as it fills.
+const RESERVE_MIN_NFA_EDGES: usize = 4096;
 
 impl Dfa {
     pub fn len(&self) -> usize {
@@ -292,7 +305,8 @@ impl Dfa {
         Self::determinize_from(nfa, 0, sc, max_states)
     }
 
-    /// The subset construction from the closure of NFA state `start`.
+    /// The subset construction from the closure of NFA state `start`. Its edge list is
+    /// sized up front for NFAs of at least [`RESERVE_MIN_NFA_EDGES`] byte edges.
     fn determinize_from(
         nfa: &Nfa,
         start: u32,
@@ -306,7 +320,7 @@ impl Dfa {
         #[cfg(test)]
         let single_path = !sc.per_class_only;
         #[cfg(test)]
-        let mut hits = 0;
+        let (mut hits, mut multi) = (0, 0);
         #[cfg(not(test))]
         let single_path = true;
         let Scratch {
@@ -335,8 +349,24 @@ impl Dfa {
         let mut start = vec![start];
         nfa.closure(&mut start, seen);
         sets.intern(&start);
-        let mut dfa =
-            Dfa { n_classes: nc, edges: Vec::new(), ends: vec![0], finals: Vec::new(), spans: None };
+        // Room for the edges a DFA has whose states are single NFA states (a character
+        // automaton's, `Expr::Dfa`): a spelled string's million edges written into a
+        // growing list were copied as it doubled, each copy onto freshly faulted pages.
+        let room = match nfa.bytes.all() {
+            es if es.len() >= RESERVE_MIN_NFA_EDGES => es
+                .iter()
+                .map(|&(lo, hi, _)| class_of[hi as usize] - class_of[lo as usize] + 1)
+                .sum::<usize>()
+                .min(max_states.saturating_mul(nc)),
+            _ => 0,
+        };
+        let mut dfa = Dfa {
+            n_classes: nc,
+            edges: Vec::with_capacity(room),
+            ends: vec![0],
+            finals: Vec::new(),
+            spans: None,
+        };
         let mut i = 0;
         while i < sets.len() {
             // `intern` appends to `sets`: copy into a reused buffer.
@@ -346,15 +376,20 @@ impl Dfa {
             // The state's work: its NFA states' edges are spread over the classes below.
             budget::charge(Phase::Dfa, 1 + set.len() as u64)?;
             dfa.finals.push(set.binary_search(&nfa.end).is_ok());
-            // One NFA state whose byte edges do not overlap, and no rule edge (a state of a
-            // character automaton, `Expr::Dfa`: most of a spelled string's 70,000): each
-            // edge leads to its target's closure, found once per edge instead of once per
-            // class it covers, and written to its classes directly.
-            if let (true, &[s]) = (single_path, &set[..]) {
+            // A few NFA states whose byte edges do not overlap, and no rule edge (a state of
+            // a character automaton, `Expr::Dfa`: most of a spelled string's 70,000; a
+            // final one, with the closing quote's state beside it): each edge leads to its
+            // target's closure, found once per edge instead of once per class it covers,
+            // and written to its classes directly. The same DFA as the per-class lists
+            // below build: a class that one edge alone covers leads to that closure.
+            if single_path && set.len() <= DISJOINT_MAX_SET && set.iter().all(|&s| nfa.rules.of(s).is_empty())
+            {
                 single.clear();
-                single.extend_from_slice(nfa.bytes.of(s));
+                for &s in set.iter() {
+                    single.extend_from_slice(nfa.bytes.of(s));
+                }
                 single.sort_unstable();
-                if nfa.rules.of(s).is_empty() && single.windows(2).all(|w| w[0].1 < w[1].0) {
+                if single.windows(2).all(|w| w[0].1 < w[1].0) {
                     for &(lo, hi, t) in single.iter() {
                         let id = match single_ids[t as usize] {
                             DEAD => {
@@ -376,6 +411,7 @@ impl Dfa {
                     #[cfg(test)]
                     {
                         hits += 1;
+                        multi += usize::from(set.len() > 1);
                     }
                     continue;
                 }
@@ -434,6 +470,7 @@ impl Dfa {
         #[cfg(test)]
         {
             sc.single_hits += hits;
+            sc.multi_hits += multi;
         }
         Ok(dfa)
     }
@@ -706,7 +743,11 @@ impl Dfa {
         if topo.len() < n {
             return false;
         }
-        // A signature is `[final, letter, class, letter, class, …]`.
+        // A signature is `[final, first letter, last letter, class, …]`: each run of
+        // consecutive letters to one class written once (edges are sorted by letter, so
+        // the runs are too, and equal states have equal runs). A state of a spelled string
+        // reads dozens of byte classes, mostly to one target: written edge by edge, a
+        // signature held every one of them, hashed and stored.
         sigs.clear();
         class.clear();
         class.resize(n, 0);
@@ -714,7 +755,11 @@ impl Dfa {
             sig.clear();
             sig.push(self.finals[s as usize] as u32);
             for &(l, t) in self.edges(s as usize) {
-                sig.extend([l, class[t as usize]]);
+                let c = class[t as usize];
+                match sig.len() {
+                    k if k >= 4 && sig[k - 1] == c && sig[k - 2] + 1 == l => sig[k - 2] = l,
+                    _ => sig.extend([l, l, c]),
+                }
             }
             class[s as usize] = sigs.intern(sig).0;
         }
@@ -970,7 +1015,7 @@ mod tests {
 
     #[test]
     fn single_states_are_determinized_as_per_class() {
-        // The single-state path gives the per-class path's DFA, state for state, on every
+        // The disjoint-edges path gives the per-class path's DFA, state for state, on every
         // rule of schemas with spelled strings (patterns under lengths, key classes,
         // formats) and of a grammar with rule references.
         let schemas = [
@@ -990,7 +1035,7 @@ mod tests {
             .collect();
         grammars
             .push(Grammar::from_ebnf("root ::= (x | \"é\" [a-zé-ü]{2,4})+\nx ::= [^\"\\\\]* \"!\"").unwrap());
-        let mut hits = 0;
+        let (mut hits, mut multi) = (0, 0);
         for g in &grammars {
             let nfas: Vec<Nfa> = g.rules.iter().map(|r| Nfa::build(&r.body, 1 << 20).unwrap()).collect();
             let (class, n) = super::super::byte_classes(nfas.iter());
@@ -1005,9 +1050,12 @@ mod tests {
                 assert_eq!((&a.edges, &a.ends, &a.finals), (&b.edges, &b.ends, &b.finals));
                 assert_eq!(slow.single_hits, 0);
                 hits += fast.single_hits;
+                multi += fast.multi_hits;
             }
         }
-        assert!(hits > 1000, "the single-state path was taken {hits} times");
+        assert!(hits > 1000, "the disjoint-edges path was taken {hits} times");
+        // Final states of a spelled string: the state and the closing quote's, disjoint.
+        assert!(multi > 100, "{multi} of them for sets of several NFA states");
     }
 
     #[test]
@@ -1027,7 +1075,12 @@ mod tests {
                 .map(|_| (0..1 + rand(4)).map(|_| (b'a' + rand(3) as u8) as char).collect())
                 .collect();
             let alts = words.iter().map(|w| format!("\"{w}\"")).collect::<Vec<_>>().join(" | ");
-            let ebnf = format!("root ::= ({alts}) (\"b\" | \"cb\")?");
+            // Odd cases: ranges read alike but for one letter inside them (a signature
+            // writes runs of letters, and such a run must split there).
+            let ebnf = match case % 2 {
+                0 => format!("root ::= ({alts}) (\"b\" | \"cb\")?"),
+                _ => format!("root ::= ({alts}) ([a-c] \"b\" | \"b\" \"c\" | [ac] \"a\")?"),
+            };
             let (mut a, class) = dfa(&ebnf);
             let mut h = a.clone();
             assert!(

@@ -62,6 +62,26 @@ pub(crate) fn coreachable<I: Iterator<Item = u32>>(
     live
 }
 
+/// Whether every target of `moves` is a state and no state's classes overlap.
+fn well_formed(moves: &[Vec<CharMove>]) -> bool {
+    let n = moves.len();
+    let mut ranges: Vec<(u32, u32)> = Vec::new();
+    for m in moves {
+        ranges.clear();
+        for (class, t) in m {
+            if *t as usize >= n {
+                return false;
+            }
+            ranges.extend(class.iter().copied());
+        }
+        ranges.sort_unstable();
+        if ranges.windows(2).any(|w| w[1].0 <= w[0].1) {
+            return false;
+        }
+    }
+    true
+}
+
 /// The moves of `n` states reversed, held flat (one counting pass, no list per state):
 /// the states moving to `t` are `sources[first[t]..first[t + 1]]`. `targets(s)` are the
 /// targets of state `s`'s moves, each `< n`.
@@ -100,20 +120,22 @@ impl CharDfa {
         if moves.len() != n || n == 0 {
             return None;
         }
-        let mut ranges: Vec<(u32, u32)> = Vec::new();
-        for m in &moves {
-            ranges.clear();
-            for (class, t) in m {
-                if *t as usize >= n {
-                    return None;
-                }
-                ranges.extend(class.iter().copied());
-            }
-            ranges.sort_unstable();
-            if ranges.windows(2).any(|w| w[1].0 <= w[0].1) {
-                return None;
-            }
+        if !well_formed(&moves) {
+            return None;
         }
+        Self::trimmed(moves, finals)
+    }
+
+    /// [`CharDfa::new`] of moves known to be well formed (built by the library, never
+    /// overlapping), without checking them again: the check sorts every state's ranges,
+    /// and a spelled string automaton has tens of thousands of states (the spelling's
+    /// tests hold its output to the check).
+    pub(crate) fn trimmed(moves: Vec<Vec<CharMove>>, finals: Vec<bool>) -> Option<CharDfa> {
+        debug_assert!(moves.len() == finals.len() && well_formed(&moves));
+        if finals.is_empty() {
+            return None;
+        }
+        let n = finals.len();
         let live = coreachable(&finals, |s| moves[s].iter().map(|m| m.1));
         if !live[0] {
             return None;
