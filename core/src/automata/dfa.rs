@@ -66,7 +66,8 @@ pub(crate) struct Scratch {
     set: Vec<u32>,
     by_rule: Vec<(u32, u32)>,
     next: Vec<u32>,
-    /// One NFA state's byte edges, sorted ([`Dfa::determinize_from`]'s single states).
+    /// The byte edges of a DFA state's few NFA states, sorted ([`Dfa::determinize_from`]'s
+    /// disjoint-edges path).
     single: Vec<(u8, u8, u32)>,
     /// Per NFA state `t`, the DFA state of the closure of `{t}` once interned (`DEAD`
     /// before): a character automaton's states are entered from many edges.
@@ -226,6 +227,13 @@ const DISJOINT_MAX_SET: usize = 4;
 /// [`Dfa::determinize_from`]); below it the list grows as it fills.
 const RESERVE_MIN_NFA_EDGES: usize = 4096;
 
+/// Bounds on that reservation, which overshoots where DFA states are sets of NFA states
+/// that share wide edges: per NFA state (a spelled string's DFA has ~13 edges per NFA
+/// state), and in all (32 MB of edges; a larger list grows as usual). Room left unused
+/// past a quarter is given back when the construction ends.
+const RESERVE_PER_NFA_STATE: usize = 16;
+const RESERVE_MAX_EDGES: usize = 1 << 22;
+
 impl Dfa {
     pub fn len(&self) -> usize {
         self.finals.len()
@@ -357,7 +365,8 @@ impl Dfa {
                 .iter()
                 .map(|&(lo, hi, _)| class_of[hi as usize] - class_of[lo as usize] + 1)
                 .sum::<usize>()
-                .min(max_states.saturating_mul(nc)),
+                .min(nfa.len().saturating_mul(RESERVE_PER_NFA_STATE))
+                .min(RESERVE_MAX_EDGES),
             _ => 0,
         };
         let mut dfa = Dfa {
@@ -471,6 +480,9 @@ impl Dfa {
         {
             sc.single_hits += hits;
             sc.multi_hits += multi;
+        }
+        if room > 0 && dfa.edges.capacity() > dfa.edges.len() + dfa.edges.len() / 4 {
+            dfa.edges.shrink_to_fit();
         }
         Ok(dfa)
     }

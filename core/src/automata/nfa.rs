@@ -430,27 +430,38 @@ impl Builder {
                 self.eps.push((from, base));
                 // Tails are shared only on the way to one target: each target's moves are
                 // built together, so the tails searched stay a few (one list for the whole
-                // automaton grew with it, and so did each search). The states moving to
-                // each target come from one flat list (a list per target was an
-                // allocation per state: 54,000 for a spelled string).
+                // automaton grew with it, and so did each search). The moves to each
+                // target come from one flat list (a list per target was an allocation
+                // per state: 54,000 for a spelled string).
                 for s in 0..d.len() {
                     if d.is_final(s) {
                         self.eps.push((base + s as u32, end));
                     }
                 }
-                let (first, sources) = crate::grammar::reversed(d.len(), |s| d.moves(s).iter().map(|m| m.1));
+                // Per target, its moves as `(state, move)`, states ascending (a counting
+                // sort, in the order a list per target was filled).
+                let mut first = vec![0usize; d.len() + 1];
+                for s in 0..d.len() {
+                    for m in d.moves(s) {
+                        first[m.1 as usize + 1] += 1;
+                    }
+                }
+                for t in 0..d.len() {
+                    first[t + 1] += first[t];
+                }
+                let mut fill = first.clone();
+                let mut moves = vec![(0u32, 0u32); first[d.len()]];
+                for s in 0..d.len() {
+                    for (k, m) in d.moves(s).iter().enumerate() {
+                        moves[fill[m.1 as usize]] = (s as u32, k as u32);
+                        fill[m.1 as usize] += 1;
+                    }
+                }
                 for t in 0..d.len() {
                     self.tails.clear();
-                    // Sources ascend; one with several moves to `t` is listed once per
-                    // move, and all of them are built the first time.
-                    let mut last = None;
-                    for &s in &sources[first[t]..first[t + 1]] {
-                        if last.replace(s) == Some(s) {
-                            continue;
-                        }
-                        for (class, _) in d.moves(s as usize).iter().filter(|m| m.1 as usize == t) {
-                            self.utf8_class(class, base + s, base + t as u32, max)?;
-                        }
+                    for &(s, k) in &moves[first[t]..first[t + 1]] {
+                        let class = &d.moves(s as usize)[k as usize].0;
+                        self.utf8_class(class, base + s, base + t as u32, max)?;
                     }
                 }
                 end

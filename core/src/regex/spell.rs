@@ -11,7 +11,8 @@
 //! `\u` the states read hex digits, and a state is identified by what the remaining
 //! digits lead to — so "any three hex digits, then state t" is one state however many
 //! characters share it, and a state gains only the few escape states where its classes
-//! differ in the digits.
+//! differ in the digits. (The four digits right after a state's own `\u` are the
+//! exception: built for that state alone, [`Speller::hex_state`].)
 
 use crate::grammar::{CharDfa, CharMove};
 use crate::interner::SliceInterner;
@@ -35,7 +36,8 @@ const SHORT: [(u32, u32); 8] = [
 /// `(lo, hi, target)`: values `lo..=hi` lead to `target`; sorted, disjoint.
 type Pieces = Vec<(u32, u32, u32)>;
 
-/// An escape state, by what it does (so that equal ones are one state).
+/// An escape state, by what it does (so that equal ones are one state; the state after
+/// `\` names the state after `u`, which is each state's own).
 #[derive(Hash, PartialEq, Eq)]
 enum Key {
     /// After `\`: each short escape's target, and the state after `u`.
@@ -52,7 +54,7 @@ struct Speller {
     index: FxHashMap<Key, u32>,
     /// The digit classes built so far, by digit set (a few dozen in all).
     classes: FxHashMap<u16, Vec<(u32, u32)>>,
-    /// Scratch per digit level for [`Speller::hex`].
+    /// Scratch per digit level for [`Speller::hex_state`].
     subs: [Pieces; 5],
     /// The hex-digit states by what they do, `[digits, lo, hi, target, …]` (the value
     /// the digits spell leads by the pieces), looked up from a reused buffer: most
