@@ -119,12 +119,13 @@ impl Speller {
     }
 
     /// A new state reading `digits` hex digits whose value leads by `pieces`, not looked
-    /// up: for the four digits after a state's `\u`, which lead by that state's own
-    /// moves — states moving alike were merged before spelling (but for finality or a
-    /// cycle, where a second copy is only states the byte automaton's minimization
-    /// merges). Their keys are the longest, and were hashed to be found nowhere: with the
-    /// two lookups above, spelling `pattern` + `maxLength: 254` of the dev split's slowest
-    /// schema (53,884 states) went from 33–34 to 21–23 ms.
+    /// up: for the four digits after the `\u` of a state on no cycle, which lead by that
+    /// state's own moves — states on no cycle moving alike were merged before spelling,
+    /// or share one spelling where only their finality differs ([`merge_acyclic`]); a
+    /// state on a cycle looks its digits up ([`Speller::spell`]). Their keys are the
+    /// longest, and were hashed to be found nowhere: with the two lookups above, spelling
+    /// `pattern` + `maxLength: 254` of the dev split's slowest schema (53,884 states)
+    /// went from 33–34 to 21–23 ms.
     fn hex_state(&mut self, digits: u8, pieces: &[(u32, u32, u32)]) -> u32 {
         let all = 16u32.pow(u32::from(digits)) - 1;
         let moves = {
@@ -224,7 +225,10 @@ impl Speller {
     }
 
     /// The moves of a state whose characters lead by `pieces` (scalar values).
-    fn spell(&mut self, pieces: &Pieces) -> Vec<CharMove> {
+    /// A state on a cycle (`cyclic`) may move as another does (the joint automaton's
+    /// minimization keeps states whose labels differ, though `accept` may not tell them
+    /// apart): its four digits after `\u` are looked up like the rest.
+    fn spell(&mut self, pieces: &Pieces, cyclic: bool) -> Vec<CharMove> {
         let mut out: Vec<CharMove> = Vec::new();
         // Ranges arrive in order, so each target's class stays sorted; touching ranges
         // (a piece's plain part meeting the next piece's) are joined.
@@ -256,7 +260,10 @@ impl Speller {
         let highs = self.highs(pieces);
         units.extend(highs);
         units.sort_unstable();
-        let u = (!units.is_empty()).then(|| self.hex_state(4, &units));
+        let u = (!units.is_empty()).then(|| match cyclic {
+            true => self.hex(4, &units),
+            false => self.hex_state(4, &units),
+        });
         if u.is_some() || shorts.iter().any(Option::is_some) {
             let esc = self.intern(Key::Escape(shorts, u), |_| {
                 let mut m: Vec<CharMove> = Vec::new();
@@ -305,7 +312,7 @@ pub(crate) fn spelled(
     finals: &[bool],
 ) -> Result<Option<CharDfa>, crate::budget::BudgetError> {
     let n = edges.len();
-    let edges = merge_acyclic(edges, finals);
+    let Spelling { edges, cyclic, twins } = merge_acyclic(edges, finals);
     let mut sp = Speller {
         moves: vec![Vec::new(); n],
         finals: finals.to_vec(),
@@ -318,13 +325,19 @@ pub(crate) fn spelled(
         hex_all: Default::default(),
     };
     for (s, pieces) in edges.iter().enumerate() {
-        let Some(pieces) = pieces else { continue };
+        let Some(pieces) = pieces.as_ref().filter(|_| twins[s].is_none()) else { continue };
         let before = sp.moves.len();
-        sp.moves[s] = sp.spell(pieces);
+        sp.moves[s] = sp.spell(pieces, cyclic[s]);
         crate::budget::charge(
             crate::budget::Phase::Intersection,
             (pieces.len() + sp.moves.len() - before + 1) as u64,
         )?;
+    }
+    for (s, twin) in twins.iter().enumerate() {
+        if let Some(t) = *twin {
+            sp.moves[s] = sp.moves[t as usize].clone();
+            crate::budget::charge(crate::budget::Phase::Intersection, 1 + sp.moves[s].len() as u64)?;
+        }
     }
     // `None` is the empty language: the moves built above never overlap.
     Ok(CharDfa::trimmed(sp.moves, sp.finals))
@@ -336,8 +349,9 @@ pub(crate) fn spelled(
 /// bound is acyclic and keeps states apart that only its construction told apart; each
 /// spelled state costs several escape states, so merging first is the cheaper order. (States
 /// on cycles keep their identity; the byte automaton's minimization still merges what is
-/// left.)
-fn merge_acyclic(edges: &[Pieces], finals: &[bool]) -> Vec<Option<Pieces>> {
+/// left.) Two states on no cycle that differ only in finality are twins: one spelling
+/// serves both.
+fn merge_acyclic(edges: &[Pieces], finals: &[bool]) -> Spelling {
     let n = edges.len();
     let cyclic = super::keyset::on_cycles(edges);
     // Post-order from the start: a state on no cycle comes after all its successors.
@@ -360,7 +374,9 @@ fn merge_acyclic(edges: &[Pieces], finals: &[bool]) -> Vec<Option<Pieces>> {
     const SELF: u32 = u32::MAX;
     let mut canon: Vec<u32> = (0..n as u32).collect();
     let mut out: Vec<Option<Pieces>> = vec![None; n];
-    let mut index: FxHashMap<(bool, Pieces), u32> = FxHashMap::default();
+    let mut twins: Vec<Option<u32>> = vec![None; n];
+    // Per moves, the state kept with them, not final and final.
+    let mut index: FxHashMap<Pieces, [u32; 2]> = FxHashMap::default();
     for s in order {
         let mut pieces: Pieces = Vec::with_capacity(edges[s].len());
         for &(a, b, t) in &edges[s] {
@@ -371,14 +387,26 @@ fn merge_acyclic(edges: &[Pieces], finals: &[bool]) -> Vec<Option<Pieces>> {
             }
         }
         if !cyclic[s] && s != 0 {
-            match index.entry((finals[s], pieces)) {
-                std::collections::hash_map::Entry::Occupied(e) => {
-                    canon[s] = *e.get();
-                    continue;
+            let f = usize::from(finals[s]);
+            match index.entry(pieces) {
+                std::collections::hash_map::Entry::Occupied(mut e) => {
+                    let kept = *e.get();
+                    if kept[f] != u32::MAX {
+                        canon[s] = kept[f];
+                        continue;
+                    }
+                    e.get_mut()[f] = s as u32;
+                    // Moves to itself are not alike once named.
+                    if !e.key().iter().any(|p| p.2 == SELF) {
+                        twins[s] = Some(kept[1 - f]);
+                    }
+                    pieces = e.key().clone();
                 }
                 std::collections::hash_map::Entry::Vacant(e) => {
-                    pieces = e.key().1.clone();
-                    e.insert(s as u32);
+                    pieces = e.key().clone();
+                    let mut kept = [u32::MAX; 2];
+                    kept[f] = s as u32;
+                    e.insert(kept);
                 }
             }
         }
@@ -389,7 +417,18 @@ fn merge_acyclic(edges: &[Pieces], finals: &[bool]) -> Vec<Option<Pieces>> {
         }
         out[s] = Some(pieces);
     }
-    out
+    Spelling { edges: out, cyclic, twins }
+}
+
+/// What [`merge_acyclic`] leaves to spell.
+struct Spelling {
+    /// Per state, its moves retargeted (`None`: merged into another).
+    edges: Vec<Option<Pieces>>,
+    /// Per state, whether it is on a cycle.
+    cyclic: Vec<bool>,
+    /// Per state on no cycle, the state kept earlier with the same moves and the other
+    /// finality: its spelled moves are the same, escape states and all.
+    twins: Vec<Option<u32>>,
 }
 
 #[cfg(test)]
@@ -556,7 +595,7 @@ mod tests {
         let (a, b, c) = ('a' as u32, 'b' as u32, 'c' as u32);
         let edges = vec![vec![(a, a, 1), (b, b, 2)], vec![(c, c, 3)], vec![(c, c, 4)], vec![], vec![]];
         let finals = [false, false, false, true, true];
-        let kept = super::merge_acyclic(&edges, &finals);
+        let kept = super::merge_acyclic(&edges, &finals).edges;
         assert_eq!(kept.iter().filter(|k| k.is_some()).count(), 3);
         let merged = vec![vec![(a, b, 1)], vec![(c, c, 2)], vec![]];
         let (d, m) = (
@@ -565,9 +604,20 @@ mod tests {
         );
         assert_eq!(d.len(), m.len());
         assert!(d.matches("a\\u0063") && d.matches("\\u0062c") && !d.matches("ac\\u0063"));
+        // Alike but for finality: twins, one spelling for both (one state more than when
+        // both are final and merge, not a second set of escape states).
+        let finals = [false, true, false, true, true];
+        let twins = super::merge_acyclic(&edges, &finals).twins;
+        assert_eq!(twins.iter().filter(|t| t.is_some()).count(), 1, "{twins:?}");
+        let (d, m) = (
+            super::spelled(&edges, &finals).unwrap().unwrap(),
+            super::spelled(&edges, &[false, true, true, true, true]).unwrap().unwrap(),
+        );
+        assert_eq!(d.len(), m.len() + 1);
+        assert!(d.matches("a") && !d.matches("b") && d.matches("\\u0062\\u0063") && !d.matches("ab"));
         // 1 and 2 loop through each other: on a cycle, kept apart.
         let cyclic = vec![vec![(a, a, 1), (b, b, 2)], vec![(c, c, 2)], vec![(c, c, 1)]];
-        let kept = super::merge_acyclic(&cyclic, &[false, true, true]);
+        let kept = super::merge_acyclic(&cyclic, &[false, true, true]).edges;
         assert_eq!(kept.iter().filter(|k| k.is_some()).count(), 3);
     }
 }
