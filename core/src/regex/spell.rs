@@ -37,7 +37,7 @@ const SHORT: [(u32, u32); 8] = [
 type Pieces = Vec<(u32, u32, u32)>;
 
 /// An escape state, by what it does (so that equal ones are one state; the state after
-/// `\` names the state after `u`, which is each state's own).
+/// `\` names the state after `u`, which only states on cycles look up and share).
 #[derive(Hash, PartialEq, Eq)]
 enum Key {
     /// After `\`: each short escape's target, and the state after `u`.
