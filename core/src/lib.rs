@@ -44,6 +44,8 @@
 //! ```
 #![deny(missing_docs)]
 
+#[cfg(feature = "mimalloc-options")]
+pub mod alloc;
 pub mod automata;
 pub mod batch;
 pub mod bitmask;

@@ -7,7 +7,6 @@
 // Row errors carry grammask::Error whole (its size is core's choice), as core does.
 #![allow(clippy::result_large_err)]
 
-pub mod alloc;
 pub mod api;
 pub mod chat;
 pub mod engine;

@@ -148,7 +148,7 @@ struct Verdicts {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    grammask_router::alloc::keep_freed_pages();
+    grammask::alloc::keep_freed_pages();
     let a = Args::parse();
     let tok = match (&a.tokenizer, &a.gguf) {
         (Some(p), _) => LoadedTokenizer::from_path(p)?,

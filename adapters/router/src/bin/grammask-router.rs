@@ -149,7 +149,7 @@ struct Args {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    grammask_router::alloc::keep_freed_pages();
+    grammask::alloc::keep_freed_pages();
     let a = Args::parse();
     // Outside the runtime: the OTLP exporter's blocking HTTP client must be made and
     // dropped off tokio's threads.

@@ -8,26 +8,6 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// mimalloc's `mi_option_purge_decommits`, the option before `allow_large_os_pages` in
-/// v3's order (`grammask_router::alloc` checks it against mimalloc's defaults).
-const PURGE_DECOMMITS: libmimalloc_sys::mi_option_t = libmimalloc_sys::mi_option_large_os_pages - 1;
-
-/// Freed pages reset (`MADV_FREE`: the kernel takes them back when short of memory)
-/// instead of decommitted: one compile after another, as in MaskBench's whole splits,
-/// each faulted its pages in again and had them zeroed (`grammask_router::alloc` says
-/// why and what it measured).
-/// The environment's choice (`MIMALLOC_PURGE_DECOMMITS`, `MIMALLOC_RESET_DECOMMITS`) stands.
-fn keep_freed_pages() {
-    let names = ["MIMALLOC_PURGE_DECOMMITS", "MIMALLOC_RESET_DECOMMITS"];
-    // (In any case: mimalloc compares the names without case.)
-    if !std::env::vars_os()
-        .any(|(k, _)| k.to_str().is_some_and(|k| names.iter().any(|n| k.eq_ignore_ascii_case(n))))
-    {
-        // SAFETY: sets one of mimalloc's options, which it reads on its next purge.
-        unsafe { libmimalloc_sys::mi_option_set(PURGE_DECOMMITS, 0) }
-    }
-}
-
 /// `println!` for the subcommands: a closed stdout (`grammask masks … | head`) ends the
 /// program quietly, as SIGPIPE would for a C tool, instead of panicking; any other write
 /// error is returned.
@@ -213,7 +193,7 @@ fn strip_prefix_space(tokenizer: &mut serde_json::Value) {
 }
 
 fn main() -> ExitCode {
-    keep_freed_pages();
+    grammask::alloc::keep_freed_pages();
     let mut cli = Cli::parse();
     if cli.command.is_none() {
         // No subcommand: `demo` with its defaults.

@@ -1,5 +1,6 @@
-//! The binaries' allocator setting: pages mimalloc frees are reset (the kernel may take
-//! them back when it needs memory) instead of decommitted (taken back at once).
+//! For binaries whose global allocator is mimalloc (feature `mimalloc-options`): pages
+//! mimalloc frees are reset (the kernel may take them back when it needs memory) instead
+//! of decommitted (taken back at once).
 //!
 //! # Why
 //! A grammar compile allocates and frees tens of megabytes (a long string's automaton,
@@ -11,14 +12,14 @@
 //! memory: MaskBench's Github_medium split in one process, time to first mask p99
 //! 10.0–10.9 → 8.3–8.5 ms, peak resident memory 278–289 → 315–322 MB (pages the kernel
 //! may reclaim; docs/benchmarks/maskbench.md, 2026-12-07 14:21). A library cannot choose
-//! its users' allocator: this is for the binaries built here that compile grammars
-//! (`grammask-router`, `bench_step`; the `grammask` CLI does the same).
+//! its users' allocator: the binaries built here that compile grammars (the `grammask`
+//! CLI, `grammask-router`, `bench_step`) call [`keep_freed_pages`] first thing, and an
+//! engine with mimalloc as its allocator may do the same.
 
 /// mimalloc's `mi_option_purge_decommits`, the option before `allow_large_os_pages` in
 /// v3's `mi_option_t` (`libmimalloc-sys` names only some options). The test below checks
 /// it against mimalloc's defaults.
-pub(crate) const PURGE_DECOMMITS: libmimalloc_sys::mi_option_t =
-    libmimalloc_sys::mi_option_large_os_pages - 1;
+const PURGE_DECOMMITS: libmimalloc_sys::mi_option_t = libmimalloc_sys::mi_option_large_os_pages - 1;
 
 /// The environment's names for the option (mimalloc reads them at start, in any case).
 const NAMES: [&str; 2] = ["MIMALLOC_PURGE_DECOMMITS", "MIMALLOC_RESET_DECOMMITS"];
@@ -28,7 +29,7 @@ const NAMES: [&str; 2] = ["MIMALLOC_PURGE_DECOMMITS", "MIMALLOC_RESET_DECOMMITS"
 /// setting. Call it first in `main`, in a binary whose global allocator is mimalloc.
 ///
 /// ```
-/// grammask_router::alloc::keep_freed_pages();
+/// grammask::alloc::keep_freed_pages();
 /// ```
 pub fn keep_freed_pages() -> bool {
     if chosen_by_environment() {
@@ -43,7 +44,7 @@ pub fn keep_freed_pages() -> bool {
 /// `MIMALLOC_RESET_DECOMMITS`, in any case (mimalloc compares the names without case).
 ///
 /// ```
-/// let _ = grammask_router::alloc::chosen_by_environment();
+/// let _ = grammask::alloc::chosen_by_environment();
 /// ```
 pub fn chosen_by_environment() -> bool {
     std::env::vars_os()
