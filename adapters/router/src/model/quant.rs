@@ -921,54 +921,67 @@ mod tests {
         }
     }
 
-    /// The explicit AVX-512 quantization gives the plain loop's values: random blocks at
-    /// many scales, ties, tiny and zero blocks.
+    /// The plain loop quantizes as a reference written with `round_ties_even` does, and
+    /// the explicit AVX-512 form (where the CPU has it) gives the plain loop's values:
+    /// random blocks at many scales, ties, tiny and zero blocks, non-finite values.
     #[test]
     fn quantization_is_the_same_on_every_level() {
-        #[cfg(target_arch = "x86_64")]
-        if kernels::Level::best() == kernels::Level::Avx512Vnni {
-            let cols = 32 * 24;
-            let mut x = Vec::new();
-            for (i, scale) in [1e-40f32, 1e-38, 3e-36, 1e-3, 0.5, 1.0, 7.0, 1e4, 3e30].iter().enumerate() {
-                x.extend(noise(cols, 20 + i as u64).iter().map(|v| v * scale));
-            }
-            // Exact halves after scaling (ties), and all-zero blocks.
-            let mut tie = vec![0.0f32; cols];
-            for (i, v) in tie.iter_mut().enumerate().take(cols / 2) {
-                *v = if i % 32 == 0 { 127.0 } else { (i % 7) as f32 + 0.5 };
-            }
-            x.extend(tie);
-            // Non-finite and extreme values, in either half of a block and in every block.
-            let mut odd = noise(cols, 40);
-            for (i, &bad) in
-                [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::MAX, -f32::MAX].iter().enumerate()
-            {
-                for b in 0..cols / 32 {
-                    if b % 5 == i {
-                        odd[b * 32 + (b * 7 + i * 3) % 32] = bad;
-                    }
+        let cols = 32 * 24;
+        let mut x = Vec::new();
+        for (i, scale) in [1e-40f32, 1e-38, 3e-36, 1e-3, 0.5, 1.0, 7.0, 1e4, 3e30].iter().enumerate() {
+            x.extend(noise(cols, 20 + i as u64).iter().map(|v| v * scale));
+        }
+        // Exact halves after scaling (ties), and all-zero blocks.
+        let mut tie = vec![0.0f32; cols];
+        for (i, v) in tie.iter_mut().enumerate().take(cols / 2) {
+            *v = if i % 32 == 0 { 127.0 } else { (i % 7) as f32 + 0.5 };
+        }
+        x.extend(tie);
+        // Non-finite and extreme values, in either half of a block and in every block.
+        let mut odd = noise(cols, 40);
+        for (i, &bad) in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::MAX, -f32::MAX].iter().enumerate()
+        {
+            for b in 0..cols / 32 {
+                if b % 5 == i {
+                    odd[b * 32 + (b * 7 + i * 3) % 32] = bad;
                 }
             }
-            x.extend(odd);
-            for sums in [false, true] {
-                let plain = Q8Rows::quantize_here(&x, cols, sums);
-                // SAFETY: the CPU has AVX-512 F and BW (`Level::best`).
-                let wide = unsafe { Q8Rows::quantize_avx512(&x, cols, sums) };
-                assert!(plain.qs.iter().any(|&q| q != 0) && plain.d.iter().any(|d| d.is_infinite()));
-                assert_eq!(plain.qs, wide.qs);
-                assert_eq!(plain.sum, wide.sum);
-                assert_eq!(
-                    plain.d.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                    wide.d.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
-                );
-                assert_eq!(
-                    plain.s.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                    wide.s.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
-                );
-            }
+        }
+        x.extend(odd);
+        // The reference: per block the largest magnitude (NaN passed over), its scale,
+        // each value times the inverse rounded to nearest even and clamped (NaN to 0).
+        let plain = Q8Rows::quantize_here(&x, cols, true);
+        for (k, block) in x.chunks_exact(BLOCK).enumerate() {
+            let amax = block.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+            let (dd, id) = Q8Rows::scales(amax);
+            let q: Vec<i8> =
+                block.iter().map(|v| ((v * id).round_ties_even() as i32).clamp(-127, 127) as i8).collect();
+            assert_eq!(&plain.qs[k * BLOCK..(k + 1) * BLOCK], &q[..], "block {k}");
+            assert_eq!(plain.d[k].to_bits(), dd.to_bits(), "block {k}");
+            assert_eq!(plain.sum[k], q.iter().map(|&v| i32::from(v)).sum::<i32>(), "block {k}");
+        }
+        #[cfg(target_arch = "x86_64")]
+        if kernels::Level::best() != kernels::Level::Avx512Vnni {
+            eprintln!("no AVX-512 here: the plain form checked against the reference only");
             return;
         }
-        eprintln!("no AVX-512 here: one form only");
+        #[cfg(target_arch = "x86_64")]
+        for sums in [false, true] {
+            let plain = Q8Rows::quantize_here(&x, cols, sums);
+            // SAFETY: the CPU has AVX-512 F and BW (`Level::best`).
+            let wide = unsafe { Q8Rows::quantize_avx512(&x, cols, sums) };
+            assert!(plain.qs.iter().any(|&q| q != 0) && plain.d.iter().any(|d| d.is_infinite()));
+            assert_eq!(plain.qs, wide.qs);
+            assert_eq!(plain.sum, wide.sum);
+            assert_eq!(
+                plain.d.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                wide.d.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            );
+            assert_eq!(
+                plain.s.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                wide.s.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            );
+        }
     }
 
     /// A block of activations so small that its scale is subnormal quantizes to bytes
