@@ -1122,10 +1122,11 @@ mod tests {
             .collect()
     }
 
-    /// Attention over the blocked half-precision key cache, several queries of a row together, on every
-    /// instruction level, is bit for bit each query's attention alone in the plain row-major
-    /// form (each key's score a `dot`): for a head size with the 16-lane loops (64) and one
-    /// with leftover dimensions (36), caches seen up to inside a block, draft nodes on a path.
+    /// Attention over the blocked half-precision key cache, several queries of a row
+    /// together, on every instruction level, is bit for bit each query's attention alone
+    /// in the plain row-major form (each key's score a `dot`): for a head size with the
+    /// 16-lane loops (64) and one with leftover dimensions (36), caches seen up to inside a
+    /// block, draft nodes on a path.
     #[test]
     fn blocked_keys_attend_as_row_major_keys_on_every_level() {
         for hd in [64usize, 36] {
