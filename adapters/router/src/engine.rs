@@ -251,6 +251,8 @@ pub struct StepRecord {
     pub tokens: usize,
     /// The whole step.
     pub step: Duration,
+    /// When the step began (to place a row's tokens in their steps).
+    pub started: Option<Instant>,
 }
 
 impl Default for EngineOptions {
@@ -439,6 +441,11 @@ struct Seq {
     draft: Option<Draft>,
     /// Whether drafting pays for it.
     spec: SpecStats,
+    /// The fairness ledger ([`SpeculationOptions::max_slowdown`]), in seconds: what the
+    /// row may still be slowed by other rows' draft nodes — its allowance (`max_slowdown
+    /// / (1 − max_slowdown)` of each of its decode steps) and the steps its own accepted
+    /// drafts saved it, less what other rows' nodes have cost it.
+    slack: f64,
     /// Top tokens per prompt position when the prompt's log-probabilities were asked for.
     prompt_logprobs: Option<usize>,
     /// The prompt's log-probabilities, once its prefill ran (when asked).
@@ -619,6 +626,23 @@ impl ForwardCosts {
         }
     }
 
+    /// What the fairness ledger ([`SpeculationOptions::max_slowdown`]) prices a step in:
+    /// the time of a decode step of `rows` rows without draft nodes, and what a node adds
+    /// to it (a row's cost, fitted, plus drafting one). `None` before a decode step was
+    /// seen.
+    fn fair_costs(&self, rows: usize) -> Option<(f64, f64)> {
+        let (mx, my) = self.means();
+        if self.recent.is_empty() || my <= 0.0 {
+            return None;
+        }
+        // Where no fit above zero is known yet, a row's share of the mean step (more than
+        // a row adds where a step has fixed costs: the ledger errs on the side of the rows
+        // it protects).
+        let per_row = self.per_row.filter(|&c| c > 0.0).unwrap_or(my / mx.max(1.0));
+        let step = (my + per_row * (rows as f64 - mx)).max(0.0);
+        Some((step, per_row + self.draft_per_node))
+    }
+
     /// Whether a draft node accepted with probability `rate` buys more tokens per second
     /// than the batch makes without it: `rate / (cost of a row + drafting a node) ≥ rows /
     /// forward time`. Hopeful until the steps seen vary enough in size to fit the cost of
@@ -631,6 +655,26 @@ impl ForwardCosts {
         }
         rate * my >= (per_row + self.draft_per_node) * mx
     }
+}
+
+/// Draft nodes a step may verify beside rows that do not draft, whose ledgers hold
+/// `slacks` (seconds), at `prices = (max_slowdown, step time, node cost)`: what the least
+/// slack, with this step's allowance, pays for.
+fn fair_room(slacks: impl Iterator<Item = f64>, (f, step, node): (f64, f64, f64)) -> usize {
+    let least = slacks.fold(f64::INFINITY, f64::min);
+    if least == f64::INFINITY {
+        return usize::MAX;
+    }
+    let room = (least.max(0.0) + f / (1.0 - f) * step) / node.max(f64::MIN_POSITIVE);
+    room.floor().clamp(0.0, u32::MAX as f64) as usize
+}
+
+/// A decode row's ledger entry for a step priced `(max_slowdown, step time, node cost)`,
+/// in which `took` of its own draft tokens were accepted and other rows verified `others`
+/// nodes: its allowance and the steps it saved (each worth `1 / (1 − max_slowdown)` of a
+/// step, what keeps `1 − max_slowdown` of a rate), less the others' nodes.
+fn fair_entry((f, step, node): (f64, f64, f64), took: usize, others: usize) -> f64 {
+    (f * step + took as f64 * step) / (1.0 - f) - others as f64 * node
 }
 
 /// Starts the loop on its own thread.
@@ -700,6 +744,7 @@ pub fn start(
         costs: ForwardCosts::default(),
         spec_prior: SpecPrior::default(),
         draft_turn: 0,
+        fair_step: None,
         #[cfg(feature = "cuda")]
         device_sampler: None,
     };
@@ -726,6 +771,9 @@ struct Loop {
     spec_prior: SpecPrior,
     /// Which row drafts first this step (rows take turns under the drafting budget).
     draft_turn: usize,
+    /// This step's prices for the fairness ledger: `(max_slowdown, a decode step's time
+    /// without nodes, a node's cost)`, set by [`Self::draft_rows`] where the ledger is kept.
+    fair_step: Option<(f64, f64, f64)>,
     /// Made on the first step with device logits.
     #[cfg(feature = "cuda")]
     device_sampler: Option<DeviceSampler>,
@@ -862,6 +910,7 @@ impl Loop {
                 history,
                 draft: None,
                 spec: SpecStats::default(),
+                slack: 0.0,
                 prompt_logprobs: r.job.prompt_logprobs,
                 prefill: Vec::new(),
                 fork,
@@ -899,29 +948,25 @@ impl Loop {
     fn draft_rows(&mut self, fwd: &[usize]) -> usize {
         let (Some(drafter), Some(spec)) = (&self.drafter, &self.options.speculation) else { return 0 };
         let stops = self.tokenizer.stop_tokens();
-        let mut nodes = 0;
+        let mut proposed = 0;
         // Drafting runs on the step thread before the forward: a step spends at most a
         // fraction of a forward on it (a grammar's alternatives in states whose masks were
         // never computed can take milliseconds each). Rows take turns being first.
         let budget = Duration::from_secs_f64(self.costs.mean_step().map_or(0.002, |f| f * DRAFT_BUDGET));
         let started = Instant::now();
         self.draft_turn = self.draft_turn.wrapping_add(1);
-        let order: Vec<usize> =
-            (0..fwd.len()).map(|k| fwd[(k + self.draft_turn) % fwd.len().max(1)]).collect();
         for &i in fwd {
             self.running[i].draft = None;
         }
-        // Until the cost of a node is known, at most a node per row on average.
-        let cap = if self.costs.known() { usize::MAX } else { fwd.len().max(1) };
-        for i in order {
-            if started.elapsed() > budget || nodes >= cap {
-                break;
-            }
+        // Prefill rows verify nothing: their prompt is the forward's work.
+        let decode: Vec<usize> = (0..fwd.len())
+            .map(|k| fwd[(k + self.draft_turn) % fwd.len().max(1)])
+            .filter(|&i| self.running[i].generated > 0 && !self.running[i].pending.is_empty())
+            .collect();
+        // Who would draft: rows whose drafts pay, and rows back from a pause with a probe.
+        let mut wanting: Vec<(usize, bool)> = Vec::with_capacity(decode.len());
+        for &i in &decode {
             let s = &mut self.running[i];
-            // Prefill rows verify nothing: their prompt is the forward's work.
-            if s.generated == 0 || s.pending.is_empty() {
-                continue;
-            }
             // A row back from a pause drafts a small probe whatever its rate says, so
             // that a row whose text turns predictable (a value copied from the prompt) is
             // seen; one that never does probes ever more rarely.
@@ -940,18 +985,56 @@ impl Loop {
                 self.metrics.draft_backoffs.inc();
                 continue;
             }
+            wanting.push((i, probe));
+        }
+        // The rows that do not draft are held to `max_slowdown`: in a step that has any,
+        // its nodes are what the least slack among them allows (this step's allowance
+        // included), spent on the rows with the best measured acceptance first.
+        let fair = if spec.backoff { spec.max_slowdown.filter(|&f| f < 1.0) } else { None };
+        self.fair_step = fair.and_then(|f| self.costs.fair_costs(decode.len()).map(|(t, c)| (f, t, c)));
+        let fair_step = self.fair_step;
+        let room_beside = |running: &[Seq], rows: &mut dyn Iterator<Item = usize>| -> usize {
+            fair_step.map_or(0, |prices| fair_room(rows.map(|i| running[i].slack), prices))
+        };
+        let held_now = fair.is_some() && wanting.len() < decode.len();
+        let mut with_draft = vec![false; self.running.len()];
+        let mut room = if held_now {
+            wanting.sort_by(|a, b| self.running[b.0].spec.rate.total_cmp(&self.running[a.0].spec.rate));
+            wanting.iter().for_each(|w| with_draft[w.0] = true);
+            room_beside(&self.running, &mut decode.iter().copied().filter(|&i| !with_draft[i]))
+        } else {
+            usize::MAX
+        };
+        // Until the cost of a node is known, at most a node per row on average.
+        let cap = if self.costs.known() { usize::MAX } else { fwd.len().max(1) };
+        // Where the step is known to hold rows that do not draft, each draft is shaped to
+        // the room left; where that turns out only as rows draft nothing, the drafts are
+        // pruned to it below.
+        let mut drafts: Vec<(usize, bool, Draft)> = Vec::with_capacity(wanting.len());
+        let mut withheld = 0;
+        for &(i, probe) in &wanting {
+            let s = &mut self.running[i];
+            if started.elapsed() > budget || proposed >= cap || room == 0 {
+                withheld += usize::from(room == 0);
+                // A probe the step had no room for is drafted at the next step's chance.
+                if probe {
+                    s.spec.pause = 1;
+                }
+                continue;
+            }
             // A probe is a chain (siblings would cap what it can measure at one of them). A
             // width of 1 also lets the grammar drafter draft only where at most 8 tokens are
             // legal: a probe then drafts nothing more often (and waits as long again).
-            let probe_options;
-            let spec = if probe {
-                probe_options = SpeculationOptions {
-                    depth: spec.depth.min(PROBE_NODES),
-                    width: 1,
-                    max_nodes: spec.max_nodes.min(PROBE_NODES),
+            let max_nodes = if probe { spec.max_nodes.min(PROBE_NODES) } else { spec.max_nodes }.min(room);
+            let shaped;
+            let spec = if probe || max_nodes < spec.max_nodes {
+                shaped = SpeculationOptions {
+                    depth: if probe { spec.depth.min(PROBE_NODES) } else { spec.depth },
+                    width: if probe { 1 } else { spec.width },
+                    max_nodes,
                     ..spec.clone()
                 };
-                &probe_options
+                &shaped
             } else {
                 spec
             };
@@ -969,23 +1052,59 @@ impl Loop {
             let drafted = tree.as_ref().map_or(0, |d| d.tree.len() - 1);
             // A row that drafted nothing still spent the time: counted against one node.
             self.costs.note_draft(t0.elapsed().as_secs_f64(), drafted.max(1));
-            let Some(draft) = tree.filter(|d| d.tree.len() > 1) else {
-                if probe {
-                    s.spec.probe_again();
+            match tree.filter(|d| d.tree.len() > 1) {
+                Some(d) => {
+                    proposed += drafted;
+                    room = room.saturating_sub(drafted);
+                    drafts.push((i, probe, d));
                 }
-                continue;
+                None if probe => s.spec.probe_again(),
+                None => {}
+            }
+        }
+        // Every decode row without a draft gains nothing from the step's nodes.
+        let held = fair.is_some() && drafts.len() < decode.len();
+        let mut room = if held {
+            if !held_now {
+                drafts.sort_by(|a, b| self.running[b.0].spec.rate.total_cmp(&self.running[a.0].spec.rate));
+            }
+            with_draft.iter_mut().for_each(|w| *w = false);
+            drafts.iter().for_each(|d| with_draft[d.0] = true);
+            room_beside(&self.running, &mut decode.iter().copied().filter(|&i| !with_draft[i]))
+        } else {
+            usize::MAX
+        };
+        let mut nodes = 0;
+        for (i, probe, draft) in drafts {
+            let draft = if held {
+                match draft.pruned(room) {
+                    Some(d) => d,
+                    None => {
+                        withheld += 1;
+                        if probe {
+                            self.running[i].spec.pause = 1;
+                        }
+                        continue;
+                    }
+                }
+            } else {
+                draft
             };
+            let s = &mut self.running[i];
             if s.constrained && self.batch.set_draft(s.id, draft.tree.clone()).is_err() {
                 if probe {
                     s.spec.probe_again();
                 }
                 continue;
             }
+            let n = draft.tree.len() - 1;
+            room = room.saturating_sub(n);
             s.spec.probing = probe;
-            nodes += draft.tree.len() - 1;
-            self.metrics.drafted.with_label_values(&[drafter.name()]).inc_by((draft.tree.len() - 1) as u64);
+            nodes += n;
+            self.metrics.drafted.with_label_values(&[drafter.name()]).inc_by(n as u64);
             s.draft = Some(draft);
         }
+        self.metrics.draft_withheld.inc_by(withheld as u64);
         nodes
     }
 
@@ -1061,8 +1180,14 @@ impl Loop {
             }
         }
         let prefill = fwd.iter().filter(|&&i| self.running[i].generated == 0).count();
-        let mut record =
-            StepRecord { rows: ids.len(), prefill, forward: forward_t, draft_nodes, ..StepRecord::default() };
+        let mut record = StepRecord {
+            rows: ids.len(),
+            prefill,
+            forward: forward_t,
+            draft_nodes,
+            started: Some(t0),
+            ..StepRecord::default()
+        };
         // Rows the model or the fill failed end with the error, never with what is
         // sampled from their rows.
         let mut failed: HashMap<SeqId, String> =
@@ -1388,6 +1513,13 @@ impl Loop {
                 }
                 let costs = &self.costs;
                 s.spec.verified(rate, |r| costs.pays(r));
+            }
+            // The fairness ledger of a decode row: its allowance for the step, and the
+            // steps its own accepted drafts saved it, less what the other rows' nodes cost.
+            if let (Some(prices), true) = (self.fair_step, s.generated > 0) {
+                let own = draft.as_ref().map_or(0, |d| d.tree.len() - 1);
+                let took = if draft.is_some() { kept.min(walk.path.len()) } else { 0 };
+                s.slack += fair_entry(prices, took, record.draft_nodes.saturating_sub(own));
             }
             let mut reason = None;
             let mut tokens = walk.tokens.into_iter().take(kept).peekable();
@@ -1729,6 +1861,73 @@ mod tests {
         assert_eq!(s.backoffs, 0);
         s.back_off();
         assert_eq!(s.pause, 8);
+    }
+
+    #[test]
+    fn the_fairness_ledger_prices_a_step_and_a_node_from_the_fit() {
+        let mut c = ForwardCosts::default();
+        assert_eq!(c.fair_costs(8), None);
+        // Steps of 8 to 11 rows: 8 ms and 0.5 ms per row beyond.
+        for k in 0..16 {
+            let rows = 8 + k % 4;
+            c.note(rows, 0.008 + 0.0005 * (rows - 8) as f64);
+        }
+        let (step, node) = c.fair_costs(8).expect("known");
+        assert!((step - 0.008).abs() < 1e-9 && (node - 0.0005).abs() < 1e-9, "{step} {node}");
+        // A step of other rows is priced from the same fit.
+        let (step, _) = c.fair_costs(10).expect("known");
+        assert!((step - 0.009).abs() < 1e-9, "{step}");
+        // Drafting's own time counts towards a node's cost.
+        c.note_draft(0.0005, 1);
+        assert!((c.fair_costs(8).expect("known").1 - 0.001).abs() < 1e-9);
+        // Before a fit above zero, a row's share of the mean step.
+        let mut c = ForwardCosts::default();
+        c.note(8, 0.008);
+        let (step, node) = c.fair_costs(8).expect("a step seen");
+        assert!((step - 0.008).abs() < 1e-9 && (node - 0.001).abs() < 1e-9, "{step} {node}");
+    }
+
+    #[test]
+    fn the_room_beside_rows_that_do_not_draft_is_their_least_slack() {
+        // 2 % of an 8 ms step is 0.16 ms: not one 0.5 ms node on the allowance alone.
+        let prices = (0.02, 0.008, 0.0005);
+        assert_eq!(fair_room([0.0].into_iter(), prices), 0);
+        // Slack saved over earlier steps (or earned by a row's own accepted drafts) pays
+        // for nodes; the row with the least decides; a row in debt counts as none.
+        assert_eq!(fair_room([0.001, 0.004].into_iter(), prices), 2);
+        assert_eq!(fair_room([-0.003, 0.004].into_iter(), prices), 0);
+        // No row to hold to it: no limit.
+        assert_eq!(fair_room(std::iter::empty(), prices), usize::MAX);
+        // A row kept at 1 − f of its rate: over S steps the allowance is f / (1 − f) · S
+        // steps' time, and waiting that long more makes its rate S / (S + f / (1 − f) · S)
+        // = 1 − f of the rate without.
+        let f: f64 = 0.02;
+        assert!((1.0 / (1.0 + f / (1.0 - f)) - (1.0 - f)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_row_the_ledger_holds_keeps_its_share_of_its_rate() {
+        // One row that never drafts beside rows that would draft every node they may: over
+        // any number of steps its rate stays at 1 − f of the rate without their nodes.
+        for f in [0.0, 0.02, 0.1] {
+            let prices = (f, 0.008, 0.0005);
+            let (mut slack, mut time, mut nodes) = (0.0, 0.0, 0);
+            for steps in 1..=2_000 {
+                let room = fair_room([slack].into_iter(), prices).min(12);
+                nodes += room;
+                time += 0.008 + room as f64 * 0.0005;
+                slack += fair_entry(prices, 0, room);
+                let rate = steps as f64 * 0.008 / time;
+                assert!(rate >= 1.0 - f - 1e-9, "f {f}: {rate} after {steps} steps");
+            }
+            // The others did draft (all they were let: the bound is met, not avoided).
+            let rate = 2_000.0 * 0.008 / time;
+            assert!(f == 0.0 && nodes == 0 || rate < 1.0 - f + 0.01, "f {f}: {nodes} nodes, {rate}");
+        }
+        // A row whose own drafts save it steps can carry others' nodes beyond its allowance.
+        let prices = (0.02, 0.008, 0.0005);
+        let slack = fair_entry(prices, 3, 0);
+        assert!(fair_room([slack].into_iter(), prices) >= 48);
     }
 
     #[test]

@@ -66,6 +66,9 @@ pub struct Metrics {
     /// Speculative decoding: rows that did not draft in a step because drafting did not
     /// pay for them (measured acceptance against the measured cost of extra nodes).
     pub draft_backoffs: IntCounter,
+    /// Speculative decoding: rows whose draft a step withheld so that the rows that do
+    /// not draft keep their rate (`--speculate-max-slowdown`).
+    pub draft_withheld: IntCounter,
     /// Sequences whose prompt's prefill was shared with another of the same prompt (the
     /// `n` choices of one request).
     pub prefill_shared: IntCounter,
@@ -194,6 +197,11 @@ impl Metrics {
                 "Rows that skipped drafting in a step because it did not pay",
             )
             .unwrap_or_else(|e| panic!("{e}")),
+            draft_withheld: IntCounter::new(
+                "grammask_spec_withheld_total",
+                "Rows whose draft a step withheld to keep the rows that do not draft at their rate",
+            )
+            .unwrap_or_else(|e| panic!("{e}")),
             paired_draw_seconds: CounterVec::new(
                 Opts::new(
                     "grammask_paired_draw_seconds_total",
@@ -234,6 +242,7 @@ impl Metrics {
             Box::new(m.draft_accepted.clone()),
             Box::new(m.draft_rejected.clone()),
             Box::new(m.draft_backoffs.clone()),
+            Box::new(m.draft_withheld.clone()),
             Box::new(m.prefill_shared.clone()),
             Box::new(m.paired_draw_seconds.clone()),
             Box::new(m.paired_draws.clone()),

@@ -39,6 +39,37 @@ impl Draft {
         let forced = vec![false; tree.len()];
         Self { tree, forced }
     }
+
+    /// The draft cut to at most `max_nodes` nodes: the first in node order whose parent
+    /// is kept (the built-in drafters number nodes breadth first, so these are the ones a
+    /// smaller node budget would have drafted); `None` when none is left.
+    pub fn pruned(self, max_nodes: usize) -> Option<Draft> {
+        let n = self.tree.len();
+        if n <= max_nodes + 1 {
+            return (n > 1).then_some(self);
+        }
+        let mut new_id = vec![usize::MAX; n];
+        new_id[0] = 0;
+        let (mut tokens, mut parents, mut forced) = (vec![-1i64], vec![-1i64], vec![false]);
+        for v in 1..n {
+            if tokens.len() > max_nodes {
+                break;
+            }
+            let (Some(t), Some(p)) = (self.tree.token(v), self.tree.parent(v)) else { continue };
+            if new_id[p] == usize::MAX {
+                continue;
+            }
+            new_id[v] = tokens.len();
+            tokens.push(i64::from(t));
+            parents.push(new_id[p] as i64);
+            forced.push(self.forced[v]);
+        }
+        if tokens.len() < 2 {
+            return None;
+        }
+        let tree = DraftTree::from_parents(&tokens, &parents).ok()?;
+        Some(Draft { tree, forced })
+    }
 }
 
 /// Which drafter proposes a row's tree (`--drafter`).
@@ -76,8 +107,31 @@ impl std::str::FromStr for DrafterKind {
     }
 }
 
-/// Speculative decoding's settings (`--speculate`, `--draft-width`, `--drafter`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// [`SpeculationOptions::max_slowdown`]'s default: rows that do not draft keep 0.98× their
+/// rate.
+pub const DEFAULT_MAX_SLOWDOWN: f64 = 0.02;
+
+/// Reads `--speculate-max-slowdown`: a fraction in `[0, 1)`, or `none` (no cap).
+///
+/// ```
+/// use grammask_router::speculate::parse_max_slowdown;
+/// assert_eq!(parse_max_slowdown("0.02"), Ok(Some(0.02)));
+/// assert_eq!(parse_max_slowdown("none"), Ok(None));
+/// assert!(parse_max_slowdown("1.5").is_err());
+/// ```
+pub fn parse_max_slowdown(s: &str) -> Result<Option<f64>, String> {
+    if s == "none" {
+        return Ok(None);
+    }
+    match s.parse::<f64>() {
+        Ok(f) if (0.0..1.0).contains(&f) => Ok(Some(f)),
+        _ => Err(format!("`{s}` is not a fraction in [0, 1) or `none`")),
+    }
+}
+
+/// Speculative decoding's settings (`--speculate`, `--draft-width`, `--drafter`,
+/// `--speculate-max-slowdown`).
+#[derive(Debug, Clone, PartialEq)]
 pub struct SpeculationOptions {
     /// Most draft tokens on a path (the tree's depth; TGI's `--speculate N`).
     pub depth: usize,
@@ -92,13 +146,30 @@ pub struct SpeculationOptions {
     /// and ever more rarely while it keeps not paying; `false`: always draft (to measure,
     /// or to test exactness under heavy drafting).
     pub backoff: bool,
+    /// With `backoff`: the most that other rows' draft nodes may slow a row, as a fraction
+    /// of its rate without them over its life so far (`0.02`: at least 0.98×, counting the
+    /// steps its own accepted drafts saved it). Every row waits for the whole step, so a
+    /// verify's nodes cost the rows beside it that gain nothing from them. Each row keeps a
+    /// ledger — an allowance of `max_slowdown / (1 − max_slowdown)` of each of its decode
+    /// steps, plus the steps its own accepted drafts saved, less what other rows' nodes
+    /// cost it (the fitted cost of a row) — and a step with rows that do not draft verifies
+    /// only the nodes the least of their ledgers pays for, best measured acceptance first.
+    /// `None`: no such limit (drafts are kept wherever they pay for the batch as a whole).
+    pub max_slowdown: Option<f64>,
 }
 
 impl SpeculationOptions {
     /// `depth` tokens deep, `width` siblings, the given drafter; at most
     /// `depth × width` nodes (and 64).
     pub fn new(depth: usize, width: usize, drafter: DrafterKind) -> Self {
-        Self { depth, width, max_nodes: (depth * width.max(1)).clamp(1, 64), drafter, backoff: true }
+        Self {
+            depth,
+            width,
+            max_nodes: (depth * width.max(1)).clamp(1, 64),
+            drafter,
+            backoff: true,
+            max_slowdown: Some(DEFAULT_MAX_SLOWDOWN),
+        }
     }
 }
 
@@ -249,6 +320,24 @@ impl Drafter for BuiltinDrafter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pruned_draft_keeps_the_first_nodes_whose_parents_it_keeps() {
+        // Node order 1..: 1 and 2 under the root, 3 (forced) under 1, 4 under 2, 5 under 3.
+        let tree = DraftTree::from_parents(&[-1, 10, 20, 11, 21, 12], &[-1, 0, 0, 1, 2, 3]).unwrap();
+        let draft = Draft { tree, forced: vec![false, false, false, true, false, false] };
+        let cut = draft.clone().pruned(3).unwrap();
+        assert_eq!(cut.tree.len(), 4);
+        assert_eq!((1..4).map(|v| cut.tree.token(v).unwrap()).collect::<Vec<_>>(), [10, 20, 11]);
+        assert_eq!((1..4).map(|v| cut.tree.parent(v).unwrap()).collect::<Vec<_>>(), [0, 0, 1]);
+        assert_eq!(cut.forced, [false, false, false, true]);
+        assert_eq!(draft.clone().pruned(5).unwrap().tree.len(), 6);
+        assert!(draft.pruned(0).is_none());
+        // A node whose parent comes later in node order is left out with its subtree.
+        let tree = DraftTree::from_parents(&[-1, 30, 31, 32], &[-1, 2, 0, 1]).unwrap();
+        let cut = Draft::drawn(tree).pruned(2).unwrap();
+        assert_eq!((1..cut.tree.len()).map(|v| cut.tree.token(v).unwrap()).collect::<Vec<_>>(), [31]);
+    }
 
     #[test]
     fn ngram_lookup_takes_the_longest_recent_match() {

@@ -8,7 +8,7 @@
 
 use grammask::matcher::{DraftTree, TextEncoder};
 use grammask::{GrammarCompiler, GrammarMatcher, GrammarSpec, TokenizerInfo, TokenizerOptions};
-use grammask_router::engine::{self, EngineOptions, Event, FinishReason, Job, Request};
+use grammask_router::engine::{self, EngineOptions, Event, FinishReason, Job, Request, StepRecord};
 use grammask_router::metrics::Metrics;
 use grammask_router::model::{ForwardTime, GgufModel, Model, SimulatedModel};
 use grammask_router::sampling::SamplingParams;
@@ -91,11 +91,26 @@ fn run_on(
     spec: Option<SpeculationOptions>,
     defer_accepts: bool,
 ) -> (Vec<Out>, Arc<Metrics>) {
+    let (outs, metrics, _) = run_recorded(info, model, encoder, reqs, batch, spec, defer_accepts);
+    (outs, metrics)
+}
+
+/// [`run_on`], with the engine's record of every step.
+fn run_recorded(
+    info: Arc<TokenizerInfo>,
+    model: Box<dyn Model>,
+    encoder: Option<Arc<dyn TextEncoder + Send + Sync>>,
+    reqs: &[Req],
+    batch: usize,
+    spec: Option<SpeculationOptions>,
+    defer_accepts: bool,
+) -> (Vec<Out>, Arc<Metrics>, Vec<StepRecord>) {
     let options = EngineOptions {
         max_batch_size: batch,
         max_queue: reqs.len() + 1,
         batch: BatchOptions { fill_threads: 2, encoder, defer_accepts, ..BatchOptions::default() },
         speculation: spec,
+        record_steps: true,
         ..EngineOptions::default()
     };
     let metrics = Arc::new(Metrics::new());
@@ -137,7 +152,8 @@ fn run_on(
     // The engine keeps going after clients leave: every other request ended above.
     assert!(engine.health().is_ok());
     engine.shutdown();
-    (outs, metrics)
+    let records = engine.take_step_records();
+    (outs, metrics, records)
 }
 
 fn compile(spec: &GrammarSpec) -> Option<Arc<grammask::CompiledGrammar>> {
@@ -258,6 +274,48 @@ fn deferred_jump_forward_gives_the_tokens_of_jump_forward_at_once() {
     // that jump-forward had something to do.
     let (drawn, _) = run_on(tok().info.clone(), Box::new(model(7)), None, &reqs, 16, None, true);
     assert!(drawn.iter().zip(&deferred).any(|(a, b)| a != b), "jump-forward forced nothing");
+}
+
+#[test]
+fn rows_that_do_not_draft_are_held_to_the_slowdown_cap() {
+    // Constrained rows beside unconstrained ones, which the grammar drafter cannot draft
+    // for: every decode step with an unconstrained row holds a row that gains nothing.
+    let corpus = corpus();
+    let mut reqs = Vec::new();
+    for (k, r) in corpus.iter().filter(|r| r.spec.is_some()).take(8).enumerate() {
+        reqs.push(r.clone());
+        let prompt = tok().hf.encode(format!("{k} plain text, plain text"), false).unwrap();
+        reqs.push(Req { spec: None, prompt: prompt.get_ids().to_vec(), max_new_tokens: 40, ..r.clone() });
+    }
+    let encoder: Arc<dyn TextEncoder + Send + Sync> = Arc::new(Enc(tok().hf.clone()));
+    let go = |max_slowdown| {
+        let spec = SpeculationOptions { max_slowdown, ..SpeculationOptions::new(4, 4, DrafterKind::Grammar) };
+        run_recorded(
+            tok().info.clone(),
+            Box::new(model(11)),
+            Some(encoder.clone()),
+            &reqs,
+            16,
+            Some(spec),
+            true,
+        )
+    };
+    // Nodes verified in decode steps that had an unconstrained row.
+    let beside = |records: &[StepRecord]| -> usize {
+        records.iter().filter(|r| r.prefill == 0 && r.rows > r.constrained).map(|r| r.draft_nodes).sum()
+    };
+    let (want, _) = run(&reqs, 16, None, 11);
+    // No cap: the constrained rows draft beside the others (hopeful before their
+    // acceptance is measured) — what the cap below has to stop.
+    let (free, _, records) = go(None);
+    assert_eq!(want, free);
+    assert!(beside(&records) > 0, "no drafts beside unconstrained rows without the cap");
+    // A cap of nothing: no step that has a row which does not draft verifies a node, and
+    // the outputs are the same.
+    let (capped, metrics, records) = go(Some(0.0));
+    assert_eq!(want, capped);
+    assert_eq!(beside(&records), 0);
+    assert!(metric(&metrics.render(), "grammask_spec_withheld_total") > 0.0);
 }
 
 #[test]

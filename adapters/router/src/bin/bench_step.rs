@@ -60,10 +60,13 @@ struct Args {
     /// Requests per setup (default: batch × rounds).
     #[arg(long)]
     requests: Option<usize>,
-    /// Setups to run, of `unconstrained`, `constrained`, `warm` (constrained, every mask
-    /// of the schemas computed before the clock: a compile-cache hit), `apply`
-    /// (constrained, the masks written over the host logits before sampling instead of
-    /// read by the sampler), `no-overlap` (constrained, the fill after the forward).
+    /// Setups to run, in the order given, of `unconstrained`, `constrained`, `warm`
+    /// (constrained, every mask of the schemas computed before the clock: a compile-cache
+    /// hit), `apply` (constrained, the masks written over the host logits before sampling
+    /// instead of read by the sampler), `no-overlap` (constrained, the fill after the
+    /// forward), `spec-grammar`, `spec-ngram`, `spec-both` (constrained, speculative with
+    /// that drafter), `mixed` (half the requests constrained) and `mixed-spec` (the same,
+    /// speculative with `both`).
     #[arg(long, value_delimiter = ',', default_value = "unconstrained,constrained,warm,apply,no-overlap")]
     setups: Vec<String>,
     /// A MaskBench folder of schemas (`{"schema": …}` files).
@@ -125,6 +128,9 @@ struct Args {
     /// Speculative setups: never back off (draft every step).
     #[arg(long)]
     no_backoff: bool,
+    /// Speculative setups: the router's `--speculate-max-slowdown` (`none`: no cap).
+    #[arg(long, default_value = "0.02", value_parser = grammask_router::speculate::parse_max_slowdown)]
+    max_slowdown: ::std::option::Option<f64>,
     /// Turn jump-forward (forced text appended without sampling) off.
     #[arg(long)]
     no_jump_forward: bool,
@@ -200,7 +206,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for &b in &a.batch {
         let mut base_tps = None;
         use grammask_router::speculate::{DrafterKind, SpeculationOptions};
-        for (setup, key, constrained, overlap, sample_under_masks, warm, drafter) in [
+        let known = [
             ("unconstrained", "unconstrained", false, true, true, false, None),
             ("constrained", "constrained", true, true, true, false, None),
             ("constrained, warm masks", "warm", true, true, true, true, None),
@@ -237,10 +243,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             // and without speculation beside them.
             ("mixed", "mixed", true, true, true, false, None),
             ("mixed, speculative (both)", "mixed-spec", true, true, true, false, Some(DrafterKind::Both)),
-        ] {
-            if !a.setups.iter().any(|s| s == key) {
-                continue;
+        ];
+        // In the order given (to alternate which of two setups runs first).
+        let mut chosen = Vec::new();
+        for name in &a.setups {
+            match known.iter().find(|k| k.1 == name) {
+                Some(k) => chosen.push(*k),
+                None => {
+                    let names: Vec<&str> = known.iter().map(|k| k.1).collect();
+                    return Err(format!("unknown setup `{name}` (one of {})", names.join(", ")).into());
+                }
             }
+        }
+        for (setup, key, constrained, overlap, sample_under_masks, warm, drafter) in chosen {
             let vocab = tok.info.vocab_size();
             let model: Box<dyn Model> = match (&a.gguf, a.cuda) {
                 (Some(g), _) => Box::new(grammask_router::model::GgufModel::load(g)?),
@@ -274,6 +289,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 record_steps: true,
                 speculation: drafter.map(|d| SpeculationOptions {
                     backoff: !a.no_backoff,
+                    max_slowdown: a.max_slowdown,
                     ..SpeculationOptions::new(a.speculate, a.draft_width, d)
                 }),
                 ..EngineOptions::default()
@@ -344,6 +360,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             // Which schemas' answers reached `max_new_tokens` (constrained setups: a rerun
             // with a larger limit can take just these).
             let mut cut_off_files = Vec::new();
+            // Every answer's text in request order, hashed: setups that must give the same
+            // outputs (speculation against none) give the same digest.
+            let mut digest = std::collections::hash_map::DefaultHasher::new();
             // Each request's events read on a thread of its own, timed as they come: a row's
             // own rate is its tokens over the time from its first token to its end.
             let readers: Vec<_> = receivers
@@ -363,9 +382,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 })
                 .collect();
             let mut plain_rates = Vec::new();
+            // The unconstrained requests' token arrival times (mixed setups).
+            let mut plain_times: Vec<Vec<Instant>> = Vec::new();
             for (i, reader) in readers.into_iter().enumerate() {
                 let events = reader.join().map_err(|_| "a reader thread panicked")?;
                 let first = events.first().map(|e| e.0);
+                if mixed && i % 2 == 1 {
+                    plain_times.push(
+                        events.iter().filter(|e| matches!(e.1, Event::Token(_))).map(|e| e.0).collect(),
+                    );
+                }
                 let mut mine = 0;
                 for (at, ev) in events {
                     match ev {
@@ -374,6 +400,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                             mine += 1;
                         }
                         Event::End(e) => {
+                            std::hash::Hash::hash(&(i, &e.text), &mut digest);
                             if mixed && i % 2 == 1 {
                                 let secs = first.map_or(0.0, |f| at.duration_since(f).as_secs_f64());
                                 if secs > 0.0 && mine > 1 {
@@ -421,6 +448,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             } else {
                 0.0
             };
+            // An unconstrained request's rate over the decode steps it shared with the batch:
+            // its tokens after the first that came in steps without a prefill, over those
+            // steps' time. (Its plain rate also counts the steps in which newly admitted
+            // requests prefilled their prompts — tens of milliseconds each — and speculation,
+            // ending the constrained requests sooner, moves those admissions earlier.)
+            let mut steps: Vec<(Instant, Duration, bool)> =
+                records.iter().filter_map(|r| r.started.map(|at| (at, r.step, r.prefill == 0))).collect();
+            steps.sort_by_key(|s| s.0);
+            let step_of = |t: Instant| steps.partition_point(|s| s.0 <= t).checked_sub(1);
+            let mut decode_rates = Vec::new();
+            for times in &plain_times {
+                let (Some(a), Some(b)) =
+                    (times.first().and_then(|&t| step_of(t)), times.last().and_then(|&t| step_of(t)))
+                else {
+                    continue;
+                };
+                let secs: f64 = steps[a + 1..=b].iter().filter(|s| s.2).map(|s| s.1.as_secs_f64()).sum();
+                let n =
+                    times[1..].iter().filter(|&&t| step_of(t).is_some_and(|k| k > a && steps[k].2)).count();
+                if secs > 0.0 {
+                    decode_rates.push(n as f64 / secs);
+                }
+            }
             let verifies = records.iter().filter(|r| r.draft_nodes > 0).count();
             // The mask work of a verify step (every node's mask) against its forward.
             let verify_us = |f: fn(&StepRecord) -> Duration| {
@@ -440,6 +490,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "batch": b, "setup": setup, "model": model_name, "requests": n_requests, "schemas": schemas.len(),
                 "valid": verdicts.valid, "invalid": verdicts.invalid, "cut_off": verdicts.cut_off, "tokens": tokens, "wall_s": wall, "end_to_end_tokens_per_s": tokens as f64 / wall,
                 "tokens_per_s": tps, "generated_tokens_per_s": generated_tps,
+                "outputs_digest": format!("{:016x}", std::hash::Hasher::finish(&digest)),
                 "completed_tokens": completed_tokens, "completed_tokens_per_s": completed_tokens as f64 / wall,
                 "completion_rate": verdicts.valid as f64 / n_requests.max(1) as f64,
                 "verify_steps": verifies, "draft_nodes": drafted, "draft_accepted": accepted,
@@ -447,6 +498,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "backoffs": metrics.draft_backoffs.get(),
                 "unconstrained_row_tokens_per_s_p50": pct(plain_rates.clone(), 0.5),
                 "unconstrained_row_tokens_per_s_mean": plain_rates.iter().sum::<f64>() / plain_rates.len().max(1) as f64,
+                "unconstrained_row_decode_tokens_per_s_p50": pct(decode_rates.clone(), 0.5),
+                "unconstrained_row_decode_tokens_per_s_mean": decode_rates.iter().sum::<f64>() / decode_rates.len().max(1) as f64,
                 "verify_fill_us_p50": pct(verify_us(|r| r.fill), 0.5), "verify_forward_us_p50": pct(verify_us(|r| r.forward), 0.5),
                 "verify_wait_us_p50": pct(verify_us(|r| r.wait), 0.5),
                 "verify_nodes_p50": pct(records.iter().filter(|r| r.draft_nodes > 0).map(|r| r.draft_nodes as f64).collect(), 0.5),

@@ -106,6 +106,11 @@ struct Args {
     /// Speculative decoding: who drafts (`grammar`, `ngram` or `both`).
     #[arg(long, default_value = "both")]
     drafter: grammask_router::speculate::DrafterKind,
+    /// Speculative decoding: the most other rows' draft nodes may slow a row that does not
+    /// draft, as a fraction of its rate (`none`: no cap; drafts are kept wherever they pay
+    /// for the batch as a whole).
+    #[arg(long, default_value = "0.02", value_parser = grammask_router::speculate::parse_max_slowdown)]
+    speculate_max_slowdown: ::std::option::Option<f64>,
     /// Simulated model on CUDA device N: logits made, masked and sampled on the GPU
     /// (the forward's time spent by a kernel).
     #[arg(long, value_name = "N")]
@@ -195,8 +200,9 @@ async fn serve(a: Args) -> Result<(), Box<dyn std::error::Error>> {
             batch,
             record_steps: false,
             late_mask_grace: Some(std::time::Duration::from_millis(a.late_mask_grace_ms)),
-            speculation: (a.speculate > 0).then(|| {
-                grammask_router::speculate::SpeculationOptions::new(a.speculate, a.draft_width, a.drafter)
+            speculation: (a.speculate > 0).then(|| grammask_router::speculate::SpeculationOptions {
+                max_slowdown: a.speculate_max_slowdown,
+                ..grammask_router::speculate::SpeculationOptions::new(a.speculate, a.draft_width, a.drafter)
             }),
             pair_masked_draws: a.pair_masked_draws,
         },
