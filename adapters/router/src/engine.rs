@@ -627,9 +627,9 @@ impl ForwardCosts {
     }
 
     /// What the fairness ledger ([`SpeculationOptions::max_slowdown`]) prices a step in:
-    /// the time of a decode step of `rows` rows without draft nodes, and what a node adds
-    /// to it (a row's cost, fitted, plus drafting one). `None` before a decode step was
-    /// seen.
+    /// the time of a decode step of `rows` rows without draft nodes (the fitted step:
+    /// forward, masks, sampling), and what a node adds to it (a row's fitted cost; the
+    /// step's drafting time is charged as measured). `None` before a decode step was seen.
     fn fair_costs(&self, rows: usize) -> Option<(f64, f64)> {
         let (mx, my) = self.means();
         if self.recent.is_empty() || my <= 0.0 {
@@ -640,7 +640,7 @@ impl ForwardCosts {
         // it protects).
         let per_row = self.per_row.filter(|&c| c > 0.0).unwrap_or(my / mx.max(1.0));
         let step = (my + per_row * (rows as f64 - mx)).max(0.0);
-        Some((step, per_row + self.draft_per_node))
+        Some((step, per_row))
     }
 
     /// Whether a draft node accepted with probability `rate` buys more tokens per second
@@ -657,24 +657,53 @@ impl ForwardCosts {
     }
 }
 
+/// One step's prices for the fairness ledger ([`SpeculationOptions::max_slowdown`]).
+#[derive(Debug, Clone, Copy)]
+struct FairPrices {
+    /// `max_slowdown`.
+    f: f64,
+    /// A decode step of the step's rows without draft nodes, seconds.
+    step: f64,
+    /// What a draft node adds to it, seconds.
+    node: f64,
+}
+
+/// The most a ledger holds, in steps' time: a row that saved much (its own drafts
+/// accepted, long stretches without drafts beside it) carries at most this many steps of
+/// other rows' nodes at once, so its rate over a short stretch stays near its share too.
+const SLACK_CAP_STEPS: f64 = 8.0;
+
+/// The decode rows of a step the fairness ledger prices, and what drafting spent of the
+/// step thread's time before the forward (every row waited for it).
+#[derive(Debug)]
+struct FairStep {
+    prices: FairPrices,
+    /// The step's decode rows, sorted.
+    rows: Vec<SeqId>,
+    drafting: f64,
+}
+
 /// Draft nodes a step may verify beside rows that do not draft, whose ledgers hold
-/// `slacks` (seconds), at `prices = (max_slowdown, step time, node cost)`: what the least
-/// slack, with this step's allowance, pays for.
-fn fair_room(slacks: impl Iterator<Item = f64>, (f, step, node): (f64, f64, f64)) -> usize {
+/// `slacks` (seconds), once `spent` seconds of drafting were spent on the other rows: what
+/// the least slack, with this step's allowance, pays for (a row in debt pays its debt
+/// first). No such row: no limit.
+fn fair_room(slacks: impl Iterator<Item = f64>, p: FairPrices, spent: f64) -> usize {
     let least = slacks.fold(f64::INFINITY, f64::min);
     if least == f64::INFINITY {
         return usize::MAX;
     }
-    let room = (least.max(0.0) + f / (1.0 - f) * step) / node.max(f64::MIN_POSITIVE);
+    let room = (least + p.f / (1.0 - p.f) * p.step - spent) / p.node.max(f64::MIN_POSITIVE);
     room.floor().clamp(0.0, u32::MAX as f64) as usize
 }
 
-/// A decode row's ledger entry for a step priced `(max_slowdown, step time, node cost)`,
-/// in which `took` of its own draft tokens were accepted and other rows verified `others`
-/// nodes: its allowance and the steps it saved (each worth `1 / (1 − max_slowdown)` of a
-/// step, what keeps `1 − max_slowdown` of a rate), less the others' nodes.
-fn fair_entry((f, step, node): (f64, f64, f64), took: usize, others: usize) -> f64 {
-    (f * step + took as f64 * step) / (1.0 - f) - others as f64 * node
+/// A decode row's ledger after a step in which `took` of its own draft tokens were
+/// accepted, other rows verified `others` nodes, and `spent` seconds of drafting went to
+/// other rows' drafts: its allowance and the steps it saved (each worth `1 / (1 −
+/// max_slowdown)` of a step, what keeps `1 − max_slowdown` of a rate), less the others'
+/// nodes and drafting; at most [`SLACK_CAP_STEPS`] steps' time.
+fn fair_entry(slack: f64, p: FairPrices, took: usize, others: usize, spent: f64) -> f64 {
+    let entry = (p.f * p.step + took as f64 * p.step) / (1.0 - p.f) - others as f64 * p.node - spent;
+    (slack + entry).min(SLACK_CAP_STEPS * p.step)
 }
 
 /// Starts the loop on its own thread.
@@ -771,9 +800,9 @@ struct Loop {
     spec_prior: SpecPrior,
     /// Which row drafts first this step (rows take turns under the drafting budget).
     draft_turn: usize,
-    /// This step's prices for the fairness ledger: `(max_slowdown, a decode step's time
-    /// without nodes, a node's cost)`, set by [`Self::draft_rows`] where the ledger is kept.
-    fair_step: Option<(f64, f64, f64)>,
+    /// This step's prices and rows for the fairness ledger, set by [`Self::draft_rows`]
+    /// where the ledger is kept, read by [`Self::settle`], cleared after the step.
+    fair_step: Option<FairStep>,
     /// Made on the first step with device logits.
     #[cfg(feature = "cuda")]
     device_sampler: Option<DeviceSampler>,
@@ -942,7 +971,8 @@ impl Loop {
         }
     }
 
-    /// Gives each decode row a draft tree where speculation is on and pays for it: the
+    /// Gives each decode row a draft tree where speculation is on and pays for it (the
+    /// back-off), within what the fairness ledger of the rows without a draft allows: the
     /// drafter proposes (a constrained row's through its grammar), the tree goes to the
     /// row (the forward verifies it) and to the batch (the fill masks every node).
     fn draft_rows(&mut self, fwd: &[usize]) -> usize {
@@ -987,21 +1017,26 @@ impl Loop {
             }
             wanting.push((i, probe));
         }
-        // The rows that do not draft are held to `max_slowdown`: in a step that has any,
-        // its nodes are what the least slack among them allows (this step's allowance
-        // included), spent on the rows with the best measured acceptance first.
+        // The rows that do not draft are held to `max_slowdown`: a step that has any
+        // verifies only the nodes the least of their ledgers pays for, probes first (two
+        // nodes that re-measure a backed-off row), then the best measured acceptance.
         let fair = if spec.backoff { spec.max_slowdown.filter(|&f| f < 1.0) } else { None };
-        self.fair_step = fair.and_then(|f| self.costs.fair_costs(decode.len()).map(|(t, c)| (f, t, c)));
-        let fair_step = self.fair_step;
-        let room_beside = |running: &[Seq], rows: &mut dyn Iterator<Item = usize>| -> usize {
-            fair_step.map_or(0, |prices| fair_room(rows.map(|i| running[i].slack), prices))
+        let prices = fair.and_then(|f| {
+            self.costs.fair_costs(decode.len()).map(|(step, node)| FairPrices { f, step, node })
+        });
+        let room_beside = |running: &[Seq], with_draft: &[bool], spent: f64| -> usize {
+            let slacks = decode.iter().filter(|&&i| !with_draft[i]).map(|&i| running[i].slack);
+            prices.map_or(0, |p| fair_room(slacks, p, spent))
+        };
+        let first = |running: &[Seq], a: usize, a_probe: bool, b: usize, b_probe: bool| {
+            b_probe.cmp(&a_probe).then(running[b].spec.rate.total_cmp(&running[a].spec.rate))
         };
         let held_now = fair.is_some() && wanting.len() < decode.len();
         let mut with_draft = vec![false; self.running.len()];
         let mut room = if held_now {
-            wanting.sort_by(|a, b| self.running[b.0].spec.rate.total_cmp(&self.running[a.0].spec.rate));
+            wanting.sort_by(|a, b| first(&self.running, a.0, a.1, b.0, b.1));
             wanting.iter().for_each(|w| with_draft[w.0] = true);
-            room_beside(&self.running, &mut decode.iter().copied().filter(|&i| !with_draft[i]))
+            room_beside(&self.running, &with_draft, 0.0)
         } else {
             usize::MAX
         };
@@ -1009,14 +1044,15 @@ impl Loop {
         let cap = if self.costs.known() { usize::MAX } else { fwd.len().max(1) };
         // Where the step is known to hold rows that do not draft, each draft is shaped to
         // the room left; where that turns out only as rows draft nothing, the drafts are
-        // pruned to it below.
+        // cut to it below.
         let mut drafts: Vec<(usize, bool, Draft)> = Vec::with_capacity(wanting.len());
         let mut withheld = 0;
         for &(i, probe) in &wanting {
             let s = &mut self.running[i];
             if started.elapsed() > budget || proposed >= cap || room == 0 {
                 withheld += usize::from(room == 0);
-                // A probe the step had no room for is drafted at the next step's chance.
+                // A probe the step had no room (or time) for is drafted at the next step's
+                // chance.
                 if probe {
                     s.spec.pause = 1;
                 }
@@ -1062,33 +1098,44 @@ impl Loop {
                 None => {}
             }
         }
-        // Every decode row without a draft gains nothing from the step's nodes.
+        // Every decode row without a draft gains nothing from the step's nodes, and waited
+        // for the drafting: the room is what the least of their ledgers pays for after it.
+        // A row whose draft gets no room joins them, which can only shrink the room: cut
+        // again until every draft kept has a node.
+        let drafting = started.elapsed().as_secs_f64();
         let held = fair.is_some() && drafts.len() < decode.len();
-        let mut room = if held {
+        let mut keep: Vec<usize> = drafts.iter().map(|d| d.2.tree.len() - 1).collect();
+        if held {
             if !held_now {
-                drafts.sort_by(|a, b| self.running[b.0].spec.rate.total_cmp(&self.running[a.0].spec.rate));
+                drafts.sort_by(|a, b| first(&self.running, a.0, a.1, b.0, b.1));
+                keep = drafts.iter().map(|d| d.2.tree.len() - 1).collect();
             }
             with_draft.iter_mut().for_each(|w| *w = false);
             drafts.iter().for_each(|d| with_draft[d.0] = true);
-            room_beside(&self.running, &mut decode.iter().copied().filter(|&i| !with_draft[i]))
-        } else {
-            usize::MAX
-        };
-        let mut nodes = 0;
-        for (i, probe, draft) in drafts {
-            let draft = if held {
-                match draft.pruned(room) {
-                    Some(d) => d,
-                    None => {
-                        withheld += 1;
-                        if probe {
-                            self.running[i].spec.pause = 1;
-                        }
-                        continue;
+            loop {
+                let mut left = room_beside(&self.running, &with_draft, drafting);
+                let mut dropped = false;
+                for (k, d) in drafts.iter().enumerate() {
+                    keep[k] = if with_draft[d.0] { (d.2.tree.len() - 1).min(left) } else { 0 };
+                    left -= keep[k];
+                    if keep[k] == 0 && with_draft[d.0] {
+                        with_draft[d.0] = false;
+                        dropped = true;
                     }
                 }
-            } else {
-                draft
+                if !dropped {
+                    break;
+                }
+            }
+        }
+        let mut nodes = 0;
+        for ((i, probe, draft), keep) in drafts.into_iter().zip(keep) {
+            let Some(draft) = draft.pruned(keep) else {
+                withheld += 1;
+                if probe {
+                    self.running[i].spec.pause = 1;
+                }
+                continue;
             };
             let s = &mut self.running[i];
             if s.constrained && self.batch.set_draft(s.id, draft.tree.clone()).is_err() {
@@ -1098,13 +1145,17 @@ impl Loop {
                 continue;
             }
             let n = draft.tree.len() - 1;
-            room = room.saturating_sub(n);
             s.spec.probing = probe;
             nodes += n;
             self.metrics.drafted.with_label_values(&[drafter.name()]).inc_by(n as u64);
             s.draft = Some(draft);
         }
         self.metrics.draft_withheld.inc_by(withheld as u64);
+        self.fair_step = prices.map(|prices| {
+            let mut rows: Vec<SeqId> = decode.iter().map(|&i| self.running[i].id).collect();
+            rows.sort_unstable();
+            FairStep { prices, rows, drafting }
+        });
         nodes
     }
 
@@ -1352,6 +1403,7 @@ impl Loop {
         record.late = self.running.iter().filter(|s| s.held.is_some()).count();
         self.metrics.sample_seconds.observe(record.sample.as_secs_f64());
         self.settle(picks, forced, &failed, &mut record);
+        self.fair_step = None;
         let costs = self.batch.take_accept_costs();
         (record.accept, record.jump_forward) = (costs.accept, costs.jump_forward);
         if record.constrained > 0 {
@@ -1516,10 +1568,13 @@ impl Loop {
             }
             // The fairness ledger of a decode row: its allowance for the step, and the
             // steps its own accepted drafts saved it, less what the other rows' nodes cost.
-            if let (Some(prices), true) = (self.fair_step, s.generated > 0) {
+            if let Some(fs) = self.fair_step.as_ref().filter(|fs| fs.rows.binary_search(&s.id).is_ok()) {
                 let own = draft.as_ref().map_or(0, |d| d.tree.len() - 1);
                 let took = if draft.is_some() { kept.min(walk.path.len()) } else { 0 };
-                s.slack += fair_entry(prices, took, record.draft_nodes.saturating_sub(own));
+                // A row with a draft of its own drafted too: the step's drafting is the
+                // back-off's business there.
+                let spent = if draft.is_some() { 0.0 } else { fs.drafting };
+                s.slack = fair_entry(s.slack, fs.prices, took, record.draft_nodes.saturating_sub(own), spent);
             }
             let mut reason = None;
             let mut tokens = walk.tokens.into_iter().take(kept).peekable();
@@ -1877,9 +1932,6 @@ mod tests {
         // A step of other rows is priced from the same fit.
         let (step, _) = c.fair_costs(10).expect("known");
         assert!((step - 0.009).abs() < 1e-9, "{step}");
-        // Drafting's own time counts towards a node's cost.
-        c.note_draft(0.0005, 1);
-        assert!((c.fair_costs(8).expect("known").1 - 0.001).abs() < 1e-9);
         // Before a fit above zero, a row's share of the mean step.
         let mut c = ForwardCosts::default();
         c.note(8, 0.008);
@@ -1887,47 +1939,51 @@ mod tests {
         assert!((step - 0.008).abs() < 1e-9 && (node - 0.001).abs() < 1e-9, "{step} {node}");
     }
 
+    const PRICES: FairPrices = FairPrices { f: 0.02, step: 0.008, node: 0.0005 };
+
     #[test]
     fn the_room_beside_rows_that_do_not_draft_is_their_least_slack() {
         // 2 % of an 8 ms step is 0.16 ms: not one 0.5 ms node on the allowance alone.
-        let prices = (0.02, 0.008, 0.0005);
-        assert_eq!(fair_room([0.0].into_iter(), prices), 0);
+        assert_eq!(fair_room([0.0].into_iter(), PRICES, 0.0), 0);
         // Slack saved over earlier steps (or earned by a row's own accepted drafts) pays
-        // for nodes; the row with the least decides; a row in debt counts as none.
-        assert_eq!(fair_room([0.001, 0.004].into_iter(), prices), 2);
-        assert_eq!(fair_room([-0.003, 0.004].into_iter(), prices), 0);
+        // for nodes; the row with the least decides; a row in debt pays it first.
+        assert_eq!(fair_room([0.001, 0.004].into_iter(), PRICES, 0.0), 2);
+        assert_eq!(fair_room([-0.003, 0.004].into_iter(), PRICES, 0.0), 0);
+        // The step's drafting, already spent, comes first.
+        assert_eq!(fair_room([0.001].into_iter(), PRICES, 0.0005), 1);
         // No row to hold to it: no limit.
-        assert_eq!(fair_room(std::iter::empty(), prices), usize::MAX);
-        // A row kept at 1 − f of its rate: over S steps the allowance is f / (1 − f) · S
-        // steps' time, and waiting that long more makes its rate S / (S + f / (1 − f) · S)
-        // = 1 − f of the rate without.
-        let f: f64 = 0.02;
-        assert!((1.0 / (1.0 + f / (1.0 - f)) - (1.0 - f)).abs() < 1e-12);
+        assert_eq!(fair_room(std::iter::empty(), PRICES, 0.0), usize::MAX);
     }
 
     #[test]
     fn a_row_the_ledger_holds_keeps_its_share_of_its_rate() {
-        // One row that never drafts beside rows that would draft every node they may: over
-        // any number of steps its rate stays at 1 − f of the rate without their nodes.
+        // One row that never drafts beside rows that would draft every node they may (and
+        // spend 0.1 ms drafting whenever there is room): over any number of steps its rate
+        // stays at 1 − f of the rate without their nodes.
         for f in [0.0, 0.02, 0.1] {
-            let prices = (f, 0.008, 0.0005);
+            let p = FairPrices { f, ..PRICES };
             let (mut slack, mut time, mut nodes) = (0.0, 0.0, 0);
             for steps in 1..=2_000 {
-                let room = fair_room([slack].into_iter(), prices).min(12);
+                let spent = if fair_room([slack].into_iter(), p, 0.0) > 0 { 0.0001 } else { 0.0 };
+                let room = fair_room([slack].into_iter(), p, spent).min(12);
                 nodes += room;
-                time += 0.008 + room as f64 * 0.0005;
-                slack += fair_entry(prices, 0, room);
-                let rate = steps as f64 * 0.008 / time;
+                time += p.step + room as f64 * p.node + spent;
+                slack = fair_entry(slack, p, 0, room, spent);
+                let rate = steps as f64 * p.step / time;
                 assert!(rate >= 1.0 - f - 1e-9, "f {f}: {rate} after {steps} steps");
             }
             // The others did draft (all they were let: the bound is met, not avoided).
-            let rate = 2_000.0 * 0.008 / time;
+            let rate = 2_000.0 * p.step / time;
             assert!(f == 0.0 && nodes == 0 || rate < 1.0 - f + 0.01, "f {f}: {nodes} nodes, {rate}");
         }
-        // A row whose own drafts save it steps can carry others' nodes beyond its allowance.
-        let prices = (0.02, 0.008, 0.0005);
-        let slack = fair_entry(prices, 3, 0);
-        assert!(fair_room([slack].into_iter(), prices) >= 48);
+        // A row whose own drafts saved it steps carries others' nodes beyond its allowance,
+        // up to what SLACK_CAP_STEPS steps of time hold.
+        let slack = fair_entry(0.0, PRICES, 3, 0, 0.0);
+        assert!(fair_room([slack].into_iter(), PRICES, 0.0) >= 48);
+        assert_eq!(fair_entry(0.0, PRICES, 100, 0, 0.0), SLACK_CAP_STEPS * PRICES.step);
+        // Debt stays until the allowance has paid it.
+        let slack = fair_entry(0.0, PRICES, 0, 10, 0.0);
+        assert!(slack < 0.0 && fair_room([slack].into_iter(), PRICES, 0.0) == 0);
     }
 
     #[test]

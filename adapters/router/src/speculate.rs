@@ -41,11 +41,12 @@ impl Draft {
     }
 
     /// The draft cut to at most `max_nodes` nodes: the first in node order whose parent
-    /// is kept (the built-in drafters number nodes breadth first, so these are the ones a
-    /// smaller node budget would have drafted); `None` when none is left.
+    /// is kept (the built-in drafters number nodes in the order they draft them, checking
+    /// their node budget before each, so these are the ones a smaller budget would have
+    /// drafted); `None` when none is left.
     pub fn pruned(self, max_nodes: usize) -> Option<Draft> {
         let n = self.tree.len();
-        if n <= max_nodes + 1 {
+        if n.saturating_sub(1) <= max_nodes {
             return (n > 1).then_some(self);
         }
         let mut new_id = vec![usize::MAX; n];
@@ -62,7 +63,7 @@ impl Draft {
             new_id[v] = tokens.len();
             tokens.push(i64::from(t));
             parents.push(new_id[p] as i64);
-            forced.push(self.forced[v]);
+            forced.push(self.forced.get(v).copied().unwrap_or(false));
         }
         if tokens.len() < 2 {
             return None;
@@ -149,12 +150,14 @@ pub struct SpeculationOptions {
     /// With `backoff`: the most that other rows' draft nodes may slow a row, as a fraction
     /// of its rate without them over its life so far (`0.02`: at least 0.98×, counting the
     /// steps its own accepted drafts saved it). Every row waits for the whole step, so a
-    /// verify's nodes cost the rows beside it that gain nothing from them. Each row keeps a
-    /// ledger — an allowance of `max_slowdown / (1 − max_slowdown)` of each of its decode
-    /// steps, plus the steps its own accepted drafts saved, less what other rows' nodes
-    /// cost it (the fitted cost of a row) — and a step with rows that do not draft verifies
-    /// only the nodes the least of their ledgers pays for, best measured acceptance first.
-    /// `None`: no such limit (drafts are kept wherever they pay for the batch as a whole).
+    /// verify's nodes and the drafting before it cost the rows beside it that gain nothing
+    /// from them. Each row keeps a ledger — an allowance of `max_slowdown / (1 −
+    /// max_slowdown)` of each of its decode steps, plus the steps its own accepted drafts
+    /// saved, less what other rows' nodes (the fitted cost of a row) and drafting cost it;
+    /// debt is paid before new room, and a ledger holds at most 8 steps' time — and a step
+    /// with rows that do not draft verifies only the nodes the least of their ledgers pays
+    /// for, probes first, then the best measured acceptance. `None`: no such limit (drafts
+    /// are kept wherever they pay for the batch as a whole). Ignored with `backoff` off.
     pub max_slowdown: Option<f64>,
 }
 

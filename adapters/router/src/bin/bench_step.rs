@@ -66,7 +66,7 @@ struct Args {
     /// instead of read by the sampler), `no-overlap` (constrained, the fill after the
     /// forward), `spec-grammar`, `spec-ngram`, `spec-both` (constrained, speculative with
     /// that drafter), `mixed` (half the requests constrained) and `mixed-spec` (the same,
-    /// speculative with `both`).
+    /// speculative with `both`). "× unconstrained" needs `unconstrained` listed first.
     #[arg(long, value_delimiter = ',', default_value = "unconstrained,constrained,warm,apply,no-overlap")]
     setups: Vec<String>,
     /// A MaskBench folder of schemas (`{"schema": …}` files).
@@ -128,7 +128,8 @@ struct Args {
     /// Speculative setups: never back off (draft every step).
     #[arg(long)]
     no_backoff: bool,
-    /// Speculative setups: the router's `--speculate-max-slowdown` (`none`: no cap).
+    /// Speculative setups: the router's `--speculate-max-slowdown` (`none`: no cap; with
+    /// `--no-backoff` the ledger is off whatever this says).
     #[arg(long, default_value = "0.02", value_parser = grammask_router::speculate::parse_max_slowdown)]
     max_slowdown: ::std::option::Option<f64>,
     /// Turn jump-forward (forced text appended without sampling) off.

@@ -106,9 +106,9 @@ struct Args {
     /// Speculative decoding: who drafts (`grammar`, `ngram` or `both`).
     #[arg(long, default_value = "both")]
     drafter: grammask_router::speculate::DrafterKind,
-    /// Speculative decoding: the most other rows' draft nodes may slow a row that does not
-    /// draft, as a fraction of its rate (`none`: no cap; drafts are kept wherever they pay
-    /// for the batch as a whole).
+    /// Speculative decoding: the most other rows' draft nodes may slow a row, as a fraction
+    /// of its rate without them (a per-row ledger; `none`: no cap, drafts are kept wherever
+    /// they pay for the batch as a whole). See docs/speculative.md.
     #[arg(long, default_value = "0.02", value_parser = grammask_router::speculate::parse_max_slowdown)]
     speculate_max_slowdown: ::std::option::Option<f64>,
     /// Simulated model on CUDA device N: logits made, masked and sampled on the GPU
