@@ -77,26 +77,15 @@ type Out = (Vec<u32>, Option<FinishReason>);
 
 fn run(reqs: &[Req], batch: usize, spec: Option<SpeculationOptions>, seed: u64) -> (Vec<Out>, Arc<Metrics>) {
     let encoder: Arc<dyn TextEncoder + Send + Sync> = Arc::new(Enc(tok().hf.clone()));
-    run_on(tok().info.clone(), Box::new(model(seed)), Some(encoder), reqs, batch, spec, true)
-}
-
-/// Runs `reqs` through an engine on `model`, accepting drawn tokens (and jump-forward)
-/// on the mask pool (`defer_accepts`) or not.
-fn run_on(
-    info: Arc<TokenizerInfo>,
-    model: Box<dyn Model>,
-    encoder: Option<Arc<dyn TextEncoder + Send + Sync>>,
-    reqs: &[Req],
-    batch: usize,
-    spec: Option<SpeculationOptions>,
-    defer_accepts: bool,
-) -> (Vec<Out>, Arc<Metrics>) {
-    let (outs, metrics, _) = run_recorded(info, model, encoder, reqs, batch, spec, defer_accepts);
+    let (outs, metrics, _) =
+        run_on(tok().info.clone(), Box::new(model(seed)), Some(encoder), reqs, batch, spec, true);
     (outs, metrics)
 }
 
-/// [`run_on`], with the engine's record of every step.
-fn run_recorded(
+/// Runs `reqs` through an engine on `model`, accepting drawn tokens (and jump-forward)
+/// on the mask pool (`defer_accepts`) or not: every request's output, the metrics, and the
+/// engine's record of every step.
+fn run_on(
     info: Arc<TokenizerInfo>,
     model: Box<dyn Model>,
     encoder: Option<Arc<dyn TextEncoder + Send + Sync>>,
@@ -262,9 +251,9 @@ fn deferred_jump_forward_gives_the_tokens_of_jump_forward_at_once() {
     // the simulated model's logits are a function of the context alone.
     let reqs = corpus();
     let encoder: Arc<dyn TextEncoder + Send + Sync> = Arc::new(Enc(tok().hf.clone()));
-    let (at_once, _) =
+    let (at_once, _, _) =
         run_on(tok().info.clone(), Box::new(model(7)), Some(encoder.clone()), &reqs, 16, None, false);
-    let (deferred, _) =
+    let (deferred, _, _) =
         run_on(tok().info.clone(), Box::new(model(7)), Some(encoder.clone()), &reqs, 16, None, true);
     for (k, (a, b)) in at_once.iter().zip(&deferred).enumerate() {
         assert_eq!(a, b, "request {k} differs");
@@ -272,7 +261,7 @@ fn deferred_jump_forward_gives_the_tokens_of_jump_forward_at_once() {
     // Without jump-forward the grammar's forced tokens are drawn, masked, one per forward:
     // the outputs differ (a model may write forced text in other tokens), so only check
     // that jump-forward had something to do.
-    let (drawn, _) = run_on(tok().info.clone(), Box::new(model(7)), None, &reqs, 16, None, true);
+    let (drawn, _, _) = run_on(tok().info.clone(), Box::new(model(7)), None, &reqs, 16, None, true);
     assert!(drawn.iter().zip(&deferred).any(|(a, b)| a != b), "jump-forward forced nothing");
 }
 
@@ -290,15 +279,7 @@ fn rows_that_do_not_draft_are_held_to_the_slowdown_cap() {
     let encoder: Arc<dyn TextEncoder + Send + Sync> = Arc::new(Enc(tok().hf.clone()));
     let go = |max_slowdown| {
         let spec = SpeculationOptions { max_slowdown, ..SpeculationOptions::new(4, 4, DrafterKind::Grammar) };
-        run_recorded(
-            tok().info.clone(),
-            Box::new(model(11)),
-            Some(encoder.clone()),
-            &reqs,
-            16,
-            Some(spec),
-            true,
-        )
+        run_on(tok().info.clone(), Box::new(model(11)), Some(encoder.clone()), &reqs, 16, Some(spec), true)
     };
     // Nodes verified in decode steps that had an unconstrained row.
     let beside = |records: &[StepRecord]| -> usize {
@@ -420,7 +401,8 @@ fn speculative_sampling_follows_the_distribution_of_sampling() {
     let plain = count(run_on(info.clone(), model(), Some(encoder.clone()), &reqs(0), 256, None, true).0);
     let spec_opts =
         Some(SpeculationOptions { backoff: false, ..SpeculationOptions::new(4, 6, DrafterKind::Grammar) });
-    let (outs, metrics) = run_on(info.clone(), model(), Some(encoder), &reqs(1 << 32), 256, spec_opts, true);
+    let (outs, metrics, _) =
+        run_on(info.clone(), model(), Some(encoder), &reqs(1 << 32), 256, spec_opts, true);
     let spec_counts = count(outs);
     let accepted = metric(&metrics.render(), "grammask_spec_accepted_total{drafter=\"grammar\"}");
     assert!(accepted > 10_000.0, "{accepted} draft tokens accepted");
@@ -542,10 +524,10 @@ fn greedy_speculation_is_exact_on_smollm2() {
         leaves: false,
     });
     let model = || Box::new(GgufModel::load(&path).unwrap());
-    let (want, _) = run_on(tok.info.clone(), model(), Some(tok.encoder()), &reqs, 4, None, true);
+    let (want, _, _) = run_on(tok.info.clone(), model(), Some(tok.encoder()), &reqs, 4, None, true);
     for drafter in [DrafterKind::Grammar, DrafterKind::Ngram, DrafterKind::Both] {
         let spec = SpeculationOptions { backoff: false, ..SpeculationOptions::new(4, 3, drafter) };
-        let (got, metrics) =
+        let (got, metrics, _) =
             run_on(tok.info.clone(), model(), Some(tok.encoder()), &reqs, 4, Some(spec), true);
         assert_eq!(want, got, "{drafter:?}");
         let text = metrics.render();
@@ -601,10 +583,11 @@ fn greedy_speculation_is_exact_on_a_tiny_random_llama() {
     });
     let encoder: Arc<dyn TextEncoder + Send + Sync> = Arc::new(Greedy(info.clone()));
     let model = || Box::new(GgufModel::load(&path).unwrap());
-    let (want, _) = run_on(info.clone(), model(), Some(encoder.clone()), &reqs, 3, None, true);
+    let (want, _, _) = run_on(info.clone(), model(), Some(encoder.clone()), &reqs, 3, None, true);
     for drafter in [DrafterKind::Grammar, DrafterKind::Ngram, DrafterKind::Both] {
         let spec = SpeculationOptions { backoff: false, ..SpeculationOptions::new(4, 3, drafter) };
-        let (got, metrics) = run_on(info.clone(), model(), Some(encoder.clone()), &reqs, 3, Some(spec), true);
+        let (got, metrics, _) =
+            run_on(info.clone(), model(), Some(encoder.clone()), &reqs, 3, Some(spec), true);
         assert_eq!(want, got, "{drafter:?}");
         let drafted = metric(
             &metrics.render(),
@@ -671,14 +654,14 @@ fn choices_of_one_prompt_share_its_prefill_and_answer_as_alone() {
         ("tiny llama", Box::new(|| Box::new(GgufModel::load(&path).unwrap()))),
     ];
     for (name, model) in &models {
-        let (together, metrics) = run_on(info.clone(), model(), None, &reqs, 8, None, true);
+        let (together, metrics, _) = run_on(info.clone(), model(), None, &reqs, 8, None, true);
         // (How many share depends on how the queue was admitted: all three when they queue
         // behind the first request's step, as they almost always do.)
         let shared = metric(&metrics.render(), "grammask_prefill_shared_total");
         eprintln!("{name}: {shared} of 3 choices shared the first one's prefill");
         assert!(shared >= 1.0, "{name}: no prefill was shared");
         for (k, r) in reqs.iter().enumerate().skip(1) {
-            let (alone, _) = run_on(info.clone(), model(), None, std::slice::from_ref(r), 8, None, true);
+            let (alone, _, _) = run_on(info.clone(), model(), None, std::slice::from_ref(r), 8, None, true);
             assert_eq!(together[k], alone[0], "{name}: choice {k}");
         }
     }
