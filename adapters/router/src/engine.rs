@@ -442,9 +442,10 @@ struct Seq {
     /// Whether drafting pays for it.
     spec: SpecStats,
     /// The fairness ledger ([`SpeculationOptions::max_slowdown`]), in seconds: what the
-    /// row may still be slowed by other rows' draft nodes — its allowance (`max_slowdown
-    /// / (1 − max_slowdown)` of each of its decode steps) and the steps its own accepted
-    /// drafts saved it, less what other rows' nodes have cost it.
+    /// row may still be slowed by other rows' drafts — its allowance (`max_slowdown / (1 −
+    /// max_slowdown)` of each of its decode steps) and the steps its own accepted drafts
+    /// saved it, less what other rows' nodes and drafting cost it in the steps it had no
+    /// draft of its own; within [`SLACK_CAP_STEPS`] steps' time either way.
     slack: f64,
     /// Top tokens per prompt position when the prompt's log-probabilities were asked for.
     prompt_logprobs: Option<usize>,
@@ -668,9 +669,11 @@ struct FairPrices {
     node: f64,
 }
 
-/// The most a ledger holds, in steps' time: a row that saved much (its own drafts
-/// accepted, long stretches without drafts beside it) carries at most this many steps of
-/// other rows' nodes at once, so its rate over a short stretch stays near its share too.
+/// The most a ledger holds, in steps' time, either way: a row that saved much (its own
+/// drafts accepted, long stretches without drafts beside it) carries at most this many
+/// steps of other rows' nodes at once, so its rate over a short stretch stays near its
+/// share too; a debt (drafting spent before a row turned out to have no draft) is no
+/// deeper.
 const SLACK_CAP_STEPS: f64 = 8.0;
 
 /// The decode rows of a step the fairness ledger prices, and what drafting spent of the
@@ -700,10 +703,11 @@ fn fair_room(slacks: impl Iterator<Item = f64>, p: FairPrices, spent: f64) -> us
 /// accepted, other rows verified `others` nodes, and `spent` seconds of drafting went to
 /// other rows' drafts: its allowance and the steps it saved (each worth `1 / (1 −
 /// max_slowdown)` of a step, what keeps `1 − max_slowdown` of a rate), less the others'
-/// nodes and drafting; at most [`SLACK_CAP_STEPS`] steps' time.
+/// nodes and drafting; within [`SLACK_CAP_STEPS`] steps' time either way (a debt that
+/// deep stops every draft beside the row until its allowance has paid it down).
 fn fair_entry(slack: f64, p: FairPrices, took: usize, others: usize, spent: f64) -> f64 {
     let entry = (p.f * p.step + took as f64 * p.step) / (1.0 - p.f) - others as f64 * p.node - spent;
-    (slack + entry).min(SLACK_CAP_STEPS * p.step)
+    (slack + entry).clamp(-SLACK_CAP_STEPS * p.step, SLACK_CAP_STEPS * p.step)
 }
 
 /// Starts the loop on its own thread.
@@ -1031,6 +1035,17 @@ impl Loop {
         let first = |running: &[Seq], a: usize, a_probe: bool, b: usize, b_probe: bool| {
             b_probe.cmp(&a_probe).then(running[b].spec.rate.total_cmp(&running[a].spec.rate))
         };
+        // Any decode row may end the step without a draft and then pays for the drafting
+        // (as measured): the step drafts no longer than the least ledger allows.
+        let ledger_time = prices.map(|p| {
+            let least = decode.iter().map(|&i| self.running[i].slack).fold(f64::INFINITY, f64::min);
+            least + p.f / (1.0 - p.f) * p.step
+        });
+        let budget = match ledger_time {
+            Some(t) if t < budget.as_secs_f64() => Duration::from_secs_f64(t.max(0.0)),
+            _ => budget,
+        };
+        let ledger_cut = ledger_time.is_some_and(|t| t < budget.as_secs_f64() + f64::EPSILON);
         let held_now = fair.is_some() && wanting.len() < decode.len();
         let mut with_draft = vec![false; self.running.len()];
         let mut room = if held_now {
@@ -1049,8 +1064,9 @@ impl Loop {
         let mut withheld = 0;
         for &(i, probe) in &wanting {
             let s = &mut self.running[i];
-            if started.elapsed() > budget || proposed >= cap || room == 0 {
-                withheld += usize::from(room == 0);
+            let late = started.elapsed() > budget;
+            if late || proposed >= cap || room == 0 {
+                withheld += usize::from(room == 0 || (late && ledger_cut));
                 // A probe the step had no room (or time) for is drafted at the next step's
                 // chance.
                 if probe {
@@ -1569,12 +1585,13 @@ impl Loop {
             // The fairness ledger of a decode row: its allowance for the step, and the
             // steps its own accepted drafts saved it, less what the other rows' nodes cost.
             if let Some(fs) = self.fair_step.as_ref().filter(|fs| fs.rows.binary_search(&s.id).is_ok()) {
-                let own = draft.as_ref().map_or(0, |d| d.tree.len() - 1);
-                let took = if draft.is_some() { kept.min(walk.path.len()) } else { 0 };
-                // A row with a draft of its own drafted too: the step's drafting is the
-                // back-off's business there.
-                let spent = if draft.is_some() { 0.0 } else { fs.drafting };
-                s.slack = fair_entry(s.slack, fs.prices, took, record.draft_nodes.saturating_sub(own), spent);
+                // A row with a draft of its own took part: what the step's other nodes and
+                // drafting cost it is the back-off's business there, not the ledger's.
+                let (took, others, spent) = match &draft {
+                    Some(_) => (kept.min(walk.path.len()), 0, 0.0),
+                    None => (0, record.draft_nodes, fs.drafting),
+                };
+                s.slack = fair_entry(s.slack, fs.prices, took, others, spent);
             }
             let mut reason = None;
             let mut tokens = walk.tokens.into_iter().take(kept).peekable();
@@ -1981,9 +1998,10 @@ mod tests {
         let slack = fair_entry(0.0, PRICES, 3, 0, 0.0);
         assert!(fair_room([slack].into_iter(), PRICES, 0.0) >= 48);
         assert_eq!(fair_entry(0.0, PRICES, 100, 0, 0.0), SLACK_CAP_STEPS * PRICES.step);
-        // Debt stays until the allowance has paid it.
+        // Debt stays until the allowance has paid it, and is no deeper than the cap.
         let slack = fair_entry(0.0, PRICES, 0, 10, 0.0);
         assert!(slack < 0.0 && fair_room([slack].into_iter(), PRICES, 0.0) == 0);
+        assert_eq!(fair_entry(0.0, PRICES, 0, 1_000, 0.0), -SLACK_CAP_STEPS * PRICES.step);
     }
 
     #[test]

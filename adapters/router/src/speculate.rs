@@ -147,17 +147,19 @@ pub struct SpeculationOptions {
     /// and ever more rarely while it keeps not paying; `false`: always draft (to measure,
     /// or to test exactness under heavy drafting).
     pub backoff: bool,
-    /// With `backoff`: the most that other rows' draft nodes may slow a row, as a fraction
-    /// of its rate without them over its life so far (`0.02`: at least 0.98×, counting the
-    /// steps its own accepted drafts saved it). Every row waits for the whole step, so a
-    /// verify's nodes and the drafting before it cost the rows beside it that gain nothing
-    /// from them. Each row keeps a ledger — an allowance of `max_slowdown / (1 −
-    /// max_slowdown)` of each of its decode steps, plus the steps its own accepted drafts
-    /// saved, less what other rows' nodes (the fitted cost of a row) and drafting cost it;
-    /// debt is paid before new room, and a ledger holds at most 8 steps' time — and a step
-    /// with rows that do not draft verifies only the nodes the least of their ledgers pays
-    /// for, probes first, then the best measured acceptance. `None`: no such limit (drafts
-    /// are kept wherever they pay for the batch as a whole). Ignored with `backoff` off.
+    /// With `backoff`: the most that other rows' drafts may slow a row in the steps it
+    /// has no draft of its own, as a fraction of its rate without them (`0.02`: at least
+    /// 0.98×, counting the steps its own accepted drafts saved it). Every row waits for the
+    /// whole step, so a verify's nodes and the drafting before it cost the rows beside it
+    /// that gain nothing from them. Each row keeps a ledger — an allowance of
+    /// `max_slowdown / (1 − max_slowdown)` of each of its decode steps, plus the steps its
+    /// own accepted drafts saved, less what other rows' nodes (the fitted cost of a row)
+    /// and drafting cost it in steps it had no draft; within 8 steps' time either way, a
+    /// debt paid before new room — and a step caps its drafting at the least ledger of its
+    /// decode rows and verifies only the nodes the least ledger of the rows without a draft
+    /// pays for, probes first, then the best measured acceptance. `None`: no such limit
+    /// (drafts are kept wherever they pay for the batch as a whole). Ignored with `backoff`
+    /// off.
     pub max_slowdown: Option<f64>,
 }
 
