@@ -1041,11 +1041,11 @@ impl Loop {
             let least = decode.iter().map(|&i| self.running[i].slack).fold(f64::INFINITY, f64::min);
             least + p.f / (1.0 - p.f) * p.step
         });
+        let ledger_cut = ledger_time.is_some_and(|t| t < budget.as_secs_f64());
         let budget = match ledger_time {
-            Some(t) if t < budget.as_secs_f64() => Duration::from_secs_f64(t.max(0.0)),
+            Some(t) if ledger_cut => Duration::from_secs_f64(t.max(0.0)),
             _ => budget,
         };
-        let ledger_cut = ledger_time.is_some_and(|t| t < budget.as_secs_f64() + f64::EPSILON);
         let held_now = fair.is_some() && wanting.len() < decode.len();
         let mut with_draft = vec![false; self.running.len()];
         let mut room = if held_now {
@@ -1120,12 +1120,12 @@ impl Loop {
         // again until every draft kept has a node.
         let drafting = started.elapsed().as_secs_f64();
         let held = fair.is_some() && drafts.len() < decode.len();
+        if held {
+            // (Already in this order where the step was held from the start.)
+            drafts.sort_by(|a, b| first(&self.running, a.0, a.1, b.0, b.1));
+        }
         let mut keep: Vec<usize> = drafts.iter().map(|d| d.2.tree.len() - 1).collect();
         if held {
-            if !held_now {
-                drafts.sort_by(|a, b| first(&self.running, a.0, a.1, b.0, b.1));
-                keep = drafts.iter().map(|d| d.2.tree.len() - 1).collect();
-            }
             with_draft.iter_mut().for_each(|w| *w = false);
             drafts.iter().for_each(|d| with_draft[d.0] = true);
             loop {
